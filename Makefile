@@ -1,0 +1,86 @@
+# streamq — `make demo` and `make test` are all a fresh machine needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST := $(PY) -m pytest
+REDIS7_PORT ?= 6479
+
+.PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
+        test-redis7 bench lint fmt typecheck clean redis-up \
+        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo run: setup
+	$(PY) -m demos.main
+
+demo-batch: setup
+	$(PY) -m demos.batch
+
+demo-start-position: setup
+	$(PY) -m demos.start_position
+
+demo-auto-stop: setup
+	$(PY) -m demos.auto_stop
+
+demo-stop-message: setup
+	$(PY) -m demos.stop_message
+
+demo-cleanup: setup
+	$(PY) -m demos.cleanup
+
+test: setup
+	$(PYTEST) -q
+
+test-fast: setup
+	$(PYTEST) -q -m "not slow"
+
+test-batch: setup
+	$(PYTEST) -q tests/test_batching.py
+
+test-pending: setup
+	$(PYTEST) -q tests/test_recovery.py
+
+test-terminate: setup
+	$(PYTEST) -q tests/test_control.py -k terminate
+
+test-cleanup: setup
+	$(PYTEST) -q tests/test_cleanup.py
+
+# The whole suite against Debian's redis-server 7.0 on a private loopback port.
+test-redis7: setup
+	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	DIR=$$(mktemp -d); \
+	redis-server --port $(REDIS7_PORT) --bind 127.0.0.1 --save '' --appendonly no \
+	  --dir $$DIR --daemonize yes --pidfile $$DIR/pid --logfile $$DIR/log; \
+	sleep 0.5; \
+	STREAMQ_REDIS_URL=redis://127.0.0.1:$(REDIS7_PORT)/0 $(PYTEST) -q; rc=$$?; \
+	kill $$(cat $$DIR/pid); rm -rf $$DIR; exit $$rc
+
+# Run the embedded server in the foreground and print its URL.
+redis-up: setup
+	$(PY) -c "import time; from streamq.server import EmbeddedServer; s = EmbeddedServer().start(); print('export STREAMQ_REDIS_URL=' + s.url, flush=True); time.sleep(10**9)"
+
+bench: setup
+	$(PY) -m bench.run
+
+lint: setup
+	$(PY) -m ruff check streamq tests bench demos handlers
+	$(PY) -m ruff format --check streamq tests bench demos handlers
+
+fmt: setup
+	$(PY) -m ruff format streamq tests bench demos handlers
+	$(PY) -m ruff check --fix streamq tests bench demos handlers
+
+typecheck: setup
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,26 @@
+"""A consumer process for the ``consumer_rss_mb`` figure: consume N entries, print max RSS."""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+import anyio
+
+from .run import prefill
+from .workload import fresh_stream, noop_consumer, queue
+
+
+async def main(url: str, n: int) -> None:
+    stream = fresh_stream("rss")
+    await prefill(url, stream, n)
+    mq = queue(url, stream)
+    noop_consumer(mq, n)
+    async with mq:
+        await mq.run(handle_signals=False)
+        await mq.client.delete(stream)
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], int(sys.argv[2]))
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -1,0 +1,220 @@
+"""``make bench``: one JSON line per figure (DESIGN.md, "Benchmarks").
+
+The yardstick ``raw_redispy`` is a plain redis-py XREADGROUP COUNT 100 + XACK loop run in
+the same process against the same server; every figure is also given as a ratio to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+
+from streamq import Message, StartFrom
+from streamq.message import encode_entry
+from streamq.server import EmbeddedServer
+from streamq.config import env_url
+
+from .workload import Email, fresh_stream, noop_consumer, payload, queue
+
+
+def emit(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+async def prefill(url: str, stream: str, n: int) -> None:
+    client = aioredis.Redis.from_url(url)
+    fields = encode_entry("email", payload(0))
+    for start in range(0, n, 2000):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(min(2000, n - start)):
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+        await pipe.execute()
+    await client.aclose()
+
+
+async def raw_redispy(url: str, n: int) -> float:
+    stream = fresh_stream("raw")
+    await prefill(url, stream, n)
+    client = aioredis.Redis.from_url(url)
+    await client.xgroup_create(stream, "raw", id="0")
+    done = 0
+    t0 = time.perf_counter()
+    while done < n:
+        reply = await client.xreadgroup("raw", "c", {stream: ">"}, count=100, block=1000)
+        ids = [entry_id for entry_id, _ in reply[0][1]]
+        await client.xack(stream, "raw", *ids)
+        done += len(ids)
+    elapsed = time.perf_counter() - t0
+    await client.delete(stream)
+    await client.aclose()
+    return n / elapsed
+
+
+async def raw_xadd_pipelined(url: str, n: int) -> float:
+    stream = fresh_stream("rawpub")
+    client = aioredis.Redis.from_url(url)
+    rows = [encode_entry("email", payload(i)) for i in range(n)]
+    t0 = time.perf_counter()
+    for start in range(0, n, 1000):
+        pipe = client.pipeline(transaction=False)
+        for fields in rows[start : start + 1000]:
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+        await pipe.execute()
+    elapsed = time.perf_counter() - t0
+    await client.delete(stream)
+    await client.aclose()
+    return n / elapsed
+
+
+async def publish_single(url: str, n: int) -> float:
+    mq = queue(url, fresh_stream("pub1"))
+    t0 = time.perf_counter()
+    for i in range(n):
+        await mq.publish("email", payload(i))
+    elapsed = time.perf_counter() - t0
+    await mq.client.delete(mq.stream)
+    await mq.aclose()
+    return n / elapsed
+
+
+async def publish_many(url: str, n: int) -> float:
+    mq = queue(url, fresh_stream("pubmany"))
+    items = [payload(i) for i in range(n)]
+    t0 = time.perf_counter()
+    await mq.publish_many("email", items)
+    elapsed = time.perf_counter() - t0
+    await mq.client.delete(mq.stream)
+    await mq.aclose()
+    return n / elapsed
+
+
+async def consume_single(url: str, n: int) -> float:
+    stream = fresh_stream("cons")
+    await prefill(url, stream, n)
+    mq = queue(url, stream)
+    noop_consumer(mq, n)
+    async with mq:
+        t0 = time.perf_counter()
+        await mq.run(handle_signals=False)  # returns after the final ack flush
+        elapsed = time.perf_counter() - t0
+        assert (await mq.topic_info()).pending == 0, "bench consumer left entries pending"
+        await mq.client.delete(stream)
+    return n / elapsed
+
+
+async def consume_batch(url: str, n: int, size: int = 100) -> float:
+    stream = fresh_stream("batch")
+    await prefill(url, stream, n)
+    mq = queue(url, stream)
+    count = 0
+
+    @mq.batch_handler("email", size=size, timeout=0.05)
+    async def handle(msgs: list[Message[Email]]) -> None:
+        nonlocal count
+        count += len(msgs)
+        if count >= n:
+            await mq.stop()
+
+    async with mq:
+        t0 = time.perf_counter()
+        await mq.run(handle_signals=False)
+        elapsed = time.perf_counter() - t0
+        assert (await mq.topic_info()).pending == 0, "bench consumer left entries pending"
+        await mq.client.delete(stream)
+    return n / elapsed
+
+
+async def latency(url: str, rate: int, seconds: float) -> tuple[float, float]:
+    """Publish at a steady ``rate``; latency = handler start minus publish call."""
+    mq = queue(url, fresh_stream("lat"), start=StartFrom.LATEST, block=0.1)
+    total = int(rate * seconds)
+    samples: list[float] = []
+
+    @mq.handler("email")
+    async def handle(msg: Message[Email]) -> None:
+        samples.append((time.time() - msg.data.t) * 1000)
+        if len(samples) == total:
+            await mq.stop()
+
+    async def produce() -> None:
+        publisher = queue(url, mq.stream)
+        start = time.perf_counter()
+        for i in range(total):
+            target = start + i / rate
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await anyio.sleep(delay)
+            await publisher.publish("email", payload(i, t=time.time()))
+        await publisher.aclose()
+
+    async with mq, anyio.create_task_group() as tg:
+        tg.start_soon(mq.run, False)
+        await anyio.sleep(0.2)
+        await produce()
+        await mq.done.wait()
+        await mq.client.delete(mq.stream)
+    samples.sort()
+    p50 = statistics.median(samples)
+    p99 = samples[int(len(samples) * 0.99) - 1]
+    return p50, p99
+
+
+def consumer_rss_mb(url: str, n: int) -> float:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.rss_consumer", url, str(n)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+async def main(url: str, n: int, quick: bool) -> None:
+    raw = await raw_redispy(url, n)
+    emit(bench="raw_redispy", msgs=n, msgs_per_s=round(raw), ratio_to_raw=1.0)
+
+    def figure(name: str, msgs: int, rate: float, vs: float = raw) -> None:
+        emit(bench=name, msgs=msgs, msgs_per_s=round(rate), ratio_to_raw=round(rate / vs, 3))
+
+    n_single = 2000 if quick else 5000
+    figure("publish_single", n_single, await publish_single(url, n_single))
+    raw_pub = await raw_xadd_pipelined(url, n)
+    emit(bench="raw_xadd_pipelined", msgs=n, msgs_per_s=round(raw_pub), ratio_to_raw=round(raw_pub / raw, 3))
+    pm = await publish_many(url, n)
+    emit(
+        bench="publish_many", msgs=n, msgs_per_s=round(pm), ratio_to_raw=round(pm / raw, 3),
+        ratio_to_raw_xadd_pipelined=round(pm / raw_pub, 3),
+    )  # fmt: skip
+    figure("consume_single", n, await consume_single(url, n))
+    figure("consume_batch", n, await consume_batch(url, n))
+    p50, p99 = await latency(url, 2000, 2.0 if quick else 5.0)
+    emit(bench="latency_p50_ms", rate=2000, value=round(p50, 3))
+    emit(bench="latency_p99_ms", rate=2000, value=round(p99, 3))
+    emit(bench="consumer_rss_mb", msgs=n, value=round(consumer_rss_mb(url, n), 1))
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description="streamq benchmarks (JSON lines)")
+    parser.add_argument("--msgs", type=int, default=50_000)
+    parser.add_argument("--quick", action="store_true", help="smaller runs, for smoke tests")
+    args = parser.parse_args()
+    url = env_url()
+    server = None
+    if url is None:
+        server = EmbeddedServer().start()
+        url = server.url
+    try:
+        anyio.run(main, url, args.msgs, args.quick)
+    finally:
+        if server is not None:
+            server.close()
+
+
+if __name__ == "__main__":
+    cli()

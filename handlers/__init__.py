@@ -1,0 +1,1 @@
+"""Example handlers: typed models plus handlers, in decorator and object form."""

@@ -1,0 +1,59 @@
+"""streamq: typed message handlers over Redis Streams consumer groups."""
+
+from __future__ import annotations
+
+from .admin import ConsumerInfo, GroupInfo, TopicInfo
+from .cleanup import CleanupReport
+from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
+from .deadletter import DeadLetter
+from .errors import (
+    ConfigError,
+    GroupNotFoundError,
+    HandlerError,
+    InvalidMessageIdError,
+    MessageFormatError,
+    MessageNotFoundError,
+    QueueStateError,
+    RedisFailure,
+    ServerUnavailableError,
+    StreamNotFoundError,
+    StreamqError,
+)
+from .ids import StreamId
+from .message import Message
+from .queue import MessageQueue
+from .server import EmbeddedServer
+from .signals import PartialFailure, Reject, Retry
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "BatchConfig",
+    "CleanupPolicy",
+    "CleanupReport",
+    "ConfigError",
+    "ConsumerConfig",
+    "ConsumerInfo",
+    "DeadLetter",
+    "EmbeddedServer",
+    "GroupInfo",
+    "GroupNotFoundError",
+    "HandlerError",
+    "InvalidMessageIdError",
+    "Message",
+    "MessageFormatError",
+    "MessageNotFoundError",
+    "MessageQueue",
+    "PartialFailure",
+    "QueueStateError",
+    "RedisFailure",
+    "Reject",
+    "Retry",
+    "RetryPolicy",
+    "ServerUnavailableError",
+    "StartFrom",
+    "StreamId",
+    "StreamNotFoundError",
+    "StreamqError",
+    "TopicInfo",
+)

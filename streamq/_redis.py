@@ -1,0 +1,55 @@
+"""The Redis boundary: client creation and translation of Redis errors, in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+
+from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
+
+# Errors after which a retry on a fresh connection may succeed.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    rx.ConnectionError,
+    rx.TimeoutError,
+    ServerUnavailableError,
+    ConnectionError,
+    OSError,
+)
+# Replies a server sends while it is loading or failing over: wait and retry.
+_TRANSIENT_REPLIES = ("LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY")
+
+
+def connect(url: str) -> aioredis.Redis:
+    """An asyncio client with raw (bytes) replies; retries are done by streamq's loops."""
+    return aioredis.Redis.from_url(
+        url, decode_responses=False, retry_on_timeout=False, retry=None, socket_keepalive=True
+    )
+
+
+def is_transient(error: BaseException) -> bool:
+    if isinstance(error, TRANSIENT_ERRORS):
+        return True
+    return isinstance(error, rx.ResponseError) and str(error).startswith(_TRANSIENT_REPLIES)
+
+
+@contextmanager
+def translated(stream: str, group: str | None = None) -> Iterator[None]:
+    """Translate redis-py errors into the streamq tree (``raise ... from e``)."""
+    try:
+        yield
+    except rx.ResponseError as e:
+        text = str(e)
+        if text.startswith("NOGROUP"):
+            raise GroupNotFoundError(
+                f"consumer group {group!r} or stream {stream!r} does not exist ({text})"
+            ) from e
+        if "no such key" in text.lower():
+            raise StreamNotFoundError(f"stream {stream!r} does not exist") from e
+        if is_transient(e):
+            raise ServerUnavailableError(f"server not ready: {text}") from e
+        raise RedisFailure(text) from e
+    except (rx.ConnectionError, rx.TimeoutError, ConnectionError, OSError) as e:
+        raise ServerUnavailableError(f"cannot reach the server: {e}") from e

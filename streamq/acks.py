@@ -1,0 +1,78 @@
+"""Coalesced, pipelined acknowledgements.
+
+Handlers finish one by one; their IDs are collected and sent as one XACK per flush. While
+a flush is on the wire more IDs accumulate, so under load one XACK covers a whole batch.
+A failed flush keeps its IDs and is retried (XACK is idempotent), so no ack is lost to a
+dropped connection.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+
+from ._redis import is_transient
+
+log = logging.getLogger(__name__)
+
+ACK_RETRY_BACKOFF = 0.2
+MAX_IDS_PER_XACK = 1000
+
+
+class Acker:
+    def __init__(self, client: aioredis.Redis, stream: str, group: str) -> None:
+        self._client = client
+        self._stream = stream
+        self._group = group
+        self._pending: list[bytes | str] = []
+        self._wakeup = anyio.Event()
+        self._closing = False
+        self.acked = 0
+
+    def ack(self, entry_id: bytes | str) -> None:
+        """Queue ``entry_id`` for acknowledgement (no I/O here)."""
+        self._pending.append(entry_id)
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+
+    @property
+    def backlog(self) -> int:
+        return len(self._pending)
+
+    async def run(self) -> None:
+        """Flush until :meth:`close` is called and the backlog is empty."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = anyio.Event()
+            if not self._pending and self._closing:
+                return
+            try:
+                await self.flush()
+            except (rx.RedisError, OSError) as e:
+                if not is_transient(e) and "NOGROUP" in str(e):
+                    log.warning("ack dropped: group %r is gone (%s)", self._group, e)
+                    self._pending.clear()
+                    continue
+                log.warning("ack flush failed, retrying in %.1fs: %s", ACK_RETRY_BACKOFF, e)
+                await anyio.sleep(ACK_RETRY_BACKOFF)
+                self._wakeup.set()
+
+    async def flush(self) -> None:
+        """Send every queued ack; on failure the IDs are put back for the next try."""
+        while self._pending:
+            ids = self._pending[:MAX_IDS_PER_XACK]
+            del self._pending[: len(ids)]
+            try:
+                await self._client.xack(self._stream, self._group, *ids)
+            except BaseException:
+                self._pending[:0] = ids
+                raise
+            self.acked += len(ids)
+
+    def close(self) -> None:
+        """Ask :meth:`run` to return once the backlog is flushed."""
+        self._closing = True
+        self._wakeup.set()

@@ -1,0 +1,143 @@
+"""Topic administration: group creation, seek, and topic_info()."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+
+from ._redis import translated
+from .control import stopped_ids
+from .errors import ConfigError, GroupNotFoundError, InvalidMessageIdError
+from .ids import StreamId
+from .keys import Keys
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def ensure_group(client: aioredis.Redis, stream: str, group: str, start: str) -> bool:
+    """Create ``group`` at ``start`` (creating the stream too); False if it existed."""
+    with translated(stream, group):
+        try:
+            await client.xgroup_create(stream, group, id=start, mkstream=True)
+        except rx.ResponseError as e:
+            if str(e).startswith("BUSYGROUP"):
+                return False
+            raise
+    return True
+
+
+async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -> None:
+    """Move ``group`` so that it next delivers entries after ``entry_id`` ("$", "0" allowed)."""
+    if entry_id not in ("$", "0"):
+        try:
+            entry_id = str(StreamId.parse(entry_id))
+        except InvalidMessageIdError as e:
+            raise ConfigError(f"seek: {e}") from e
+    with translated(stream, group):
+        try:
+            await client.xgroup_setid(stream, group, entry_id)
+        except rx.ResponseError as e:
+            if "NOGROUP" in str(e) or "no such key" in str(e).lower():
+                raise GroupNotFoundError(f"cannot seek: group {group!r} of {stream!r} missing") from e
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo:
+    name: str
+    pending: int
+    idle_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    name: str
+    last_delivered_id: str
+    pending: int
+    lag: int | None
+    oldest_pending_id: str | None
+    oldest_pending_age_ms: int | None
+    consumers: list[ConsumerInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A snapshot of a stream: length, range, groups with consumers, dead letters, stops."""
+
+    stream: str
+    exists: bool
+    length: int
+    first_id: str | None
+    last_id: str | None
+    groups: list[GroupInfo]
+    dead_letters: int
+    stopped_ids: list[str]
+
+    @property
+    def pending(self) -> int:
+        return sum(g.pending for g in self.groups)
+
+    def group(self, name: str) -> GroupInfo:
+        for group in self.groups:
+            if group.name == name:
+                return group
+        raise KeyError(name)
+
+
+async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
+    keys = Keys(stream)
+    with translated(stream):
+        dead = int(await client.xlen(keys.dead_letters))
+        stopped = await stopped_ids(client, stream)
+        if not await client.exists(stream):
+            return TopicInfo(stream, False, 0, None, None, [], dead, stopped)
+        info = await client.xinfo_stream(stream)
+        groups = [await _group_info(client, stream, g) for g in await client.xinfo_groups(stream)]
+    first, last = info.get("first-entry"), info.get("last-entry")
+    return TopicInfo(
+        stream=stream,
+        exists=True,
+        length=int(info["length"]),
+        first_id=_text(first[0]) if first else None,
+        last_id=_text(info.get("last-generated-id")) if last is None else _text(last[0]),
+        groups=groups,
+        dead_letters=dead,
+        stopped_ids=stopped,
+    )
+
+
+async def _group_info(client: aioredis.Redis, stream: str, raw: dict[str, object]) -> GroupInfo:
+    name = _text(raw["name"])  # type: ignore[arg-type]
+    assert name is not None
+    pending = int(raw["pending"])  # type: ignore[call-overload]
+    oldest_id, oldest_age = None, None
+    if pending:
+        rows = await client.xpending_range(stream, name, min="-", max="+", count=1)
+        if rows:
+            oldest_id = _text(rows[0]["message_id"])
+            oldest_age = max(int(time.time() * 1000) - StreamId.parse(oldest_id or "0").ms, 0)
+    consumers = [
+        ConsumerInfo(
+            name=_text(c["name"]) or "",
+            pending=int(c["pending"]),
+            idle_ms=int(c.get("inactive", c.get("idle", 0))),
+        )
+        for c in await client.xinfo_consumers(stream, name)
+    ]
+    lag = raw.get("lag")
+    return GroupInfo(
+        name=name,
+        last_delivered_id=_text(raw["last-delivered-id"]) or "0-0",  # type: ignore[arg-type]
+        pending=pending,
+        lag=int(lag) if lag is not None else None,  # type: ignore[call-overload]
+        oldest_pending_id=oldest_id,
+        oldest_pending_age_ms=oldest_age,
+        consumers=consumers,
+    )

@@ -1,0 +1,219 @@
+"""Taking over entries left idle by dead consumers, keeping leases of live ones, and
+re-claiming entries whose handler asked for ``Retry(delay)``.
+
+* Claim loop: every ``claim_interval`` XAUTOCLAIM entries idle longer than ``claim_idle``
+  (never more than there is room for in flight).
+* Leases: every ``claim_idle / 3`` the idle time of entries this consumer still works on is
+  reset (only if it still owns them), so a slow but alive handler is not robbed.
+* Retry later: after the delay, XCLAIM the entry back with a min-idle equal to the delay,
+  so an entry someone else took meanwhile is not claimed twice.
+* Ghosts: consumers idle longer than ``dead_consumer_idle`` and owning nothing are deleted.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+
+from ._redis import translated
+from .config import ConsumerConfig
+from .errors import GroupNotFoundError, RedisFailure
+from .message import RawEntry
+from .scripts import RENEW_LEASES
+
+log = logging.getLogger(__name__)
+
+CLAIM_ERROR_BACKOFF = 1.0
+GHOST_SWEEP_EVERY = 12  # claim passes
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def delivery_counts(
+    client: aioredis.Redis, stream: str, group: str, consumer: str, ids: Sequence[str]
+) -> dict[str, int]:
+    """Redis's delivery counter for each of ``ids`` in ``consumer``'s pending list."""
+    if not ids:
+        return {}
+    rows = await client.xpending_range(
+        stream, group, min=ids[0], max=ids[-1], count=len(ids) * 2 + 10, consumername=consumer
+    )
+    return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}
+
+
+def entries_from_reply(rows: Sequence[Any]) -> tuple[list[RawEntry], list[str]]:
+    """Split XREADGROUP/XCLAIM rows into live entries and IDs whose entry was deleted."""
+    live: list[RawEntry] = []
+    gone: list[str] = []
+    for entry_id, fields in rows:
+        if fields:
+            live.append(RawEntry(_text(entry_id), fields))
+        else:
+            gone.append(_text(entry_id))
+    return live, gone
+
+
+Enqueue = Callable[[list[RawEntry]], Awaitable[None]]
+
+
+class Claimer:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        stream: str,
+        group: str,
+        consumer: str,
+        config: ConsumerConfig,
+        in_flight: dict[str, float],
+        room: Callable[[], int],
+        enqueue: Enqueue,
+        on_group_lost: Callable[[GroupNotFoundError], Awaitable[None]],
+    ) -> None:
+        self._client = client
+        self.stream, self.group, self.consumer = stream, group, consumer
+        self._idle_ms = int(float(config.claim_idle) * 1000)  # type: ignore[arg-type]
+        self._interval = float(config.claim_interval)  # type: ignore[arg-type]
+        self._count = config.claim_count
+        self._ghost_idle_ms = int(float(config.dead_consumer_idle) * 1000)  # type: ignore[arg-type]
+        self._in_flight = in_flight
+        self._room = room
+        self._enqueue = enqueue
+        self._on_group_lost = on_group_lost
+        self._wakeup = anyio.Event()
+        self._retry_heap: list[tuple[float, int, float, RawEntry]] = []
+        self._retry_seq = 0
+        self.claimed = 0
+        self.renew_script = client.register_script(RENEW_LEASES)
+
+    def wake(self) -> None:
+        """Run a claim pass now (e.g. after a resume notice)."""
+        self._wakeup.set()
+
+    def retry_later(self, entry: RawEntry, delay: float) -> None:
+        self._retry_seq += 1
+        due = anyio.current_time() + delay
+        heapq.heappush(self._retry_heap, (due, self._retry_seq, delay, entry))
+        self._wakeup.set()
+
+    # -- loops ----------------------------------------------------------------------
+    async def run(self) -> None:
+        passes = 0
+        while True:
+            try:
+                await self._claim_due_retries()
+                await self.claim_idle_entries()
+                passes += 1
+                if passes % GHOST_SWEEP_EVERY == 1:
+                    await self.delete_ghost_consumers()
+            except GroupNotFoundError as e:
+                await self._on_group_lost(e)
+                return
+            except (RedisFailure, rx.RedisError, OSError) as e:
+                log.warning("claim pass failed, retrying in %.1fs: %s", CLAIM_ERROR_BACKOFF, e)
+                await anyio.sleep(CLAIM_ERROR_BACKOFF)
+                continue
+            with anyio.move_on_after(self._next_wait()):
+                await self._wakeup.wait()
+            self._wakeup = anyio.Event()
+
+    def _next_wait(self) -> float:
+        wait = self._interval
+        if self._retry_heap:
+            wait = min(wait, max(self._retry_heap[0][0] - anyio.current_time(), 0.0))
+        return wait
+
+    async def renew_leases_forever(self) -> None:
+        period = self._idle_ms / 3000
+        while True:
+            await anyio.sleep(period)
+            try:
+                await self.renew_leases(older_than=period)
+            except GroupNotFoundError:
+                return
+            except (RedisFailure, rx.RedisError, OSError) as e:
+                log.warning("lease renewal failed: %s", e)
+
+    # -- steps ----------------------------------------------------------------------
+    async def renew_leases(self, older_than: float) -> list[str]:
+        """Reset the idle time of entries held longer than ``older_than`` seconds."""
+        now = anyio.current_time()
+        ids = [i for i, started in list(self._in_flight.items()) if now - started >= older_than]
+        if not ids:
+            return []
+        with translated(self.stream, self.group):
+            lost = await self.renew_script(keys=[self.stream], args=[self.group, self.consumer, *ids])
+        lost_ids = [_text(i) for i in lost]
+        if lost_ids:
+            log.warning("lease lost for %d entries now owned by another consumer", len(lost_ids))
+        return lost_ids
+
+    async def claim_idle_entries(self) -> int:
+        """XAUTOCLAIM idle entries (as many as there is room for); return how many."""
+        cursor, total = "0-0", 0
+        while (room := min(self._room(), self._count)) > 0:
+            with translated(self.stream, self.group):
+                reply = await self._client.xautoclaim(
+                    self.stream, self.group, self.consumer, self._idle_ms, cursor, count=room
+                )
+            cursor = _text(reply[0])
+            entries, _ = entries_from_reply(reply[1])
+            total += await self._take(entries)
+            if cursor == "0-0":
+                break
+        self.claimed += total
+        return total
+
+    async def _take(self, entries: list[RawEntry]) -> int:
+        entries = [e for e in entries if e.id not in self._in_flight]
+        if not entries:
+            return 0
+        with translated(self.stream, self.group):
+            counts = await delivery_counts(
+                self._client, self.stream, self.group, self.consumer, [e.id for e in entries]
+            )
+        for entry in entries:
+            entry.delivery_count = counts.get(entry.id, entry.delivery_count)
+        log.info("claimed %d idle entries", len(entries))
+        await self._enqueue(entries)
+        return len(entries)
+
+    async def _claim_due_retries(self) -> None:
+        now = anyio.current_time()
+        while self._retry_heap and self._retry_heap[0][0] <= now and self._room() > 0:
+            _, _, delay, entry = heapq.heappop(self._retry_heap)
+            # The entry has been idle at least ``delay`` since its handler gave up; if another
+            # consumer took it meanwhile its idle time was reset and this claim gets nothing.
+            min_idle = int(delay * 1000)
+            with translated(self.stream, self.group):
+                rows = await self._client.xclaim(
+                    self.stream, self.group, self.consumer, min_idle, [entry.id]
+                )
+            entries, _ = entries_from_reply(rows)
+            await self._take(entries)
+
+    async def delete_ghost_consumers(self) -> list[str]:
+        """Delete consumers idle for long that own no pending entries."""
+        if self._ghost_idle_ms <= 0:
+            return []
+        with translated(self.stream, self.group):
+            consumers = await self._client.xinfo_consumers(self.stream, self.group)
+        ghosts = []
+        for info in consumers:
+            name = _text(info["name"])
+            idle = int(info.get("inactive", info.get("idle", 0)))
+            if name != self.consumer and int(info["pending"]) == 0 and idle > self._ghost_idle_ms:
+                ghosts.append(name)
+        for name in ghosts:
+            await self._client.xgroup_delconsumer(self.stream, self.group, name)
+        if ghosts:
+            log.info("deleted %d idle consumers without pending entries: %s", len(ghosts), ghosts)
+        return ghosts

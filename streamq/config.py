@@ -1,0 +1,172 @@
+"""Configuration objects. Each validates itself when built and raises ConfigError."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import ClassVar
+
+from .errors import ConfigError, InvalidMessageIdError
+from .ids import StreamId
+
+ENV_URL = "STREAMQ_REDIS_URL"
+
+Duration = float | timedelta
+
+
+def seconds(value: Duration, name: str, *, allow_zero: bool = True) -> float:
+    """Normalise a duration to float seconds, raising ConfigError naming ``name``."""
+    result = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if result < 0 or (result == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name} must be {bound} seconds, got {value!r}")
+    return result
+
+
+def positive(value: int, name: str, *, minimum: int = 1) -> int:
+    if not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def env_url() -> str | None:
+    """``$STREAMQ_REDIS_URL`` if set and not empty."""
+    return os.environ.get(ENV_URL) or None
+
+
+@dataclass(frozen=True, slots=True)
+class StartFrom:
+    """Where a new consumer group starts: ``LATEST``, ``EARLIEST`` or ``StartFrom.at(id)``."""
+
+    position: str
+    LATEST: ClassVar[StartFrom]
+    EARLIEST: ClassVar[StartFrom]
+
+    @classmethod
+    def at(cls, entry_id: str) -> StartFrom:
+        """Start after ``entry_id`` (the group's last-delivered ID is set to it)."""
+        try:
+            return cls(str(StreamId.parse(entry_id)))
+        except InvalidMessageIdError as e:
+            raise ConfigError(f"StartFrom.at: {e}") from e
+
+
+StartFrom.LATEST = StartFrom("$")
+StartFrom.EARLIEST = StartFrom("0")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """In-process retries of a failing handler, then redelivery up to ``max_deliveries``.
+
+    ``attempts``: handler calls per delivery (1 = no in-process retry).
+    ``backoff``/``max_backoff``: exponential wait between in-process attempts, with jitter.
+    ``max_deliveries``: deliveries (Redis's counter, so crashes count) before dead-lettering.
+    """
+
+    attempts: int = 3
+    backoff: Duration = 0.05
+    max_backoff: Duration = 2.0
+    jitter: Duration = 0.05
+    max_deliveries: int = 5
+
+    def __post_init__(self) -> None:
+        positive(self.attempts, "RetryPolicy.attempts")
+        positive(self.max_deliveries, "RetryPolicy.max_deliveries")
+        for name in ("backoff", "max_backoff", "jitter"):
+            object.__setattr__(self, name, seconds(getattr(self, name), f"RetryPolicy.{name}"))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchConfig:
+    """Default batching for batch handlers that do not set their own.
+
+    A batch is flushed at ``size`` entries, ``timeout`` after its first entry, and no entry
+    waits more than ``max_wait`` in total since it was read (even behind a running batch).
+    """
+
+    size: int = 100
+    timeout: Duration = 0.5
+    max_wait: Duration = 5.0
+
+    def __post_init__(self) -> None:
+        positive(self.size, "BatchConfig.size")
+        object.__setattr__(
+            self, "timeout", seconds(self.timeout, "BatchConfig.timeout", allow_zero=False)
+        )
+        object.__setattr__(self, "max_wait", seconds(self.max_wait, "BatchConfig.max_wait"))
+        if self.max_wait < self.timeout:  # type: ignore[operator]
+            raise ConfigError(
+                f"BatchConfig.max_wait ({self.max_wait}) must be >= timeout ({self.timeout})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupPolicy:
+    """Periodic removal of entries that every group has acknowledged (MESSAGE_CLEANUP.md)."""
+
+    enabled: bool = False
+    interval: Duration = 30.0
+    max_stream_length: int = 10_000
+    min_retention: Duration = 60.0
+    batch_size: int = 1_000
+    dead_letter_retention: Duration | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "interval", seconds(self.interval, "CleanupPolicy.interval", allow_zero=False)
+        )
+        object.__setattr__(
+            self, "min_retention", seconds(self.min_retention, "CleanupPolicy.min_retention")
+        )
+        positive(self.max_stream_length, "CleanupPolicy.max_stream_length", minimum=0)
+        positive(self.batch_size, "CleanupPolicy.batch_size")
+        if self.dead_letter_retention is not None:
+            object.__setattr__(
+                self,
+                "dead_letter_retention",
+                seconds(self.dead_letter_retention, "CleanupPolicy.dead_letter_retention"),
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """How the read loop behaves. Defaults suit most services.
+
+    ``concurrency``: handlers running at once. ``max_in_flight``: entries fetched but not
+    finished (bounded so fetched entries do not age in the PEL). ``claim_idle``: pending
+    entries idle this long are taken over; leases of running handlers are renewed well
+    before that. ``grace``: how long ``stop()`` waits for running handlers.
+    """
+
+    concurrency: int = 32
+    max_in_flight: int = 256
+    read_count: int = 128
+    block: Duration = 1.0
+    claim_idle: Duration = 30.0
+    claim_interval: Duration = 5.0
+    claim_count: int = 100
+    grace: Duration = 10.0
+    handler_timeout: Duration | None = None
+    dead_consumer_idle: Duration = 3600.0
+    stopped_resync: Duration = 30.0
+
+    def __post_init__(self) -> None:
+        positive(self.concurrency, "concurrency")
+        positive(self.max_in_flight, "max_in_flight")
+        positive(self.read_count, "read_count")
+        positive(self.claim_count, "claim_count")
+        for name in ("block", "claim_idle", "claim_interval", "stopped_resync"):
+            object.__setattr__(self, name, seconds(getattr(self, name), name, allow_zero=False))
+        for name in ("grace", "dead_consumer_idle"):
+            object.__setattr__(self, name, seconds(getattr(self, name), name))
+        if self.handler_timeout is not None:
+            object.__setattr__(
+                self, "handler_timeout", seconds(self.handler_timeout, "handler_timeout", allow_zero=False)
+            )
+        if self.max_in_flight < self.concurrency:
+            raise ConfigError(
+                f"max_in_flight ({self.max_in_flight}) must be >= concurrency "
+                f"({self.concurrency}); raise max_in_flight or lower concurrency"
+            )

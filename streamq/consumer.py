@@ -1,0 +1,371 @@
+"""The read loop: pending first, then new entries; bounded in-flight work; ordered shutdown.
+
+Tasks of one running consumer (all owned by :meth:`Consumer.run`)::
+
+    services  control listener, acker, claimer, lease renewer, cleaner
+    work      `concurrency` workers + batch flushes   <- memory stream <- read loop
+
+Shutdown order: stop reading and claiming, let the workers drain what was fetched within
+``grace`` (then cancel them: their entries stay pending), flush partial batches, then flush
+the acks under a shielded scope.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+from anyio.abc import TaskStatus
+from redis import exceptions as rx
+
+from ._context import inside_handler
+from ._redis import translated
+from .acks import Acker
+from .batching import Batcher
+from .claiming import Claimer, delivery_counts, entries_from_reply
+from .config import BatchConfig, ConsumerConfig, RetryPolicy
+from .control import ControlListener, StoppedView, hold_message, was_terminated
+from .deadletter import DeadLetters
+from .dispatch import Dispatcher
+from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError
+from .message import RawEntry
+from .router import Route, Router
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+READ_ERROR_BACKOFF = 0.5
+MAX_READ_ERROR_BACKOFF = 5.0
+ACK_FLUSH_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    stream: str
+    group: str
+    consumer: str
+
+
+class Consumer:
+    """One running consumer of a group. Built and run by MessageQueue.run()."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        identity: Identity,
+        *,
+        router: Router,
+        config: ConsumerConfig,
+        retry: RetryPolicy,
+        batch: BatchConfig,
+        stopped: StoppedView,
+        background: list[Callable[[], Awaitable[Any]]] | None = None,
+    ) -> None:
+        self._client = client
+        self.id = identity
+        self._router = router
+        self._config = config
+        self._stopped = stopped
+        self._background = background or []
+        self.in_flight: dict[str, float] = {}
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._queue: WorkQueue[RawEntry] = WorkQueue()
+        self._room_event = anyio.Event()
+        self._waiting_for_room = False
+        self._read_scope: anyio.CancelScope | None = None
+        self._claim_scope = anyio.CancelScope()
+        self.stop_reason: str | None = None
+        self.auto_stopped = False
+        self.error: BaseException | None = None
+        self.received = 0
+        self.acker = Acker(client, identity.stream, identity.group)
+        self.dead_letters = DeadLetters(client, identity.stream)
+        self.claimer = Claimer(
+            client,
+            stream=identity.stream,
+            group=identity.group,
+            consumer=identity.consumer,
+            config=config,
+            in_flight=self.in_flight,
+            room=self.room,
+            enqueue=self.enqueue,
+            on_group_lost=self._group_lost,
+        )
+        self.dispatcher = Dispatcher(
+            router=router,
+            stream=identity.stream,
+            group=identity.group,
+            consumer=identity.consumer,
+            retry=retry,
+            acker=self.acker,
+            dead_letters=self.dead_letters,
+            schedule_retry=self.claimer.retry_later,
+            handler_timeout=config.handler_timeout,  # type: ignore[arg-type]
+            thread_limiter=anyio.CapacityLimiter(config.concurrency),
+        )
+        self.batcher = Batcher(batch, self._flush_batch, anyio.CapacityLimiter(config.concurrency))
+        self.listener = ControlListener(
+            client,
+            identity.stream,
+            stopped,
+            resync_interval=float(config.stopped_resync),  # type: ignore[arg-type]
+            on_stop=self._on_stop_notice,
+            on_resume=lambda _id: self.claimer.wake(),
+            on_terminate=lambda: self.request_stop("topic_terminated", auto=True),
+        )
+
+    # -- capacity -------------------------------------------------------------------
+    def room(self) -> int:
+        return self._config.max_in_flight - len(self.in_flight)
+
+    async def _wait_for_room(self) -> None:
+        low_water = max(1, min(self._config.read_count, self._config.max_in_flight) // 4)
+        while self.room() < low_water and self.stop_reason is None:
+            self._room_event = anyio.Event()
+            self._waiting_for_room = True
+            await self._room_event.wait()
+
+    def _finish(self, entry_id: str) -> None:
+        self.in_flight.pop(entry_id, None)
+        if self._waiting_for_room:
+            self._waiting_for_room = False
+            self._room_event.set()
+
+    async def enqueue(self, entries: list[RawEntry]) -> None:
+        """Hand fetched entries to the workers (stopped ones are set aside, not handled)."""
+        now = anyio.current_time()
+        ready: list[RawEntry] = []
+        for entry in entries:
+            if entry.id in self.in_flight:
+                continue
+            if entry.id in self._stopped and await hold_message(
+                self._client, self.id.stream, self.id.group, entry.id
+            ):
+                log.info("entry %s is stopped; set aside until resumed", entry.id)
+                continue
+            self.in_flight[entry.id] = now
+            ready.append(entry)
+        self.received += len(ready)
+        try:
+            self._queue.put_many(ready)
+        except anyio.ClosedResourceError:  # shutting down: they stay pending
+            for entry in ready:
+                self.in_flight.pop(entry.id, None)
+
+    # -- stopping -------------------------------------------------------------------
+    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
+        """Stop reading; ``run`` then drains and returns. The first reason wins."""
+        if self.stop_reason is not None:
+            return
+        self.stop_reason, self.auto_stopped = reason, auto
+        log.info("consumer %s stopping: %s", self.id.consumer, reason)
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+        self._claim_scope.cancel()
+        self._room_event.set()
+
+    async def _group_lost(self, error: GroupNotFoundError) -> None:
+        reason = "group_deleted"
+        try:
+            if await was_terminated(self._client, self.id.stream):
+                reason = "topic_terminated"
+            elif not await self._client.exists(self.id.stream):
+                reason = "stream_deleted"
+        except (rx.RedisError, OSError):
+            pass
+        log.warning("auto-stop (%s): %s", reason, error)
+        self.request_stop(reason, auto=True)
+
+    def _on_stop_notice(self, entry_id: str) -> None:
+        scope = self._scopes.get(entry_id)
+        if scope is not None:
+            log.info("cancelling the running handler of stopped entry %s", entry_id)
+            scope.cancel()
+
+    # -- running --------------------------------------------------------------------
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        work_done, acks_done = anyio.Event(), anyio.Event()
+        async with anyio.create_task_group() as services:
+            await services.start(self.listener.run)
+            services.start_soon(self._run_acker, acks_done)
+            work_scope = await services.start(self._run_work, work_done)
+            services.start_soon(self._run_claimer)
+            services.start_soon(self.claimer.renew_leases_forever)
+            for job in self._background:
+                services.start_soon(job)
+            task_status.started()
+            try:
+                await self._read_loop()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._shutdown(work_scope, work_done, acks_done)
+                services.cancel_scope.cancel()
+
+    async def _run_acker(self, done: anyio.Event) -> None:
+        try:
+            await self.acker.run()
+        finally:
+            done.set()
+
+    async def _run_claimer(self) -> None:
+        with self._claim_scope:
+            await self.claimer.run()
+
+    async def _run_work(
+        self, done: anyio.Event, *, task_status: TaskStatus[anyio.CancelScope]
+    ) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as work:
+                    self.batcher.bind(work)
+                    for _ in range(self._config.concurrency):
+                        work.start_soon(self._worker)
+                    task_status.started(scope)
+        finally:
+            done.set()
+
+    async def _shutdown(
+        self, work_scope: anyio.CancelScope, work_done: anyio.Event, acks_done: anyio.Event
+    ) -> None:
+        self.request_stop()
+        self._queue.close()
+        self.batcher.close()
+        with anyio.move_on_after(float(self._config.grace)):  # type: ignore[arg-type]
+            await work_done.wait()
+        if not work_done.is_set():
+            log.warning(
+                "grace period over: cancelling %d unfinished entries (they stay pending)",
+                len(self.in_flight),
+            )
+            work_scope.cancel()
+            await work_done.wait()
+        self.acker.close()
+        with anyio.move_on_after(ACK_FLUSH_TIMEOUT):
+            await acks_done.wait()
+        if self.acker.backlog:
+            log.error("%d acks could not be sent; entries stay pending", self.acker.backlog)
+
+    # -- reading --------------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        backoff, recover = READ_ERROR_BACKOFF, True
+        while self.stop_reason is None:
+            try:
+                if recover:
+                    await self._recover_own_pending()
+                    recover = False
+                await self._wait_for_room()
+                if self.stop_reason is not None:
+                    break
+                await self.enqueue(await self._read_new())
+                backoff = READ_ERROR_BACKOFF
+            except GroupNotFoundError as e:
+                await self._group_lost(e)
+            except ServerUnavailableError as e:
+                log.warning("read failed, retrying in %.1fs: %s", backoff, e)
+                await anyio.sleep(backoff)
+                backoff, recover = min(backoff * 2, MAX_READ_ERROR_BACKOFF), True
+            except RedisFailure as e:
+                log.error("read failed with an error that will not go away: %s", e)
+                self.error = e
+                self.request_stop("error", auto=True)
+
+    async def _read_new(self) -> list[RawEntry]:
+        count = min(self.room(), self._config.read_count)
+        block_ms = int(float(self._config.block) * 1000)  # type: ignore[arg-type]
+        reply = None
+        with anyio.CancelScope() as scope:
+            self._read_scope = scope
+            if self.stop_reason is None:
+                with translated(self.id.stream, self.id.group):
+                    reply = await self._client.xreadgroup(
+                        self.id.group, self.id.consumer, {self.id.stream: ">"},
+                        count=count, block=block_ms,
+                    )  # fmt: skip
+        self._read_scope = None
+        if not reply:
+            return []
+        return [RawEntry(entry_id.decode(), fields) for entry_id, fields in reply[0][1]]
+
+    async def _recover_own_pending(self) -> None:
+        """Re-process this consumer's own pending entries (ID 0) before reading new ones."""
+        start = "0"
+        while self.stop_reason is None:
+            await self._wait_for_room()
+            with translated(self.id.stream, self.id.group):
+                reply = await self._client.xreadgroup(
+                    self.id.group, self.id.consumer, {self.id.stream: start},
+                    count=min(max(self.room(), 1), self._config.read_count),
+                )  # fmt: skip
+            rows = reply[0][1] if reply else []
+            if not rows:
+                return
+            start = rows[-1][0]
+            live, gone = entries_from_reply(rows)
+            if gone:  # deleted from the stream while pending: nothing left to handle
+                await self._client.xack(self.id.stream, self.id.group, *gone)
+            with translated(self.id.stream, self.id.group):
+                counts = await delivery_counts(
+                    self._client, self.id.stream, self.id.group, self.id.consumer,
+                    [e.id for e in live],
+                )  # fmt: skip
+            for entry in live:
+                entry.delivery_count = counts.get(entry.id, 1)
+            if live:
+                log.info("recovering %d pending entries of %s", len(live), self.id.consumer)
+            await self.enqueue(live)
+
+    # -- working --------------------------------------------------------------------
+    async def _worker(self) -> None:
+        inside_handler.set(True)
+        while True:
+            # One scope serves many entries (a scope per entry costs more than a no-op
+            # handler); a stop notice cancels the scope of the worker running that entry,
+            # and the worker goes on with a fresh one.
+            with anyio.CancelScope() as scope:
+                await self._work(scope)
+                return
+            log.info("a handler was cancelled because its entry was stopped")
+
+    async def _work(self, scope: anyio.CancelScope) -> None:
+        while True:
+            try:
+                entry = await self._queue.get()
+            except anyio.EndOfStream:
+                return
+            await self._process(entry, scope)
+
+    async def _process(self, entry: RawEntry, scope: anyio.CancelScope) -> None:
+        entry_id = entry.id
+        if entry_id in self._stopped:
+            self._finish(entry_id)  # stopped while queued; the stop took it off the PEL
+            return
+        route = self._router.get(entry.fields.get(b"type", b""))
+        if route is not None and route.batch is not None:
+            self.batcher.add(route, entry, self.in_flight.get(entry_id, anyio.current_time()))
+            return
+        self._scopes[entry_id] = scope
+        try:
+            if route is None:
+                await self.dispatcher.no_route(entry)
+            else:
+                await self.dispatcher.handle_single(route, entry)
+        except (RedisFailure, rx.RedisError, OSError) as e:
+            log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
+        finally:
+            del self._scopes[entry_id]
+            self._finish(entry_id)
+
+    async def _flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
+        live = [e for e in entries if e.id not in self._stopped]
+        try:
+            if live:
+                await self.dispatcher.handle_batch(route, live)
+        except (RedisFailure, rx.RedisError, OSError) as e:
+            log.error("could not record a batch outcome (entries stay pending): %s", e)
+        finally:
+            for entry in entries:
+                self._finish(entry.id)

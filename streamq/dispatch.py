@@ -1,0 +1,258 @@
+"""Running handlers and deciding each entry's outcome.
+
+Outcomes: success -> ack; ``Reject``, bad input or too many deliveries -> dead letter (then
+ack); ``Retry(delay)`` -> re-claimed after the delay; any other failure after the in-process
+retries -> left pending, to be redelivered by claiming, until ``max_deliveries``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from pydantic import ValidationError
+from tenacity import (
+    AsyncRetrying,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
+
+from .acks import Acker
+from .config import RetryPolicy
+from .deadletter import DeadLetters
+from .errors import MessageFormatError
+from .message import Message, RawEntry
+from .router import Route, Router
+from .signals import HandlerSignal, PartialFailure, Reject, Retry
+
+log = logging.getLogger(__name__)
+
+ScheduleRetry = Callable[[RawEntry, float], None]
+
+
+def describe(error: BaseException) -> str:
+    """One line naming the error; pydantic validation errors listed field by field."""
+    if isinstance(error, ValidationError):
+        parts = [
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()
+        ]
+        return f"{error.error_count()} validation error(s): " + "; ".join(parts)
+    text = str(error).replace("\n", " ")
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class Dispatcher:
+    """Decodes entries, calls handlers with retries and applies the outcome."""
+
+    def __init__(
+        self,
+        *,
+        router: Router,
+        stream: str,
+        group: str,
+        consumer: str,
+        retry: RetryPolicy,
+        acker: Acker,
+        dead_letters: DeadLetters,
+        schedule_retry: ScheduleRetry,
+        handler_timeout: float | None,
+        thread_limiter: anyio.CapacityLimiter,
+    ) -> None:
+        self.router = router
+        self.stream, self.group, self.consumer = stream, group, consumer
+        self.retry = retry
+        self.acker = acker
+        self.dead_letters = dead_letters
+        self.schedule_retry = schedule_retry
+        self.handler_timeout = handler_timeout
+        self.thread_limiter = thread_limiter
+        self._retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(retry.attempts - 1, 1)),
+            # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
+            wait=wait_exponential(multiplier=retry.backoff, max=retry.max_backoff)  # type: ignore[arg-type]
+            + wait_random(0, retry.jitter),  # type: ignore[arg-type]
+            retry=retry_if_not_exception_type(HandlerSignal),
+            reraise=True,
+        )
+
+    # -- decoding -------------------------------------------------------------------
+    def message(self, route: Route, entry: RawEntry) -> Message[Any]:
+        """Build the typed Message; raises ValueError (incl. MessageFormatError) if bad."""
+        return Message(
+            entry.id,
+            route.type_name,
+            route.parse(entry.raw_data()),
+            entry.decode_meta(),
+            entry.delivery_count,
+            self.stream,
+            self.group,
+        )
+
+    # -- outcomes -------------------------------------------------------------------
+    async def dead_letter(self, entry: RawEntry, reason: str) -> None:
+        await self.dead_letters.write(
+            entry, group=self.group, consumer=self.consumer, error=reason
+        )
+
+    async def failed(self, entry: RawEntry, error: BaseException) -> None:
+        """A delivery failed: dead-letter if it was the last allowed, else leave pending."""
+        if entry.delivery_count >= self.retry.max_deliveries:
+            await self.dead_letter(
+                entry, f"failed {entry.delivery_count} deliveries; last error: {describe(error)}"
+            )
+            return
+        log.warning(
+            "handler failed for %s (delivery %d of %d), left pending for redelivery: %s",
+            entry.id, entry.delivery_count, self.retry.max_deliveries, describe(error),
+        )  # fmt: skip
+
+    async def no_route(self, entry: RawEntry) -> None:
+        """No handler here: dead-letter malformed types, let others take unknown ones."""
+        try:
+            type_name = entry.check_type()
+        except MessageFormatError as e:
+            await self.dead_letter(entry, f"malformed entry: {e}")
+            return
+        if entry.delivery_count >= self.retry.max_deliveries:
+            await self.dead_letter(
+                entry,
+                f"no handler for type {type_name!r} after {entry.delivery_count} deliveries",
+            )
+            return
+        log.warning(
+            "no handler for type %r (entry %s); left pending for a consumer that has one",
+            type_name, entry.id,
+        )  # fmt: skip
+
+    def too_many_deliveries(self, entry: RawEntry) -> bool:
+        return entry.delivery_count > self.retry.max_deliveries
+
+    # -- single entries -------------------------------------------------------------
+    async def handle_single(self, route: Route, entry: RawEntry) -> None:
+        if entry.delivery_count > 1 and self.too_many_deliveries(entry):
+            await self.dead_letter(
+                entry, f"delivered {entry.delivery_count} times (max {self.retry.max_deliveries})"
+            )
+            return
+        try:
+            message = self.message(route, entry)
+        except ValueError as e:
+            await self.dead_letter(entry, f"invalid payload for {route.type_name!r}: {describe(e)}")
+            return
+        func = route.single
+        assert func is not None
+        try:
+            if route.single_is_async and self.handler_timeout is None:
+                await func(message)  # the fast path: no wrappers
+            else:
+                await self._call_once(func, route.single_is_async, message)
+        except Exception as first:
+            error = first if isinstance(first, HandlerSignal) else await self._retry(
+                func, route.single_is_async, message, first
+            )
+            if error is not None:
+                await self._settle(entry, error)
+                return
+        self.acker.ack(entry.id)
+
+    async def _settle(self, entry: RawEntry, error: BaseException) -> None:
+        if isinstance(error, Reject):
+            await self.dead_letter(entry, f"rejected: {error.reason}")
+        elif isinstance(error, Retry):
+            self.schedule_retry(entry, error.delay)
+        else:
+            await self.failed(entry, error)
+
+    async def _retry(
+        self, func: Callable[[Any], Any], is_async: bool, arg: Any, first: Exception
+    ) -> BaseException | None:
+        """In-process retries after a first failure; None if one succeeded, else the error."""
+        if self.retry.attempts <= 1:
+            return first
+        log.info("handler raised %s; retrying in process", describe(first))
+        try:
+            async for attempt in self._retrying.copy():
+                with attempt:
+                    await self._call_once(func, is_async, arg)
+        except Exception as e:
+            return e
+        return None
+
+    async def _call_once(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
+        if self.handler_timeout is not None:
+            with anyio.fail_after(self.handler_timeout):
+                return await self._invoke(func, is_async, arg)
+        return await self._invoke(func, is_async, arg)
+
+    async def _invoke(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
+        if is_async:
+            return await func(arg)
+        return await anyio.to_thread.run_sync(func, arg, limiter=self.thread_limiter)
+
+    # -- batches --------------------------------------------------------------------
+    async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
+        """Run a batch handler; only the entries that failed follow the failure path."""
+        messages: list[Message[Any]] = []
+        for entry in entries:
+            if entry.delivery_count > 1 and self.too_many_deliveries(entry):
+                await self.dead_letter(entry, f"delivered {entry.delivery_count} times")
+                continue
+            try:
+                messages.append(self.message(route, entry))
+            except ValueError as e:
+                await self.dead_letter(entry, f"invalid payload for {route.type_name!r}: {describe(e)}")
+        if not messages:
+            return
+        by_id = {entry.id: entry for entry in entries}
+        failed = await self._run_batch(route, messages)
+        failed_ids = set(failed)
+        for message in messages:
+            if message.id not in failed_ids:
+                self.acker.ack(message.id)
+        for entry_id, error in failed.items():
+            await self._settle(by_id[entry_id], error)
+
+    async def _run_batch(
+        self, route: Route, messages: list[Message[Any]]
+    ) -> dict[str, BaseException]:
+        """Call the batch handler, retrying only what failed; return ID -> last error."""
+        assert route.batch is not None
+        remaining = messages
+        errors: dict[str, BaseException] = {}
+        for attempt in range(1, self.retry.attempts + 1):
+            errors = await self._batch_attempt(route, remaining)
+            if not errors or any(isinstance(e, HandlerSignal) for e in errors.values()):
+                return errors
+            remaining = [m for m in remaining if m.id in errors]
+            if attempt < self.retry.attempts:
+                delay = min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)  # type: ignore[operator]
+                await anyio.sleep(delay)
+        return errors
+
+    async def _batch_attempt(
+        self, route: Route, messages: list[Message[Any]]
+    ) -> dict[str, BaseException]:
+        assert route.batch is not None
+        try:
+            result = await self._call_once(route.batch, route.batch_is_async, messages)
+        except PartialFailure as partial:
+            result = partial
+        except (Reject, Retry) as signal:
+            return {m.id: signal for m in messages}
+        except Exception as e:
+            log.warning("batch handler for %r failed: %s", route.type_name, describe(e))
+            return {m.id: e for m in messages}
+        if isinstance(result, PartialFailure):
+            ids = {m.id for m in messages}
+            return {
+                entry_id: RuntimeError(reason)
+                for entry_id, reason in result.failed.items()
+                if entry_id in ids
+            }
+        return {}
+

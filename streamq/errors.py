@@ -1,0 +1,65 @@
+"""The streamq exception tree.
+
+Every error streamq raises derives from :class:`StreamqError`::
+
+    StreamqError
+    ├── ConfigError (ValueError)          bad arguments or contradictory options
+    ├── MessageFormatError (ValueError)   an entry or payload that does not fit wire format v1
+    ├── InvalidMessageIdError (ValueError)   a stream entry ID that is not ``ms-seq``
+    ├── MessageNotFoundError (LookupError)   an ID that is not in the stream
+    ├── QueueStateError (RuntimeError)    an operation the queue's state does not allow
+    ├── HandlerError                      a handler was registered in an unusable form
+    └── RedisFailure                      a Redis reply translated at the boundary
+        ├── ServerUnavailableError (ConnectionError)
+        ├── StreamNotFoundError (LookupError)
+        └── GroupNotFoundError (LookupError)
+
+Handler *signals* (``Retry``, ``Reject``, ``PartialFailure``) are not errors and live in
+:mod:`streamq.signals`.
+"""
+
+from __future__ import annotations
+
+
+class StreamqError(Exception):
+    """Root of every error raised by streamq."""
+
+
+class ConfigError(StreamqError, ValueError):
+    """A configuration value is invalid; the message names the argument and the fix."""
+
+
+class MessageFormatError(StreamqError, ValueError):
+    """An entry or payload does not follow wire format v1."""
+
+
+class InvalidMessageIdError(StreamqError, ValueError):
+    """A stream entry ID is not of the form ``<ms>-<seq>``."""
+
+
+class MessageNotFoundError(StreamqError, LookupError):
+    """The entry ID does not exist in the stream."""
+
+
+class QueueStateError(StreamqError, RuntimeError):
+    """The queue is not in a state that allows this operation (e.g. reopening a closed queue)."""
+
+
+class HandlerError(StreamqError):
+    """A handler was registered in a form streamq cannot call."""
+
+
+class RedisFailure(StreamqError):
+    """A Redis error, translated once at the boundary."""
+
+
+class ServerUnavailableError(RedisFailure, ConnectionError):
+    """The Redis server cannot be reached."""
+
+
+class StreamNotFoundError(RedisFailure, LookupError):
+    """The stream key does not exist."""
+
+
+class GroupNotFoundError(RedisFailure, LookupError):
+    """The consumer group (or its stream) does not exist (Redis ``NOGROUP``)."""

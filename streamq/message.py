@@ -1,0 +1,131 @@
+"""The Message envelope and wire format v1.
+
+An entry has the fields ``type`` (routing key, 1-128 chars of ``[A-Za-z0-9_.:-]``),
+``data`` (JSON) and optionally ``meta`` (a JSON object of strings). Any Redis client can
+produce one: ``XADD task-stream '*' type email data '{"to":"a@b.c"}'``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+import pydantic_core
+from pydantic import BaseModel
+
+from .errors import MessageFormatError
+from .ids import StreamId
+
+T = TypeVar("T")
+
+TYPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_FIELD_TYPE, _FIELD_DATA, _FIELD_META = b"type", b"data", b"meta"
+
+
+class Message(Generic[T]):
+    """One delivered entry: its ID, routing type, typed ``data`` and string ``meta``."""
+
+    __slots__ = ("data", "delivery_count", "group", "id", "meta", "stream", "type")
+
+    def __init__(
+        self,
+        id: str,
+        type: str,
+        data: T,
+        meta: dict[str, str],
+        delivery_count: int,
+        stream: str,
+        group: str,
+    ) -> None:
+        self.id = id
+        self.type = type
+        self.data = data
+        self.meta = meta
+        self.delivery_count = delivery_count
+        self.stream = stream
+        self.group = group
+
+    @property
+    def published_at(self) -> datetime:
+        """When the entry was added to the stream (from its ID), in UTC."""
+        return StreamId.parse(self.id).timestamp
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id!r}, type={self.type!r}, data={self.data!r})"
+
+
+def validate_type_name(name: str) -> str:
+    """Return ``name`` if it is a valid routing type, else raise MessageFormatError."""
+    if not isinstance(name, str) or TYPE_PATTERN.fullmatch(name) is None:
+        raise MessageFormatError(
+            f"invalid message type {name!r}: use 1-128 characters of [A-Za-z0-9_.:-]"
+        )
+    return name
+
+
+def encode_entry(
+    type_name: str, data: BaseModel | Any, meta: Mapping[str, str] | None = None
+) -> dict[bytes | str, bytes | str]:
+    """The XADD fields for one message."""
+    validate_type_name(type_name)
+    if isinstance(data, BaseModel):
+        payload = data.__pydantic_serializer__.to_json(data)
+    else:
+        try:
+            payload = pydantic_core.to_json(data)
+        except pydantic_core.PydanticSerializationError as e:
+            raise MessageFormatError(f"data of type {type(data).__name__} is not JSON: {e}") from e
+    fields: dict[bytes | str, bytes | str] = {_FIELD_TYPE: type_name, _FIELD_DATA: payload}
+    if meta:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+            raise MessageFormatError("meta must map strings to strings")
+        fields[_FIELD_META] = pydantic_core.to_json(dict(meta))
+    return fields
+
+
+@dataclass(slots=True)
+class RawEntry:
+    """An entry as read from Redis, before its ``data`` is parsed."""
+
+    id: str
+    fields: dict[bytes, bytes]
+    delivery_count: int = 1
+
+    @property
+    def type(self) -> str | None:
+        raw = self.fields.get(_FIELD_TYPE)
+        return raw.decode("utf-8", "replace") if raw is not None else None
+
+    @property
+    def data(self) -> bytes | None:
+        return self.fields.get(_FIELD_DATA)
+
+    def check_type(self) -> str:
+        """The routing type, or raise MessageFormatError naming what is wrong."""
+        raw = self.fields.get(_FIELD_TYPE)
+        if raw is None:
+            raise MessageFormatError("entry has no 'type' field")
+        return validate_type_name(raw.decode("utf-8", "replace"))
+
+    def decode_meta(self) -> dict[str, str]:
+        """The ``meta`` field as a dict of strings, or raise MessageFormatError."""
+        raw = self.fields.get(_FIELD_META)
+        if not raw:
+            return {}
+        try:
+            meta = pydantic_core.from_json(raw)
+        except ValueError as e:
+            raise MessageFormatError(f"'meta' is not JSON: {e}") from e
+        if not isinstance(meta, dict):
+            raise MessageFormatError("'meta' must be a JSON object")
+        return {str(k): str(v) for k, v in meta.items()}
+
+    def raw_data(self) -> bytes:
+        """The ``data`` field, or raise MessageFormatError if it is missing."""
+        raw = self.fields.get(_FIELD_DATA)
+        if raw is None:
+            raise MessageFormatError("entry has no 'data' field")
+        return raw

@@ -1,0 +1,349 @@
+"""MessageQueue: the public façade over one stream and one consumer group."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import redis.asyncio as aioredis
+
+from . import admin, control
+from ._redis import connect, translated
+from .cleanup import Cleaner
+from .config import (
+    BatchConfig,
+    CleanupPolicy,
+    ConsumerConfig,
+    Duration,
+    RetryPolicy,
+    StartFrom,
+    seconds,
+)
+from ._context import inside_handler
+from .consumer import Consumer, Identity
+from .control import StoppedView
+from .deadletter import DeadLetter, DeadLetters
+from .errors import ConfigError, QueueStateError
+from .message import encode_entry
+from .router import BatchSettings, Router
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+def _default_consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class MessageQueue:
+    """Typed handlers over one Redis stream and consumer group.
+
+    Parameters:
+        url: Redis URL; ``None`` uses ``$STREAMQ_REDIS_URL``, else the embedded server.
+        stream, group, consumer: the stream key, the consumer group, this consumer's name
+            (default ``<host>-<pid>``; keep it stable across restarts to recover pending
+            entries first).
+        start: where the group starts when this queue creates it.
+        retry, batch, cleanup: policies (see :mod:`streamq.config`).
+        concurrency, max_in_flight, claim_idle, claim_interval, grace, handler_timeout,
+        block, read_count: read-loop settings (see :class:`ConsumerConfig`).
+
+    Raises ConfigError for invalid arguments, naming the argument.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        stream: str = "task-stream",
+        group: str = "task-group",
+        consumer: str | None = None,
+        start: StartFrom = StartFrom.LATEST,
+        *,
+        retry: RetryPolicy | None = None,
+        batch: BatchConfig | None = None,
+        cleanup: CleanupPolicy | None = None,
+        **settings: Any,
+    ) -> None:
+        for name, value in (("stream", stream), ("group", group)):
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+        if consumer is not None and not consumer:
+            raise ConfigError("consumer must be a non-empty string or None")
+        if not isinstance(start, StartFrom):
+            raise ConfigError(f"start must be a StartFrom, got {start!r}")
+        try:
+            self.config = ConsumerConfig(**settings)
+        except TypeError as e:
+            raise ConfigError(f"unknown MessageQueue argument: {e}") from e
+        self._url = url
+        self.stream, self.group = stream, group
+        self.consumer = consumer or _default_consumer_name()
+        self.start = start
+        self.retry = retry or RetryPolicy()
+        self.batch = batch or BatchConfig()
+        self.cleanup_policy = cleanup or CleanupPolicy()
+        self.router = Router()
+        self._state = State.NEW
+        self._client: aioredis.Redis | None = None
+        self._consumer: Consumer | None = None
+        self._stopped = StoppedView()
+        self.done = anyio.Event()
+        self.stop_reason: str | None = None
+        self.auto_stopped = False
+
+    # -- registration ---------------------------------------------------------------
+    def handler(self, message_type: str) -> Callable[[F], F]:
+        """Decorator: handle entries of ``message_type`` one by one."""
+
+        def register(func: F) -> F:
+            self.router.add_single(message_type, func)
+            return func
+
+        return register
+
+    def batch_handler(
+        self,
+        message_type: str,
+        size: int | None = None,
+        timeout: Duration | None = None,
+        max_wait: Duration | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator: handle entries of ``message_type`` in lists (see BatchConfig)."""
+        settings = BatchSettings(
+            size=size,
+            timeout=None if timeout is None else seconds(timeout, "timeout", allow_zero=False),
+            max_wait=None if max_wait is None else seconds(max_wait, "max_wait"),
+        )
+
+        def register(func: F) -> F:
+            self.router.add_batch(message_type, func, settings)
+            return func
+
+        return register
+
+    def register(self, handler: object) -> None:
+        """Register a handler object (``message_type`` + ``handle``/``handle_batch``)."""
+        self.router.add_object(handler)
+
+    # -- connection -----------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            from .server import default_url
+
+            self._url = default_url()
+        return self._url
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The asyncio Redis client (connects lazily)."""
+        if self._state is State.CLOSED:
+            raise QueueStateError("this MessageQueue is closed; create a new one")
+        if self._client is None:
+            self._client = connect(self.url)
+        return self._client
+
+    async def __aenter__(self) -> MessageQueue:
+        if self._state is not State.NEW:
+            raise QueueStateError(f"cannot open a queue that is {self._state.value}")
+        await admin.ensure_group(self.client, self.stream, self.group, self.start.position)
+        self._state = State.OPEN
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop (if running) and close the connection. A closed queue cannot reopen."""
+        if self._consumer is not None:
+            await self.stop()
+        if self._client is not None:
+            await self._client.aclose()
+        self._state = State.CLOSED
+
+    # -- publishing -----------------------------------------------------------------
+    async def publish(
+        self, message_type: str, data: Any, meta: Mapping[str, str] | None = None
+    ) -> str:
+        """Add one message; return its entry ID. Raises MessageFormatError for bad input."""
+        fields = encode_entry(message_type, data, meta)
+        with translated(self.stream):
+            entry_id = await self.client.xadd(self.stream, fields)  # type: ignore[arg-type]
+        return str(entry_id.decode())
+
+    async def publish_many(
+        self,
+        message_type: str,
+        items: Iterable[Any],
+        meta: Mapping[str, str] | None = None,
+        *,
+        chunk: int = 1000,
+    ) -> list[str]:
+        """Add many messages of one type with pipelined XADD; return their IDs in order."""
+        encoded = [encode_entry(message_type, item, meta) for item in items]
+        ids: list[str] = []
+        for start in range(0, len(encoded), chunk):
+            pipe = self.client.pipeline(transaction=False)
+            for fields in encoded[start : start + chunk]:
+                pipe.xadd(self.stream, fields)  # type: ignore[arg-type]
+            with translated(self.stream):
+                ids.extend(i.decode() for i in await pipe.execute())
+        return ids
+
+    # -- consuming ------------------------------------------------------------------
+    def _build_consumer(self) -> Consumer:
+        background = []
+        if self.cleanup_policy.enabled:
+            background.append(Cleaner(self.client, self.stream, self.cleanup_policy).run_periodically)
+        return Consumer(
+            self.client,
+            Identity(self.stream, self.group, self.consumer),
+            router=self.router,
+            config=self.config,
+            retry=self.retry,
+            batch=self.batch,
+            stopped=self._stopped,
+            background=background,
+        )
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Consume until :meth:`stop`, SIGINT/SIGTERM, or an auto-stop; then set ``done``.
+
+        Raises the underlying error if the consumer stopped on an unrecoverable one.
+        """
+        if self._state is State.NEW:
+            await self.__aenter__()
+        if self._state is not State.OPEN:
+            raise QueueStateError(f"cannot run a queue that is {self._state.value}")
+        if not len(self.router):
+            raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        self._state = State.RUNNING
+        self._consumer = consumer = self._build_consumer()
+        try:
+            async with anyio.create_task_group() as tg:
+                if handle_signals and threading.current_thread() is threading.main_thread():
+                    tg.start_soon(self._watch_signals, consumer)
+                await consumer.run()
+                tg.cancel_scope.cancel()
+        finally:
+            self.stop_reason = consumer.stop_reason or "stopped"
+            self.auto_stopped = consumer.auto_stopped
+            self._state = State.OPEN
+            self.done.set()
+        if consumer.error is not None:
+            raise consumer.error
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[MessageQueue]:
+        """Run the consumer in the background of the enclosed block (e.g. an app lifespan)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: self.run(handle_signals=False))
+            try:
+                yield self
+            finally:
+                await self.stop()
+
+    async def _watch_signals(self, consumer: Consumer) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("received %s: stopping", signal.Signals(signum).name)
+                consumer.request_stop("signal")
+                return
+
+    async def stop(self) -> None:
+        """Stop consuming: stop reading, drain in-flight handlers within ``grace``."""
+        if self._consumer is None:
+            return
+        self._consumer.request_stop("stopped")
+        if not inside_handler.get():  # a handler cannot wait for its own drain
+            await self.done.wait()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """In-process counters of the running (or last) consumer."""
+        c = self._consumer
+        if c is None:
+            return {}
+        return {
+            "received": c.received,
+            "acked": c.acker.acked,
+            "claimed": c.claimer.claimed,
+            "in_flight": len(c.in_flight),
+        }
+
+    # -- control --------------------------------------------------------------------
+    async def stop_message(self, entry_id: str) -> None:
+        """Stop one entry for every consumer of every group until resumed.
+
+        Raises MessageNotFoundError if the entry does not exist.
+        """
+        await control.stop_message(self.client, self.stream, entry_id)
+        self._stopped.ids.add(entry_id)
+
+    async def resume_message(self, entry_id: str) -> None:
+        """Resume a stopped entry: it is handled once more, with its original ID."""
+        await control.resume_message(self.client, self.stream, entry_id)
+        self._stopped.ids.discard(entry_id)
+
+    async def stopped_messages(self) -> list[str]:
+        return await control.stopped_ids(self.client, self.stream)
+
+    async def terminate_topic(self, *, keep_dead_letters: bool = False) -> None:
+        """Delete the stream, all its groups and streamq's keys (dead letters too unless
+        ``keep_dead_letters``); every running consumer stops at once (auto_stopped)."""
+        await control.terminate_topic(self.client, self.stream, keep_dead_letters=keep_dead_letters)
+
+    async def seek(self, entry_id: str) -> None:
+        """Move this queue's group: it next delivers entries after ``entry_id``."""
+        await admin.seek(self.client, self.stream, self.group, entry_id)
+
+    async def topic_info(self) -> admin.TopicInfo:
+        """Stream length, first/last ID, groups, consumers, pending, lag, dead letters."""
+        return await admin.topic_info(self.client, self.stream)
+
+    # -- cleanup and dead letters ---------------------------------------------------
+    def set_cleanup_policy(self, policy: CleanupPolicy) -> None:
+        """Set the policy used by :meth:`cleanup` and (if enabled) by the next run()."""
+        self.cleanup_policy = policy
+
+    async def cleanup(self) -> int:
+        """One cleanup pass under the current policy; return how many entries it removed."""
+        report = await Cleaner(self.client, self.stream, self.cleanup_policy).run_once()
+        return report.removed
+
+    @property
+    def dead_letter_queue(self) -> DeadLetters:
+        return DeadLetters(self.client, self.stream)
+
+    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
+        """The oldest ``count`` dead letters."""
+        return await self.dead_letter_queue.list(count)
+
+    async def replay_dead_letter(self, dead_letter_id: str | None = None) -> list[str]:
+        """Publish one dead letter (or all, if no ID) again; return the new entry IDs."""
+        if dead_letter_id is None:
+            return await self.dead_letter_queue.replay_all()
+        return [await self.dead_letter_queue.replay(dead_letter_id)]
+
+    async def purge_dead_letters(self) -> int:
+        """Delete all dead letters; return how many there were."""
+        return await self.dead_letter_queue.purge()

