@@ -209,7 +209,7 @@ class Claimer:
         ghosts = []
         for info in consumers:
             name = _text(info["name"])
-            idle = int(info.get("inactive", info.get("idle", 0)))
+            idle = int(info.get("idle", 0))  # "inactive" is -1 for never-active consumers
             if name != self.consumer and int(info["pending"]) == 0 and idle > self._ghost_idle_ms:
                 ghosts.append(name)
         for name in ghosts:
