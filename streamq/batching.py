@@ -9,6 +9,7 @@ batch that is still running. On close every partial batch is flushed.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -42,8 +43,6 @@ class _TypeState:
         batch, self.entries = self.entries[: self.size], self.entries[self.size :]
         if self.entries:
             self.first_at = anyio.current_time()
-        else:
-            self.nonempty = anyio.Event()
         if len(self.entries) < self.size:
             self.full = anyio.Event()
         return batch
@@ -59,7 +58,7 @@ class Batcher:
         self._states: dict[str, _TypeState] = {}
         self._tg: TaskGroup | None = None
         self._closing = False
-        self.batch_sizes: list[int] = []
+        self.batch_sizes: deque[int] = deque(maxlen=1000)
 
     def bind(self, task_group: TaskGroup) -> None:
         """Batches run in ``task_group`` (the consumer's work group)."""
@@ -104,11 +103,11 @@ class Batcher:
 
     async def _type_loop(self, state: _TypeState) -> None:
         while True:
-            await state.nonempty.wait()
             if not state.entries:
                 if self._closing:
                     return
                 state.nonempty = anyio.Event()
+                await state.nonempty.wait()
                 continue
             await self._wait_until_due(state)
             if state.running and not self._closing:
