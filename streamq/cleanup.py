@@ -97,7 +97,8 @@ class Cleaner:
         if bound is None:
             return CleanupReport(0, None, length, dead, skipped="stream has no consumer group")
         retention_ms = int(float(self.policy.min_retention) * 1000)  # type: ignore[arg-type]
-        bound = min(bound, StreamId(int(time.time() * 1000) - retention_ms, 0))
+        # age >= min_retention  <=>  entry ms <= now - retention  <=>  ID < (now - retention + 1)-0
+        bound = min(bound, StreamId(int(time.time() * 1000) - retention_ms + 1, 0))
         stopped = {StreamId.parse(i) for i in await stopped_ids(self._client, self._stream)}
         removed = await self._remove_below(bound, excess, {s for s in stopped if s < bound})
         if removed:
@@ -118,7 +119,7 @@ class Cleaner:
                 if doomed:
                     removed += int(await self._client.xdel(self._stream, *doomed))
             else:  # nothing to spare: trimming frees whole nodes, cheaper than XDEL
-                removed += int(await self._client.xtrim(self._stream, minid=str(ids[-1].next())))
+                removed += int(await self._client.xtrim(self._stream, minid=str(ids[-1].next()), approximate=False))
             await anyio.sleep(0)  # let the handlers of this process run between batches
         return removed
 
@@ -126,7 +127,7 @@ class Cleaner:
         if self.policy.dead_letter_retention is None:
             return 0
         cutoff = int(time.time() * 1000 - float(self.policy.dead_letter_retention) * 1000)  # type: ignore[arg-type]
-        return int(await self._client.xtrim(self._keys.dead_letters, minid=f"{cutoff}-0"))
+        return int(await self._client.xtrim(self._keys.dead_letters, minid=f"{cutoff}-0", approximate=False))
 
     async def run_periodically(self) -> None:
         """Run a pass every ``interval`` seconds until cancelled."""

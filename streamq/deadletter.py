@@ -145,7 +145,7 @@ class DeadLetters:
                 removed = await self._client.xlen(self.key)
                 await self._client.delete(self.key)
                 return int(removed)
-            return int(await self._client.xtrim(self.key, minid=f"{older_than_ms}-0"))
+            return int(await self._client.xtrim(self.key, minid=f"{older_than_ms}-0", approximate=False))
 
 
 def _with_replay_note(meta: bytes | None, original_id: str) -> bytes:

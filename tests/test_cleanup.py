@@ -1,0 +1,160 @@
+"""Cleanup removes only what every group has acknowledged, and nothing else."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from streamq import CleanupPolicy, Message, MessageQueue
+from streamq.cleanup import Cleaner
+from tests.conftest import QueueFactory, wait_for
+
+pytestmark = pytest.mark.anyio
+
+EAGER = CleanupPolicy(max_stream_length=0, min_retention=0, batch_size=3)
+
+
+async def read_and_ack(client: aioredis.Redis, stream: str, group: str, n: int, skip: int = -1) -> None:
+    """Group ``group`` reads ``n`` entries and acks all of them but index ``skip``."""
+    reply = await client.xreadgroup(group, "reader", {stream: ">"}, count=n)
+    ids = [entry_id for i, (entry_id, _) in enumerate(reply[0][1]) if i != skip]
+    await client.xack(stream, group, *ids)
+
+
+async def setup(make_queue: QueueFactory, client: aioredis.Redis, policy: CleanupPolicy = EAGER):
+    mq = make_queue(cleanup=policy)
+    await mq.__aenter__()
+    ids = await mq.publish_many("job", list(range(10)))
+    await client.xgroup_create(mq.stream, "lagging", id="0")
+    return mq, ids
+
+
+async def remaining(client: aioredis.Redis, stream: str) -> list[str]:
+    return [i.decode() for i, _ in await client.xrange(stream)]
+
+
+async def test_only_entries_every_group_acknowledged_go(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+    mq, ids = await setup(make_queue, client)
+    await read_and_ack(client, mq.stream, "g", 10)
+    await read_and_ack(client, mq.stream, "lagging", 4)
+    assert await mq.cleanup() == 4
+    assert await remaining(client, mq.stream) == ids[4:]
+
+
+async def test_pending_entry_blocks_its_prefix(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+    mq, ids = await setup(make_queue, client)
+    await read_and_ack(client, mq.stream, "g", 10)
+    await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
+    assert await mq.cleanup() == 2
+    assert await remaining(client, mq.stream) == ids[2:]
+
+
+async def test_min_retention_and_max_stream_length(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+    mq, ids = await setup(make_queue, client, CleanupPolicy(max_stream_length=0, min_retention=3600))
+    for group in ("g", "lagging"):
+        await read_and_ack(client, mq.stream, group, 10)
+    assert await mq.cleanup() == 0, "entries younger than min_retention were removed"
+    mq.set_cleanup_policy(CleanupPolicy(max_stream_length=7, min_retention=0))
+    assert await mq.cleanup() == 3
+    assert await remaining(client, mq.stream) == ids[3:]
+    assert await mq.cleanup() == 0, "never below max_stream_length"
+
+
+async def test_stopped_ids_are_kept(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+    mq, ids = await setup(make_queue, client)
+    for group in ("g", "lagging"):
+        await read_and_ack(client, mq.stream, group, 10)
+    await mq.stop_message(ids[3])
+    assert await mq.cleanup() == 9
+    assert await remaining(client, mq.stream) == [ids[3]]
+
+
+async def test_stream_without_groups_is_never_cleaned(redis_url: str, stream: str) -> None:
+    mq = MessageQueue(redis_url, stream=stream, cleanup=EAGER)
+    await mq.publish_many("job", [1, 2, 3])
+    assert await mq.cleanup() == 0
+    report = await Cleaner(mq.client, stream, EAGER).run_once()
+    assert report.skipped == "stream has no consumer group"
+    await mq.aclose()
+
+
+async def test_one_cleaner_at_a_time(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+    mq, ids = await setup(make_queue, client)
+    for group in ("g", "lagging"):
+        await read_and_ack(client, mq.stream, group, 10)
+    cleaners = [Cleaner(mq.client, mq.stream, EAGER) for _ in range(4)]
+    await client.set(f"streamq:{{{mq.stream}}}:cleanup-lock", "someone-else", px=500)
+    report = await cleaners[0].run_once()
+    assert report.skipped == "another cleaner holds the lock" and report.removed == 0
+    await anyio.sleep(0.6)  # the lock expires: a crashed cleaner does not block for ever
+    removed = 0
+    async with anyio.create_task_group() as tg:
+        async def run(cleaner: Cleaner) -> None:
+            nonlocal removed
+            removed += (await cleaner.run_once()).removed
+        for cleaner in cleaners:
+            tg.start_soon(run, cleaner)
+    assert removed == 10 and await client.xlen(mq.stream) == 0
+
+
+async def test_periodic_cleanup_with_consumers_never_removes_unread(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    policy = CleanupPolicy(enabled=True, interval=0.1, max_stream_length=0, min_retention=0)
+    queues = [make_queue(consumer=f"c{i}", cleanup=policy) for i in range(3)]
+    handled: list[str] = []
+    for mq in queues:
+        mq.handler("job")(_append_to(handled))
+    async with anyio.create_task_group() as tg:
+        for mq in queues:
+            await mq.__aenter__()
+        await client.xgroup_create(queues[0].stream, "lagging", id="$")
+        ids = await queues[0].publish_many("job", list(range(200)))
+        for mq in queues:
+            tg.start_soon(mq.run)
+        await wait_for(lambda: len(handled) == 200)
+        await anyio.sleep(0.5)  # several cleanup passes by three cleaners
+        assert await client.xlen(queues[0].stream) == 200, "removed entries 'lagging' never read"
+        await read_and_ack(client, queues[0].stream, "lagging", 150)
+
+        async def cleaned_to_150() -> bool:
+            return await remaining(client, queues[0].stream) == ids[150:]
+
+        await wait_for(cleaned_to_150, what="cleanup of the 150 entries both groups acked")
+        for mq in queues:
+            await mq.stop()
+
+
+def _append_to(into: list[str]):  # type: ignore[no-untyped-def]
+    async def handle(msg: Message[int]) -> None:
+        into.append(msg.id)
+
+    return handle
+
+
+@pytest.mark.slow
+async def test_stream_stays_bounded_under_load(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+    policy = CleanupPolicy(enabled=True, interval=0.1, max_stream_length=1000, min_retention=0)
+    queues = [make_queue(consumer=f"c{i}", cleanup=policy) for i in range(2)]
+    handled: list[str] = []
+    for mq in queues:
+        mq.handler("job")(_append_to(handled))
+    peak = 0
+    async with anyio.create_task_group() as tg:
+        for mq in queues:
+            await mq.__aenter__()
+            tg.start_soon(mq.run)
+        for _ in range(20):
+            await queues[0].publish_many("job", list(range(1000)))
+            peak = max(peak, await client.xlen(queues[0].stream))
+            await anyio.sleep(0.05)
+        await wait_for(lambda: len(handled) >= 20_000, timeout=30)
+
+        async def at_policy() -> bool:
+            return await client.xlen(queues[0].stream) <= 1000
+
+        await wait_for(at_policy, what="length back at max_stream_length")
+        for mq in queues:
+            await mq.stop()
+    assert peak < 10_000, f"stream grew to {peak} while cleanup was on"
