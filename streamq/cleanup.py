@@ -61,7 +61,8 @@ async def safe_point(client: aioredis.Redis, stream: str) -> StreamId | None:
         limit = StreamId.parse(_text(group["last-delivered-id"])).next()
         if int(group["pending"]) > 0:
             summary = await client.xpending(stream, name)
-            limit = min(limit, StreamId.parse(_text(summary["min"])))
+            if summary["min"] is not None:  # None: everything was acked since XINFO
+                limit = min(limit, StreamId.parse(_text(summary["min"])))
         bound = limit if bound is None else min(bound, limit)
     return bound
 

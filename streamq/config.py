@@ -63,6 +63,9 @@ class RetryPolicy:
     ``attempts``: handler calls per delivery (1 = no in-process retry).
     ``backoff``/``max_backoff``: exponential wait between in-process attempts, with jitter.
     ``max_deliveries``: deliveries (Redis's counter, so crashes count) before dead-lettering.
+    ``unknown_type_deliveries``: deliveries of an entry whose type no consumer that got it
+    could handle, before it is dead-lettered. Larger than ``max_deliveries`` because such an
+    entry reaches the consumer that has the handler only by chance (claiming is blind).
     """
 
     attempts: int = 3
@@ -70,10 +73,12 @@ class RetryPolicy:
     max_backoff: Duration = 2.0
     jitter: Duration = 0.05
     max_deliveries: int = 5
+    unknown_type_deliveries: int = 20
 
     def __post_init__(self) -> None:
         positive(self.attempts, "RetryPolicy.attempts")
         positive(self.max_deliveries, "RetryPolicy.max_deliveries")
+        positive(self.unknown_type_deliveries, "RetryPolicy.unknown_type_deliveries")
         for name in ("backoff", "max_backoff", "jitter"):
             object.__setattr__(self, name, seconds(getattr(self, name), f"RetryPolicy.{name}"))
 

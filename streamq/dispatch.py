@@ -118,7 +118,7 @@ class Dispatcher:
         except MessageFormatError as e:
             await self.dead_letter(entry, f"malformed entry: {e}")
             return
-        if entry.delivery_count >= self.retry.max_deliveries:
+        if entry.delivery_count >= self.retry.unknown_type_deliveries:
             await self.dead_letter(
                 entry,
                 f"no handler for type {type_name!r} after {entry.delivery_count} deliveries",

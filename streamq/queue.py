@@ -277,7 +277,6 @@ class MessageQueue:
         if not inside_handler.get():  # a handler cannot wait for its own drain
             await self.done.wait()
 
-    @property
     def stats(self) -> dict[str, int]:
         """In-process counters of the running (or last) consumer."""
         c = self._consumer

@@ -198,7 +198,7 @@ async def test_shutdown_flushes_a_partial_batch(
         await mq.publish_many("order", [Order(n=i) for i in range(3)])
         async with anyio.create_task_group() as tg:
             tg.start_soon(mq.run)
-            await wait_for(lambda: mq.stats.get("received") == 3)
+            await wait_for(lambda: mq.stats().get("received") == 3)
             await anyio.sleep(0.1)
             assert got == [], "flushed before size or timeout"
             with anyio.fail_after(5):

@@ -55,7 +55,7 @@ async def test_dead_consumers_entries_are_claimed(
         assert sorted(m.data for m in got) == list(range(10))
         assert {m.delivery_count for m in got} == {2}
         assert await pending_count(client, mq.stream, "g") == 0
-        assert mq.stats["claimed"] == 10
+        assert mq.stats()["claimed"] == 10
 
 
 async def test_slow_handler_keeps_its_lease_and_runs_once(make_queue: QueueFactory) -> None:

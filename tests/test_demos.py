@@ -1,0 +1,35 @@
+"""Every demo runs to completion by itself (as `make demo-*` runs it) and says what it showed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DEMOS = {
+    "main": ["emails sent: 2; orders handled: 6", "dead letter", "pending: 0"],
+    "batch": ["batch sizes seen: [5, 5, 2]"],
+    "start_position": ["LATEST          -> []", "EARLIEST        -> [1, 2, 3, 4, 5]"],
+    "auto_stop": ["automatic stop, reason 'group_deleted'", "reason 'stream_deleted'",
+                  "reason 'topic_terminated'", "manual stop, reason 'stopped'"],  # fmt: skip
+    "stop_message": ["billing saw [1, 3, 2], audit saw [1, 3, 2]"],
+    "cleanup": ["cleanup removed 40", "removed 50 more, length 10"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
+    env = {**os.environ, "STREAMQ_REDIS_URL": redis_url}
+    result = subprocess.run(
+        [sys.executable, "-m", f"demos.{name}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, f"demo {name} failed:\n{result.stdout}\n{result.stderr}"
+    for expected in DEMOS[name]:
+        assert expected in result.stdout, f"demo {name} did not print {expected!r}:\n{result.stdout}"
