@@ -22,6 +22,10 @@ ACK_RETRY_BACKOFF = 0.2
 MAX_IDS_PER_XACK = 1000
 
 
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
 class Acker:
     def __init__(self, client: aioredis.Redis, stream: str, group: str) -> None:
         self._client = client
@@ -31,10 +35,17 @@ class Acker:
         self._wakeup = anyio.Event()
         self._closing = False
         self.acked = 0
+        self._head = _bulk(stream.encode()) + _bulk(group.encode())
 
     def ack(self, entry_id: bytes | str) -> None:
         """Queue ``entry_id`` for acknowledgement (no I/O here)."""
         self._pending.append(entry_id)
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+
+    def ack_many(self, entry_ids: list[str]) -> None:
+        """Queue several IDs at once."""
+        self._pending.extend(entry_ids)
         if not self._wakeup.is_set():
             self._wakeup.set()
 
@@ -66,11 +77,30 @@ class Acker:
             ids = self._pending[:MAX_IDS_PER_XACK]
             del self._pending[: len(ids)]
             try:
-                await self._client.xack(self._stream, self._group, *ids)
+                await self._xack(ids)
             except BaseException:
                 self._pending[:0] = ids
                 raise
             self.acked += len(ids)
+
+    async def _xack(self, ids: list[bytes | str]) -> None:
+        """XACK with the command packed here: redis-py's generic packing of ~100 IDs per
+        command cost a fifth of the consumer's CPU; this is one join."""
+        parts = [_bulk(b"XACK"), self._head]
+        parts.extend(_bulk(i if isinstance(i, bytes) else i.encode()) for i in ids)
+        packed = b"*%d\r\n%s" % (len(ids) + 3, b"".join(parts))
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(packed)
+            reply = await connection.read_response()
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await pool.release(connection)
+        if isinstance(reply, rx.ResponseError):
+            raise reply
 
     def close(self) -> None:
         """Ask :meth:`run` to return once the backlog is flushed."""

@@ -139,6 +139,7 @@ class Consumer:
         """Hand fetched entries to the workers (stopped ones are set aside, not handled)."""
         now = anyio.current_time()
         ready: list[RawEntry] = []
+        get_route = self._router.get
         for entry in entries:
             if entry.id in self.in_flight:
                 continue
@@ -148,8 +149,12 @@ class Consumer:
                 log.info("entry %s is stopped; set aside until resumed", entry.id)
                 continue
             self.in_flight[entry.id] = now
-            ready.append(entry)
-        self.received += len(ready)
+            self.received += 1
+            route = get_route(entry.fields.get(b"type", b""))
+            if route is not None and route.batch is not None:
+                self.batcher.add(route, entry, now)  # batches skip the worker hand-off
+            else:
+                ready.append(entry)
         try:
             self._queue.put_many(ready)
         except anyio.ClosedResourceError:  # shutting down: they stay pending
@@ -344,13 +349,12 @@ class Consumer:
             self._finish(entry_id)  # stopped while queued; the stop took it off the PEL
             return
         route = self._router.get(entry.fields.get(b"type", b""))
-        if route is not None and route.batch is not None:
-            self.batcher.add(route, entry, self.in_flight.get(entry_id, anyio.current_time()))
-            return
         self._scopes[entry_id] = scope
         try:
             if route is None:
                 await self.dispatcher.no_route(entry)
+            elif route.single is None:  # batch-only route reached through a claim
+                await self.dispatcher.handle_batch(route, [entry])
             else:
                 await self.dispatcher.handle_single(route, entry)
         except (RedisFailure, rx.RedisError, OSError) as e:

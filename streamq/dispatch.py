@@ -83,11 +83,15 @@ class Dispatcher:
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
         """Build the typed Message; raises ValueError (incl. MessageFormatError) if bad."""
+        fields = entry.fields
+        data = fields.get(b"data")
+        if data is None:
+            raise MessageFormatError("entry has no 'data' field")
         return Message(
             entry.id,
             route.type_name,
-            route.parse(entry.raw_data()),
-            entry.decode_meta(),
+            route.parse(data),
+            entry.decode_meta() if b"meta" in fields else {},
             entry.delivery_count,
             self.stream,
             self.group,
@@ -197,25 +201,45 @@ class Dispatcher:
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
         """Run a batch handler; only the entries that failed follow the failure path."""
-        messages: list[Message[Any]] = []
+        fresh = []
         for entry in entries:
             if entry.delivery_count > 1 and self.too_many_deliveries(entry):
                 await self.dead_letter(entry, f"delivered {entry.delivery_count} times")
-                continue
-            try:
-                messages.append(self.message(route, entry))
-            except ValueError as e:
-                await self.dead_letter(entry, f"invalid payload for {route.type_name!r}: {describe(e)}")
+            else:
+                fresh.append(entry)
+        messages = self._batch_messages(route, fresh)
+        if messages is None:  # some payload is bad: decode one by one to find it
+            messages = []
+            for entry in fresh:
+                try:
+                    messages.append(self.message(route, entry))
+                except ValueError as e:
+                    reason = f"invalid payload for {route.type_name!r}: {describe(e)}"
+                    await self.dead_letter(entry, reason)
         if not messages:
             return
         by_id = {entry.id: entry for entry in entries}
         failed = await self._run_batch(route, messages)
-        failed_ids = set(failed)
-        for message in messages:
-            if message.id not in failed_ids:
-                self.acker.ack(message.id)
+        self.acker.ack_many([m.id for m in messages if m.id not in failed])
         for entry_id, error in failed.items():
             await self._settle(by_id[entry_id], error)
+
+    def _batch_messages(self, route: Route, entries: list[RawEntry]) -> list[Message[Any]] | None:
+        """Decode a whole batch with one validation call; None if any entry is bad."""
+        datas = [entry.fields.get(b"data") for entry in entries]
+        if route.parse_list is None or None in datas:
+            return None
+        try:
+            values = route.parse_list(b"[" + b",".join(datas) + b"]")  # type: ignore[arg-type]
+            metas = [e.decode_meta() if b"meta" in e.fields else {} for e in entries]
+        except ValueError:
+            return None
+        if len(values) != len(entries):  # a payload that was not one JSON value
+            return None
+        return [
+            Message(e.id, route.type_name, v, m, e.delivery_count, self.stream, self.group)
+            for e, v, m in zip(entries, values, metas, strict=True)
+        ]
 
     async def _run_batch(
         self, route: Route, messages: list[Message[Any]]

@@ -6,7 +6,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import Message, MessageQueue, Retry, RetryPolicy
+from streamq import Message, MessageQueue, RedisFailure, Retry, RetryPolicy
 from tests.conftest import QueueFactory, pending_count, wait_for
 from tests.test_consume import run_until
 
@@ -201,3 +201,35 @@ async def test_ghost_consumers_are_removed(make_queue: QueueFactory, client: aio
 
             await wait_for(ghost_gone, what="ghost consumer removal")
             await mq.stop()
+
+
+async def test_key_of_the_wrong_type_is_a_clear_error(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    await client.set(mq.stream, "not a stream")
+    with pytest.raises(RedisFailure, match="WRONGTYPE"):
+        async with mq:
+            pass
+
+
+async def test_unrecoverable_read_error_stops_and_run_raises(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq = make_queue(block=0.05)
+    mq.handler("job")(_noop)
+    async with mq:
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(mq.stream)
+        pipe.set(mq.stream, "replaced by a string")
+        with pytest.raises(ExceptionGroup) as raised, anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(mq.run)
+                await anyio.sleep(0.2)
+                await pipe.execute()
+    assert raised.group_contains(RedisFailure, match="WRONGTYPE"), "run() must raise the error"
+    assert (mq.stop_reason, mq.auto_stopped) == ("error", True)
+
+
+async def _noop(msg: Message[int]) -> None:
+    pass
