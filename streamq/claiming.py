@@ -75,6 +75,8 @@ class Claimer:
         config: ConsumerConfig,
         in_flight: dict[str, float],
         room: Callable[[], int],
+        reserve: Callable[[int], None],
+        release: Callable[[int], None],
         enqueue: Enqueue,
         on_group_lost: Callable[[GroupNotFoundError], Awaitable[None]],
     ) -> None:
@@ -86,6 +88,7 @@ class Claimer:
         self._ghost_idle_ms = int(float(config.dead_consumer_idle) * 1000)  # type: ignore[arg-type]
         self._in_flight = in_flight
         self._room = room
+        self._reserve, self._release = reserve, release
         self._enqueue = enqueue
         self._on_group_lost = on_group_lost
         self._wakeup = anyio.Event()
@@ -160,10 +163,14 @@ class Claimer:
         """XAUTOCLAIM idle entries (as many as there is room for); return how many."""
         cursor, total = "0-0", 0
         while (room := min(self._room(), self._count)) > 0:
-            with translated(self.stream, self.group):
-                reply = await self._client.xautoclaim(
-                    self.stream, self.group, self.consumer, self._idle_ms, cursor, count=room
-                )
+            self._reserve(room)
+            try:
+                with translated(self.stream, self.group):
+                    reply = await self._client.xautoclaim(
+                        self.stream, self.group, self.consumer, self._idle_ms, cursor, count=room
+                    )
+            finally:
+                self._release(room)
             cursor = _text(reply[0])
             entries, _ = entries_from_reply(reply[1])
             total += await self._take(entries)

@@ -72,6 +72,7 @@ class Consumer:
         self._stopped = stopped
         self._background = background or []
         self.in_flight: dict[str, float] = {}
+        self._reserved = 0
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._queue: WorkQueue[RawEntry] = WorkQueue()
         self._room_event = anyio.Event()
@@ -92,6 +93,8 @@ class Consumer:
             config=config,
             in_flight=self.in_flight,
             room=self.room,
+            reserve=self.reserve,
+            release=self.release,
             enqueue=self.enqueue,
             on_group_lost=self._group_lost,
         )
@@ -120,7 +123,15 @@ class Consumer:
 
     # -- capacity -------------------------------------------------------------------
     def room(self) -> int:
-        return self._config.max_in_flight - len(self.in_flight)
+        """Entries that may still be fetched: fetched-but-unfinished and reserved count."""
+        return self._config.max_in_flight - len(self.in_flight) - self._reserved
+
+    def reserve(self, n: int) -> None:
+        """Hold room for a fetch in progress (the reader and the claimer fetch concurrently)."""
+        self._reserved += n
+
+    def release(self, n: int) -> None:
+        self._reserved -= n
 
     async def _wait_for_room(self) -> None:
         low_water = max(1, min(self._config.read_count, self._config.max_in_flight) // 4)
@@ -282,15 +293,19 @@ class Consumer:
         count = min(self.room(), self._config.read_count)
         block_ms = int(float(self._config.block) * 1000)  # type: ignore[arg-type]
         reply = None
-        with anyio.CancelScope() as scope:
-            self._read_scope = scope
-            if self.stop_reason is None:
-                with translated(self.id.stream, self.id.group):
-                    reply = await self._client.xreadgroup(
-                        self.id.group, self.id.consumer, {self.id.stream: ">"},
-                        count=count, block=block_ms,
-                    )  # fmt: skip
-        self._read_scope = None
+        self.reserve(count)
+        try:
+            with anyio.CancelScope() as scope:
+                self._read_scope = scope
+                if self.stop_reason is None:
+                    with translated(self.id.stream, self.id.group):
+                        reply = await self._client.xreadgroup(
+                            self.id.group, self.id.consumer, {self.id.stream: ">"},
+                            count=count, block=block_ms,
+                        )  # fmt: skip
+        finally:
+            self._read_scope = None
+            self.release(count)
         if not reply:
             return []
         return [RawEntry(entry_id.decode(), fields) for entry_id, fields in reply[0][1]]
@@ -300,11 +315,15 @@ class Consumer:
         start = "0"
         while self.stop_reason is None:
             await self._wait_for_room()
-            with translated(self.id.stream, self.id.group):
-                reply = await self._client.xreadgroup(
-                    self.id.group, self.id.consumer, {self.id.stream: start},
-                    count=min(max(self.room(), 1), self._config.read_count),
-                )  # fmt: skip
+            count = min(max(self.room(), 1), self._config.read_count)
+            self.reserve(count)
+            try:
+                with translated(self.id.stream, self.id.group):
+                    reply = await self._client.xreadgroup(
+                        self.id.group, self.id.consumer, {self.id.stream: start}, count=count
+                    )
+            finally:
+                self.release(count)
             rows = reply[0][1] if reply else []
             if not rows:
                 return
