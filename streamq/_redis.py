@@ -46,8 +46,10 @@ def translated(stream: str, group: str | None = None) -> Iterator[None]:
             raise GroupNotFoundError(
                 f"consumer group {group!r} or stream {stream!r} does not exist ({text})"
             ) from e
-        if "no such key" in text.lower():
-            raise StreamNotFoundError(f"stream {stream!r} does not exist") from e
+        if "no such key" in text.lower() or text.startswith("UNBLOCKED the stream key"):
+            # Redis 7 wakes a blocked XREADGROUP with "UNBLOCKED the stream key no longer
+            # exists" when the stream is deleted; Valkey answers NOGROUP on the next read.
+            raise StreamNotFoundError(f"stream {stream!r} does not exist ({text})") from e
         if is_transient(e):
             raise ServerUnavailableError(f"server not ready: {text}") from e
         raise RedisFailure(text) from e

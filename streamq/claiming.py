@@ -23,7 +23,7 @@ from redis import exceptions as rx
 
 from ._redis import translated
 from .config import ConsumerConfig
-from .errors import GroupNotFoundError, RedisFailure
+from .errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from .message import RawEntry
 from .scripts import RENEW_LEASES
 
@@ -78,7 +78,7 @@ class Claimer:
         reserve: Callable[[int], None],
         release: Callable[[int], None],
         enqueue: Enqueue,
-        on_group_lost: Callable[[GroupNotFoundError], Awaitable[None]],
+        on_group_lost: Callable[[GroupNotFoundError | StreamNotFoundError], Awaitable[None]],
     ) -> None:
         self._client = client
         self.stream, self.group, self.consumer = stream, group, consumer
@@ -117,7 +117,7 @@ class Claimer:
                 passes += 1
                 if passes % GHOST_SWEEP_EVERY == 1:
                     await self.delete_ghost_consumers()
-            except GroupNotFoundError as e:
+            except (GroupNotFoundError, StreamNotFoundError) as e:
                 await self._on_group_lost(e)
                 return
             except (RedisFailure, rx.RedisError, OSError) as e:
@@ -140,7 +140,7 @@ class Claimer:
             await anyio.sleep(period)
             try:
                 await self.renew_leases(older_than=period)
-            except GroupNotFoundError:
+            except (GroupNotFoundError, StreamNotFoundError):
                 return
             except (RedisFailure, rx.RedisError, OSError) as e:
                 log.warning("lease renewal failed: %s", e)

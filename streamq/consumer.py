@@ -31,7 +31,7 @@ from .config import BatchConfig, ConsumerConfig, RetryPolicy
 from .control import ControlListener, StoppedView, hold_message, was_terminated
 from .deadletter import DeadLetters
 from .dispatch import Dispatcher
-from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError
+from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from .message import RawEntry
 from .router import Route, Router
 from .workqueue import WorkQueue
@@ -184,7 +184,7 @@ class Consumer:
         self._claim_scope.cancel()
         self._room_event.set()
 
-    async def _group_lost(self, error: GroupNotFoundError) -> None:
+    async def _group_lost(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
         reason = "group_deleted"
         try:
             if await was_terminated(self._client, self.id.stream):
@@ -278,7 +278,7 @@ class Consumer:
                     break
                 await self.enqueue(await self._read_new())
                 backoff = READ_ERROR_BACKOFF
-            except GroupNotFoundError as e:
+            except (GroupNotFoundError, StreamNotFoundError) as e:
                 await self._group_lost(e)
             except ServerUnavailableError as e:
                 log.warning("read failed, retrying in %.1fs: %s", backoff, e)
