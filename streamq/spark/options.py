@@ -1,0 +1,139 @@
+"""Spark options (strings) parsed once into typed objects, with clear errors."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import ENV_URL
+from ..errors import ConfigError, InvalidMessageIdError
+from ..ids import StreamId
+from ..message import validate_type_name
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option {name!r} must be true or false, got {raw!r}")
+
+
+def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"option {name!r} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"option {name!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _url(options: Mapping[str, str]) -> str:
+    url = options.get("url") or os.environ.get(ENV_URL)
+    if not url:
+        raise ConfigError(
+            f"the streamq Spark source needs option('url', 'redis://...') or ${ENV_URL} "
+            "(executors connect to it, so the embedded server is not started implicitly)"
+        )
+    return url
+
+
+def _stream(options: Mapping[str, str]) -> str:
+    stream = options.get("stream")
+    if not stream:
+        raise ConfigError("option 'stream' is required, e.g. .option('stream', 'task-stream')")
+    return stream
+
+
+def load_model(path: str) -> Any:
+    """Import ``package.module:Class``."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"option 'model' must be 'package.module:Class', got {path!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot import model {path!r}: {e}") from e
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    url: str
+    stream: str
+    type: str | None
+    model_path: str | None
+    starting: str  # "earliest", "latest" or an entry ID
+    ending: str  # batch reads: "latest" or an entry ID
+    max_records_per_batch: int | None
+    partitions: int
+    fail_on_data_loss: bool
+    group: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], models: Mapping[str, str]) -> ReadOptions:
+        type_name = options.get("type")
+        if type_name is not None:
+            validate_type_name(type_name)
+        model_path = options.get("model") or (models.get(type_name) if type_name else None)
+        if model_path is not None and type_name is None:
+            raise ConfigError("option 'model' needs option 'type': typed columns are per type")
+        return cls(
+            url=_url(options),
+            stream=_stream(options),
+            type=type_name,
+            model_path=model_path,
+            starting=_position(options.get("startingOffsets", "earliest"), "startingOffsets"),
+            ending=_position(options.get("endingOffsets", "latest"), "endingOffsets"),
+            max_records_per_batch=_int(options, "maxRecordsPerBatch", None),
+            partitions=_int(options, "partitions", 1) or 1,
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            group=options.get("group") or None,
+        )
+
+    def model(self) -> Any:
+        return load_model(self.model_path) if self.model_path else None
+
+
+def _position(raw: str, name: str) -> str:
+    if raw in ("earliest", "latest"):
+        return raw
+    try:
+        return str(StreamId.parse(raw))
+    except InvalidMessageIdError as e:
+        raise ConfigError(f"option {name!r}: use 'earliest', 'latest' or an entry ID ({e})") from e
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    url: str
+    stream: str
+    type: str | None
+    type_column: str
+    data_column: str | None
+    meta_column: str
+    chunk: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        type_name = options.get("type")
+        if type_name is not None:
+            validate_type_name(type_name)
+        return cls(
+            url=_url(options),
+            stream=_stream(options),
+            type=type_name,
+            type_column=options.get("typeColumn", "type"),
+            data_column=options.get("dataColumn"),
+            meta_column=options.get("metaColumn", "meta"),
+            chunk=_int(options, "chunk", 1000) or 1000,
+        )

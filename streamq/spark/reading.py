@@ -1,0 +1,372 @@
+"""Reading a stream from Spark: batch ranges and micro-batches.
+
+Offsets are entry IDs, ``{"id": "<ms>-<seq>"}``: the last ID a batch includes. A batch covers
+``(start, end]``; a restarted query continues from the ID in its checkpoint. With a
+``group`` option the source keeps a consumer group whose last-delivered ID is moved to each
+committed end (``XGROUP SETID``), so ``XINFO GROUPS``/``topic_info()`` show the pipeline's
+lag and cleanup never removes what the pipeline has not read. IDs are compared as integers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from ..errors import StreamqError
+from ..ids import MAX_SEQ, StreamId
+from .options import ReadOptions
+
+try:  # pyspark >= 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - pyspark 4.0/4.1: no admission control API
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+
+log = logging.getLogger(__name__)
+
+ZERO = StreamId(0, 0)
+XRANGE_CHUNK = 2000
+LAG_SCAN = 10_000
+
+
+class DataLossError(StreamqError):
+    """Entries were removed from the stream before the pipeline read them."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def offset(entry_id: StreamId, n: int | None = None) -> dict[str, Any]:
+    """An offset: the last entry ID included, and if known ``n``, the number of entries
+    ever added to the stream up to that ID (used to detect trimmed, unread entries)."""
+    return {"id": str(entry_id)} if n is None else {"id": str(entry_id), "n": n}
+
+
+def parse_offset(value: Mapping[str, Any] | None) -> StreamId:
+    return StreamId.parse(value["id"]) if value else ZERO
+
+
+def offset_index(value: Mapping[str, Any] | None) -> int | None:
+    return int(value["n"]) if value and "n" in value else None
+
+
+class RangePartition(InputPartition):  # type: ignore[misc]
+    """Entries with ``lo < id <= hi``."""
+
+    def __init__(self, lo: str, hi: str) -> None:
+        super().__init__((lo, hi))
+        self.lo, self.hi = lo, hi
+
+
+def split_range(start: StreamId, end: StreamId, n: int) -> list[RangePartition]:
+    """Split ``(start, end]`` into up to ``n`` partitions by time (cheap, no scan)."""
+    if end <= start:
+        return []
+    span = end.ms - start.ms
+    n = max(1, min(n, span))
+    bounds = [start]
+    for i in range(1, n):
+        bounds.append(StreamId(start.ms + span * i // n, MAX_SEQ))
+    bounds.append(end)
+    return [RangePartition(str(lo), str(hi)) for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo]
+
+
+def connect(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url, decode_responses=False)
+
+
+@dataclass(frozen=True)
+class StreamState:
+    last: StreamId  # last generated ID (ZERO if the stream does not exist)
+    first: StreamId | None
+    max_deleted: StreamId | None  # raised by XDEL only (not by trimming)
+    added: int  # entries ever added
+    length: int
+
+
+def stream_state(client: Any, stream: str) -> StreamState:
+    if not client.exists(stream):
+        return StreamState(ZERO, None, None, 0, 0)
+    info = client.xinfo_stream(stream)
+    first = info.get("first-entry")
+    deleted = info.get("max-deleted-entry-id")
+    return StreamState(
+        last=StreamId.parse(_text(info["last-generated-id"])),
+        first=StreamId.parse(_text(first[0])) if first else None,
+        max_deleted=StreamId.parse(_text(deleted)) if deleted is not None else None,
+        added=int(info.get("entries-added", 0)),
+        length=int(info["length"]),
+    )
+
+
+def check_data_loss(client: Any, opts: ReadOptions, start: Mapping[str, Any]) -> None:
+    """Fail (or warn) if entries after ``start`` were removed before being read.
+
+    XDEL raises ``max-deleted-entry-id``; trimming does not, but if the stream now begins
+    after ``start`` and fewer entries remain than were added after ``start``, some of those
+    were trimmed away unread.
+    """
+    begin, index = parse_offset(start), offset_index(start)
+    state = stream_state(client, opts.stream)
+    deleted = state.max_deleted is not None and state.max_deleted > begin
+    trimmed = (
+        index is not None
+        and state.first is not None
+        and state.first > begin
+        and state.added - index > state.length
+    )
+    if not (deleted or trimmed):
+        return
+    message = (
+        f"entries of {opts.stream!r} after {begin} were removed before the pipeline read them "
+        f"(first entry now {state.first}); keep a 'group' option so that cleanup waits for "
+        "the pipeline, or set failOnDataLoss=false to go on"
+    )
+    if opts.fail_on_data_loss:
+        raise DataLossError(message)
+    log.warning("%s", message)
+
+
+def read_range(opts: ReadOptions, lo: str, hi: str) -> Iterator[Any]:
+    """Rows of ``(lo, hi]``: Arrow batches for raw rows, tuples for typed ones."""
+    client = connect(opts.url)
+    try:
+        model = opts.model()
+        cursor = f"({lo}" if lo != "0-0" else "-"
+        while True:
+            rows = client.xrange(opts.stream, min=cursor, max=hi, count=XRANGE_CHUNK)
+            if not rows:
+                return
+            if model is None:
+                yield _arrow_batch(rows, opts.type)
+            else:
+                yield from _typed_rows(rows, opts.type, model)
+            if len(rows) < XRANGE_CHUNK:
+                return
+            cursor = "(" + _text(rows[-1][0])
+    finally:
+        client.close()
+
+
+def _meta(raw: bytes | None) -> list[tuple[str, str]] | None:
+    if not raw:
+        return None
+    import pydantic_core
+
+    try:
+        values = pydantic_core.from_json(raw)
+    except ValueError:
+        return [("streamq_invalid_meta", raw.decode("utf-8", "replace"))]
+    if not isinstance(values, dict):
+        return [("streamq_invalid_meta", raw.decode("utf-8", "replace"))]
+    return [(str(k), str(v)) for k, v in values.items()]
+
+
+def _arrow_batch(rows: list[Any], type_filter: str | None) -> Any:
+    import pyarrow as pa
+
+    ids, types, datas, metas, times = [], [], [], [], []
+    wanted = type_filter.encode() if type_filter else None
+    for entry_id, fields in rows:
+        kind = fields.get(b"type")
+        if wanted is not None and kind != wanted:
+            continue
+        text_id = _text(entry_id)
+        ids.append(text_id)
+        types.append(kind.decode("utf-8", "replace") if kind is not None else None)
+        data = fields.get(b"data")
+        datas.append(data.decode("utf-8", "replace") if data is not None else None)
+        metas.append(_meta(fields.get(b"meta")))
+        times.append(int(text_id.partition("-")[0]) * 1000)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(ids, pa.string()),
+            pa.array(types, pa.string()),
+            pa.array(datas, pa.string()),
+            pa.array(metas, pa.map_(pa.string(), pa.string())),
+            pa.array(times, pa.timestamp("us", tz="UTC")),
+        ],
+        names=["id", "type", "data", "meta", "published_at"],
+    )
+
+
+def _typed_rows(rows: list[Any], type_name: str | None, model: Any) -> Iterator[tuple[Any, ...]]:
+    wanted = type_name.encode() if type_name else None
+    names = list(model.model_fields)
+    for entry_id, fields in rows:
+        if wanted is not None and fields.get(b"type") != wanted:
+            continue
+        text_id = _text(entry_id)
+        data = fields.get(b"data")
+        try:
+            value = model.model_validate_json(data if data is not None else b"null")
+        except ValueError as e:
+            raise StreamqError(
+                f"entry {text_id} of type {type_name!r} does not fit {model.__name__}: {e}; "
+                "read without option('model') to see raw rows"
+            ) from e
+        dumped = value.model_dump(mode="python")
+        published = datetime.fromtimestamp(int(text_id.partition("-")[0]) / 1000, tz=UTC)
+        meta = _meta(fields.get(b"meta"))
+        yield (text_id, type_name, *[dumped[n] for n in names], dict(meta) if meta else None, published)
+
+
+class StreamqBatchReader(DataSourceReader):  # type: ignore[misc]
+    """``spark.read.format("streamq")``: entries between startingOffsets and endingOffsets."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[RangePartition]:
+        client = connect(self.opts.url)
+        try:
+            last = stream_state(client, self.opts.stream).last
+        finally:
+            client.close()
+        start = ZERO if self.opts.starting == "earliest" else (
+            last if self.opts.starting == "latest" else StreamId.parse(self.opts.starting)
+        )  # fmt: skip
+        end = last if self.opts.ending == "latest" else StreamId.parse(self.opts.ending)
+        return split_range(start, end, self.opts.partitions) or [RangePartition("0-0", "0-0")]
+
+    def read(self, partition: RangePartition) -> Iterator[Any]:
+        if partition.hi == "0-0":
+            return iter(())
+        return read_range(self.opts, partition.lo, partition.hi)
+
+
+class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """``spark.readStream.format("streamq")``: micro-batches of new entries."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._client: Any = None
+        self._target: StreamId | None = None  # Trigger.AvailableNow: never read past this
+        self._known_end: dict[str, Any] | None = None  # pyspark 4.0/4.1: last planned end
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(self.opts.url)
+        return self._client
+
+    def initialOffset(self) -> dict[str, Any]:
+        state = stream_state(self.client, self.opts.stream)
+        if self.opts.group:
+            return self._ensure_group(state)
+        if self.opts.starting == "latest":
+            return offset(state.last, state.added)
+        if self.opts.starting == "earliest":
+            # what was removed before the query began is not a loss for it
+            return offset(state.max_deleted or ZERO, state.added - state.length)
+        return offset(StreamId.parse(self.opts.starting))
+
+    def _ensure_group(self, state: StreamState) -> dict[str, Any]:
+        """Create the pipeline's group at the starting position; an existing group's
+        position wins (the checkpoint, when there is one, wins over both)."""
+        import redis
+
+        start = {"latest": "$", "earliest": "0"}.get(self.opts.starting, self.opts.starting)
+        try:
+            self.client.xgroup_create(self.opts.stream, self.opts.group, id=start, mkstream=True)
+        except redis.ResponseError as e:
+            if not str(e).startswith("BUSYGROUP"):
+                raise
+        for group in self.client.xinfo_groups(self.opts.stream):
+            if _text(group["name"]) == self.opts.group:
+                read = group.get("entries-read")
+                position = StreamId.parse(_text(group["last-delivered-id"]))
+                return offset(position, int(read) if read is not None else None)
+        raise DataLossError(f"group {self.opts.group!r} vanished while the query started")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = stream_state(self.client, self.opts.stream).last
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.opts.max_records_per_batch and ReadMaxRows is not None:
+            return ReadMaxRows(self.opts.max_records_per_batch)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        """Up to ``limit`` entries after ``start``, never past the AvailableNow target.
+
+        pyspark 4.0/4.1 call this without arguments: then the limit is applied from the end
+        last planned (known after the first batch of this run).
+        """
+        state = stream_state(self.client, self.opts.stream)
+        last, added = state.last, state.added
+        if self._target is not None and self._target < last:
+            last, added = self._target, None
+        if start is None and self._known_end is not None:
+            start = self._known_end
+        begin = parse_offset(start) if start is not None else None
+        if begin is not None and last <= begin:
+            return dict(start)  # type: ignore[arg-type]
+        max_rows = self._max_rows(limit)
+        if begin is None or max_rows is None:
+            return offset(last, added)
+        rows = self.client.xrange(self.opts.stream, min=f"({begin}", max=str(last), count=max_rows)
+        if not rows:
+            return dict(start)  # type: ignore[arg-type]
+        index = offset_index(start)
+        end = StreamId.parse(_text(rows[-1][0]))
+        if end == state.last:
+            return offset(end, state.added)
+        return offset(end, index + len(rows) if index is not None else None)
+
+    def _max_rows(self, limit: Any) -> int | None:
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            return int(limit.max_rows)
+        if limit is None:  # old API: apply the option ourselves
+            return self.opts.max_records_per_batch
+        return None  # ReadAllAvailable
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        state = stream_state(self.client, self.opts.stream)
+        return offset(state.last, state.added)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
+        begin, finish = parse_offset(start), parse_offset(end)
+        if self._known_end is None or finish > parse_offset(self._known_end):
+            self._known_end = dict(end)
+        if finish <= begin:
+            return []
+        check_data_loss(self.client, self.opts, start)
+        return split_range(begin, finish, self.opts.partitions)
+
+    def read(self, partition: RangePartition) -> Iterator[Any]:
+        return read_range(self.opts, partition.lo, partition.hi)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if not self.opts.group:
+            return
+        finish = parse_offset(end)
+        command: list[Any] = ["XGROUP", "SETID", self.opts.stream, self.opts.group, str(finish)]
+        after = self.client.xrange(self.opts.stream, min=f"({finish}", max="+", count=LAG_SCAN)
+        if len(after) < LAG_SCAN:
+            # ENTRIESREAD keeps XINFO GROUPS' lag exact (= entries after the committed end);
+            # with a larger backlog Redis reports the lag as unknown instead.
+            added = int(self.client.xinfo_stream(self.opts.stream)["entries-added"])
+            command += ["ENTRIESREAD", max(added - len(after), 0)]
+        self.client.execute_command(*command)
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
