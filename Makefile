@@ -8,7 +8,7 @@ REDIS7_PORT ?= 6479
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
         test-redis7 bench lint fmt typecheck clean redis-up \
-        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup
+        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline
 
 setup: $(STAMP)
 
@@ -35,6 +35,9 @@ demo-stop-message: setup
 
 demo-cleanup: setup
 	$(PY) -m demos.cleanup
+
+demo-pipeline: setup
+	$(PY) -m demos.pipeline
 
 test: setup
 	$(PYTEST) -q

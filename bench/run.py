@@ -221,11 +221,21 @@ async def main(url: str, n: int, quick: bool, rounds: int) -> None:
     emit(bench="consumer_rss_mb", msgs=n, value=round(consumer_rss_mb(url, n), 1))
 
 
+def spark_figures(url: str, n: int) -> None:
+    try:
+        from . import spark_bench
+    except ImportError as e:  # the [spark] extra is not installed
+        emit(bench="spark", skipped=f"pyspark not installed ({e})")
+        return
+    spark_bench.run(url, n, emit)
+
+
 def cli() -> None:
     parser = argparse.ArgumentParser(description="streamq benchmarks (JSON lines)")
     parser.add_argument("--msgs", type=int, default=50_000)
     parser.add_argument("--quick", action="store_true", help="smaller runs, for smoke tests")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each throughput figure")
+    parser.add_argument("--spark-rows", type=int, default=200_000, help="0 skips the Spark figures")
     args = parser.parse_args()
     url = env_url()
     server = None
@@ -234,6 +244,8 @@ def cli() -> None:
         url = server.url
     try:
         anyio.run(main, url, args.msgs, args.quick, args.rounds)
+        if args.spark_rows:
+            spark_figures(url, args.spark_rows)
     finally:
         if server is not None:
             server.close()

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import anyio
 import redis.asyncio as aioredis
 
+from . import _resp as resp
 from . import admin, control
 from ._redis import connect, translated
 from .cleanup import Cleaner
@@ -202,11 +203,9 @@ class MessageQueue:
         encoded = [encode_entry(message_type, item, meta) for item in items]
         ids: list[str] = []
         for start in range(0, len(encoded), chunk):
-            pipe = self.client.pipeline(transaction=False)
-            for fields in encoded[start : start + chunk]:
-                pipe.xadd(self.stream, fields)  # type: ignore[arg-type]
+            packed, count = resp.pack_xadds(self.stream, encoded[start : start + chunk])
             with translated(self.stream):
-                ids.extend(i.decode() for i in await pipe.execute())
+                ids.extend(i.decode() for i in await resp.execute(self.client, packed, count))
         return ids
 
     # -- consuming ------------------------------------------------------------------

@@ -33,3 +33,20 @@ def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
     assert result.returncode == 0, f"demo {name} failed:\n{result.stdout}\n{result.stderr}"
     for expected in DEMOS[name]:
         assert expected in result.stdout, f"demo {name} did not print {expected!r}:\n{result.stdout}"
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(240)
+def test_pipeline_demo(redis_url: str) -> None:
+    pytest.importorskip("pyspark", reason="the pipeline demo needs the [spark] extra")
+    env = {**os.environ, "STREAMQ_REDIS_URL": redis_url}
+    result = subprocess.run(
+        [sys.executable, "-m", "demos.pipeline"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=220,
+    )  # fmt: skip
+    assert result.returncode == 0, f"pipeline demo failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+    out = result.stdout
+    assert "2. Spark archived 10 entries" in out, out
+    assert "3. cleanup removed 10 of 10 entries" in out, out
+    assert "ada  3 orders, total 90.00" in out, out
+    assert "done: 4 emails sent (3 follow-ups)" in out, out

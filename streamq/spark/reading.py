@@ -259,6 +259,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._client: Any = None
         self._target: StreamId | None = None  # Trigger.AvailableNow: never read past this
         self._known_end: dict[str, Any] | None = None  # pyspark 4.0/4.1: last planned end
+        self._group_at: StreamId | None = None
 
     @property
     def client(self) -> Any:
@@ -309,6 +310,11 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         pyspark 4.0/4.1 call this without arguments: then the limit is applied from the end
         last planned (known after the first batch of this run).
         """
+        if start is not None:
+            # Spark asks for the next end only once the batch ending at `start` is in its
+            # commit log (also after a restart's replay), and once more after the last batch
+            # of an AvailableNow run, which commit() would never hear of.
+            self._advance_group(start)
         state = stream_state(self.client, self.opts.stream)
         last, added = state.last, state.added
         if self._target is not None and self._target < last:
@@ -354,9 +360,14 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return read_range(self.opts, partition.lo, partition.hi)
 
     def commit(self, end: dict[str, Any]) -> None:
-        if not self.opts.group:
+        self._advance_group(end)
+
+    def _advance_group(self, processed: Mapping[str, Any]) -> None:
+        """Move the pipeline's group to ``processed`` (forward only), so that cleanup and
+        ``XINFO GROUPS`` see what the pipeline has durably read."""
+        finish = parse_offset(processed)
+        if not self.opts.group or (self._group_at is not None and finish <= self._group_at):
             return
-        finish = parse_offset(end)
         command: list[Any] = ["XGROUP", "SETID", self.opts.stream, self.opts.group, str(finish)]
         after = self.client.xrange(self.opts.stream, min=f"({finish}", max="+", count=LAG_SCAN)
         if len(after) < LAG_SCAN:
@@ -365,6 +376,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             added = int(self.client.xinfo_stream(self.opts.stream)["entries-added"])
             command += ["ENTRIESREAD", max(added - len(after), 0)]
         self.client.execute_command(*command)
+        self._group_at = finish
 
     def stop(self) -> None:
         if self._client is not None:

@@ -12,14 +12,17 @@ the same on every attempt of a deterministic input: consumers can drop duplicate
 from __future__ import annotations
 
 import uuid
+
+import pydantic_core
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
+from .. import _resp as resp
 from ..errors import ConfigError
-from ..message import encode_entry
+from ..message import validate_type_name
 from .options import WriteOptions
 
 PRODUCER_ID = "streamq_producer_id"
@@ -46,7 +49,7 @@ def _task_ids() -> tuple[int, str | None, str | None]:
 
 
 class RowEncoder:
-    """Turns Spark rows into XADD field maps."""
+    """Turns Spark rows into XADD field maps (per-row work kept to the minimum)."""
 
     def __init__(self, opts: WriteOptions, columns: list[str]) -> None:
         self.opts = opts
@@ -58,30 +61,43 @@ class RowEncoder:
             raise ConfigError(f"dataColumn {opts.data_column!r} is not a column of the DataFrame")
         skip = {opts.type_column, opts.meta_column, *_ENTRY_COLUMNS}
         self.payload_columns = [c for c in columns if c not in skip]
+        self._payload_index = [columns.index(c) for c in self.payload_columns]
+        self._type_index = columns.index(opts.type_column) if opts.type is None else -1
+        self._meta_index = columns.index(opts.meta_column) if opts.meta_column in columns else -1
+        self._data_index = columns.index(opts.data_column) if opts.data_column else -1
+        self._fixed_type = validate_type_name(opts.type).encode() if opts.type else None
 
     def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]:
-        values = row.asDict(recursive=True)
-        type_name = self.opts.type or values.get(self.opts.type_column)
-        if self.opts.data_column is not None:
-            data: Any = _RawJson(values[self.opts.data_column])
+        if self._fixed_type is not None:
+            type_field: bytes | str = self._fixed_type
         else:
-            data = {c: values[c] for c in self.payload_columns}
-        meta = {str(k): str(v) for k, v in (values.get(self.opts.meta_column) or {}).items()}
+            type_field = validate_type_name(str(row[self._type_index]))
+        if self._data_index >= 0:
+            data = _json_text(row[self._data_index])
+        else:
+            names, index = self.payload_columns, self._payload_index
+            data = pydantic_core.to_json({n: _plain(row[i]) for n, i in zip(names, index, strict=True)})
+        meta = dict(row[self._meta_index] or {}) if self._meta_index >= 0 else {}
         meta[PRODUCER_ID] = producer_id
-        fields = encode_entry(str(type_name), data if not isinstance(data, _RawJson) else None, meta)
-        if isinstance(data, _RawJson):
-            fields[b"data"] = data.text
-        return fields
+        meta_json = pydantic_core.to_json({str(k): str(v) for k, v in meta.items()})
+        return {b"type": type_field, b"data": data, b"meta": meta_json}
 
 
-class _RawJson:
-    def __init__(self, text: str) -> None:
-        import pydantic_core
+def _plain(value: Any) -> Any:
+    """Spark Rows inside a row (structs) become dicts; everything else serialises as is."""
+    if hasattr(value, "asDict"):
+        return value.asDict(recursive=True)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
-        if text is None:
-            raise ConfigError("dataColumn holds a null; every message needs JSON data")
-        pydantic_core.from_json(text)  # refuse what is not JSON, with the parser's reason
-        self.text = text
+
+def _json_text(text: str | None) -> bytes:
+    if text is None:
+        raise ConfigError("dataColumn holds a null; every message needs JSON data")
+    raw = text.encode()
+    pydantic_core.from_json(raw)  # refuse what is not JSON, with the parser's reason
+    return raw
 
 
 def write_rows(opts: WriteOptions, columns: list[str], job: str, rows: Iterator[Any]) -> WrittenCount:
@@ -93,12 +109,14 @@ def write_rows(opts: WriteOptions, columns: list[str], job: str, rows: Iterator[
     client = redis.Redis.from_url(opts.url)
     count = 0
     try:
-        pipe = client.pipeline(transaction=False)
+        chunk: list[dict[bytes | str, bytes | str]] = []
         for count, row in enumerate(rows, start=1):
-            pipe.xadd(opts.stream, encoder.encode(row, f"{prefix}:{count - 1}"))  # type: ignore[arg-type]
-            if count % opts.chunk == 0:
-                pipe.execute()
-        pipe.execute()
+            chunk.append(encoder.encode(row, f"{prefix}:{count - 1}"))
+            if len(chunk) == opts.chunk:
+                resp.execute_sync(client, *resp.pack_xadds(opts.stream, chunk))
+                chunk.clear()
+        if chunk:
+            resp.execute_sync(client, *resp.pack_xadds(opts.stream, chunk))
     finally:
         client.close()
     return WrittenCount(partition, count)

@@ -1,0 +1,120 @@
+"""Spark figures for `make bench` (warm session, local[2]): rows/s read through
+format("streamq") and written with it, each against a plain redis-py yardstick
+(an XRANGE COUNT 2000 loop; pipelined XADD in chunks of 1000)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import redis
+
+from streamq.message import encode_entry
+
+from .workload import fresh_stream, payload
+
+
+def session() -> Any:
+    from pyspark.sql import SparkSession
+
+    import streamq.spark
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]").appName("streamq-bench")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    streamq.spark.register(spark)
+    return spark
+
+
+def fill(url: str, stream: str, n: int) -> None:
+    client = redis.Redis.from_url(url)
+    fields = encode_entry("email", payload(0))
+    for start in range(0, n, 2000):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(min(2000, n - start)):
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+        pipe.execute()
+    client.close()
+
+
+def raw_xrange(url: str, stream: str) -> float:
+    client = redis.Redis.from_url(url)
+    t0, count, cursor = time.perf_counter(), 0, "-"
+    while rows := client.xrange(stream, min=cursor, max="+", count=2000):
+        count += len(rows)
+        cursor = "(" + rows[-1][0].decode()
+    elapsed = time.perf_counter() - t0
+    client.close()
+    return count / elapsed
+
+
+def spark_read(spark: Any, url: str, stream: str, n: int) -> float:
+    df = (spark.read.format("streamq").option("url", url).option("stream", stream)
+          .option("partitions", "2").load())  # fmt: skip
+    t0 = time.perf_counter()
+    count = df.selectExpr("count(*)", "max(length(data))").collect()[0][0]
+    elapsed = time.perf_counter() - t0
+    assert count == n, f"read {count} rows of {n}"
+    return n / elapsed
+
+
+def raw_xadd(url: str, n: int) -> float:
+    client = redis.Redis.from_url(url)
+    stream = fresh_stream("sparkrawpub")
+    rows = [encode_entry("email", payload(i)) for i in range(n)]
+    t0 = time.perf_counter()
+    for start in range(0, n, 1000):
+        pipe = client.pipeline(transaction=False)
+        for fields in rows[start : start + 1000]:
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+        pipe.execute()
+    elapsed = time.perf_counter() - t0
+    client.delete(stream)
+    client.close()
+    return n / elapsed
+
+
+def spark_write(spark: Any, url: str, n: int) -> float:
+    stream = fresh_stream("sparkwrite")
+    df = spark.range(n).selectExpr(
+        "concat('user', id, '@example.com') as to", "'Welcome aboard' as subject",
+        "repeat('x', 24) as body", "cast(0 as double) as t",
+    ).repartition(2).cache()  # fmt: skip
+    df.count()
+    t0 = time.perf_counter()
+    df.write.format("streamq").option("url", url).option("stream", stream) \
+        .option("type", "email").mode("append").save()
+    elapsed = time.perf_counter() - t0
+    client = redis.Redis.from_url(url)
+    written = client.xlen(stream)
+    client.delete(stream)
+    client.close()
+    assert written == n, f"wrote {written} of {n}"
+    return n / elapsed
+
+
+def run(url: str, n: int, emit: Any) -> None:
+    spark = session()
+    try:
+        stream = fresh_stream("sparkread")
+        fill(url, stream, n)
+        spark_read(spark, url, stream, n)  # warm-up: JVM, Python workers
+        read = max(spark_read(spark, url, stream, n) for _ in range(2))
+        raw = raw_xrange(url, stream)
+        emit(bench="spark_read", rows=n, rows_per_s=round(read), ratio_to_raw_xrange=round(read / raw, 3))
+        emit(bench="raw_xrange", rows=n, rows_per_s=round(raw))
+        redis.Redis.from_url(url).delete(stream)
+        spark_write(spark, url, n // 4)  # warm-up
+        write = max(spark_write(spark, url, n) for _ in range(2))
+        raw_w = raw_xadd(url, n)
+        emit(bench="spark_write", rows=n, rows_per_s=round(write), ratio_to_raw_xadd=round(write / raw_w, 3))
+        emit(bench="raw_xadd_sync_pipelined", rows=n, rows_per_s=round(raw_w))
+    finally:
+        spark.stop()
