@@ -7,7 +7,7 @@ PYTEST := $(PY) -m pytest
 REDIS7_PORT ?= 6479
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
-        test-redis7 bench lint fmt typecheck clean redis-up \
+        test-spark test-redis7 bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline
 
 setup: $(STAMP)
@@ -43,7 +43,7 @@ test: setup
 	$(PYTEST) -q
 
 test-fast: setup
-	$(PYTEST) -q -m "not slow"
+	$(PYTEST) -q -m "not slow and not spark"
 
 test-batch: setup
 	$(PYTEST) -q tests/test_batching.py
@@ -56,6 +56,9 @@ test-terminate: setup
 
 test-cleanup: setup
 	$(PYTEST) -q tests/test_cleanup.py
+
+test-spark: setup
+	$(PYTEST) -q -m spark
 
 # The whole suite against Debian's redis-server 7.0 on a private loopback port.
 test-redis7: setup
