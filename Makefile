@@ -8,14 +8,14 @@ REDIS7_PORT ?= 6479
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
         test-spark test-redis7 bench lint fmt typecheck clean redis-up \
-        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline
+        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,metrics]'
 	touch $(STAMP)
 
 demo run: setup
@@ -38,6 +38,9 @@ demo-cleanup: setup
 
 demo-pipeline: setup
 	$(PY) -m demos.pipeline
+
+demo-microservice: setup
+	$(PY) -m demos.microservice
 
 test: setup
 	$(PYTEST) -q

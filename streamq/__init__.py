@@ -21,6 +21,7 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
+from .publisher import Publisher
 from .queue import MessageQueue
 from .server import EmbeddedServer
 from .signals import PartialFailure, Reject, Retry
@@ -45,6 +46,7 @@ __all__ = (
     "MessageNotFoundError",
     "MessageQueue",
     "PartialFailure",
+    "Publisher",
     "QueueStateError",
     "RedisFailure",
     "Reject",

@@ -94,7 +94,7 @@ class Claimer:
         self._wakeup = anyio.Event()
         self._retry_heap: list[tuple[float, int, float, RawEntry]] = []
         self._retry_seq = 0
-        self.claimed = 0
+        self.claimed_total = 0
         self.renew_script = client.register_script(RENEW_LEASES)
 
     def wake(self) -> None:
@@ -176,7 +176,6 @@ class Claimer:
             total += await self._take(entries)
             if cursor == "0-0":
                 break
-        self.claimed += total
         return total
 
     async def _take(self, entries: list[RawEntry]) -> int:
@@ -189,7 +188,8 @@ class Claimer:
             )
         for entry in entries:
             entry.delivery_count = counts.get(entry.id, entry.delivery_count)
-        log.info("claimed %d idle entries", len(entries))
+        log.info("claimed %d entries", len(entries))
+        self.claimed_total += len(entries)
         await self._enqueue(entries)
         return len(entries)
 

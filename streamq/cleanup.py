@@ -76,8 +76,11 @@ class Cleaner:
         self.policy = policy
         self._keys = Keys(stream)
         self._release = client.register_script(RELEASE_LOCK)
+        self._dry_run = False
 
-    async def run_once(self) -> CleanupReport:
+    async def run_once(self, *, dry_run: bool = False) -> CleanupReport:
+        """One pass; with ``dry_run`` count what would go and remove nothing."""
+        self._dry_run = dry_run
         token = secrets.token_hex(8)
         with translated(self._stream):
             locked = await self._client.set(self._keys.cleanup_lock, token, nx=True, px=LOCK_TTL_MS)
@@ -115,7 +118,9 @@ class Cleaner:
                 break
             ids = [StreamId.parse(_text(entry_id)) for entry_id, _ in rows]
             start = f"({ids[-1]}"
-            if keep:
+            if self._dry_run:
+                removed += sum(1 for i in ids if i not in keep)
+            elif keep:
                 doomed = [str(i) for i in ids if i not in keep]
                 if doomed:
                     removed += int(await self._client.xdel(self._stream, *doomed))

@@ -34,6 +34,7 @@ from .dispatch import Dispatcher
 from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from .message import RawEntry
 from .router import Route, Router
+from .stats import Stats
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class Consumer:
         self.stop_reason: str | None = None
         self.auto_stopped = False
         self.error: BaseException | None = None
-        self.received = 0
+        self.stats = Stats()
         self.acker = Acker(client, identity.stream, identity.group)
         self.dead_letters = DeadLetters(client, identity.stream)
         self.claimer = Claimer(
@@ -109,6 +110,7 @@ class Consumer:
             schedule_retry=self.claimer.retry_later,
             handler_timeout=config.handler_timeout,  # type: ignore[arg-type]
             thread_limiter=anyio.CapacityLimiter(config.concurrency),
+            stats=self.stats,
         )
         self.batcher = Batcher(batch, self._flush_batch, anyio.CapacityLimiter(config.concurrency))
         self.listener = ControlListener(
@@ -160,7 +162,7 @@ class Consumer:
                 log.info("entry %s is stopped; set aside until resumed", entry.id)
                 continue
             self.in_flight[entry.id] = now
-            self.received += 1
+            self.stats.received += 1
             route = get_route(entry.fields.get(b"type", b""))
             if route is not None and route.batch is not None:
                 self.batcher.add(route, entry, now)  # batches skip the worker hand-off

@@ -8,6 +8,7 @@ retries -> left pending, to be redelivered by claiming, until ``max_deliveries``
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ from .deadletter import DeadLetters
 from .errors import MessageFormatError
 from .message import Message, RawEntry
 from .router import Route, Router
+from .stats import Stats
 from .signals import HandlerSignal, PartialFailure, Reject, Retry
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class Dispatcher:
         schedule_retry: ScheduleRetry,
         handler_timeout: float | None,
         thread_limiter: anyio.CapacityLimiter,
+        stats: Stats,
     ) -> None:
         self.router = router
         self.stream, self.group, self.consumer = stream, group, consumer
@@ -71,6 +74,7 @@ class Dispatcher:
         self.schedule_retry = schedule_retry
         self.handler_timeout = handler_timeout
         self.thread_limiter = thread_limiter
+        self.stats = stats
         self._retrying = AsyncRetrying(
             stop=stop_after_attempt(max(retry.attempts - 1, 1)),
             # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
@@ -99,12 +103,14 @@ class Dispatcher:
 
     # -- outcomes -------------------------------------------------------------------
     async def dead_letter(self, entry: RawEntry, reason: str) -> None:
+        self.stats.dead_lettered += 1
         await self.dead_letters.write(
             entry, group=self.group, consumer=self.consumer, error=reason
         )
 
     async def failed(self, entry: RawEntry, error: BaseException) -> None:
         """A delivery failed: dead-letter if it was the last allowed, else leave pending."""
+        self.stats.failed += 1
         if entry.delivery_count >= self.retry.max_deliveries:
             await self.dead_letter(
                 entry, f"failed {entry.delivery_count} deliveries; last error: {describe(error)}"
@@ -150,18 +156,23 @@ class Dispatcher:
             return
         func = route.single
         assert func is not None
+        started = perf_counter()
         try:
             if route.single_is_async and self.handler_timeout is None:
                 await func(message)  # the fast path: no wrappers
             else:
                 await self._call_once(func, route.single_is_async, message)
         except Exception as first:
+            self.stats.handler_seconds.observe(perf_counter() - started)
             error = first if isinstance(first, HandlerSignal) else await self._retry(
                 func, route.single_is_async, message, first
             )
             if error is not None:
                 await self._settle(entry, error)
                 return
+        else:
+            self.stats.handler_seconds.observe(perf_counter() - started)
+        self.stats.handled += 1
         self.acker.ack(entry.id)
 
     async def _settle(self, entry: RawEntry, error: BaseException) -> None:
@@ -179,6 +190,7 @@ class Dispatcher:
         if self.retry.attempts <= 1:
             return first
         log.info("handler raised %s; retrying in process", describe(first))
+        self.stats.retried += 1
         try:
             async for attempt in self._retrying.copy():
                 with attempt:
@@ -219,8 +231,13 @@ class Dispatcher:
         if not messages:
             return
         by_id = {entry.id: entry for entry in entries}
+        self.stats.batch_size.observe(len(messages))
+        started = perf_counter()
         failed = await self._run_batch(route, messages)
-        self.acker.ack_many([m.id for m in messages if m.id not in failed])
+        self.stats.handler_seconds.observe(perf_counter() - started)
+        done = [m.id for m in messages if m.id not in failed]
+        self.stats.handled += len(done)
+        self.acker.ack_many(done)
         for entry_id, error in failed.items():
             await self._settle(by_id[entry_id], error)
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import anyio
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from . import _resp as resp
 from . import admin, control
@@ -276,17 +277,41 @@ class MessageQueue:
         if not inside_handler.get():  # a handler cannot wait for its own drain
             await self.done.wait()
 
-    def stats(self) -> dict[str, int]:
-        """In-process counters of the running (or last) consumer."""
+    def stats(self) -> dict[str, Any]:
+        """Counters and histograms of this process's consumer (empty before run()).
+
+        Counters: received, handled, failed, retried, dead_lettered, claimed, acked;
+        gauge: in_flight; histograms: handler_seconds, batch_size.
+        """
         c = self._consumer
         if c is None:
             return {}
-        return {
-            "received": c.received,
-            "acked": c.acker.acked,
-            "claimed": c.claimer.claimed,
-            "in_flight": len(c.in_flight),
-        }
+        stats = c.stats
+        result: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
+        result["claimed"] = c.claimer.claimed_total
+        result["acked"] = c.acker.acked
+        result["in_flight"] = len(c.in_flight)
+        result["handler_seconds"] = stats.handler_seconds.snapshot()
+        result["batch_size"] = stats.batch_size.snapshot()
+        return result
+
+    async def health(self) -> dict[str, Any]:
+        """For a readiness probe: ``connected`` (PING), ``consuming`` (the consumer runs),
+        ``state``, this group's ``pending`` and ``lag`` (None when unknown)."""
+        report: dict[str, Any] = {
+            "connected": False, "consuming": self._state is State.RUNNING,
+            "state": self._state.value, "stop_reason": self.stop_reason,
+            "pending": None, "lag": None,
+        }  # fmt: skip
+        try:
+            report["connected"] = bool(await self.client.ping())
+            for group in await self.client.xinfo_groups(self.stream):
+                if group["name"].decode() == self.group:
+                    report["pending"] = int(group["pending"])
+                    report["lag"] = None if group.get("lag") is None else int(group["lag"])
+        except (OSError, RedisError) as e:
+            report["error"] = str(e)
+        return report
 
     # -- control --------------------------------------------------------------------
     async def stop_message(self, entry_id: str) -> None:

@@ -15,6 +15,8 @@ from streamq import MessageQueue, StartFrom
 from streamq.config import env_url
 from streamq.server import EmbeddedServer
 
+pytest_plugins = ["pytester"]
+
 # Timings small enough for tests, large enough for a loaded 2-core CI machine.
 FAST = {"claim_idle": 1.0, "claim_interval": 0.2, "block": 0.2, "grace": 5.0}
 

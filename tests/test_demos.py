@@ -19,6 +19,8 @@ DEMOS = {
                   "reason 'topic_terminated'", "manual stop, reason 'stopped'"],  # fmt: skip
     "stop_message": ["billing saw [1, 3, 2], audit saw [1, 3, 2]"],
     "cleanup": ["cleanup removed 40", "removed 50 more, length 10"],
+    "microservice": ["sync view published 3 emails", "'consuming': True", "streamq_handled_total",
+                     "service stopped: stopped; 3 emails sent"],  # fmt: skip
 }
 
 

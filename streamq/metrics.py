@@ -1,0 +1,144 @@
+"""Prometheus export (extra ``[metrics]``): the consumer's counters and histograms, plus
+queue gauges read from Redis at scrape time, so a stalled queue shows even when no message
+flows: stream length, dead letters, and per group pending, lag and oldest pending age.
+
+    from streamq.metrics import serve_metrics
+    server = serve_metrics(mq, port=9108)     # http://127.0.0.1:9108/metrics
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .queue import MessageQueue
+
+log = logging.getLogger(__name__)
+
+PREFIX = "streamq"
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+        import prometheus_client.core
+    except ImportError as e:
+        raise ConfigError("metrics export needs the [metrics] extra: pip install streamq[metrics]") from e
+    return prometheus_client
+
+
+class QueueCollector:
+    """A prometheus_client collector for one or more queues."""
+
+    def __init__(self, *queues: MessageQueue) -> None:
+        self.queues = queues
+        self._clients: dict[str, Any] = {}
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def describe(self) -> list[Any]:
+        return []  # metrics are dynamic; prometheus_client then calls collect() to learn them
+
+    def collect(self) -> Iterator[Any]:
+        core = _prometheus().core
+        labels = ["stream", "group", "consumer"]
+        counters = {
+            name: core.CounterMetricFamily(f"{PREFIX}_{name}", f"entries {name.replace('_', ' ')}", labels=labels)
+            for name in ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked")
+        }  # fmt: skip
+        in_flight = core.GaugeMetricFamily(f"{PREFIX}_in_flight", "entries fetched, not finished", labels=labels)
+        duration = core.HistogramMetricFamily(f"{PREFIX}_handler_seconds", "handler duration", labels=labels)
+        batch = core.HistogramMetricFamily(f"{PREFIX}_batch_size", "entries per batch call", labels=labels)
+        for mq in self.queues:
+            stats, values = mq.stats(), [mq.stream, mq.group, mq.consumer]
+            if not stats:
+                continue
+            for name, family in counters.items():
+                family.add_metric(values, stats[name])
+            in_flight.add_metric(values, stats["in_flight"])
+            for family, key in ((duration, "handler_seconds"), (batch, "batch_size")):
+                h = stats[key]
+                buckets = [(_le(bound), n) for bound, n in h["buckets"]]
+                family.add_metric(values, buckets, h["sum"])
+        yield from counters.values()
+        yield from (in_flight, duration, batch)
+        yield from self._queue_gauges(core)
+
+    def _queue_gauges(self, core: Any) -> Iterator[Any]:
+        length = core.GaugeMetricFamily(f"{PREFIX}_stream_length", "entries in the stream", labels=["stream"])
+        dead = core.GaugeMetricFamily(f"{PREFIX}_dead_letters", "entries in the dead-letter stream", labels=["stream"])
+        pending = core.GaugeMetricFamily(f"{PREFIX}_group_pending", "entries delivered, not acked", labels=["stream", "group"])
+        lag = core.GaugeMetricFamily(f"{PREFIX}_group_lag", "entries not yet delivered to the group", labels=["stream", "group"])
+        oldest = core.GaugeMetricFamily(
+            f"{PREFIX}_group_oldest_pending_age_seconds", "age of the oldest pending entry", labels=["stream", "group"]
+        )  # fmt: skip
+        for stream, url in sorted({(mq.stream, mq.url) for mq in self.queues}):
+            try:
+                self._stream_gauges(url, stream, length, dead, pending, lag, oldest)
+            except Exception as e:  # a scrape must not fail because Redis is away
+                log.warning("queue gauges of %s unavailable: %s", stream, e)
+        yield from (length, dead, pending, lag, oldest)
+
+    def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:
+        import redis
+
+        from .keys import Keys
+
+        length, dead, pending, lag, oldest = families
+        client = self._clients.get(url) or self._clients.setdefault(url, redis.Redis.from_url(url))
+        length.add_metric([stream], client.xlen(stream))
+        dead.add_metric([stream], client.xlen(Keys(stream).dead_letters))
+        if not client.exists(stream):
+            return
+        now_ms = time.time() * 1000
+        for group in client.xinfo_groups(stream):
+            name = group["name"].decode()
+            pending.add_metric([stream, name], int(group["pending"]))
+            if group.get("lag") is not None:
+                lag.add_metric([stream, name], int(group["lag"]))
+            age = 0.0
+            if int(group["pending"]):
+                first = client.xpending_range(stream, name, min="-", max="+", count=1)
+                if first:
+                    age = max(now_ms - int(first[0]["message_id"].decode().split("-")[0]), 0) / 1000
+            oldest.add_metric([stream, name], age)
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+class MetricsServer:
+    """The running /metrics endpoint: ``port`` and ``close()``."""
+
+    def __init__(self, httpd: Any, collector: QueueCollector) -> None:
+        self._httpd, self._collector = httpd, collector
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._collector.close()
+
+
+def serve_metrics(*queues: MessageQueue, port: int = 9108, addr: str = "127.0.0.1") -> MetricsServer:
+    """Serve /metrics over HTTP in a background thread (``port=0`` picks a free port)."""
+    prometheus = _prometheus()
+    registry = prometheus.CollectorRegistry()
+    collector = QueueCollector(*queues)
+    registry.register(collector)
+    started = prometheus.start_http_server(port, addr=addr, registry=registry)
+    if not isinstance(started, tuple):  # prometheus-client < 0.20 does not return the server
+        raise ConfigError("streamq.metrics needs prometheus-client >= 0.20")
+    return MetricsServer(started[0], collector)

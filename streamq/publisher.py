@@ -1,0 +1,61 @@
+"""A synchronous publisher for code that is not async (Django, Flask, scripts, workers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import redis
+
+from . import _resp as resp
+from ._redis import translated
+from .errors import ConfigError
+from .message import encode_entry
+
+
+class Publisher:
+    """Publish typed messages with a blocking client; thread-safe (a connection pool).
+
+    ``url=None`` uses ``$STREAMQ_REDIS_URL``, else this process's embedded server.
+    """
+
+    def __init__(self, url: str | None = None, stream: str = "task-stream") -> None:
+        if not stream:
+            raise ConfigError("stream must be a non-empty string")
+        if url is None:
+            from .server import default_url
+
+            url = default_url()
+        self.url, self.stream = url, stream
+        self._client = redis.Redis.from_url(url)
+
+    def publish(self, message_type: str, data: Any, meta: Mapping[str, str] | None = None) -> str:
+        """Add one message; return its entry ID."""
+        fields = encode_entry(message_type, data, meta)
+        with translated(self.stream):
+            return str(self._client.xadd(self.stream, fields).decode())  # type: ignore[arg-type]
+
+    def publish_many(
+        self, message_type: str, items: Iterable[Any], meta: Mapping[str, str] | None = None,
+        *, chunk: int = 1000,
+    ) -> list[str]:  # fmt: skip
+        """Add many messages of one type, pipelined; return their IDs in order."""
+        encoded = [encode_entry(message_type, item, meta) for item in items]
+        ids: list[str] = []
+        for start in range(0, len(encoded), chunk):
+            packed, count = resp.pack_xadds(self.stream, encoded[start : start + chunk])
+            with translated(self.stream):
+                ids.extend(i.decode() for i in resp.execute_sync(self._client, packed, count))
+        return ids
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,49 @@
+"""In-process counters and histograms of one consumer (``mq.stats()``), kept cheap enough
+for the hot path: integer increments and one bisect per observation."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any
+
+SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+@dataclass
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """Cumulative buckets, Prometheus style."""
+        cumulative, running = [], 0
+        for bound, n in zip([*self.bounds, float("inf")], self.counts, strict=True):
+            running += n
+            cumulative.append((bound, running))
+        return {"buckets": cumulative, "sum": self.total, "count": self.count}
+
+
+@dataclass
+class Stats:
+    received: int = 0
+    handled: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    claimed: int = 0
+    handler_seconds: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
+    batch_size: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
+
+    COUNTERS = ("received", "handled", "failed", "retried", "dead_lettered", "claimed")

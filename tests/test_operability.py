@@ -1,0 +1,154 @@
+"""Metrics, health, background running in an ASGI lifespan, the sync publisher, and the
+pytest plugin for users."""
+
+from __future__ import annotations
+
+import urllib.request
+from typing import Any
+
+import anyio
+import pytest
+
+from streamq import Message, Publisher
+from tests.conftest import QueueFactory, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_stats_count_what_happened(make_queue: QueueFactory) -> None:
+    from streamq import Reject
+
+    mq = make_queue()
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        if msg.data == 3:
+            raise Reject("three")
+
+    async with mq, anyio.create_task_group() as tg:
+        tg.start_soon(mq.run)
+        await mq.publish_many("job", [1, 2, 3])
+        await wait_for(lambda: mq.stats().get("acked") == 2 and mq.stats()["dead_lettered"] == 1)
+        stats = mq.stats()
+        await mq.stop()
+    assert (stats["received"], stats["handled"], stats["in_flight"]) == (3, 2, 0)
+    assert stats["handler_seconds"]["count"] == 3
+
+
+async def test_prometheus_endpoint_with_queue_gauges(make_queue: QueueFactory, client: Any) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from streamq.metrics import serve_metrics
+
+    mq = make_queue()
+    mq.handler("job")(_noop)
+    async with mq, anyio.create_task_group() as tg:
+        await mq.publish_many("job", [1, 2])
+        tg.start_soon(mq.run)
+        await wait_for(lambda: mq.stats().get("acked") == 2)
+        await client.xgroup_create(mq.stream, "stalled", id="0")
+        await client.xreadgroup("stalled", "s1", {mq.stream: ">"}, count=1)  # a stuck entry
+        server = serve_metrics(mq, port=0)
+        url = f"http://127.0.0.1:{server.port}/metrics"
+
+        def scrape() -> str:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode())
+
+        body = await anyio.to_thread.run_sync(scrape)
+        server.close()
+        await mq.stop()
+    samples = {
+        (s.name, s.labels.get("group")): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    assert samples[("streamq_handled_total", "g")] == 2
+    assert samples[("streamq_stream_length", None)] == 2
+    assert samples[("streamq_group_pending", "stalled")] == 1
+    assert samples[("streamq_group_lag", "stalled")] == 1
+    assert samples[("streamq_group_oldest_pending_age_seconds", "stalled")] >= 0
+    assert ("streamq_handler_seconds_count", "g") in samples
+
+
+async def test_running_inside_an_asgi_lifespan_and_health(make_queue: QueueFactory) -> None:
+    mq = make_queue()
+    handled: list[int] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        handled.append(msg.data)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A minimal ASGI app whose lifespan runs the consumer in the background."""
+        assert scope["type"] == "lifespan"
+        await receive()  # lifespan.startup
+        async with mq.running():
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+        await send({"type": "lifespan.shutdown.complete"})
+
+    to_app, app_inbox = anyio.create_memory_object_stream[dict[str, Any]](4)
+    app_outbox, from_app = anyio.create_memory_object_stream[dict[str, Any]](4)
+    async with to_app, from_app, app_inbox, app_outbox, anyio.create_task_group() as tg:
+        tg.start_soon(app, {"type": "lifespan"}, app_inbox.receive, app_outbox.send)
+        await to_app.send({"type": "lifespan.startup"})
+        assert (await from_app.receive())["type"] == "lifespan.startup.complete"
+        await mq.publish("job", 7)
+        await wait_for(lambda: handled == [7])
+        health = await mq.health()
+        assert health["connected"] and health["consuming"]
+        assert (health["pending"], health["lag"]) == (0, 0)
+        await to_app.send({"type": "lifespan.shutdown"})
+        assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
+    assert mq.done.is_set() and mq.stop_reason == "stopped"
+    assert (await mq.health())["consuming"] is False
+
+
+def test_sync_publisher(redis_url: str, stream: str) -> None:
+    import redis
+
+    with Publisher(redis_url, stream=stream) as publisher:
+        first = publisher.publish("email", {"to": "a@b.c"}, meta={"k": "v"})
+        more = publisher.publish_many("email", [{"to": f"{i}@x"} for i in range(3)])
+    entries = redis.Redis.from_url(redis_url).xrange(stream)
+    assert [e[0].decode() for e in entries] == [first, *more]
+    assert entries[0][1] == {b"type": b"email", b"data": b'{"to":"a@b.c"}', b"meta": b'{"k":"v"}'}
+
+
+def test_pytest_plugin_for_users(pytester: pytest.Pytester, redis_url: str) -> None:
+    pytester.makeconftest("")
+    pytester.makepyfile(
+        """
+        import anyio, pytest
+        from streamq import Message
+
+        @pytest.mark.anyio
+        async def test_handler_against_a_real_server(streamq_queue, streamq_stream):
+            mq = streamq_queue()
+            seen = []
+
+            @mq.handler("job")
+            async def handle(msg: Message[int]) -> None:
+                seen.append(msg.data)
+
+            async with mq, anyio.create_task_group() as tg:
+                tg.start_soon(mq.run)
+                await mq.publish("job", 41)
+                with anyio.fail_after(5):
+                    while not seen:
+                        await anyio.sleep(0.01)
+                await mq.stop()
+            assert seen == [41] and mq.stream == streamq_stream
+
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
+    result.assert_outcomes(passed=1)
+
+
+async def _noop(msg: Message[int]) -> None:
+    pass
