@@ -21,9 +21,9 @@ import anyio
 import redis.asyncio as aioredis
 
 from streamq import Message, StartFrom
+from streamq.config import env_url
 from streamq.message import encode_entry
 from streamq.server import EmbeddedServer
-from streamq.config import env_url
 
 from .workload import Email, fresh_stream, noop_consumer, payload, queue
 
@@ -38,7 +38,7 @@ async def prefill(url: str, stream: str, n: int) -> None:
     for start in range(0, n, 2000):
         pipe = client.pipeline(transaction=False)
         for _ in range(min(2000, n - start)):
-            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+            pipe.xadd(stream, fields)
         await pipe.execute()
     await client.aclose()
 
@@ -69,7 +69,7 @@ async def raw_xadd_pipelined(url: str, n: int) -> float:
     for start in range(0, n, 1000):
         pipe = client.pipeline(transaction=False)
         for fields in rows[start : start + 1000]:
-            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+            pipe.xadd(stream, fields)
         await pipe.execute()
     elapsed = time.perf_counter() - t0
     await client.delete(stream)

@@ -39,7 +39,7 @@ def fill(url: str, stream: str, n: int) -> None:
     for start in range(0, n, 2000):
         pipe = client.pipeline(transaction=False)
         for _ in range(min(2000, n - start)):
-            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+            pipe.xadd(stream, fields)
         pipe.execute()
     client.close()
 
@@ -73,7 +73,7 @@ def raw_xadd(url: str, n: int) -> float:
     for start in range(0, n, 1000):
         pipe = client.pipeline(transaction=False)
         for fields in rows[start : start + 1000]:
-            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+            pipe.xadd(stream, fields)
         pipe.execute()
     elapsed = time.perf_counter() - t0
     client.delete(stream)
@@ -89,8 +89,9 @@ def spark_write(spark: Any, url: str, n: int) -> float:
     ).repartition(2).cache()  # fmt: skip
     df.count()
     t0 = time.perf_counter()
-    df.write.format("streamq").option("url", url).option("stream", stream) \
-        .option("type", "email").mode("append").save()
+    df.write.format("streamq").option("url", url).option("stream", stream).option(
+        "type", "email"
+    ).mode("append").save()
     elapsed = time.perf_counter() - t0
     client = redis.Redis.from_url(url)
     written = client.xlen(stream)
@@ -108,13 +109,23 @@ def run(url: str, n: int, emit: Any) -> None:
         spark_read(spark, url, stream, n)  # warm-up: JVM, Python workers
         read = max(spark_read(spark, url, stream, n) for _ in range(2))
         raw = raw_xrange(url, stream)
-        emit(bench="spark_read", rows=n, rows_per_s=round(read), ratio_to_raw_xrange=round(read / raw, 3))
+        emit(
+            bench="spark_read",
+            rows=n,
+            rows_per_s=round(read),
+            ratio_to_raw_xrange=round(read / raw, 3),
+        )
         emit(bench="raw_xrange", rows=n, rows_per_s=round(raw))
         redis.Redis.from_url(url).delete(stream)
         spark_write(spark, url, n // 4)  # warm-up
         write = max(spark_write(spark, url, n) for _ in range(2))
         raw_w = raw_xadd(url, n)
-        emit(bench="spark_write", rows=n, rows_per_s=round(write), ratio_to_raw_xadd=round(write / raw_w, 3))
+        emit(
+            bench="spark_write",
+            rows=n,
+            rows_per_s=round(write),
+            ratio_to_raw_xadd=round(write / raw_w, 3),
+        )
         emit(bench="raw_xadd_sync_pipelined", rows=n, rows_per_s=round(raw_w))
     finally:
         spark.stop()

@@ -24,7 +24,9 @@ async def main() -> None:
     mq.register(orders)  # no batch handler for orders: they go one by one
     print(f"batch demo on {where()}")
     async with mq:
-        await mq.publish_many("email", [Email(to=f"user{i}@example.com", subject="hi") for i in range(12)])
+        await mq.publish_many(
+            "email", [Email(to=f"user{i}@example.com", subject="hi") for i in range(12)]
+        )
         await mq.publish("order", {"order_id": "o-1", "customer": "ada", "amount": "9.99"})
         async with anyio.create_task_group() as tg:
             tg.start_soon(mq.run)

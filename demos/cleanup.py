@@ -32,15 +32,32 @@ async def main() -> None:
         await mq.client.xack(stream, "slow", *[entry_id for entry_id, _ in reply[0][1]])
         info = await mq.topic_info()
         for group in info.groups:
-            print(f"  group {group.name!r}: last delivered {group.last_delivered_id}, lag {group.lag}")
-        print(f"length before cleanup: {info.length} (policy: keep at least {policy.max_stream_length})")
+            print(
+                f"  group {group.name!r}: last delivered {group.last_delivered_id}, lag {group.lag}"
+            )
+        print(
+            f"length before cleanup: {info.length} (policy: keep at least {policy.max_stream_length})"
+        )
         removed = await mq.cleanup()
         info = await mq.topic_info()
         print(f"cleanup removed {removed}: only the 40 both groups acknowledged")
-        print(f"length after: {info.length}; 'slow' still has all {info.group('slow').lag} it has not read")
-        await mq.client.xack(stream, "slow", *[e for e, _ in (await mq.client.xreadgroup("slow", "analytics-1", {stream: ">"}, count=100))[0][1]])
+        print(
+            f"length after: {info.length}; 'slow' still has all {info.group('slow').lag} it has not read"
+        )
+        await mq.client.xack(
+            stream,
+            "slow",
+            *[
+                e
+                for e, _ in (
+                    await mq.client.xreadgroup("slow", "analytics-1", {stream: ">"}, count=100)
+                )[0][1]
+            ],
+        )
         removed = await mq.cleanup()
-        print(f"after 'slow' caught up: removed {removed} more, length {(await mq.topic_info()).length}")
+        print(
+            f"after 'slow' caught up: removed {removed} more, length {(await mq.topic_info()).length}"
+        )
         await mq.terminate_topic()
 
 

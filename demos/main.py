@@ -35,7 +35,9 @@ async def main() -> None:
             meta={"source": "demo"},
         )
         # A foreign producer, as with redis-cli: XADD <stream> * type email data '{...}'
-        await mq.client.xadd(stream, {"type": "email", "data": '{"to":"cli@example.com","subject":"from redis-cli"}'})
+        await mq.client.xadd(
+            stream, {"type": "email", "data": '{"to":"cli@example.com","subject":"from redis-cli"}'}
+        )
         # A payload that fails the model: dead-lettered with the reason, nothing lost.
         await mq.client.xadd(stream, {"type": "email", "data": '{"to":"not-an-address"}'})
         expected_emails, expected_orders = 2, 6

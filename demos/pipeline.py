@@ -78,9 +78,12 @@ def follow_up(spark: Any, url: str, stream: str, root: Path) -> list[tuple[str, 
         F.concat(F.lit("Your "), F.col("orders"), F.lit(" orders")).alias("subject"),
         F.concat(F.lit("total "), F.col("total").cast("string")).alias("body"),
     )
-    emails.write.format("streamq").option("url", url).option("stream", stream) \
-        .option("type", "email").mode("append").save()
-    return [(r.customer, r.orders, str(r.total)) for r in per_customer.orderBy("customer").collect()]
+    emails.write.format("streamq").option("url", url).option("stream", stream).option(
+        "type", "email"
+    ).mode("append").save()
+    return [
+        (r.customer, r.orders, str(r.total)) for r in per_customer.orderBy("customer").collect()
+    ]
 
 
 async def main() -> None:
@@ -88,7 +91,9 @@ async def main() -> None:
     url, stream = default_url(), fresh_stream("pipeline")
     root = Path(tempfile.mkdtemp(prefix="streamq-pipeline-"))
     policy = CleanupPolicy(max_stream_length=0, min_retention=0)
-    mq = MessageQueue(url, stream=stream, group="services", start=StartFrom.EARLIEST, cleanup=policy)
+    mq = MessageQueue(
+        url, stream=stream, group="services", start=StartFrom.EARLIEST, cleanup=policy
+    )
     outbox: list[Email] = []
     install(mq, outbox)
     orders = OrderHandler()

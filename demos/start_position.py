@@ -8,7 +8,9 @@ from demos._common import fresh_stream, setup_logging, where
 from streamq import Message, MessageQueue, StartFrom
 
 
-async def consume(stream: str, group: str, start: StartFrom, expect: int, seek: str | None = None) -> list[int]:
+async def consume(
+    stream: str, group: str, start: StartFrom, expect: int, seek: str | None = None
+) -> list[int]:
     mq = MessageQueue(stream=stream, group=group, start=start)
     got: list[int] = []
 
@@ -35,10 +37,16 @@ async def main() -> None:
     publisher = MessageQueue(stream=stream)
     ids = await publisher.publish_many("n", [1, 2, 3, 4, 5])
     print(f"history: 5 messages, ids {ids[0]} .. {ids[-1]}")
-    print(f"  LATEST          -> {await consume(stream, 'latest', StartFrom.LATEST, 0)} (only what comes after the group exists)")
+    print(
+        f"  LATEST          -> {await consume(stream, 'latest', StartFrom.LATEST, 0)} (only what comes after the group exists)"
+    )
     print(f"  EARLIEST        -> {await consume(stream, 'earliest', StartFrom.EARLIEST, 5)}")
-    print(f"  at({ids[2]}) -> {await consume(stream, 'at', StartFrom.at(ids[2]), 2)} (entries after that ID)")
-    print(f"  LATEST + seek({ids[0]}) -> {await consume(stream, 'sought', StartFrom.LATEST, 4, seek=ids[0])}")
+    print(
+        f"  at({ids[2]}) -> {await consume(stream, 'at', StartFrom.at(ids[2]), 2)} (entries after that ID)"
+    )
+    print(
+        f"  LATEST + seek({ids[0]}) -> {await consume(stream, 'sought', StartFrom.LATEST, 4, seek=ids[0])}"
+    )
     await publisher.terminate_topic()
     await publisher.aclose()
 

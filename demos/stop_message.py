@@ -16,11 +16,13 @@ async def main() -> None:
                               claim_interval=0.2) for g in ("billing", "audit")]  # fmt: skip
     seen: dict[str, list[int]] = {"billing": [], "audit": []}
     for mq in consumers:
+
         def install(mq: MessageQueue) -> None:
             @mq.handler("invoice")
             async def handle(msg: Message[int]) -> None:
                 seen[mq.group].append(msg.data)
                 print(f"  {mq.group:<8} handled invoice {msg.data} ({msg.id})")
+
         install(mq)
     async with anyio.create_task_group() as tg:
         for mq in consumers:

@@ -23,7 +23,9 @@ def pack(*args: bytes | str) -> bytes:
     return b"*%d\r\n%s" % (len(args), b"".join(bulk(a) for a in args))
 
 
-def pack_xadds(stream: str, entries: Iterable[Mapping[bytes | str, bytes | str]]) -> tuple[bytes, int]:
+def pack_xadds(
+    stream: str, entries: Iterable[Mapping[bytes | str, bytes | str]]
+) -> tuple[bytes, int]:
     """``XADD stream * field value ...`` for each entry; returns (bytes, command count)."""
     head = bulk(b"XADD") + bulk(stream) + bulk(b"*")
     parts, count = [], 0

@@ -45,7 +45,9 @@ async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -
             await client.xgroup_setid(stream, group, entry_id)
         except rx.ResponseError as e:
             if "NOGROUP" in str(e) or "no such key" in str(e).lower():
-                raise GroupNotFoundError(f"cannot seek: group {group!r} of {stream!r} missing") from e
+                raise GroupNotFoundError(
+                    f"cannot seek: group {group!r} of {stream!r} missing"
+                ) from e
             raise
 
 

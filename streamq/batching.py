@@ -51,7 +51,9 @@ class _TypeState:
 class Batcher:
     """Collects entries per type and hands full (or timed-out) batches to ``flush``."""
 
-    def __init__(self, defaults: BatchConfig, flush: FlushBatch, limiter: anyio.CapacityLimiter) -> None:
+    def __init__(
+        self, defaults: BatchConfig, flush: FlushBatch, limiter: anyio.CapacityLimiter
+    ) -> None:
         self._defaults = defaults
         self._flush = flush
         self._limiter = limiter

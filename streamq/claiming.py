@@ -153,7 +153,9 @@ class Claimer:
         if not ids:
             return []
         with translated(self.stream, self.group):
-            lost = await self.renew_script(keys=[self.stream], args=[self.group, self.consumer, *ids])
+            lost = await self.renew_script(
+                keys=[self.stream], args=[self.group, self.consumer, *ids]
+            )
         lost_ids = [_text(i) for i in lost]
         if lost_ids:
             log.warning("lease lost for %d entries now owned by another consumer", len(lost_ids))

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
@@ -125,15 +126,24 @@ class Cleaner:
                 if doomed:
                     removed += int(await self._client.xdel(self._stream, *doomed))
             else:  # nothing to spare: trimming frees whole nodes, cheaper than XDEL
-                removed += int(await self._client.xtrim(self._stream, minid=str(ids[-1].next()), approximate=False))
-            await anyio.sleep(0)  # let the handlers of this process run between batches
+                removed += int(
+                    await self._client.xtrim(
+                        self._stream, minid=str(ids[-1].next()), approximate=False
+                    )
+                )
+            # let the handlers of this process run between batches
+            await anyio.lowlevel.checkpoint()
         return removed
 
     async def _trim_dead_letters(self) -> int:
         if self.policy.dead_letter_retention is None:
             return 0
         cutoff = int(time.time() * 1000 - float(self.policy.dead_letter_retention) * 1000)  # type: ignore[arg-type]
-        return int(await self._client.xtrim(self._keys.dead_letters, minid=f"{cutoff}-0", approximate=False))
+        return int(
+            await self._client.xtrim(
+                self._keys.dead_letters, minid=f"{cutoff}-0", approximate=False
+            )
+        )
 
     async def run_periodically(self) -> None:
         """Run a pass every ``interval`` seconds until cancelled."""

@@ -68,7 +68,8 @@ def render_info(info: TopicInfo) -> str:
         f"dead letters  {info.dead_letters}",
         f"stopped IDs   {', '.join(info.stopped_ids) or '-'}",
         "",
-        f"{'group':<20} {'last delivered':<22} {'pending':>8} {'lag':>8} {'oldest pending':>15}  consumers",
+        f"{'group':<20} {'last delivered':<22} {'pending':>8} {'lag':>8} "
+        f"{'oldest pending':>15}  consumers",
     ]
     for g in info.groups:
         consumers = ", ".join(f"{c.name}({c.pending})" for c in g.consumers) or "-"
@@ -108,13 +109,15 @@ async def cmd_info(args: argparse.Namespace) -> str:
 async def cmd_pending(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
         await _require_stream(mq)
-        rows = await mq.client.xpending_range(mq.stream, args.group, min="-", max="+", count=args.count)
+        rows = await mq.client.xpending_range(
+            mq.stream, args.group, min="-", max="+", count=args.count
+        )
         lines = [f"{'id':<24} {'consumer':<24} {'idle':>10} {'deliveries':>10}"]
-        for row in rows:
-            lines.append(
-                f"{row['message_id'].decode():<24} {row['consumer'].decode():<24} "
-                f"{_age(int(row['time_since_delivered'])):>10} {row['times_delivered']:>10}"
-            )
+        lines.extend(
+            f"{row['message_id'].decode():<24} {row['consumer'].decode():<24} "
+            f"{_age(int(row['time_since_delivered'])):>10} {row['times_delivered']:>10}"
+            for row in rows
+        )
         return "\n".join(lines) if rows else f"no pending entries in group {args.group!r}"
 
 
@@ -181,7 +184,10 @@ async def cmd_cleanup(args: argparse.Namespace) -> str:
     if report.skipped:
         return f"nothing removed: {report.skipped}"
     verb = "would remove" if args.dry_run else "removed"
-    return f"{verb} {report.removed} entries below {report.safe_point}; length after {report.length_after}"
+    return (
+        f"{verb} {report.removed} entries below {report.safe_point}; "
+        f"length after {report.length_after}"
+    )
 
 
 class _closing:
@@ -215,7 +221,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         from bench.run import cli as bench_cli
     except ImportError:
-        raise CliError("the benchmark suite lives in the source tree: run it from the repository", EXIT_USAGE) from None
+        raise CliError(
+            "the benchmark suite lives in the source tree: run it from the repository", EXIT_USAGE
+        ) from None
     sys.argv = ["streamq bench", *args.rest]
     bench_cli()
     return 0
@@ -227,27 +235,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help=f"Redis URL (default ${ENV_URL})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
-    def command(name: str, func: Callable[..., Any], help_text: str, stream: bool = True) -> argparse.ArgumentParser:
+    def command(
+        name: str, func: Callable[..., Any], help_text: str, stream: bool = True
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if stream:
             p.add_argument("stream")
         p.set_defaults(func=func)
         return p
 
-    p = command("server", cmd_server, "run the embedded server in the foreground, print its URL", stream=False)
+    p = command(
+        "server",
+        cmd_server,
+        "run the embedded server in the foreground, print its URL",
+        stream=False,
+    )
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--appendonly", action="store_true", help="persist with AOF")
     p = command("publish", cmd_publish, "publish one message: STREAM TYPE JSON")
     p.add_argument("type")
     p.add_argument("json")
     p.add_argument("--meta", action="append", metavar="KEY=VALUE")
-    p = command("info", cmd_info, "length, first/last, groups, consumers, pending, lag, dead letters, stopped IDs")
+    p = command(
+        "info",
+        cmd_info,
+        "length, first/last, groups, consumers, pending, lag, dead letters, stopped IDs",
+    )
     p.add_argument("--json", action="store_true")
     p = command("pending", cmd_pending, "pending entries of a group: STREAM GROUP")
     p.add_argument("group")
     p.add_argument("--count", type=int, default=100)
     p = command("tail", cmd_tail, "follow new entries")
-    p.add_argument("--from", dest="start", default="$", help="entry ID to start after (default: new only)")
+    p.add_argument(
+        "--from", dest="start", default="$", help="entry ID to start after (default: new only)"
+    )
     p.add_argument("--count", type=int, default=0, help="stop after this many entries")
     p.add_argument("--seconds", type=float, default=0, help="stop after this long")
     p = command("dlq", cmd_dlq, "dead letters: dlq list|replay|purge STREAM [ID]", stream=False)
@@ -265,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("cleanup", cmd_cleanup, "remove entries every group has acknowledged")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--max-length", type=int, default=0, help="keep at least this many entries")
-    p.add_argument("--min-retention", type=float, default=0, help="keep entries younger than this (s)")
+    p.add_argument(
+        "--min-retention", type=float, default=0, help="keep entries younger than this (s)"
+    )
     p = command("bench", cmd_bench, "run the benchmark suite", stream=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     return parser

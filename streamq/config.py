@@ -168,7 +168,9 @@ class ConsumerConfig:
             object.__setattr__(self, name, seconds(getattr(self, name), name))
         if self.handler_timeout is not None:
             object.__setattr__(
-                self, "handler_timeout", seconds(self.handler_timeout, "handler_timeout", allow_zero=False)
+                self,
+                "handler_timeout",
+                seconds(self.handler_timeout, "handler_timeout", allow_zero=False),
             )
         if self.max_in_flight < self.concurrency:
             raise ConfigError(

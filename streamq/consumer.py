@@ -13,7 +13,7 @@ the acks under a shielded scope.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,14 +64,14 @@ class Consumer:
         retry: RetryPolicy,
         batch: BatchConfig,
         stopped: StoppedView,
-        background: list[Callable[[], Awaitable[Any]]] | None = None,
+        background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
     ) -> None:
         self._client = client
         self.id = identity
         self._router = router
         self._config = config
         self._stopped = stopped
-        self._background = background or []
+        self._background = background
         self.in_flight: dict[str, float] = {}
         self._reserved = 0
         self._scopes: dict[str, anyio.CancelScope] = {}

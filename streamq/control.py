@@ -55,7 +55,7 @@ async def stop_message(client: aioredis.Redis, stream: str, entry_id: str) -> in
     keys = Keys(stream)
     entry_id = str(StreamId.parse(entry_id))
     with translated(stream):
-        held = int(await client.eval(STOP_MESSAGE, 2, stream, keys.stopped, entry_id))  # type: ignore[misc]
+        held = int(await client.eval(STOP_MESSAGE, 2, stream, keys.stopped, entry_id))
         if held < 0:
             raise MessageNotFoundError(f"entry {entry_id} does not exist in stream {stream!r}")
         await _announce(client, keys, "stop", entry_id)
@@ -68,7 +68,7 @@ async def resume_message(client: aioredis.Redis, stream: str, entry_id: str) -> 
     entry_id = str(StreamId.parse(entry_id))
     with translated(stream):
         restored = int(
-            await client.eval(  # type: ignore[misc]
+            await client.eval(
                 RESUME_MESSAGE, 2, stream, keys.stopped, entry_id, RESUME_CLAIMER, RESUMED_IDLE_MS
             )
         )
@@ -82,7 +82,7 @@ async def hold_message(client: aioredis.Redis, stream: str, group: str, entry_id
     """Take a stopped entry out of ``group``'s pending list; False if it was resumed."""
     keys = Keys(stream)
     with translated(stream, group):
-        return bool(await client.eval(HOLD_MESSAGE, 2, stream, keys.stopped, entry_id, group))  # type: ignore[misc]
+        return bool(await client.eval(HOLD_MESSAGE, 2, stream, keys.stopped, entry_id, group))
 
 
 async def stopped_ids(client: aioredis.Redis, stream: str) -> list[str]:
@@ -135,7 +135,9 @@ class ControlListener:
         self._resync_interval = resync_interval
         self._on_stop, self._on_resume, self._on_terminate = on_stop, on_resume, on_terminate
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         started = False
         while True:
             try:

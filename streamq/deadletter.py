@@ -8,6 +8,7 @@ leaves the entry pending (so it is dead-lettered twice at worst), never lost.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from dataclasses import dataclass
@@ -125,15 +126,15 @@ class DeadLetters:
         message.setdefault(b"data", b"null")
         message[b"meta"] = _with_replay_note(meta, original)
         pipe = self._client.pipeline(transaction=True)
-        pipe.xadd(self._stream, message)  # type: ignore[arg-type]
+        pipe.xadd(self._stream, message)
         pipe.xdel(self.key, dead_letter_id)
         with translated(self._stream):
             new_id, _ = await pipe.execute()
         return str(new_id.decode())
 
-    async def replay_all(self) -> list[str]:
+    async def replay_all(self) -> builtins.list[str]:
         """Replay every dead letter in order; return the new IDs."""
-        new_ids: list[str] = []
+        new_ids: builtins.list[str] = []
         while letters := await self.list(count=500):
             new_ids.extend([await self.replay(letter.id) for letter in letters])
         return new_ids
@@ -145,7 +146,9 @@ class DeadLetters:
                 removed = await self._client.xlen(self.key)
                 await self._client.delete(self.key)
                 return int(removed)
-            return int(await self._client.xtrim(self.key, minid=f"{older_than_ms}-0", approximate=False))
+            return int(
+                await self._client.xtrim(self.key, minid=f"{older_than_ms}-0", approximate=False)
+            )
 
 
 def _with_replay_note(meta: bytes | None, original_id: str) -> bytes:

@@ -8,8 +8,8 @@ retries -> left pending, to be redelivered by claiming, until ``max_deliveries``
 from __future__ import annotations
 
 import logging
-from time import perf_counter
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 import anyio
@@ -29,8 +29,8 @@ from .deadletter import DeadLetters
 from .errors import MessageFormatError
 from .message import Message, RawEntry
 from .router import Route, Router
-from .stats import Stats
 from .signals import HandlerSignal, PartialFailure, Reject, Retry
+from .stats import Stats
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Dispatcher:
             stop=stop_after_attempt(max(retry.attempts - 1, 1)),
             # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
             wait=wait_exponential(multiplier=retry.backoff, max=retry.max_backoff)  # type: ignore[arg-type]
-            + wait_random(0, retry.jitter),  # type: ignore[arg-type]
+            + wait_random(0, retry.jitter),
             retry=retry_if_not_exception_type(HandlerSignal),
             reraise=True,
         )
@@ -104,9 +104,7 @@ class Dispatcher:
     # -- outcomes -------------------------------------------------------------------
     async def dead_letter(self, entry: RawEntry, reason: str) -> None:
         self.stats.dead_lettered += 1
-        await self.dead_letters.write(
-            entry, group=self.group, consumer=self.consumer, error=reason
-        )
+        await self.dead_letters.write(entry, group=self.group, consumer=self.consumer, error=reason)
 
     async def failed(self, entry: RawEntry, error: BaseException) -> None:
         """A delivery failed: dead-letter if it was the last allowed, else leave pending."""
@@ -159,13 +157,15 @@ class Dispatcher:
         started = perf_counter()
         try:
             if route.single_is_async and self.handler_timeout is None:
-                await func(message)  # the fast path: no wrappers
+                await func(message)  # type: ignore[misc]  # async: checked at registration
             else:
                 await self._call_once(func, route.single_is_async, message)
         except Exception as first:
             self.stats.handler_seconds.observe(perf_counter() - started)
-            error = first if isinstance(first, HandlerSignal) else await self._retry(
-                func, route.single_is_async, message, first
+            error = (
+                first
+                if isinstance(first, HandlerSignal)
+                else await self._retry(func, route.single_is_async, message, first)
             )
             if error is not None:
                 await self._settle(entry, error)
@@ -271,7 +271,7 @@ class Dispatcher:
                 return errors
             remaining = [m for m in remaining if m.id in errors]
             if attempt < self.retry.attempts:
-                delay = min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)  # type: ignore[operator]
+                delay = min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
                 await anyio.sleep(delay)
         return errors
 
@@ -296,4 +296,3 @@ class Dispatcher:
                 if entry_id in ids
             }
         return {}
-

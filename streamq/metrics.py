@@ -28,7 +28,9 @@ def _prometheus() -> Any:
         import prometheus_client
         import prometheus_client.core
     except ImportError as e:
-        raise ConfigError("metrics export needs the [metrics] extra: pip install streamq[metrics]") from e
+        raise ConfigError(
+            "metrics export needs the [metrics] extra: pip install streamq[metrics]"
+        ) from e
     return prometheus_client
 
 
@@ -50,13 +52,22 @@ class QueueCollector:
     def collect(self) -> Iterator[Any]:
         core = _prometheus().core
         labels = ["stream", "group", "consumer"]
+        names = ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked")
         counters = {
-            name: core.CounterMetricFamily(f"{PREFIX}_{name}", f"entries {name.replace('_', ' ')}", labels=labels)
-            for name in ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked")
-        }  # fmt: skip
-        in_flight = core.GaugeMetricFamily(f"{PREFIX}_in_flight", "entries fetched, not finished", labels=labels)
-        duration = core.HistogramMetricFamily(f"{PREFIX}_handler_seconds", "handler duration", labels=labels)
-        batch = core.HistogramMetricFamily(f"{PREFIX}_batch_size", "entries per batch call", labels=labels)
+            name: core.CounterMetricFamily(
+                f"{PREFIX}_{name}", f"entries {name.replace('_', ' ')}", labels=labels
+            )
+            for name in names
+        }
+        in_flight = core.GaugeMetricFamily(
+            f"{PREFIX}_in_flight", "entries fetched, not finished", labels=labels
+        )
+        duration = core.HistogramMetricFamily(
+            f"{PREFIX}_handler_seconds", "handler duration", labels=labels
+        )
+        batch = core.HistogramMetricFamily(
+            f"{PREFIX}_batch_size", "entries per batch call", labels=labels
+        )
         for mq in self.queues:
             stats, values = mq.stats(), [mq.stream, mq.group, mq.consumer]
             if not stats:
@@ -73,13 +84,25 @@ class QueueCollector:
         yield from self._queue_gauges(core)
 
     def _queue_gauges(self, core: Any) -> Iterator[Any]:
-        length = core.GaugeMetricFamily(f"{PREFIX}_stream_length", "entries in the stream", labels=["stream"])
-        dead = core.GaugeMetricFamily(f"{PREFIX}_dead_letters", "entries in the dead-letter stream", labels=["stream"])
-        pending = core.GaugeMetricFamily(f"{PREFIX}_group_pending", "entries delivered, not acked", labels=["stream", "group"])
-        lag = core.GaugeMetricFamily(f"{PREFIX}_group_lag", "entries not yet delivered to the group", labels=["stream", "group"])
+        length = core.GaugeMetricFamily(
+            f"{PREFIX}_stream_length", "entries in the stream", labels=["stream"]
+        )
+        dead = core.GaugeMetricFamily(
+            f"{PREFIX}_dead_letters", "entries in the dead-letter stream", labels=["stream"]
+        )
+        pending = core.GaugeMetricFamily(
+            f"{PREFIX}_group_pending", "entries delivered, not acked", labels=["stream", "group"]
+        )
+        lag = core.GaugeMetricFamily(
+            f"{PREFIX}_group_lag",
+            "entries not yet delivered to the group",
+            labels=["stream", "group"],
+        )
         oldest = core.GaugeMetricFamily(
-            f"{PREFIX}_group_oldest_pending_age_seconds", "age of the oldest pending entry", labels=["stream", "group"]
-        )  # fmt: skip
+            f"{PREFIX}_group_oldest_pending_age_seconds",
+            "age of the oldest pending entry",
+            labels=["stream", "group"],
+        )
         for stream, url in sorted({(mq.stream, mq.url) for mq in self.queues}):
             try:
                 self._stream_gauges(url, stream, length, dead, pending, lag, oldest)
@@ -132,7 +155,9 @@ class MetricsServer:
         self._collector.close()
 
 
-def serve_metrics(*queues: MessageQueue, port: int = 9108, addr: str = "127.0.0.1") -> MetricsServer:
+def serve_metrics(
+    *queues: MessageQueue, port: int = 9108, addr: str = "127.0.0.1"
+) -> MetricsServer:
     """Serve /metrics over HTTP in a background thread (``port=0`` picks a free port)."""
     prometheus = _prometheus()
     registry = prometheus.CollectorRegistry()

@@ -34,7 +34,7 @@ class Publisher:
         """Add one message; return its entry ID."""
         fields = encode_entry(message_type, data, meta)
         with translated(self.stream):
-            return str(self._client.xadd(self.stream, fields).decode())  # type: ignore[arg-type]
+            return str(self._client.xadd(self.stream, fields).decode())
 
     def publish_many(
         self, message_type: str, items: Iterable[Any], meta: Mapping[str, str] | None = None,

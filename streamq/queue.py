@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from . import _resp as resp
 from . import admin, control
+from ._context import inside_handler
 from ._redis import connect, translated
 from .cleanup import Cleaner
 from .config import (
@@ -30,7 +31,6 @@ from .config import (
     StartFrom,
     seconds,
 )
-from ._context import inside_handler
 from .consumer import Consumer, Identity
 from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
@@ -189,7 +189,7 @@ class MessageQueue:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input."""
         fields = encode_entry(message_type, data, meta)
         with translated(self.stream):
-            entry_id = await self.client.xadd(self.stream, fields)  # type: ignore[arg-type]
+            entry_id = await self.client.xadd(self.stream, fields)
         return str(entry_id.decode())
 
     async def publish_many(
@@ -213,7 +213,9 @@ class MessageQueue:
     def _build_consumer(self) -> Consumer:
         background = []
         if self.cleanup_policy.enabled:
-            background.append(Cleaner(self.client, self.stream, self.cleanup_policy).run_periodically)
+            background.append(
+                Cleaner(self.client, self.stream, self.cleanup_policy).run_periodically
+            )
         return Consumer(
             self.client,
             Identity(self.stream, self.group, self.consumer),

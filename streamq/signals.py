@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 
-class HandlerSignal(Exception):  # noqa: N818 - signals, not errors
+class HandlerSignal(Exception):
     """Base of the signals a handler may raise."""
 
 

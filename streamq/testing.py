@@ -23,7 +23,12 @@ from .config import StartFrom, env_url
 from .queue import MessageQueue
 from .server import EmbeddedServer
 
-TEST_TIMINGS: dict[str, Any] = {"claim_idle": 1.0, "claim_interval": 0.2, "block": 0.2, "grace": 5.0}
+TEST_TIMINGS: dict[str, Any] = {
+    "claim_idle": 1.0,
+    "claim_interval": 0.2,
+    "block": 0.2,
+    "grace": 5.0,
+}
 
 
 @pytest.fixture(scope="session")

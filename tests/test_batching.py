@@ -128,7 +128,9 @@ async def test_object_form_batch_handler(make_queue: QueueFactory) -> None:
 
 
 async def test_whole_batch_failure_redelivers_every_entry(make_queue: QueueFactory) -> None:
-    mq = make_queue(retry=RetryPolicy(attempts=1, max_deliveries=3), claim_idle=0.2, claim_interval=0.05)
+    mq = make_queue(
+        retry=RetryPolicy(attempts=1, max_deliveries=3), claim_idle=0.2, claim_interval=0.05
+    )
     deliveries: list[list[int]] = []
 
     @mq.batch_handler("order", size=3, timeout=0.05)
@@ -152,7 +154,9 @@ async def test_partial_failure_retries_only_failed_entries(
     @mq.batch_handler("order", size=4, timeout=0.05)
     async def store(msgs: list[Message[Order]]) -> None:
         calls.append([(m.data.n, m.delivery_count) for m in msgs])
-        failed = {m.id: "odd numbers fail once" for m in msgs if m.data.n % 2 and m.delivery_count == 1}
+        failed = {
+            m.id: "odd numbers fail once" for m in msgs if m.data.n % 2 and m.delivery_count == 1
+        }
         if failed:
             raise PartialFailure(failed)
 

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.anyio
 EAGER = CleanupPolicy(max_stream_length=0, min_retention=0, batch_size=3)
 
 
-async def read_and_ack(client: aioredis.Redis, stream: str, group: str, n: int, skip: int = -1) -> None:
+async def read_and_ack(
+    client: aioredis.Redis, stream: str, group: str, n: int, skip: int = -1
+) -> None:
     """Group ``group`` reads ``n`` entries and acks all of them but index ``skip``."""
     reply = await client.xreadgroup(group, "reader", {stream: ">"}, count=n)
     ids = [entry_id for i, (entry_id, _) in enumerate(reply[0][1]) if i != skip]
@@ -34,7 +36,9 @@ async def remaining(client: aioredis.Redis, stream: str) -> list[str]:
     return [i.decode() for i, _ in await client.xrange(stream)]
 
 
-async def test_only_entries_every_group_acknowledged_go(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+async def test_only_entries_every_group_acknowledged_go(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
     mq, ids = await setup(make_queue, client)
     await read_and_ack(client, mq.stream, "g", 10)
     await read_and_ack(client, mq.stream, "lagging", 4)
@@ -42,7 +46,9 @@ async def test_only_entries_every_group_acknowledged_go(make_queue: QueueFactory
     assert await remaining(client, mq.stream) == ids[4:]
 
 
-async def test_pending_entry_blocks_its_prefix(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+async def test_pending_entry_blocks_its_prefix(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
     mq, ids = await setup(make_queue, client)
     await read_and_ack(client, mq.stream, "g", 10)
     await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
@@ -50,8 +56,12 @@ async def test_pending_entry_blocks_its_prefix(make_queue: QueueFactory, client:
     assert await remaining(client, mq.stream) == ids[2:]
 
 
-async def test_min_retention_and_max_stream_length(make_queue: QueueFactory, client: aioredis.Redis) -> None:
-    mq, ids = await setup(make_queue, client, CleanupPolicy(max_stream_length=0, min_retention=3600))
+async def test_min_retention_and_max_stream_length(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq, ids = await setup(
+        make_queue, client, CleanupPolicy(max_stream_length=0, min_retention=3600)
+    )
     for group in ("g", "lagging"):
         await read_and_ack(client, mq.stream, group, 10)
     assert await mq.cleanup() == 0, "entries younger than min_retention were removed"
@@ -80,7 +90,7 @@ async def test_stream_without_groups_is_never_cleaned(redis_url: str, stream: st
 
 
 async def test_one_cleaner_at_a_time(make_queue: QueueFactory, client: aioredis.Redis) -> None:
-    mq, ids = await setup(make_queue, client)
+    mq, _ = await setup(make_queue, client)
     for group in ("g", "lagging"):
         await read_and_ack(client, mq.stream, group, 10)
     cleaners = [Cleaner(mq.client, mq.stream, EAGER) for _ in range(4)]
@@ -90,9 +100,11 @@ async def test_one_cleaner_at_a_time(make_queue: QueueFactory, client: aioredis.
     await anyio.sleep(0.6)  # the lock expires: a crashed cleaner does not block for ever
     removed = 0
     async with anyio.create_task_group() as tg:
+
         async def run(cleaner: Cleaner) -> None:
             nonlocal removed
             removed += (await cleaner.run_once()).removed
+
         for cleaner in cleaners:
             tg.start_soon(run, cleaner)
     assert removed == 10 and await client.xlen(mq.stream) == 0
@@ -134,7 +146,9 @@ def _append_to(into: list[str]):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-async def test_stream_stays_bounded_under_load(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+async def test_stream_stays_bounded_under_load(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
     policy = CleanupPolicy(enabled=True, interval=0.1, max_stream_length=1000, min_retention=0)
     queues = [make_queue(consumer=f"c{i}", cleanup=policy) for i in range(2)]
     handled: list[str] = []

@@ -12,7 +12,9 @@ import redis
 pytestmark = pytest.mark.slow
 
 
-def streamq(*args: str, url: str | None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def streamq(
+    *args: str, url: str | None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "STREAMQ_REDIS_URL"}
     if url:
         env["STREAMQ_REDIS_URL"] = url
@@ -31,10 +33,16 @@ def test_help_lists_every_command() -> None:
 
 def test_publish_info_pending_tail(redis_url: str, stream: str) -> None:
     r = redis.Redis.from_url(redis_url)
-    published = streamq("publish", stream, "email", '{"to":"a@b.c"}', "--meta", "k=v", url=redis_url)
+    published = streamq(
+        "publish", stream, "email", '{"to":"a@b.c"}', "--meta", "k=v", url=redis_url
+    )
     assert published.returncode == 0, published.stderr
     entry_id = published.stdout.strip()
-    assert r.xrange(stream)[0][1] == {b"type": b"email", b"data": b'{"to":"a@b.c"}', b"meta": b'{"k":"v"}'}
+    assert r.xrange(stream)[0][1] == {
+        b"type": b"email",
+        b"data": b'{"to":"a@b.c"}',
+        b"meta": b'{"k":"v"}',
+    }
     r.xgroup_create(stream, "workers", id="0")
     r.xreadgroup("workers", "w1", {stream: ">"})
     info = streamq("info", stream, url=redis_url)
@@ -51,11 +59,17 @@ def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
     r = redis.Redis.from_url(redis_url)
     entry_id = r.xadd(stream, {"type": "job", "data": "1"}).decode()
     r.xgroup_create(stream, "g", id="$")
-    assert streamq("stop-message", stream, entry_id, url=redis_url).stdout.strip() == f"stopped {entry_id}"
+    assert (
+        streamq("stop-message", stream, entry_id, url=redis_url).stdout.strip()
+        == f"stopped {entry_id}"
+    )
     assert entry_id in streamq("info", stream, url=redis_url).stdout
     assert streamq("resume-message", stream, entry_id, url=redis_url).returncode == 0
     assert streamq("dlq", "list", stream, url=redis_url).stdout.strip() == "no dead letters"
-    r.xadd(f"streamq:{{{stream}}}:dlq", {"original_id": "1-0", "type": "job", "data": "2", "error": "boom"})
+    r.xadd(
+        f"streamq:{{{stream}}}:dlq",
+        {"original_id": "1-0", "type": "job", "data": "2", "error": "boom"},
+    )
     assert "boom" in streamq("dlq", "list", stream, url=redis_url).stdout
     assert "replayed 1" in streamq("dlq", "replay", stream, url=redis_url).stdout
     dry = streamq("cleanup", stream, "--dry-run", url=redis_url)

@@ -79,7 +79,9 @@ async def test_entry_added_by_a_foreign_client_is_consumed(
 
     async with mq:
         # exactly what `redis-cli XADD task-stream '*' type email data '{"to":"a@b.c"}'` sends
-        await client.execute_command("XADD", mq.stream, "*", "type", "email", "data", '{"to":"a@b.c"}')
+        await client.execute_command(
+            "XADD", mq.stream, "*", "type", "email", "data", '{"to":"a@b.c"}'
+        )
         await run_until(mq, lambda: len(got) == 1)
     assert got == [Email(to="a@b.c")]
 
@@ -171,7 +173,9 @@ async def test_concurrency_is_bounded(make_queue: QueueFactory) -> None:
     assert 4 < fetched_peak <= 8, f"{fetched_peak} entries fetched at once, max_in_flight=8"
 
 
-async def test_stop_drains_running_handlers(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+async def test_stop_drains_running_handlers(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
     mq = make_queue(grace=5.0)
     started, finished = anyio.Event(), []
 

@@ -150,7 +150,9 @@ async def test_terminate_stops_every_consumer_at_once_and_topic_is_reusable(
         await run_until(again, lambda: seen == [new_id])
 
 
-async def test_terminate_can_keep_dead_letters(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+async def test_terminate_can_keep_dead_letters(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
     mq = make_queue()
     async with mq:
         await mq.publish("job", 1)
@@ -195,9 +197,7 @@ async def test_topic_info_matches_xinfo(make_queue: QueueFactory, client: aiored
         await mq.stop_message(ids[4])
         info = await mq.topic_info()
     raw = await client.xinfo_stream(mq.stream)
-    assert (info.length, info.first_id, info.last_id) == (
-        raw["length"], ids[0], ids[-1]
-    )
+    assert (info.length, info.first_id, info.last_id) == (raw["length"], ids[0], ids[-1])
     group = info.group("g")
     assert group.pending == 2 and group.last_delivered_id == ids[1]
     assert group.lag == 3

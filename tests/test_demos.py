@@ -15,12 +15,20 @@ DEMOS = {
     "main": ["emails sent: 2; orders handled: 6", "dead letter", "pending: 0"],
     "batch": ["batch sizes seen: [5, 5, 2]"],
     "start_position": ["LATEST          -> []", "EARLIEST        -> [1, 2, 3, 4, 5]"],
-    "auto_stop": ["automatic stop, reason 'group_deleted'", "reason 'stream_deleted'",
-                  "reason 'topic_terminated'", "manual stop, reason 'stopped'"],  # fmt: skip
+    "auto_stop": [
+        "automatic stop, reason 'group_deleted'",
+        "reason 'stream_deleted'",
+        "reason 'topic_terminated'",
+        "manual stop, reason 'stopped'",
+    ],
     "stop_message": ["billing saw [1, 3, 2], audit saw [1, 3, 2]"],
     "cleanup": ["cleanup removed 40", "removed 50 more, length 10"],
-    "microservice": ["sync view published 3 emails", "'consuming': True", "streamq_handled_total",
-                     "service stopped: stopped; 3 emails sent"],  # fmt: skip
+    "microservice": [
+        "sync view published 3 emails",
+        "'consuming': True",
+        "streamq_handled_total",
+        "service stopped: stopped; 3 emails sent",
+    ],
 }
 
 
@@ -34,7 +42,9 @@ def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
     )  # fmt: skip
     assert result.returncode == 0, f"demo {name} failed:\n{result.stdout}\n{result.stderr}"
     for expected in DEMOS[name]:
-        assert expected in result.stdout, f"demo {name} did not print {expected!r}:\n{result.stdout}"
+        assert expected in result.stdout, (
+            f"demo {name} did not print {expected!r}:\n{result.stdout}"
+        )
 
 
 @pytest.mark.spark
@@ -46,7 +56,9 @@ def test_pipeline_demo(redis_url: str) -> None:
         [sys.executable, "-m", "demos.pipeline"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=220,
     )  # fmt: skip
-    assert result.returncode == 0, f"pipeline demo failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"pipeline demo failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+    )
     out = result.stdout
     assert "2. Spark archived 10 entries" in out, out
     assert "3. cleanup removed 10 of 10 entries" in out, out

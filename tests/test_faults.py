@@ -127,5 +127,3 @@ async def test_connections_killed_mid_batch(
             await wait_for(nothing_pending, timeout=15, what="acks after connection kills")
             await mq.stop()
     assert mq.auto_stopped is False
-
-

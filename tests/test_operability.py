@@ -146,7 +146,9 @@ def test_pytest_plugin_for_users(pytester: pytest.Pytester, redis_url: str) -> N
             return "asyncio"
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"
+    )
     result.assert_outcomes(passed=1)
 
 

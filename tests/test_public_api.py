@@ -37,7 +37,9 @@ def test_design_names_exist() -> None:
 def test_every_error_derives_from_root() -> None:
     from streamq import errors
 
-    classes = [v for v in vars(errors).values() if inspect.isclass(v) and v.__module__ == errors.__name__]
+    classes = [
+        v for v in vars(errors).values() if inspect.isclass(v) and v.__module__ == errors.__name__
+    ]
     assert all(issubclass(c, streamq.StreamqError) for c in classes)
     assert issubclass(streamq.ConfigError, ValueError)
     assert not issubclass(streamq.Retry, streamq.StreamqError), "signals are not errors"

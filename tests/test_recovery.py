@@ -81,7 +81,9 @@ async def test_slow_handler_keeps_its_lease_and_runs_once(make_queue: QueueFacto
     assert len(runs) == 1, f"the slow entry ran {len(runs)} times"
 
 
-async def test_in_process_retries_then_success(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+async def test_in_process_retries_then_success(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
     mq = make_queue(retry=RetryPolicy(attempts=3, backoff=0.01, jitter=0.0))
     calls: list[int] = []
 
@@ -135,9 +137,7 @@ async def test_retry_signal_redelivers_after_delay(make_queue: QueueFactory) -> 
 
 
 async def test_handler_timeout_counts_as_failure(make_queue: QueueFactory) -> None:
-    mq = make_queue(
-        handler_timeout=0.1, retry=RetryPolicy(attempts=1, max_deliveries=1)
-    )
+    mq = make_queue(handler_timeout=0.1, retry=RetryPolicy(attempts=1, max_deliveries=1))
 
     @mq.handler("job")
     async def hangs(msg: Message[int]) -> None:
@@ -183,7 +183,9 @@ async def test_auto_stop_when_group_or_stream_disappears(
     assert mq.stop_reason == ("group_deleted" if how == "destroy_group" else "stream_deleted")
 
 
-async def test_ghost_consumers_are_removed(make_queue: QueueFactory, client: aioredis.Redis) -> None:
+async def test_ghost_consumers_are_removed(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
     mq = make_queue(dead_consumer_idle=0.2)
 
     @mq.handler("job")

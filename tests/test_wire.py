@@ -87,7 +87,7 @@ def test_start_positions() -> None:
 def test_config_errors_name_the_argument() -> None:
     with pytest.raises(ConfigError, match="max_deliveries"):
         RetryPolicy(max_deliveries=0)
-    with pytest.raises(ConfigError, match="BatchConfig.size"):
+    with pytest.raises(ConfigError, match=r"BatchConfig\.size"):
         BatchConfig(size=-1)
     with pytest.raises(ConfigError, match="max_wait"):
         BatchConfig(timeout=2, max_wait=1)

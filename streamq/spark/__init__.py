@@ -1,8 +1,8 @@
 """Apache Spark integration (extra ``[spark]``): ``format("streamq")`` for read and write.
 
-    import streamq.spark
-    streamq.spark.register(spark, models={"order": Order})
-    df = spark.readStream.format("streamq").option("url", url).option("stream", "orders").load()
+import streamq.spark
+streamq.spark.register(spark, models={"order": Order})
+df = spark.readStream.format("streamq").option("url", url).option("stream", "orders").load()
 """
 
 from __future__ import annotations

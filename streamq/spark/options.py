@@ -25,7 +25,9 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"option {name!r} must be true or false, got {raw!r}")
 
 
-def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+def _int(
+    options: Mapping[str, str], name: str, default: int | None, minimum: int = 1
+) -> int | None:
     raw = options.get(name)
     if raw is None:
         return default

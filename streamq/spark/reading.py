@@ -13,7 +13,8 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from itertools import pairwise
+from typing import Any, cast
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
@@ -29,7 +30,7 @@ try:  # pyspark >= 4.2
         SupportsTriggerAvailableNow,
     )
 except ImportError:  # pragma: no cover - pyspark 4.0/4.1: no admission control API
-    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
@@ -78,11 +79,9 @@ def split_range(start: StreamId, end: StreamId, n: int) -> list[RangePartition]:
         return []
     span = end.ms - start.ms
     n = max(1, min(n, span))
-    bounds = [start]
-    for i in range(1, n):
-        bounds.append(StreamId(start.ms + span * i // n, MAX_SEQ))
-    bounds.append(end)
-    return [RangePartition(str(lo), str(hi)) for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo]
+    inner = [StreamId(start.ms + span * i // n, MAX_SEQ) for i in range(1, n)]
+    bounds = [start, *inner, end]
+    return [RangePartition(str(lo), str(hi)) for lo, hi in pairwise(bounds) if hi > lo]
 
 
 def connect(url: str) -> Any:
@@ -224,7 +223,13 @@ def _typed_rows(rows: list[Any], type_name: str | None, model: Any) -> Iterator[
         dumped = value.model_dump(mode="python")
         published = datetime.fromtimestamp(int(text_id.partition("-")[0]) / 1000, tz=UTC)
         meta = _meta(fields.get(b"meta"))
-        yield (text_id, type_name, *[dumped[n] for n in names], dict(meta) if meta else None, published)
+        yield (
+            text_id,
+            type_name,
+            *[dumped[n] for n in names],
+            dict(meta) if meta else None,
+            published,
+        )
 
 
 class StreamqBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -304,7 +309,9 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             return ReadMaxRows(self.opts.max_records_per_batch)
         return ReadAllAvailable() if ReadAllAvailable is not None else None
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
         """Up to ``limit`` entries after ``start``, never past the AvailableNow target.
 
         pyspark 4.0/4.1 call this without arguments: then the limit is applied from the end
@@ -316,7 +323,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             # of an AvailableNow run, which commit() would never hear of.
             self._advance_group(start)
         state = stream_state(self.client, self.opts.stream)
-        last, added = state.last, state.added
+        last, added = state.last, cast("int | None", state.added)
         if self._target is not None and self._target < last:
             last, added = self._target, None
         if start is None and self._known_end is not None:

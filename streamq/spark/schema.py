@@ -29,7 +29,10 @@ def spark_type(annotation: Any) -> Any:
     if origin in (list, set, tuple, frozenset) or annotation in (list, set):
         return T.ArrayType(spark_type(args[0] if args else str))
     if origin is dict:
-        return T.MapType(spark_type(args[0]) if args else T.StringType(), spark_type(args[1]) if args else T.StringType())
+        return T.MapType(
+            spark_type(args[0]) if args else T.StringType(),
+            spark_type(args[1]) if args else T.StringType(),
+        )
     if origin is typing.Literal:
         return spark_type(type(args[0]))
     simple = {
@@ -65,7 +68,10 @@ def typed_schema(model: type[BaseModel]) -> Any:
         from ..errors import ConfigError
 
         raise ConfigError(f"model {model.__name__} has fields named like entry columns: {clash}")
-    fields = [T.StructField("id", T.StringType(), False), T.StructField("type", T.StringType(), True)]
+    fields = [
+        T.StructField("id", T.StringType(), False),
+        T.StructField("type", T.StringType(), True),
+    ]
     fields.extend(model_struct(model).fields)
     fields.append(T.StructField("meta", T.MapType(T.StringType(), T.StringType()), True))
     fields.append(T.StructField("published_at", T.TimestampType(), True))

@@ -33,7 +33,7 @@ class StreamqDataSource(DataSource):  # type: ignore[misc]
     def reader(self, schema: Any) -> StreamqBatchReader:
         return StreamqBatchReader(self._read_options())
 
-    def streamReader(self, schema: Any) -> StreamqStreamReader:  # noqa: N802 - Spark's name
+    def streamReader(self, schema: Any) -> StreamqStreamReader:
         return StreamqStreamReader(self._read_options())
 
     def writer(self, schema: Any, overwrite: bool) -> StreamqBatchWriter:
@@ -44,7 +44,7 @@ class StreamqDataSource(DataSource):  # type: ignore[misc]
             )
         return StreamqBatchWriter(WriteOptions.parse(self.options), schema.fieldNames())
 
-    def streamWriter(self, schema: Any, overwrite: bool) -> StreamqStreamWriter:  # noqa: N802
+    def streamWriter(self, schema: Any, overwrite: bool) -> StreamqStreamWriter:
         if overwrite:
             raise ConfigError("streamq streams are append-only: outputMode complete is refused")
         return StreamqStreamWriter(WriteOptions.parse(self.options), schema.fieldNames())

@@ -12,12 +12,11 @@ the same on every attempt of a deterministic input: consumers can drop duplicate
 from __future__ import annotations
 
 import uuid
-
-import pydantic_core
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from .. import _resp as resp
@@ -76,7 +75,9 @@ class RowEncoder:
             data = _json_text(row[self._data_index])
         else:
             names, index = self.payload_columns, self._payload_index
-            data = pydantic_core.to_json({n: _plain(row[i]) for n, i in zip(names, index, strict=True)})
+            data = pydantic_core.to_json(
+                {n: _plain(row[i]) for n, i in zip(names, index, strict=True)}
+            )
         meta = dict(row[self._meta_index] or {}) if self._meta_index >= 0 else {}
         meta[PRODUCER_ID] = producer_id
         meta_json = pydantic_core.to_json({str(k): str(v) for k, v in meta.items()})
@@ -100,7 +101,9 @@ def _json_text(text: str | None) -> bytes:
     return raw
 
 
-def write_rows(opts: WriteOptions, columns: list[str], job: str, rows: Iterator[Any]) -> WrittenCount:
+def write_rows(
+    opts: WriteOptions, columns: list[str], job: str, rows: Iterator[Any]
+) -> WrittenCount:
     import redis
 
     partition, query, batch = _task_ids()
@@ -141,8 +144,8 @@ class StreamqStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
     def write(self, iterator: Iterator[Any]) -> WrittenCount:
         return write_rows(self.opts, self.columns, self.job, iterator)
 
-    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
+    def commit(self, messages: list[Any], batchId: int) -> None:
         pass  # entries are visible as soon as XADD returns
 
-    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[Any], batchId: int) -> None:
         pass  # entries written before the failure stay; producer ids identify them

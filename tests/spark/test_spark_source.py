@@ -106,7 +106,16 @@ def test_typed_columns_from_a_registered_model(
         spark.read.format("streamq").option("url", redis_url).option("stream", stream)
         .option("type", "order").load()
     )  # fmt: skip
-    assert df.columns == ["id", "type", "order_id", "customer", "amount", "items", "meta", "published_at"]
+    assert df.columns == [
+        "id",
+        "type",
+        "order_id",
+        "customer",
+        "amount",
+        "items",
+        "meta",
+        "published_at",
+    ]
     assert dict(df.dtypes)["amount"].startswith("decimal")
     rows = df.orderBy("order_id").collect()
     assert [(row.order_id, row.customer, row.amount) for row in rows] == [
@@ -165,12 +174,18 @@ def test_batch_write_then_consume(spark: Any, redis_url: str, stream: str, r: An
         [("o1", "ada", Decimal("1.50")), ("o2", "bob", Decimal("2.25"))],
         "order_id string, customer string, amount decimal(10,2)",
     )
-    df.write.format("streamq").option("url", redis_url).option("stream", stream) \
-        .option("type", "order").mode("append").save()
+    df.write.format("streamq").option("url", redis_url).option("stream", stream).option(
+        "type", "order"
+    ).mode("append").save()
     entries = r.xrange(stream)
     assert len(entries) == 2
-    orders = sorted((Order.model_validate_json(f[b"data"]) for _, f in entries), key=lambda o: o.order_id)
-    assert [(o.order_id, o.amount) for o in orders] == [("o1", Decimal("1.50")), ("o2", Decimal("2.25"))]
+    orders = sorted(
+        (Order.model_validate_json(f[b"data"]) for _, f in entries), key=lambda o: o.order_id
+    )
+    assert [(o.order_id, o.amount) for o in orders] == [
+        ("o1", Decimal("1.50")),
+        ("o2", Decimal("2.25")),
+    ]
     producer_ids = {f[b"meta"] for _, f in entries}
     assert all(b"streamq_producer_id" in m for m in producer_ids) and len(producer_ids) == 2
 
@@ -178,8 +193,9 @@ def test_batch_write_then_consume(spark: Any, redis_url: str, stream: str, r: An
 def test_overwrite_is_refused(spark: Any, redis_url: str, stream: str) -> None:
     df = spark.createDataFrame([("x",)], "data string")
     with pytest.raises(Exception, match="append-only"):
-        df.write.format("streamq").option("url", redis_url).option("stream", stream) \
-            .option("type", "note").mode("overwrite").save()
+        df.write.format("streamq").option("url", redis_url).option("stream", stream).option(
+            "type", "note"
+        ).mode("overwrite").save()
 
 
 def test_missing_options_are_clear_errors(spark: Any, redis_url: str) -> None:
