@@ -4,8 +4,6 @@ format("streamq") and written with it, each against a plain redis-py yardstick
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from typing import Any
 
@@ -17,20 +15,9 @@ from .workload import fresh_stream, payload
 
 
 def session() -> Any:
-    from pyspark.sql import SparkSession
-
     import streamq.spark
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]").appName("streamq-bench")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )  # fmt: skip
-    spark.sparkContext.setLogLevel("ERROR")
-    streamq.spark.register(spark)
-    return spark
+    return streamq.spark.local_session(app_name="streamq-bench")
 
 
 def fill(url: str, stream: str, n: int) -> None:

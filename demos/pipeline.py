@@ -10,9 +10,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import tempfile
 from decimal import Decimal
 from pathlib import Path
@@ -29,21 +27,11 @@ from streamq.server import default_url
 
 
 def spark_session() -> Any:
-    from pyspark.sql import SparkSession
-
     import streamq.spark
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]").appName("streamq-pipeline")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )  # fmt: skip
-    spark.sparkContext.setLogLevel("ERROR")
-    streamq.spark.register(spark)
-    return spark
+    return streamq.spark.local_session(
+        app_name="streamq-pipeline", **{"spark.sql.shuffle.partitions": "2"}
+    )
 
 
 def archive(spark: Any, url: str, stream: str, root: Path) -> int:

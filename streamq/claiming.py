@@ -1,8 +1,8 @@
 """Taking over entries left idle by dead consumers, keeping leases of live ones, and
 re-claiming entries whose handler asked for ``Retry(delay)``.
 
-* Claim loop: every ``claim_interval`` XAUTOCLAIM entries idle longer than ``claim_idle``
-  (never more than there is room for in flight).
+* Claim loop: every ``claim_interval`` (±50% jitter) XAUTOCLAIM entries idle longer than
+  ``claim_idle`` (never more than there is room for in flight).
 * Leases: every ``claim_idle / 3`` the idle time of entries this consumer still works on is
   reset (only if it still owns them), so a slow but alive handler is not robbed.
 * Retry later: after the delay, XCLAIM the entry back with a min-idle equal to the delay,
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -129,7 +130,10 @@ class Claimer:
             self._wakeup = anyio.Event()
 
     def _next_wait(self) -> float:
-        wait = self._interval
+        # Jittered: with fixed periods the consumers' claim passes keep a fixed phase, so the
+        # same consumer would win every race for an idle entry (e.g. one that lacks the
+        # handler for it, until the entry's delivery budget is spent).
+        wait = self._interval * random.uniform(0.5, 1.5)
         if self._retry_heap:
             wait = min(wait, max(self._retry_heap[0][0] - anyio.current_time(), 0.0))
         return wait

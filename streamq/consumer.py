@@ -3,7 +3,8 @@
 Tasks of one running consumer (all owned by :meth:`Consumer.run`)::
 
     services  control listener, acker, claimer, lease renewer, cleaner
-    work      `concurrency` workers + batch flushes   <- memory stream <- read loop
+    work      `concurrency` workers  <- WorkQueue <- read loop and claimer (enqueue)
+              batch flushes          <- Batcher   <- (entries of batch-handled types)
 
 Shutdown order: stop reading and claiming, let the workers drain what was fetched within
 ``grace`` (then cancel them: their entries stay pending), flush partial batches, then flush
@@ -374,8 +375,6 @@ class Consumer:
         try:
             if route is None:
                 await self.dispatcher.no_route(entry)
-            elif route.single is None:  # batch-only route reached through a claim
-                await self.dispatcher.handle_batch(route, [entry])
             else:
                 await self.dispatcher.handle_single(route, entry)
         except (RedisFailure, rx.RedisError, OSError) as e:

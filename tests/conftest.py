@@ -3,8 +3,7 @@ stream per test, and a factory for queues with fast timings."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -12,13 +11,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import MessageQueue, StartFrom
-from streamq.config import env_url
-from streamq.server import EmbeddedServer
+from streamq.testing import TEST_TIMINGS
 
 pytest_plugins = ["pytester"]
 
 # Timings small enough for tests, large enough for a loaded 2-core CI machine.
-FAST = {"claim_idle": 1.0, "claim_interval": 0.2, "block": 0.2, "grace": 5.0}
+FAST = TEST_TIMINGS
 
 
 @pytest.fixture(scope="session")
@@ -27,18 +25,14 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    url = env_url()
-    if url:
-        yield url
-        return
-    with EmbeddedServer() as server:
-        yield server.url
+def redis_url(streamq_url: str) -> str:
+    """The session's real server: the shipped pytest plugin's (streamq.testing)."""
+    return streamq_url
 
 
 @pytest.fixture
-def stream() -> str:
-    return f"test-{uuid.uuid4().hex[:12]}"
+def stream(streamq_stream: str) -> str:
+    return streamq_stream
 
 
 @pytest.fixture

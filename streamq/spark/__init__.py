@@ -13,7 +13,7 @@ from typing import Any
 from .reading import DataLossError
 from .source import StreamqDataSource
 
-__all__ = ("DataLossError", "StreamqDataSource", "register")
+__all__ = ("DataLossError", "StreamqDataSource", "local_session", "register")
 
 
 def register(spark: Any, models: Mapping[str, type] | None = None) -> None:
@@ -25,3 +25,29 @@ def register(spark: Any, models: Mapping[str, type] | None = None) -> None:
     paths = {t: f"{m.__module__}:{m.__qualname__}" for t, m in (models or {}).items()}
     source = type("StreamqDataSource", (StreamqDataSource,), {"models": paths})
     spark.dataSource.register(source)
+
+
+def local_session(master: str = "local[2]", app_name: str = "streamq", **conf: str) -> Any:
+    """A local SparkSession bound to loopback, quiet, UTC, with ``streamq`` registered
+    (for demos, tests and benchmarks on one machine; clusters bring their own session)."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
