@@ -7,7 +7,7 @@ PYTEST := $(PY) -m pytest
 REDIS7_PORT ?= 6479
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
-        test-spark test-redis7 bench lint fmt typecheck clean redis-up \
+        test-spark test-pyspark40 test-redis7 bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice
 
 setup: $(STAMP)
@@ -62,6 +62,12 @@ test-cleanup: setup
 
 test-spark: setup
 	$(PYTEST) -q -m spark
+
+# The Spark tests on the oldest supported pyspark (4.0), in a venv of their own.
+test-pyspark40:
+	test -x .venv-pyspark40/bin/python || $(PYTHON) -m venv .venv-pyspark40
+	.venv-pyspark40/bin/python -m pip install --quiet "pyspark>=4.0,<4.1" pyarrow -e '.[dev]'
+	.venv-pyspark40/bin/python -m pytest -q -p no:cacheprovider tests/spark
 
 # The whole suite against Debian's redis-server 7.0 on a private loopback port.
 test-redis7: setup

@@ -273,6 +273,11 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return self._client
 
     def initialOffset(self) -> dict[str, Any]:
+        initial = self._initial_offset()
+        self._known_end = initial  # pyspark 4.0/4.1: the start of this run's first batch
+        return initial
+
+    def _initial_offset(self) -> dict[str, Any]:
         state = stream_state(self.client, self.opts.stream)
         if self.opts.group:
             return self._ensure_group(state)
@@ -315,7 +320,8 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         """Up to ``limit`` entries after ``start``, never past the AvailableNow target.
 
         pyspark 4.0/4.1 call this without arguments: then the limit is applied from the end
-        last planned (known after the first batch of this run).
+        last planned, or from the initial offset; a restarted query's first batch is not
+        limited there (its start is only in the checkpoint), nor are AvailableNow runs.
         """
         if start is not None:
             # Spark asks for the next end only once the batch ending at `start` is in its
@@ -327,7 +333,10 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if self._target is not None and self._target < last:
             last, added = self._target, None
         if start is None and self._known_end is not None:
+            # pyspark 4.0/4.1: Spark asks again only after the batch it planned last has
+            # finished, so that batch's end is durable
             start = self._known_end
+            self._advance_group(start)
         begin = parse_offset(start) if start is not None else None
         if begin is not None and last <= begin:
             return dict(start)  # type: ignore[arg-type]
@@ -356,6 +365,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
         begin, finish = parse_offset(start), parse_offset(end)
+        self._advance_group(start)  # a batch starts where the last committed one ended
         if self._known_end is None or finish > parse_offset(self._known_end):
             self._known_end = dict(end)
         if finish <= begin:

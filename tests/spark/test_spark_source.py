@@ -80,9 +80,19 @@ def test_restart_reads_only_new_entries(
     assert sorted(row.id for row in out.collect())[-4:] == sorted(new_ids, key=StreamId.parse)
 
 
+def admission_control() -> bool:
+    """pyspark >= 4.2 passes read limits to sources (and to AvailableNow runs)."""
+    import pyspark
+
+    major, minor = (int(p) for p in pyspark.__version__.split(".")[:2])
+    return (major, minor) >= (4, 2)
+
+
 def test_max_records_per_batch_splits_batches(
     spark: Any, redis_url: str, stream: str, r: Any, tmp_path: Path
 ) -> None:
+    if not admission_control():
+        pytest.skip("pyspark < 4.2 runs AvailableNow as one batch, whatever the limit")
     add(r, stream, 25)
     reader = stream_reader(spark, redis_url, stream, maxRecordsPerBatch="10", partitions="2")
     query = (
@@ -154,8 +164,12 @@ async def test_group_advanced_on_commit_and_visible_in_topic_info(
     ids += add(r, stream, 3, start=8)
     mq = MessageQueue(redis_url, stream=stream)
     group = (await mq.topic_info()).group("spark-archive")
-    assert group.last_delivered_id == ids[7], "the group must reach the last processed entry"
-    assert group.lag == len(ids) - 1 - ids.index(group.last_delivered_id)
+    if admission_control():
+        assert group.last_delivered_id == ids[7], "the group must reach the last processed entry"
+    else:  # pyspark < 4.2 never tells the source that the last batch of a run is done
+        assert StreamId.parse(group.last_delivered_id) <= StreamId.parse(ids[7])
+    at = StreamId.parse(group.last_delivered_id)
+    assert group.lag == sum(StreamId.parse(i) > at for i in ids), "lag must count unread entries"
     assert group.pending == 0, "Spark must not hold entries in the group's pending list"
     run_available_now(spark, reader, tmp_path / "ckpt", tmp_path / "out")
     group = (await mq.topic_info()).group("spark-archive")
