@@ -33,7 +33,8 @@ class _TypeState:
     timeout: float
     max_wait: float
     entries: list[RawEntry] = field(default_factory=list)
-    first_at: float = 0.0
+    read_at: list[float] = field(default_factory=list)  # when each entry was read
+    first_at: float = 0.0  # when the oldest waiting entry was read
     running: int = 0
     nonempty: anyio.Event = field(default_factory=anyio.Event)
     full: anyio.Event = field(default_factory=anyio.Event)
@@ -41,8 +42,9 @@ class _TypeState:
 
     def take(self) -> list[RawEntry]:
         batch, self.entries = self.entries[: self.size], self.entries[self.size :]
+        del self.read_at[: len(batch)]
         if self.entries:
-            self.first_at = anyio.current_time()
+            self.first_at = self.read_at[0]
         if len(self.entries) < self.size:
             self.full = anyio.Event()
         return batch
@@ -74,6 +76,7 @@ class Batcher:
             state.first_at = read_at
             state.nonempty.set()
         state.entries.append(entry)
+        state.read_at.append(read_at)
         if len(state.entries) >= state.size:
             state.full.set()
 

@@ -239,6 +239,9 @@ class MessageQueue:
         if not len(self.router):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         self._state = State.RUNNING
+        if self.done.is_set():  # a queue may run again after a stop: a fresh event per run
+            self.done = anyio.Event()
+        self.stop_reason, self.auto_stopped = None, False
         self._consumer = consumer = self._build_consumer()
         try:
             async with anyio.create_task_group() as tg:

@@ -238,3 +238,24 @@ async def test_closed_queue_cannot_reopen(make_queue: QueueFactory) -> None:
     with pytest.raises(QueueStateError):
         async with mq:
             pass
+
+
+async def test_a_stopped_queue_can_run_again(make_queue: QueueFactory) -> None:
+    mq = make_queue()
+    seen: list[int] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        seen.append(msg.data)
+
+    async with mq:
+        await mq.publish("job", 1)
+        await run_until(mq, lambda: seen == [1])
+        first_done = mq.done
+        await mq.publish("job", 2)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mq.run)
+            await wait_for(lambda: seen == [1, 2])
+            assert not mq.done.is_set(), "done must describe the current run"
+            await mq.stop()
+        assert first_done.is_set() and mq.done.is_set() and mq.stop_reason == "stopped"
