@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import anyio
 import pytest
 
 from .config import StartFrom, env_url
@@ -70,4 +71,5 @@ async def streamq_queue(
 
     yield factory
     for mq in made:
-        await mq.aclose()
+        with anyio.move_on_after(10, shield=True):
+            await mq.aclose()

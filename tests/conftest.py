@@ -10,7 +10,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import MessageQueue, StartFrom
+from streamq import MessageQueue
 from streamq.testing import TEST_TIMINGS
 
 pytest_plugins = ["pytester"]
@@ -46,27 +46,17 @@ QueueFactory = Callable[..., MessageQueue]
 
 
 @pytest.fixture
-async def make_queue(redis_url: str, stream: str) -> AsyncIterator[QueueFactory]:
-    """Build queues on the test's stream (EARLIEST, fast timings); all closed at the end."""
-    made: list[MessageQueue] = []
+def make_queue(streamq_queue: QueueFactory) -> QueueFactory:
+    """The shipped ``streamq_queue`` factory, with this suite's short names: group ``g``,
+    consumers ``c1``, ``c2``, ... (the plugin closes every queue after the test)."""
+    count = 0
 
     def factory(**kwargs: Any) -> MessageQueue:
-        options: dict[str, Any] = {
-            "stream": stream,
-            "group": "g",
-            "consumer": f"c{len(made) + 1}",
-            "start": StartFrom.EARLIEST,
-            **FAST,
-        }
-        options.update(kwargs)
-        mq = MessageQueue(redis_url, **options)
-        made.append(mq)
-        return mq
+        nonlocal count
+        count += 1
+        return streamq_queue(**{"group": "g", "consumer": f"c{count}", **kwargs})
 
-    yield factory
-    for mq in made:
-        with anyio.move_on_after(10, shield=True):
-            await mq.aclose()
+    return factory
 
 
 async def wait_for(
