@@ -22,6 +22,11 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 _TRANSIENT_REPLIES = ("LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY")
 
 
+def text(value: bytes | str) -> str:
+    """A reply field as text (replies are bytes; decode_responses is off for speed)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def connect(url: str) -> aioredis.Redis:
     """An asyncio client with raw (bytes) replies; retries are done by streamq's loops."""
     return aioredis.Redis.from_url(

@@ -8,17 +8,12 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
+from ._redis import text as _text
 from ._redis import translated
 from .control import stopped_ids
 from .errors import ConfigError, GroupNotFoundError, InvalidMessageIdError
 from .ids import StreamId
 from .keys import Keys
-
-
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def ensure_group(client: aioredis.Redis, stream: str, group: str, start: str) -> bool:
@@ -108,7 +103,7 @@ async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
         exists=True,
         length=int(info["length"]),
         first_id=_text(first[0]) if first else None,
-        last_id=_text(info.get("last-generated-id")) if last is None else _text(last[0]),
+        last_id=_text(info["last-generated-id"]) if last is None else _text(last[0]),
         groups=groups,
         dead_letters=dead,
         stopped_ids=stopped,
@@ -127,7 +122,7 @@ async def _group_info(client: aioredis.Redis, stream: str, raw: dict[str, object
             oldest_age = max(int(time.time() * 1000) - StreamId.parse(oldest_id or "0").ms, 0)
     consumers = [
         ConsumerInfo(
-            name=_text(c["name"]) or "",
+            name=_text(c["name"]),
             pending=int(c["pending"]),
             idle_ms=int(c.get("inactive", c.get("idle", 0))),
         )
@@ -136,7 +131,7 @@ async def _group_info(client: aioredis.Redis, stream: str, raw: dict[str, object
     lag = raw.get("lag")
     return GroupInfo(
         name=name,
-        last_delivered_id=_text(raw["last-delivered-id"]) or "0-0",  # type: ignore[arg-type]
+        last_delivered_id=_text(raw["last-delivered-id"]),  # type: ignore[arg-type]
         pending=pending,
         lag=int(lag) if lag is not None else None,  # type: ignore[call-overload]
         oldest_pending_id=oldest_id,

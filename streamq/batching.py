@@ -9,7 +9,6 @@ batch that is still running. On close every partial batch is flushed.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -62,7 +61,6 @@ class Batcher:
         self._states: dict[str, _TypeState] = {}
         self._tg: TaskGroup | None = None
         self._closing = False
-        self.batch_sizes: deque[int] = deque(maxlen=1000)
 
     def bind(self, task_group: TaskGroup) -> None:
         """Batches run in ``task_group`` (the consumer's work group)."""
@@ -135,7 +133,6 @@ class Batcher:
         inside_handler.set(True)
         try:
             async with self._limiter:
-                self.batch_sizes.append(len(batch))
                 await self._flush(state.route, batch)
         finally:
             state.running -= 1

@@ -22,9 +22,11 @@ import anyio
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
+from ._redis import text as _text
 from ._redis import translated
 from .config import ConsumerConfig
 from .errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
+from .ids import StreamId
 from .message import RawEntry
 from .scripts import RENEW_LEASES
 
@@ -34,20 +36,27 @@ CLAIM_ERROR_BACKOFF = 1.0
 GHOST_SWEEP_EVERY = 12  # claim passes
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 async def delivery_counts(
     client: aioredis.Redis, stream: str, group: str, consumer: str, ids: Sequence[str]
 ) -> dict[str, int]:
     """Redis's delivery counter for each of ``ids`` in ``consumer``'s pending list."""
+    wanted, counts = set(ids), dict[str, int]()
     if not ids:
-        return {}
-    rows = await client.xpending_range(
-        stream, group, min=ids[0], max=ids[-1], count=len(ids) * 2 + 10, consumername=consumer
-    )
-    return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}
+        return counts
+    # other entries of this consumer may sit between the IDs: page until all are found
+    low, high = min(ids, key=StreamId.parse), max(ids, key=StreamId.parse)
+    page = max(2 * len(ids), 100)
+    while True:
+        rows = await client.xpending_range(
+            stream, group, min=low, max=high, count=page, consumername=consumer
+        )
+        for row in rows:
+            entry_id = _text(row["message_id"])
+            if entry_id in wanted:
+                counts[entry_id] = int(row["times_delivered"])
+        if len(counts) == len(wanted) or len(rows) < page:
+            return counts
+        low = "(" + _text(rows[-1]["message_id"])
 
 
 def entries_from_reply(rows: Sequence[Any]) -> tuple[list[RawEntry], list[str]]:

@@ -19,6 +19,7 @@ import anyio.lowlevel
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
+from ._redis import text as _text
 from ._redis import translated
 from .config import CleanupPolicy
 from .control import stopped_ids
@@ -42,10 +43,6 @@ class CleanupReport:
     length_after: int
     dead_letters_removed: int = 0
     skipped: str | None = None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def safe_point(client: aioredis.Redis, stream: str) -> StreamId | None:

@@ -17,7 +17,7 @@ import anyio
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import translated
+from ._redis import text, translated
 from .errors import MessageNotFoundError
 from .ids import StreamId
 from .keys import Keys
@@ -47,7 +47,7 @@ class StoppedView:
 
     async def resync(self, client: aioredis.Redis, keys: Keys) -> None:
         raw = await client.hkeys(keys.stopped)
-        self.ids = {k.decode() if isinstance(k, bytes) else str(k) for k in raw}
+        self.ids = {text(k) for k in raw}
 
 
 async def stop_message(client: aioredis.Redis, stream: str, entry_id: str) -> int:
@@ -87,7 +87,7 @@ async def hold_message(client: aioredis.Redis, stream: str, group: str, entry_id
 
 async def stopped_ids(client: aioredis.Redis, stream: str) -> list[str]:
     raw = await client.hkeys(Keys(stream).stopped)
-    ids = [k.decode() if isinstance(k, bytes) else str(k) for k in raw]
+    ids = [text(k) for k in raw]
     return sorted(ids, key=StreamId.parse)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from ._redis import translated
+from ._redis import text, translated
 from .errors import MessageNotFoundError
 from .ids import StreamId
 from .keys import Keys
@@ -43,21 +43,21 @@ class DeadLetter:
 
     @classmethod
     def from_fields(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> DeadLetter:
-        def text(name: bytes) -> str | None:
+        def field(name: bytes) -> str | None:
             raw = fields.get(name)
             return raw.decode("utf-8", "replace") if raw is not None else None
 
         return cls(
-            id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
-            original_id=text(b"original_id") or "",
-            type=text(b"type"),
-            data=text(b"data"),
-            meta=text(b"meta"),
-            group=text(b"group") or "",
-            consumer=text(b"consumer") or "",
-            error=text(b"error") or "",
-            attempts=int(text(b"attempts") or 0),
-            dead_at_ms=int(text(b"dead_at_ms") or 0),
+            id=text(entry_id),
+            original_id=field(b"original_id") or "",
+            type=field(b"type"),
+            data=field(b"data"),
+            meta=field(b"meta"),
+            group=field(b"group") or "",
+            consumer=field(b"consumer") or "",
+            error=field(b"error") or "",
+            attempts=int(field(b"attempts") or 0),
+            dead_at_ms=int(field(b"dead_at_ms") or 0),
         )
 
 

@@ -87,15 +87,11 @@ class Dispatcher:
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
         """Build the typed Message; raises ValueError (incl. MessageFormatError) if bad."""
-        fields = entry.fields
-        data = fields.get(b"data")
-        if data is None:
-            raise MessageFormatError("entry has no 'data' field")
         return Message(
             entry.id,
             route.type_name,
-            route.parse(data),
-            entry.decode_meta() if b"meta" in fields else {},
+            route.parse(entry.raw_data()),
+            entry.decode_meta() if b"meta" in entry.fields else {},
             entry.delivery_count,
             self.stream,
             self.group,

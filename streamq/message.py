@@ -99,10 +99,6 @@ class RawEntry:
         raw = self.fields.get(_FIELD_TYPE)
         return raw.decode("utf-8", "replace") if raw is not None else None
 
-    @property
-    def data(self) -> bytes | None:
-        return self.fields.get(_FIELD_DATA)
-
     def check_type(self) -> str:
         """The routing type, or raise MessageFormatError naming what is wrong."""
         raw = self.fields.get(_FIELD_TYPE)

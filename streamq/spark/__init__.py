@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .reading import DataLossError
+from .offsets import DataLossError
 from .source import StreamqDataSource
 
 __all__ = ("DataLossError", "StreamqDataSource", "local_session", "register")

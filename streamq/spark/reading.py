@@ -11,15 +11,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import pairwise
 from typing import Any, cast
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 
+from .._redis import text as _text
 from ..errors import StreamqError
-from ..ids import MAX_SEQ, StreamId
+from ..ids import StreamId
+from .offsets import (
+    ZERO,
+    DataLossError,
+    RangePartition,
+    StreamState,
+    check_data_loss,
+    connect,
+    offset,
+    offset_index,
+    parse_offset,
+    split_range,
+    stream_state,
+)
 from .options import ReadOptions
 
 try:  # pyspark >= 4.2
@@ -38,108 +50,8 @@ except ImportError:  # pragma: no cover - pyspark 4.0/4.1: no admission control 
 
 log = logging.getLogger(__name__)
 
-ZERO = StreamId(0, 0)
 XRANGE_CHUNK = 2000
 LAG_SCAN = 10_000
-
-
-class DataLossError(StreamqError):
-    """Entries were removed from the stream before the pipeline read them."""
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def offset(entry_id: StreamId, n: int | None = None) -> dict[str, Any]:
-    """An offset: the last entry ID included, and if known ``n``, the number of entries
-    ever added to the stream up to that ID (used to detect trimmed, unread entries)."""
-    return {"id": str(entry_id)} if n is None else {"id": str(entry_id), "n": n}
-
-
-def parse_offset(value: Mapping[str, Any] | None) -> StreamId:
-    return StreamId.parse(value["id"]) if value else ZERO
-
-
-def offset_index(value: Mapping[str, Any] | None) -> int | None:
-    return int(value["n"]) if value and "n" in value else None
-
-
-class RangePartition(InputPartition):  # type: ignore[misc]
-    """Entries with ``lo < id <= hi``."""
-
-    def __init__(self, lo: str, hi: str) -> None:
-        super().__init__((lo, hi))
-        self.lo, self.hi = lo, hi
-
-
-def split_range(start: StreamId, end: StreamId, n: int) -> list[RangePartition]:
-    """Split ``(start, end]`` into up to ``n`` partitions by time (cheap, no scan)."""
-    if end <= start:
-        return []
-    span = end.ms - start.ms
-    n = max(1, min(n, span))
-    inner = [StreamId(start.ms + span * i // n, MAX_SEQ) for i in range(1, n)]
-    bounds = [start, *inner, end]
-    return [RangePartition(str(lo), str(hi)) for lo, hi in pairwise(bounds) if hi > lo]
-
-
-def connect(url: str) -> Any:
-    import redis
-
-    return redis.Redis.from_url(url, decode_responses=False)
-
-
-@dataclass(frozen=True)
-class StreamState:
-    last: StreamId  # last generated ID (ZERO if the stream does not exist)
-    first: StreamId | None
-    max_deleted: StreamId | None  # raised by XDEL only (not by trimming)
-    added: int  # entries ever added
-    length: int
-
-
-def stream_state(client: Any, stream: str) -> StreamState:
-    if not client.exists(stream):
-        return StreamState(ZERO, None, None, 0, 0)
-    info = client.xinfo_stream(stream)
-    first = info.get("first-entry")
-    deleted = info.get("max-deleted-entry-id")
-    return StreamState(
-        last=StreamId.parse(_text(info["last-generated-id"])),
-        first=StreamId.parse(_text(first[0])) if first else None,
-        max_deleted=StreamId.parse(_text(deleted)) if deleted is not None else None,
-        added=int(info.get("entries-added", 0)),
-        length=int(info["length"]),
-    )
-
-
-def check_data_loss(client: Any, opts: ReadOptions, start: Mapping[str, Any]) -> None:
-    """Fail (or warn) if entries after ``start`` were removed before being read.
-
-    XDEL raises ``max-deleted-entry-id``; trimming does not, but if the stream now begins
-    after ``start`` and fewer entries remain than were added after ``start``, some of those
-    were trimmed away unread.
-    """
-    begin, index = parse_offset(start), offset_index(start)
-    state = stream_state(client, opts.stream)
-    deleted = state.max_deleted is not None and state.max_deleted > begin
-    trimmed = (
-        index is not None
-        and state.first is not None
-        and state.first > begin
-        and state.added - index > state.length
-    )
-    if not (deleted or trimmed):
-        return
-    message = (
-        f"entries of {opts.stream!r} after {begin} were removed before the pipeline read them "
-        f"(first entry now {state.first}); keep a 'group' option so that cleanup waits for "
-        "the pipeline, or set failOnDataLoss=false to go on"
-    )
-    if opts.fail_on_data_loss:
-        raise DataLossError(message)
-    log.warning("%s", message)
 
 
 def read_range(opts: ReadOptions, lo: str, hi: str) -> Iterator[Any]:
