@@ -5,9 +5,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 REDIS7_PORT ?= 6479
+REDIS8_PORT ?= 6482
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
-        test-spark test-pyspark40 test-redis7 bench lint fmt typecheck clean redis-up \
+        test-spark test-pyspark40 test-redis7 test-redis8 bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice
 
 setup: $(STAMP)
@@ -69,15 +70,26 @@ test-pyspark40:
 	.venv-pyspark40/bin/python -m pip install --quiet "pyspark>=4.0,<4.1" pyarrow -e '.[dev]'
 	.venv-pyspark40/bin/python -m pytest -q -p no:cacheprovider tests/spark
 
-# The whole suite against Debian's redis-server 7.0 on a private loopback port.
-test-redis7: setup
-	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+# The whole suite against another server binary ($(1)) on a private loopback port ($(2)).
+define suite_on_server
 	DIR=$$(mktemp -d); \
-	redis-server --port $(REDIS7_PORT) --bind 127.0.0.1 --save '' --appendonly no \
+	$(1) --port $(2) --bind 127.0.0.1 --save '' --appendonly no \
 	  --dir $$DIR --daemonize yes --pidfile $$DIR/pid --logfile $$DIR/log; \
 	sleep 0.5; \
-	STREAMQ_REDIS_URL=redis://127.0.0.1:$(REDIS7_PORT)/0 $(PYTEST) -q; rc=$$?; \
-	kill $$(cat $$DIR/pid); rm -rf $$DIR; exit $$rc
+	STREAMQ_REDIS_URL=redis://127.0.0.1:$(2)/0 $(PYTEST) -q; rc=$$?; \
+	kill $$(cat $$DIR/pid); sleep 0.5; rm -rf $$DIR; exit $$rc
+endef
+
+# The whole suite against Debian's redis-server 7.0.
+test-redis7: setup
+	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	$(call suite_on_server,redis-server,$(REDIS7_PORT))
+
+# The whole suite against Redis >= 8.2 (server-side XDELEX ... ACKED in cleanup), built
+# once from Debian experimental's source package into .cache/ (tools/build-redis8.sh).
+test-redis8: setup
+	tools/build-redis8.sh .cache/redis8
+	$(call suite_on_server,.cache/redis8/redis-server,$(REDIS8_PORT))
 
 # Run the embedded server in the foreground and print its URL.
 redis-up: setup

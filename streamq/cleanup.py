@@ -4,7 +4,9 @@ An entry may go when, for *every* group of the stream, it is at or below the gro
 last-delivered ID and below the group's oldest pending entry; when it is older than
 ``min_retention``; when it is not stopped; and only while the stream is longer than
 ``max_stream_length``. Removal runs in batches of ``batch_size``, one cleaner at a time
-(a lock with expiry, so a crashed cleaner does not block cleanup for ever).
+(a lock with expiry, so a crashed cleaner does not block cleanup for ever). On Redis >= 8.2
+each deletion is re-checked by the server (``XDELEX ... ACKED``); elsewhere the snapshot
+rule alone decides (``XTRIM MINID`` / ``XDEL``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 
 LOCK_TTL_MS = 60_000
 CLEANUP_ERROR_BACKOFF = 5.0
+XDELEX_DELETED = 1  # per-ID status in XDELEX's reply (2: still referenced, -1: no such ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,26 +46,50 @@ class CleanupReport:
     length_after: int
     dead_letters_removed: int = 0
     skipped: str | None = None
+    server_checked: bool = False  # each deletion re-checked by the server (XDELEX ACKED)
 
 
-async def safe_point(client: aioredis.Redis, stream: str) -> StreamId | None:
-    """The smallest ID some group may still need; entries below it are acknowledged by all.
+@dataclass(frozen=True, slots=True)
+class GroupBounds:
+    """Where the groups of a stream are, as two exclusive upper bounds.
 
-    None when the stream has no group (then this rule never cleans it).
+    ``read_point``: the smallest ID some group has not been delivered yet (every entry
+    below it was read by every group). ``safe_point``: also below each group's oldest
+    pending entry, so every entry below it is acknowledged by every group.
     """
+
+    read_point: StreamId
+    safe_point: StreamId
+    groups: tuple[str, ...] = ()
+
+
+async def group_bounds(client: aioredis.Redis, stream: str) -> GroupBounds | None:
+    """The groups' bounds from one snapshot; None when the stream has no group."""
     groups = await client.xinfo_groups(stream)
     if not groups:
         return None
-    bound: StreamId | None = None
+    read_point = safe = StreamId(2**64, 0)
     for group in groups:
         name = _text(group["name"])
         limit = StreamId.parse(_text(group["last-delivered-id"])).next()
+        read_point = min(read_point, limit)
         if int(group["pending"]) > 0:
             summary = await client.xpending(stream, name)
             if summary["min"] is not None:  # None: everything was acked since XINFO
                 limit = min(limit, StreamId.parse(_text(summary["min"])))
-        bound = limit if bound is None else min(bound, limit)
-    return bound
+        safe = min(safe, limit)
+    return GroupBounds(read_point, safe, tuple(_text(g["name"]) for g in groups))
+
+
+async def has_xdelex(client: aioredis.Redis) -> bool:
+    """Whether the server has ``XDELEX ... ACKED`` (Redis >= 8.2; not Valkey 9.1)."""
+    try:  # on a key that does not exist: answers [-1] and writes nothing
+        await client.execute_command("XDELEX", "streamq:{probe}:none", "ACKED", "IDS", 1, "0-1")
+    except rx.ResponseError as e:
+        if "unknown command" in str(e).lower():
+            return False
+        raise
+    return True
 
 
 class Cleaner:
@@ -75,6 +102,7 @@ class Cleaner:
         self._keys = Keys(stream)
         self._release = client.register_script(RELEASE_LOCK)
         self._dry_run = False
+        self._server_checked: bool | None = None  # probed on the first pass
 
     async def run_once(self, *, dry_run: bool = False) -> CleanupReport:
         """One pass; with ``dry_run`` count what would go and remove nothing."""
@@ -95,20 +123,36 @@ class Cleaner:
         excess = length - self.policy.max_stream_length
         if excess <= 0:
             return CleanupReport(0, None, length, dead, skipped="stream not over max_stream_length")
-        bound = await safe_point(self._client, self._stream)
-        if bound is None:
+        bounds = await group_bounds(self._client, self._stream)
+        if bounds is None:
             return CleanupReport(0, None, length, dead, skipped="stream has no consumer group")
+        bound = bounds.read_point if self.policy.beyond_pending else bounds.safe_point
         retention_ms = int(float(self.policy.min_retention) * 1000)  # type: ignore[arg-type]
         # age >= min_retention  <=>  entry ms <= now - retention  <=>  ID < (now - retention + 1)-0
         bound = min(bound, StreamId(int(time.time() * 1000) - retention_ms + 1, 0))
+        if self._server_checked is None:
+            self._server_checked = await has_xdelex(self._client)
         stopped = {StreamId.parse(i) for i in await stopped_ids(self._client, self._stream)}
-        removed = await self._remove_below(bound, excess, {s for s in stopped if s < bound})
+        check_pending = bounds.groups if bounds.safe_point < bound else ()
+        removed = await self._remove_below(
+            bound, excess, {s for s in stopped if s < bound}, check_pending
+        )
         if removed:
             log.info("cleanup removed %d entries of %s below %s", removed, self._stream, bound)
-        return CleanupReport(removed, str(bound), length - removed, dead)
+        return CleanupReport(
+            removed, str(bound), length - removed, dead, server_checked=self._server_checked
+        )
 
-    async def _remove_below(self, bound: StreamId, limit: int, keep: set[StreamId]) -> int:
+    async def _remove_below(
+        self, bound: StreamId, limit: int, keep: set[StreamId], check_pending: tuple[str, ...]
+    ) -> int:
+        """Remove up to ``limit`` entries below ``bound``, oldest first, batch by batch.
+
+        ``keep``: stopped IDs. ``check_pending``: groups whose pending entries in each batch
+        must stay too (``beyond_pending``: the bound is past some group's oldest pending).
+        """
         removed, start = 0, "-"
+        prefix = not keep and not check_pending  # everything below the bound goes
         while removed < limit:
             count = min(self.policy.batch_size, limit - removed)
             rows = await self._client.xrange(self._stream, min=start, max=f"({bound}", count=count)
@@ -116,21 +160,48 @@ class Cleaner:
                 break
             ids = [StreamId.parse(_text(entry_id)) for entry_id, _ in rows]
             start = f"({ids[-1]}"
+            spared = keep | await self._pending_between(check_pending, ids[0], ids[-1])
+            doomed = [i for i in ids if i not in spared]
             if self._dry_run:
-                removed += sum(1 for i in ids if i not in keep)
-            elif keep:
-                doomed = [str(i) for i in ids if i not in keep]
-                if doomed:
-                    removed += int(await self._client.xdel(self._stream, *doomed))
-            else:  # nothing to spare: trimming frees whole nodes, cheaper than XDEL
+                removed += len(doomed)
+            elif self._server_checked:
+                removed += await self._delete_if_acked(doomed)
+            elif prefix:  # trimming frees whole nodes, cheaper than XDEL
+                minid = str(ids[-1].next())
                 removed += int(
-                    await self._client.xtrim(
-                        self._stream, minid=str(ids[-1].next()), approximate=False
-                    )
+                    await self._client.xtrim(self._stream, minid=minid, approximate=False)
                 )
+            elif doomed:
+                removed += int(await self._client.xdel(self._stream, *map(str, doomed)))
             # let the handlers of this process run between batches
             await anyio.lowlevel.checkpoint()
         return removed
+
+    async def _pending_between(
+        self, groups: tuple[str, ...], low: StreamId, high: StreamId
+    ) -> set[StreamId]:
+        """IDs in [low, high] pending in any of ``groups``."""
+        pending: set[StreamId] = set()
+        for group in groups:
+            start = str(low)
+            while True:
+                page = await self._client.xpending_range(
+                    self._stream, group, min=start, max=str(high), count=self.policy.batch_size
+                )
+                pending.update(StreamId.parse(_text(p["message_id"])) for p in page)
+                if len(page) < self.policy.batch_size:
+                    break
+                start = f"({_text(page[-1]['message_id'])}"
+        return pending
+
+    async def _delete_if_acked(self, ids: list[StreamId]) -> int:
+        """Redis >= 8.2: the server deletes each ID only if no group still references it."""
+        if not ids:
+            return 0
+        reply = await self._client.execute_command(
+            "XDELEX", self._stream, "ACKED", "IDS", len(ids), *map(str, ids)
+        )
+        return sum(1 for status in reply if int(status) == XDELEX_DELETED)
 
     async def _trim_dead_letters(self) -> int:
         if self.policy.dead_letter_retention is None:

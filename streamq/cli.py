@@ -177,16 +177,21 @@ async def cmd_terminate(args: argparse.Namespace) -> str:
 async def cmd_cleanup(args: argparse.Namespace) -> str:
     from .cleanup import Cleaner
 
-    policy = CleanupPolicy(max_stream_length=args.max_length, min_retention=args.min_retention)
+    policy = CleanupPolicy(
+        max_stream_length=args.max_length,
+        min_retention=args.min_retention,
+        beyond_pending=args.beyond_pending,
+    )
     async with _closing(_queue(args)) as mq:
         await _require_stream(mq)
         report = await Cleaner(mq.client, mq.stream, policy).run_once(dry_run=args.dry_run)
     if report.skipped:
         return f"nothing removed: {report.skipped}"
     verb = "would remove" if args.dry_run else "removed"
+    checked = "; each deletion re-checked by the server" if report.server_checked else ""
     return (
         f"{verb} {report.removed} entries below {report.safe_point}; "
-        f"length after {report.length_after}"
+        f"length after {report.length_after}{checked}"
     )
 
 
@@ -288,6 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=0, help="keep at least this many entries")
     p.add_argument(
         "--min-retention", type=float, default=0, help="keep entries younger than this (s)"
+    )
+    p.add_argument(
+        "--beyond-pending",
+        action="store_true",
+        help="also remove acknowledged entries above a pending one (the pending ones stay)",
     )
     p = command("bench", cmd_bench, "run the benchmark suite", stream=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)

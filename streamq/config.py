@@ -109,7 +109,11 @@ class BatchConfig:
 
 @dataclass(frozen=True, slots=True)
 class CleanupPolicy:
-    """Periodic removal of entries that every group has acknowledged (MESSAGE_CLEANUP.md)."""
+    """Periodic removal of entries that every group has acknowledged (MESSAGE_CLEANUP.md).
+
+    ``beyond_pending``: also remove acknowledged entries above a group's oldest pending
+    entry (the pending ones stay), so one long-pending entry does not pin all after it.
+    """
 
     enabled: bool = False
     interval: Duration = 30.0
@@ -117,6 +121,7 @@ class CleanupPolicy:
     min_retention: Duration = 60.0
     batch_size: int = 1_000
     dead_letter_retention: Duration | None = None
+    beyond_pending: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(

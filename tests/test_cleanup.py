@@ -7,7 +7,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy, Message, MessageQueue
-from streamq.cleanup import Cleaner
+from streamq.cleanup import Cleaner, GroupBounds, has_xdelex
+from streamq.ids import StreamId
 from tests.conftest import QueueFactory, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -54,6 +55,53 @@ async def test_pending_entry_blocks_its_prefix(
     await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
     assert await mq.cleanup() == 2
     assert await remaining(client, mq.stream) == ids[2:]
+
+
+async def test_beyond_pending_removes_acked_entries_above_a_pending_one(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    policy = CleanupPolicy(max_stream_length=0, min_retention=0, batch_size=3, beyond_pending=True)
+    mq, ids = await setup(make_queue, client, policy)
+    await read_and_ack(client, mq.stream, "g", 10)
+    await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
+    assert await mq.cleanup() == 5, "pending ids[2] and the 4 entries 'lagging' never read stay"
+    assert await remaining(client, mq.stream) == [ids[2], *ids[6:]]
+    await client.xack(mq.stream, "lagging", ids[2])
+    assert await mq.cleanup() == 1
+    assert await remaining(client, mq.stream) == ids[6:]
+
+
+async def test_server_side_check_used_when_the_server_has_it(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq, _ = await setup(make_queue, client)
+    for group in ("g", "lagging"):
+        await read_and_ack(client, mq.stream, group, 10)
+    report = await Cleaner(mq.client, mq.stream, EAGER).run_once()
+    assert report.removed == 10
+    assert report.server_checked == await has_xdelex(client), report
+
+
+async def test_server_side_check_keeps_what_a_stale_snapshot_would_remove(
+    make_queue: QueueFactory, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis >= 8.2: XDELEX ... ACKED re-checks every ID on the server, at deletion time.
+
+    A snapshot can be stale (a group created or seeked back during a pass); the server's
+    check still keeps what some group has not read or acknowledged.
+    """
+    if not await has_xdelex(client):
+        pytest.skip("the server has no XDELEX (Redis < 8.2, Valkey): snapshot rule only")
+    mq, ids = await setup(make_queue, client)
+    await read_and_ack(client, mq.stream, "g", 10)
+    await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
+
+    async def stale(_client: aioredis.Redis, _stream: str) -> GroupBounds:
+        return GroupBounds(read_point=StreamId(2**62, 0), safe_point=StreamId(2**62, 0))
+
+    monkeypatch.setattr("streamq.cleanup.group_bounds", stale)
+    assert await mq.cleanup() == 5
+    assert await remaining(client, mq.stream) == [ids[2], *ids[6:]]
 
 
 async def test_min_retention_and_max_stream_length(

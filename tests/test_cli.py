@@ -76,6 +76,8 @@ def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
     # the replayed entry came after group g's position: g has not read it, so it stays
     assert dry.returncode == 0 and "would remove 1 " in dry.stdout, dry.stdout
     assert r.xlen(stream) == 2, "--dry-run removed entries"
+    beyond = streamq("cleanup", stream, "--dry-run", "--beyond-pending", url=redis_url)
+    assert "would remove 1 " in beyond.stdout, beyond.stdout + beyond.stderr
     refused = streamq("terminate", stream, url=redis_url, stdin="")
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert streamq("terminate", stream, "--yes", url=redis_url).returncode == 0
