@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis import exceptions as rx
@@ -25,6 +26,20 @@ _TRANSIENT_REPLIES = ("LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY")
 def text(value: bytes | str) -> str:
     """A reply field as text (replies are bytes; decode_responses is off for speed)."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def stream_rows(reply: Any) -> list[Any]:
+    """The entries of a one-stream XREAD/XREADGROUP reply from redis-py, either protocol.
+
+    RESP2 (redis-py's default): ``[[stream, rows]]``; RESP3 (``?protocol=3``):
+    ``{stream: [rows]}``; no entries: None or empty.
+    """
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        (value,) = reply.values()
+        return value[0] if value else []
+    return reply[0][1]  # type: ignore[no-any-return]
 
 
 def connect(url: str) -> aioredis.Redis:

@@ -1,8 +1,10 @@
-"""Hand-packed RESP for the hot bulk commands (XACK with many IDs, pipelined XADD).
+"""Hand-packed RESP for the hot commands (XREADGROUP, XACK with many IDs, pipelined XADD).
 
 redis-py packs every argument through generic code; for a pipeline of 1,000 XADDs or an
-XACK of 100 IDs that packing is most of the client's CPU. Packing here is one join, and
-the replies are read back with redis-py's own parser on the same connection.
+XACK of 100 IDs that packing is most of the client's CPU. Packing here is one join. The
+replies are read with redis-py's own parser (hiredis when installed) on the same
+connection, but without redis-py's per-command reply callbacks: an XREADGROUP reply stays
+the parser's nested lists instead of becoming one dict per entry that we would rebuild.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import anyio
 import redis
 import redis.asyncio as aioredis
 
@@ -37,29 +40,94 @@ def pack_xadds(
     return b"".join(parts), count
 
 
-async def execute(client: aioredis.Redis, packed: bytes, replies: int) -> list[Any]:
+def pack_xack(stream: str, group: str, ids: list[str]) -> bytes:
+    """``XACK stream group id ...``; IDs are ASCII, so their text length is their byte length."""
+    body = "".join([f"${len(i)}\r\n{i}\r\n" for i in ids]).encode()
+    return b"*%d\r\n%s%s%s%s" % (3 + len(ids), bulk(b"XACK"), bulk(stream), bulk(group), body)
+
+
+def pack_xreadgroup(
+    group: str, consumer: str, stream: str, start: str, count: int, block_ms: int
+) -> bytes:
+    """``XREADGROUP GROUP g c COUNT n BLOCK ms STREAMS stream start``."""
+    return pack(
+        "XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), "BLOCK", str(block_ms),
+        "STREAMS", stream, start,
+    )  # fmt: skip
+
+
+async def execute(
+    client: aioredis.Redis, packed: bytes, replies: int, *, raise_errors: bool = True
+) -> list[Any]:
     """Send ``packed`` on one pooled connection and read ``replies`` replies.
 
     An error reply raises (redis.ResponseError) after all replies were read, so the
-    connection stays in step; any other failure drops the connection.
+    connection stays in step, or with ``raise_errors=False`` is returned in its place;
+    any other failure drops the connection.
     """
     pool = client.connection_pool
     connection = await pool.get_connection()
     try:
-        await connection.send_packed_command([packed])
-        results = []
-        for _ in range(replies):
-            try:
-                results.append(await connection.read_response())
-            except redis.ResponseError as e:
-                results.append(e)
+        results = await _exchange(connection, packed, replies)
     except BaseException:
-        await connection.disconnect()
+        await _drop(connection)
         raise
     finally:
         await pool.release(connection)
-    _raise_first_error(results)
+    if raise_errors:
+        _raise_first_error(results)
     return results
+
+
+class OwnConnection:
+    """One pooled connection kept by one task for its whole life (the read loop).
+
+    Checking a connection out of redis-py's pool and back costs two lock round trips and
+    a readiness probe per command; a task that sends a command every few hundred
+    microseconds keeps its connection instead. After a failure the connection is dropped
+    and reconnects on the next command.
+    """
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._pool = client.connection_pool
+        self._connection: Any = None
+
+    async def execute(self, packed: bytes, replies: int, *, raise_errors: bool = True) -> list[Any]:
+        """Like :func:`execute`, on this task's own connection."""
+        if self._connection is None:
+            self._connection = await self._pool.get_connection()
+        try:
+            results = await _exchange(self._connection, packed, replies)
+        except BaseException:
+            await _drop(self._connection)
+            raise
+        if raise_errors:
+            _raise_first_error(results)
+        return results
+
+    async def release(self) -> None:
+        """Give the connection back to the pool (when the task ends)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with anyio.CancelScope(shield=True):
+                await self._pool.release(connection)
+
+
+async def _exchange(connection: Any, packed: bytes, replies: int) -> list[Any]:
+    await connection.send_packed_command([packed])
+    results = []
+    for _ in range(replies):
+        try:
+            results.append(await connection.read_response())
+        except redis.ResponseError as e:
+            results.append(e)
+    return results
+
+
+async def _drop(connection: Any) -> None:
+    """Close a connection whose replies may be out of step (failure or cancelled read)."""
+    with anyio.CancelScope(shield=True):
+        await connection.disconnect()
 
 
 def execute_sync(client: redis.Redis, packed: bytes, replies: int) -> list[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import anyio
 from anyio.abc import TaskGroup
@@ -66,15 +67,16 @@ class Batcher:
         """Batches run in ``task_group`` (the consumer's work group)."""
         self._tg = task_group
 
-    def add(self, route: Route, entry: RawEntry, read_at: float) -> None:
+    def add(self, route: Route, entries: list[RawEntry], read_at: float) -> None:
+        """Queue ``entries`` (all of ``route``'s type, read at ``read_at``) for batching."""
         state = self._states.get(route.type_name)
         if state is None:
             state = self._new_state(route)
         if not state.entries:
             state.first_at = read_at
             state.nonempty.set()
-        state.entries.append(entry)
-        state.read_at.append(read_at)
+        state.entries.extend(entries)
+        state.read_at.extend(repeat(read_at, len(entries)))
         if len(state.entries) >= state.size:
             state.full.set()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from ._redis import stream_rows
 from .admin import TopicInfo
 from .config import ENV_URL, CleanupPolicy, env_url
 from .errors import (
@@ -127,14 +128,13 @@ async def cmd_tail(args: argparse.Namespace) -> str:
         deadline = time.monotonic() + args.seconds if args.seconds else None
         while deadline is None or time.monotonic() < deadline:
             reply = await mq.client.xread({mq.stream: cursor}, count=100, block=500)
-            for _, entries in reply or []:
-                for entry_id, fields in entries:
-                    cursor = entry_id.decode()
-                    decoded = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
-                    print(f"{cursor} {json.dumps(decoded)}", flush=True)
-                    shown += 1
-                    if args.count and shown >= args.count:
-                        return ""
+            for entry_id, fields in stream_rows(reply):
+                cursor = entry_id.decode()
+                decoded = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
+                print(f"{cursor} {json.dumps(decoded)}", flush=True)
+                shown += 1
+                if args.count and shown >= args.count:
+                    return ""
         return ""
 
 

@@ -23,8 +23,9 @@ import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 from redis import exceptions as rx
 
+from . import _resp as resp
 from ._context import inside_handler
-from ._redis import translated
+from ._redis import stream_rows, translated
 from .acks import Acker
 from .batching import Batcher
 from .claiming import Claimer, delivery_counts, entries_from_reply
@@ -86,6 +87,7 @@ class Consumer:
         self.error: BaseException | None = None
         self.stats = Stats()
         self.acker = Acker(client, identity.stream, identity.group)
+        self._reader = resp.OwnConnection(client)  # the read loop's own connection
         self.dead_letters = DeadLetters(client, identity.stream)
         self.claimer = Claimer(
             client,
@@ -145,35 +147,53 @@ class Consumer:
 
     def _finish(self, entry_id: str) -> None:
         self.in_flight.pop(entry_id, None)
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
         if self._waiting_for_room:
             self._waiting_for_room = False
             self._room_event.set()
 
     async def enqueue(self, entries: list[RawEntry]) -> None:
-        """Hand fetched entries to the workers (stopped ones are set aside, not handled)."""
+        """Hand fetched entries to the workers (stopped ones are set aside, not handled).
+
+        Per entry this is a few dict operations: it runs for every entry read or claimed.
+        """
         now = anyio.current_time()
+        in_flight, stopped = self.in_flight, self._stopped.ids
+        get_route = self._router.by_type_field.get
         ready: list[RawEntry] = []
-        get_route = self._router.get
+        batched: dict[str, tuple[Route, list[RawEntry]]] = {}
         for entry in entries:
-            if entry.id in self.in_flight:
+            entry_id = entry.id
+            if entry_id in in_flight:
                 continue
-            if entry.id in self._stopped and await hold_message(
-                self._client, self.id.stream, self.id.group, entry.id
-            ):
-                log.info("entry %s is stopped; set aside until resumed", entry.id)
+            if stopped and entry_id in stopped and await self._hold(entry_id):
                 continue
-            self.in_flight[entry.id] = now
-            self.stats.received += 1
+            in_flight[entry_id] = now
             route = get_route(entry.fields.get(b"type", b""))
             if route is not None and route.batch is not None:
-                self.batcher.add(route, entry, now)  # batches skip the worker hand-off
+                same_type = batched.get(route.type_name)
+                if same_type is None:
+                    same_type = batched[route.type_name] = (route, [])
+                same_type[1].append(entry)
             else:
                 ready.append(entry)
+        for route, group in batched.values():
+            self.batcher.add(route, group, now)  # batches skip the worker hand-off
+            self.stats.received += len(group)
+        self.stats.received += len(ready)
         try:
             self._queue.put_many(ready)
         except anyio.ClosedResourceError:  # shutting down: they stay pending
             for entry in ready:
                 self.in_flight.pop(entry.id, None)
+
+    async def _hold(self, entry_id: str) -> bool:
+        held = await hold_message(self._client, self.id.stream, self.id.group, entry_id)
+        if held:
+            log.info("entry %s is stopped; set aside until resumed", entry_id)
+        return held
 
     # -- stopping -------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
@@ -220,6 +240,7 @@ class Consumer:
             try:
                 await self._read_loop()
             finally:
+                await self._reader.release()
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(work_scope, work_done, acks_done)
                 services.cancel_scope.cancel()
@@ -294,7 +315,6 @@ class Consumer:
 
     async def _read_new(self) -> list[RawEntry]:
         count = min(self.room(), self._config.read_count)
-        block_ms = int(float(self._config.block) * 1000)  # type: ignore[arg-type]
         reply = None
         self.reserve(count)
         try:
@@ -302,16 +322,41 @@ class Consumer:
                 self._read_scope = scope
                 if self.stop_reason is None:
                     with translated(self.id.stream, self.id.group):
-                        reply = await self._client.xreadgroup(
-                            self.id.group, self.id.consumer, {self.id.stream: ">"},
-                            count=count, block=block_ms,
-                        )  # fmt: skip
+                        reply = await self._ack_and_read(count)
         finally:
             self._read_scope = None
             self.release(count)
-        if not reply:
+        if not reply:  # None: BLOCK timed out
             return []
-        return [RawEntry(entry_id.decode(), fields) for entry_id, fields in reply[0][1]]
+        # as sent by the server (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
+        rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+        return RawEntry.from_reply(rows)
+
+    async def _ack_and_read(self, count: int) -> Any:
+        """XREADGROUP, with the XACK of queued acks in the same write (one round trip)."""
+        acks = self.acker.take()
+        if not acks:
+            (reply,) = await self._reader.execute(self._read_command(count), 1)
+            return reply
+        packed = resp.pack_xack(self.id.stream, self.id.group, acks) + self._read_command(count)
+        try:
+            acked, reply = await self._reader.execute(packed, 2, raise_errors=False)
+        except BaseException:
+            self.acker.give_back(acks)
+            raise
+        if isinstance(acked, rx.ResponseError):
+            self.acker.give_back(acks)  # the acker retries them, or drops them on NOGROUP
+        else:
+            self.acker.acked += len(acks)
+        if isinstance(reply, rx.ResponseError):
+            raise reply
+        return reply
+
+    def _read_command(self, count: int) -> bytes:
+        block_ms = int(float(self._config.block) * 1000)  # type: ignore[arg-type]
+        return resp.pack_xreadgroup(
+            self.id.group, self.id.consumer, self.id.stream, ">", count, block_ms
+        )
 
     async def _recover_own_pending(self) -> None:
         """Re-process this consumer's own pending entries (ID 0) before reading new ones."""
@@ -327,7 +372,7 @@ class Consumer:
                     )
             finally:
                 self.release(count)
-            rows = reply[0][1] if reply else []
+            rows = stream_rows(reply)
             if not rows:
                 return
             start = rows[-1][0]
@@ -384,12 +429,15 @@ class Consumer:
             self._finish(entry_id)
 
     async def _flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
-        live = [e for e in entries if e.id not in self._stopped]
+        stopped = self._stopped.ids
+        live = [e for e in entries if e.id not in stopped] if stopped else entries
         try:
             if live:
                 await self.dispatcher.handle_batch(route, live)
         except (RedisFailure, rx.RedisError, OSError) as e:
             log.error("could not record a batch outcome (entries stay pending): %s", e)
         finally:
+            pop = self.in_flight.pop
             for entry in entries:
-                self._finish(entry.id)
+                pop(entry.id, None)
+            self._wake_reader()

@@ -226,16 +226,19 @@ class Dispatcher:
                     await self.dead_letter(entry, reason)
         if not messages:
             return
-        by_id = {entry.id: entry for entry in entries}
         self.stats.batch_size.observe(len(messages))
         started = perf_counter()
         failed = await self._run_batch(route, messages)
         self.stats.handler_seconds.observe(perf_counter() - started)
-        done = [m.id for m in messages if m.id not in failed]
+        done = (
+            [m.id for m in messages if m.id not in failed] if failed else [m.id for m in messages]
+        )
         self.stats.handled += len(done)
         self.acker.ack_many(done)
-        for entry_id, error in failed.items():
-            await self._settle(by_id[entry_id], error)
+        if failed:
+            by_id = {entry.id: entry for entry in entries}
+            for entry_id, error in failed.items():
+                await self._settle(by_id[entry_id], error)
 
     def _batch_messages(self, route: Route, entries: list[RawEntry]) -> list[Message[Any]] | None:
         """Decode a whole batch with one validation call; None if any entry is bad."""
@@ -249,8 +252,9 @@ class Dispatcher:
             return None
         if len(values) != len(entries):  # a payload that was not one JSON value
             return None
+        type_name, stream, group = route.type_name, self.stream, self.group
         return [
-            Message(e.id, route.type_name, v, m, e.delivery_count, self.stream, self.group)
+            Message(e.id, type_name, v, m, e.delivery_count, stream, group)
             for e, v, m in zip(entries, values, metas, strict=True)
         ]
 

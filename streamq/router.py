@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -137,6 +137,11 @@ class Router:
     def get(self, type_field: bytes) -> Route | None:
         """Fast lookup by the raw ``type`` field."""
         return self._by_bytes.get(type_field)
+
+    @property
+    def by_type_field(self) -> Mapping[bytes, Route]:
+        """Raw ``type`` field -> route, for loops that look up every entry read."""
+        return self._by_bytes
 
     def _route(self, type_name: str, model: Any) -> Route:
         validate_type_name(type_name)

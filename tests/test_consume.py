@@ -67,6 +67,29 @@ async def test_everything_is_acked_after_handling(
         assert await pending_count(client, mq.stream, "g") == 0
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_both_reply_protocols_consume_and_ack_everything(
+    redis_url: str, stream: str, client: aioredis.Redis, protocol: int
+) -> None:
+    """Reads are parsed by streamq (RESP2 and RESP3 shapes); acks ride along with reads."""
+    sep = "&" if "?" in redis_url else "?"
+    mq = MessageQueue(f"{redis_url}{sep}protocol={protocol}", stream=stream, group="g",
+                      start=StartFrom.EARLIEST)  # fmt: skip
+    seen: list[str] = []
+
+    @mq.handler("email")
+    async def handle(msg: Message[Email]) -> None:
+        seen.append(msg.data.to)
+
+    async with mq:
+        await mq.publish_many("email", [Email(to=f"{i}@x") for i in range(1000)])
+        await run_until(mq, lambda: len(seen) == 1000)
+        assert sorted(seen) == sorted(f"{i}@x" for i in range(1000))
+        assert await pending_count(client, stream, "g") == 0
+        assert mq.stats()["acked"] == 1000
+    await mq.aclose()
+
+
 async def test_entry_added_by_a_foreign_client_is_consumed(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
