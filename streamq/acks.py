@@ -3,7 +3,7 @@
 Handlers finish one by one; their IDs are collected and sent as one XACK per flush. While
 a flush is on the wire more IDs accumulate, so under load one XACK covers a whole batch.
 Under load the read loop also carries them: it takes the queued IDs and sends their XACK in
-the same write as its next XREADGROUP (:meth:`Acker.take` / :meth:`give_back`), which saves
+the same write as its next XREADGROUP (:meth:`Acker.send_along`), which saves
 a round trip per batch; the acker lingers ``ACK_LINGER`` before flushing on its own so the
 reader has the chance. A failed flush keeps its IDs and is retried (XACK is idempotent), so
 no ack is lost to a dropped connection.
@@ -12,6 +12,7 @@ no ack is lost to a dropped connection.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -59,6 +60,27 @@ class Acker:
         ids = self._pending[:MAX_IDS_PER_XACK]
         del self._pending[: len(ids)]
         return ids
+
+    async def send_along(self, connection: resp.OwnConnection, command: bytes) -> Any:
+        """Send ``command`` on ``connection`` with the XACK of the queued IDs ahead of it in
+        the same write (one round trip for both); return the command's reply."""
+        ids = self.take()
+        if not ids:
+            (reply,) = await connection.execute(command, 1)
+            return reply
+        packed = resp.pack_xack(self._stream, self._group, ids) + command
+        try:
+            acked, reply = await connection.execute(packed, 2, raise_errors=False)
+        except BaseException:
+            self.give_back(ids)
+            raise
+        if isinstance(acked, rx.ResponseError):
+            self.give_back(ids)  # run() retries them, or drops them on NOGROUP
+        else:
+            self.acked += len(ids)
+        if isinstance(reply, rx.ResponseError):
+            raise reply
+        return reply
 
     def give_back(self, ids: list[str]) -> None:
         """IDs from :meth:`take` whose XACK may not have been applied: send them again."""

@@ -28,6 +28,7 @@ from ._context import inside_handler
 from ._redis import stream_rows, translated
 from .acks import Acker
 from .batching import Batcher
+from .capacity import Capacity
 from .claiming import Claimer, delivery_counts, entries_from_reply
 from .config import BatchConfig, ConsumerConfig, RetryPolicy
 from .control import ControlListener, StoppedView, hold_message, was_terminated
@@ -37,6 +38,7 @@ from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, St
 from .message import RawEntry
 from .router import Route, Router
 from .stats import Stats
+from .unrouted import UnroutedDeliveries
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -74,12 +76,10 @@ class Consumer:
         self._config = config
         self._stopped = stopped
         self._background = background
-        self.in_flight: dict[str, float] = {}
-        self._reserved = 0
+        self.capacity = Capacity(config.max_in_flight, config.read_count)
+        self.in_flight = self.capacity.in_flight
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._queue: WorkQueue[RawEntry] = WorkQueue()
-        self._room_event = anyio.Event()
-        self._waiting_for_room = False
         self._read_scope: anyio.CancelScope | None = None
         self._claim_scope = anyio.CancelScope()
         self.stop_reason: str | None = None
@@ -96,9 +96,9 @@ class Consumer:
             consumer=identity.consumer,
             config=config,
             in_flight=self.in_flight,
-            room=self.room,
-            reserve=self.reserve,
-            release=self.release,
+            room=self.capacity.room,
+            reserve=self.capacity.reserve,
+            release=self.capacity.release,
             enqueue=self.enqueue,
             on_group_lost=self._group_lost,
         )
@@ -110,6 +110,7 @@ class Consumer:
             retry=retry,
             acker=self.acker,
             dead_letters=self.dead_letters,
+            unrouted=UnroutedDeliveries(client, identity.stream),
             schedule_retry=self.claimer.retry_later,
             handler_timeout=config.handler_timeout,  # type: ignore[arg-type]
             thread_limiter=anyio.CapacityLimiter(config.concurrency),
@@ -125,34 +126,6 @@ class Consumer:
             on_resume=lambda _id: self.claimer.wake(),
             on_terminate=lambda: self.request_stop("topic_terminated", auto=True),
         )
-
-    # -- capacity -------------------------------------------------------------------
-    def room(self) -> int:
-        """Entries that may still be fetched: fetched-but-unfinished and reserved count."""
-        return self._config.max_in_flight - len(self.in_flight) - self._reserved
-
-    def reserve(self, n: int) -> None:
-        """Hold room for a fetch in progress (the reader and the claimer fetch concurrently)."""
-        self._reserved += n
-
-    def release(self, n: int) -> None:
-        self._reserved -= n
-
-    async def _wait_for_room(self) -> None:
-        low_water = max(1, min(self._config.read_count, self._config.max_in_flight) // 4)
-        while self.room() < low_water and self.stop_reason is None:
-            self._room_event = anyio.Event()
-            self._waiting_for_room = True
-            await self._room_event.wait()
-
-    def _finish(self, entry_id: str) -> None:
-        self.in_flight.pop(entry_id, None)
-        self._wake_reader()
-
-    def _wake_reader(self) -> None:
-        if self._waiting_for_room:
-            self._waiting_for_room = False
-            self._room_event.set()
 
     async def enqueue(self, entries: list[RawEntry]) -> None:
         """Hand fetched entries to the workers (stopped ones are set aside, not handled).
@@ -195,6 +168,9 @@ class Consumer:
             log.info("entry %s is stopped; set aside until resumed", entry_id)
         return held
 
+    def _stopping(self) -> bool:
+        return self.stop_reason is not None
+
     # -- stopping -------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
         """Stop reading; ``run`` then drains and returns. The first reason wins."""
@@ -205,7 +181,7 @@ class Consumer:
         if self._read_scope is not None:
             self._read_scope.cancel()
         self._claim_scope.cancel()
-        self._room_event.set()
+        self.capacity.wake()
 
     async def _group_lost(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
         reason = "group_deleted"
@@ -297,7 +273,7 @@ class Consumer:
                 if recover:
                     await self._recover_own_pending()
                     recover = False
-                await self._wait_for_room()
+                await self.capacity.wait_for_room(self._stopping)
                 if self.stop_reason is not None:
                     break
                 await self.enqueue(await self._read_new())
@@ -314,43 +290,23 @@ class Consumer:
                 self.request_stop("error", auto=True)
 
     async def _read_new(self) -> list[RawEntry]:
-        count = min(self.room(), self._config.read_count)
+        count = min(self.capacity.room(), self._config.read_count)
         reply = None
-        self.reserve(count)
+        self.capacity.reserve(count)
         try:
             with anyio.CancelScope() as scope:
                 self._read_scope = scope
                 if self.stop_reason is None:
                     with translated(self.id.stream, self.id.group):
-                        reply = await self._ack_and_read(count)
+                        reply = await self.acker.send_along(self._reader, self._read_command(count))
         finally:
             self._read_scope = None
-            self.release(count)
+            self.capacity.release(count)
         if not reply:  # None: BLOCK timed out
             return []
         # as sent by the server (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
         rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
         return RawEntry.from_reply(rows)
-
-    async def _ack_and_read(self, count: int) -> Any:
-        """XREADGROUP, with the XACK of queued acks in the same write (one round trip)."""
-        acks = self.acker.take()
-        if not acks:
-            (reply,) = await self._reader.execute(self._read_command(count), 1)
-            return reply
-        packed = resp.pack_xack(self.id.stream, self.id.group, acks) + self._read_command(count)
-        try:
-            acked, reply = await self._reader.execute(packed, 2, raise_errors=False)
-        except BaseException:
-            self.acker.give_back(acks)
-            raise
-        if isinstance(acked, rx.ResponseError):
-            self.acker.give_back(acks)  # the acker retries them, or drops them on NOGROUP
-        else:
-            self.acker.acked += len(acks)
-        if isinstance(reply, rx.ResponseError):
-            raise reply
-        return reply
 
     def _read_command(self, count: int) -> bytes:
         block_ms = int(float(self._config.block) * 1000)  # type: ignore[arg-type]
@@ -362,16 +318,16 @@ class Consumer:
         """Re-process this consumer's own pending entries (ID 0) before reading new ones."""
         start = "0"
         while self.stop_reason is None:
-            await self._wait_for_room()
-            count = min(max(self.room(), 1), self._config.read_count)
-            self.reserve(count)
+            await self.capacity.wait_for_room(self._stopping)
+            count = min(max(self.capacity.room(), 1), self._config.read_count)
+            self.capacity.reserve(count)
             try:
                 with translated(self.id.stream, self.id.group):
                     reply = await self._client.xreadgroup(
                         self.id.group, self.id.consumer, {self.id.stream: start}, count=count
                     )
             finally:
-                self.release(count)
+                self.capacity.release(count)
             rows = stream_rows(reply)
             if not rows:
                 return
@@ -413,7 +369,7 @@ class Consumer:
     async def _process(self, entry: RawEntry, scope: anyio.CancelScope) -> None:
         entry_id = entry.id
         if entry_id in self._stopped:
-            self._finish(entry_id)  # stopped while queued; the stop took it off the PEL
+            self.capacity.finish(entry_id)  # stopped while queued; the stop took it off the PEL
             return
         route = self._router.get(entry.fields.get(b"type", b""))
         self._scopes[entry_id] = scope
@@ -426,7 +382,7 @@ class Consumer:
             log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
         finally:
             del self._scopes[entry_id]
-            self._finish(entry_id)
+            self.capacity.finish(entry_id)
 
     async def _flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
         stopped = self._stopped.ids
@@ -437,7 +393,4 @@ class Consumer:
         except (RedisFailure, rx.RedisError, OSError) as e:
             log.error("could not record a batch outcome (entries stay pending): %s", e)
         finally:
-            pop = self.in_flight.pop
-            for entry in entries:
-                pop(entry.id, None)
-            self._wake_reader()
+            self.capacity.finish_many([entry.id for entry in entries])

@@ -31,6 +31,7 @@ from .message import Message, RawEntry
 from .router import Route, Router
 from .signals import HandlerSignal, PartialFailure, Reject, Retry
 from .stats import Stats
+from .unrouted import UnroutedDeliveries
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Dispatcher:
         retry: RetryPolicy,
         acker: Acker,
         dead_letters: DeadLetters,
+        unrouted: UnroutedDeliveries,
         schedule_retry: ScheduleRetry,
         handler_timeout: float | None,
         thread_limiter: anyio.CapacityLimiter,
@@ -71,6 +73,7 @@ class Dispatcher:
         self.retry = retry
         self.acker = acker
         self.dead_letters = dead_letters
+        self.unrouted = unrouted
         self.schedule_retry = schedule_retry
         self.handler_timeout = handler_timeout
         self.thread_limiter = thread_limiter
@@ -101,19 +104,42 @@ class Dispatcher:
     async def dead_letter(self, entry: RawEntry, reason: str) -> None:
         self.stats.dead_lettered += 1
         await self.dead_letters.write(entry, group=self.group, consumer=self.consumer, error=reason)
+        if entry.delivery_count > 1:
+            await self.unrouted.forget([entry.id])
+
+    async def attempts(self, entry: RawEntry) -> int:
+        """Deliveries of ``entry`` to a consumer with its handler, as far as they matter:
+        looked up only once the delivery count has reached ``max_deliveries``."""
+        if entry.delivery_count < self.retry.max_deliveries:
+            return entry.delivery_count
+        return entry.delivery_count - await self.unrouted.count(entry.id)
+
+    async def over_limit(self, entry: RawEntry) -> bool:
+        """Delivered more often than ``max_deliveries`` allows (checked before handling)."""
+        return (
+            entry.delivery_count > self.retry.max_deliveries
+            and await self.attempts(entry) > self.retry.max_deliveries
+        )
 
     async def failed(self, entry: RawEntry, error: BaseException) -> None:
         """A delivery failed: dead-letter if it was the last allowed, else leave pending."""
         self.stats.failed += 1
-        if entry.delivery_count >= self.retry.max_deliveries:
+        attempts = await self.attempts(entry)
+        if attempts >= self.retry.max_deliveries:
             await self.dead_letter(
-                entry, f"failed {entry.delivery_count} deliveries; last error: {describe(error)}"
+                entry, f"failed {attempts} deliveries; last error: {describe(error)}"
             )
             return
         log.warning(
             "handler failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            entry.id, entry.delivery_count, self.retry.max_deliveries, describe(error),
+            entry.id, attempts, self.retry.max_deliveries, describe(error),
         )  # fmt: skip
+
+    async def settled(self, entries: list[RawEntry]) -> None:
+        """Handled: drop the unrouted-delivery records of redelivered entries (rare)."""
+        redelivered = [e.id for e in entries if e.delivery_count > 1]
+        if redelivered:
+            await self.unrouted.forget(redelivered)
 
     async def no_route(self, entry: RawEntry) -> None:
         """No handler here: dead-letter malformed types, let others take unknown ones."""
@@ -128,20 +154,19 @@ class Dispatcher:
                 f"no handler for type {type_name!r} after {entry.delivery_count} deliveries",
             )
             return
+        await self.unrouted.record(entry.id)
         log.warning(
             "no handler for type %r (entry %s); left pending for a consumer that has one",
             type_name, entry.id,
         )  # fmt: skip
 
-    def too_many_deliveries(self, entry: RawEntry) -> bool:
-        return entry.delivery_count > self.retry.max_deliveries
+    def _over_limit_reason(self, entry: RawEntry) -> str:
+        return f"delivered {entry.delivery_count} times (max {self.retry.max_deliveries})"
 
     # -- single entries -------------------------------------------------------------
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
-        if entry.delivery_count > 1 and self.too_many_deliveries(entry):
-            await self.dead_letter(
-                entry, f"delivered {entry.delivery_count} times (max {self.retry.max_deliveries})"
-            )
+        if entry.delivery_count > 1 and await self.over_limit(entry):
+            await self.dead_letter(entry, self._over_limit_reason(entry))
             return
         try:
             message = self.message(route, entry)
@@ -170,6 +195,8 @@ class Dispatcher:
             self.stats.handler_seconds.observe(perf_counter() - started)
         self.stats.handled += 1
         self.acker.ack(entry.id)
+        if entry.delivery_count > 1:
+            await self.settled([entry])
 
     async def _settle(self, entry: RawEntry, error: BaseException) -> None:
         if isinstance(error, Reject):
@@ -211,8 +238,8 @@ class Dispatcher:
         """Run a batch handler; only the entries that failed follow the failure path."""
         fresh = []
         for entry in entries:
-            if entry.delivery_count > 1 and self.too_many_deliveries(entry):
-                await self.dead_letter(entry, f"delivered {entry.delivery_count} times")
+            if entry.delivery_count > 1 and await self.over_limit(entry):
+                await self.dead_letter(entry, self._over_limit_reason(entry))
             else:
                 fresh.append(entry)
         messages = self._batch_messages(route, fresh)
@@ -235,6 +262,7 @@ class Dispatcher:
         )
         self.stats.handled += len(done)
         self.acker.ack_many(done)
+        await self.settled([e for e in fresh if e.id not in failed] if failed else fresh)
         if failed:
             by_id = {entry.id: entry for entry in entries}
             for entry_id, error in failed.items():

@@ -32,9 +32,14 @@ class Keys:
         return self.prefix + "control"
 
     @property
+    def unrouted(self) -> str:
+        """Hash: entry ID -> deliveries to consumers without a handler for its type."""
+        return self.prefix + "unrouted"
+
+    @property
     def cleanup_lock(self) -> str:
         return self.prefix + "cleanup-lock"
 
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
-        return [self.stopped, self.cleanup_lock]
+        return [self.stopped, self.unrouted, self.cleanup_lock]

@@ -182,6 +182,38 @@ async def test_unknown_type_is_taken_by_a_consumer_that_has_the_handler(
         assert await dead_count(both) == 0
 
 
+async def test_deliveries_to_consumers_without_the_handler_do_not_use_up_max_deliveries(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    policy = RetryPolicy(max_deliveries=3)
+    emails_only = make_queue(consumer="emails", retry=policy, claim_idle=0.1, claim_interval=0.05)
+    emails_only.handler("email")(lambda msg: None)  # type: ignore[arg-type,return-value]
+    async with emails_only:
+        sms_id = await emails_only.publish("sms", {"to": "+100"})
+
+        async def delivered_five_times() -> bool:
+            rows = await client.xpending_range(emails_only.stream, "g", sms_id, sms_id, 1)
+            return bool(rows) and int(rows[0]["times_delivered"]) >= 5
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(emails_only.run)
+            await wait_for(
+                delivered_five_times, what="5 deliveries to the consumer without handler"
+            )
+            await emails_only.stop()
+    unrouted = Keys(emails_only.stream).unrouted
+    assert int(await client.hget(unrouted, sms_id) or 0) >= 5
+    sms_sent: list[str] = []
+    both = make_queue(consumer="both", retry=policy, claim_idle=0.1, claim_interval=0.05)
+    both.handler("sms")(lambda msg: sms_sent.append(msg.id))  # type: ignore[arg-type,func-returns-value]
+    async with both, anyio.create_task_group() as tg:
+        tg.start_soon(both.run)
+        await wait_for(lambda: sms_sent == [sms_id], what="the sms handled, not dead-lettered")
+        await both.stop()
+        assert await dead_count(both) == 0
+    assert await client.hget(unrouted, sms_id) is None, "the record outlived the entry"
+
+
 async def test_purge_and_replay_all(make_queue: QueueFactory, client: aioredis.Redis) -> None:
     mq = make_queue()
 

@@ -1,0 +1,41 @@
+"""Deliveries of an entry to consumers that have no handler for its type.
+
+Redis counts every delivery of an entry, and XAUTOCLAIM cannot choose entries by type. When
+the consumers of a group handle different types, an entry can be claimed a few times by
+consumers without its handler before one with the handler wins the claim race; those
+deliveries must not use up ``max_deliveries``, which limits *handler* attempts. A consumer
+without the handler records each such delivery (``HINCRBY``); the consumer with the handler
+subtracts them, and looks them up only when the delivery count has reached the limit. Both
+are rare paths: the hot path never touches this hash.
+"""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from ._redis import translated
+from .keys import Keys
+
+
+class UnroutedDeliveries:
+    """The hash ``streamq:{<stream>}:unrouted``: entry ID -> deliveries without a handler."""
+
+    def __init__(self, client: aioredis.Redis, stream: str) -> None:
+        self._client = client
+        self._stream = stream
+        self._key = Keys(stream).unrouted
+
+    async def record(self, entry_id: str) -> None:
+        with translated(self._stream):
+            await self._client.hincrby(self._key, entry_id, 1)
+
+    async def count(self, entry_id: str) -> int:
+        with translated(self._stream):
+            value = await self._client.hget(self._key, entry_id)
+        return int(value) if value is not None else 0
+
+    async def forget(self, entry_ids: list[str]) -> None:
+        """The entries are settled (handled or dead-lettered): drop their records."""
+        if entry_ids:
+            with translated(self._stream):
+                await self._client.hdel(self._key, *entry_ids)
