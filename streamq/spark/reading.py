@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 
 from .._redis import text as _text
-from ..errors import StreamqError
 from ..ids import StreamId
 from .offsets import (
     ZERO,
@@ -33,6 +31,7 @@ from .offsets import (
     stream_state,
 )
 from .options import ReadOptions
+from .rows import read_range
 
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import (
@@ -50,98 +49,7 @@ except ImportError:  # pragma: no cover - pyspark 4.0/4.1: no admission control 
 
 log = logging.getLogger(__name__)
 
-XRANGE_CHUNK = 2000
 LAG_SCAN = 10_000
-
-
-def read_range(opts: ReadOptions, lo: str, hi: str) -> Iterator[Any]:
-    """Rows of ``(lo, hi]``: Arrow batches for raw rows, tuples for typed ones."""
-    client = connect(opts.url)
-    try:
-        model = opts.model()
-        cursor = f"({lo}" if lo != "0-0" else "-"
-        while True:
-            rows = client.xrange(opts.stream, min=cursor, max=hi, count=XRANGE_CHUNK)
-            if not rows:
-                return
-            if model is None:
-                yield _arrow_batch(rows, opts.type)
-            else:
-                yield from _typed_rows(rows, opts.type, model)
-            if len(rows) < XRANGE_CHUNK:
-                return
-            cursor = "(" + _text(rows[-1][0])
-    finally:
-        client.close()
-
-
-def _meta(raw: bytes | None) -> list[tuple[str, str]] | None:
-    if not raw:
-        return None
-    import pydantic_core
-
-    try:
-        values = pydantic_core.from_json(raw)
-    except ValueError:
-        return [("streamq_invalid_meta", raw.decode("utf-8", "replace"))]
-    if not isinstance(values, dict):
-        return [("streamq_invalid_meta", raw.decode("utf-8", "replace"))]
-    return [(str(k), str(v)) for k, v in values.items()]
-
-
-def _arrow_batch(rows: list[Any], type_filter: str | None) -> Any:
-    import pyarrow as pa
-
-    ids, types, datas, metas, times = [], [], [], [], []
-    wanted = type_filter.encode() if type_filter else None
-    for entry_id, fields in rows:
-        kind = fields.get(b"type")
-        if wanted is not None and kind != wanted:
-            continue
-        text_id = _text(entry_id)
-        ids.append(text_id)
-        types.append(kind.decode("utf-8", "replace") if kind is not None else None)
-        data = fields.get(b"data")
-        datas.append(data.decode("utf-8", "replace") if data is not None else None)
-        metas.append(_meta(fields.get(b"meta")))
-        times.append(int(text_id.partition("-")[0]) * 1000)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(ids, pa.string()),
-            pa.array(types, pa.string()),
-            pa.array(datas, pa.string()),
-            pa.array(metas, pa.map_(pa.string(), pa.string())),
-            pa.array(times, pa.timestamp("us", tz="UTC")),
-        ],
-        names=["id", "type", "data", "meta", "published_at"],
-    )
-
-
-def _typed_rows(rows: list[Any], type_name: str | None, model: Any) -> Iterator[tuple[Any, ...]]:
-    wanted = type_name.encode() if type_name else None
-    names = list(model.model_fields)
-    for entry_id, fields in rows:
-        if wanted is not None and fields.get(b"type") != wanted:
-            continue
-        text_id = _text(entry_id)
-        data = fields.get(b"data")
-        try:
-            value = model.model_validate_json(data if data is not None else b"null")
-        except ValueError as e:
-            raise StreamqError(
-                f"entry {text_id} of type {type_name!r} does not fit {model.__name__}: {e}; "
-                "read without option('model') to see raw rows"
-            ) from e
-        dumped = value.model_dump(mode="python")
-        published = datetime.fromtimestamp(int(text_id.partition("-")[0]) / 1000, tz=UTC)
-        meta = _meta(fields.get(b"meta"))
-        yield (
-            text_id,
-            type_name,
-            *[dumped[n] for n in names],
-            dict(meta) if meta else None,
-            published,
-        )
 
 
 class StreamqBatchReader(DataSourceReader):  # type: ignore[misc]

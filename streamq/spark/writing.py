@@ -4,6 +4,10 @@
 ``data`` is the JSON string in ``dataColumn`` if given, else a JSON object of the other
 columns; ``meta`` is the map column ``metaColumn`` (default ``meta``) if present.
 
+Writes use Spark's Arrow writers (batch writes on pyspark >= 4.0, streaming writes on
+>= 4.1): rows arrive as column batches and are encoded by Arrow kernels
+(``arrow_encoding.py``); streaming writes on pyspark 4.0 take rows one by one.
+
 Delivery: at-least-once. A Spark task that fails and is retried sends its partition again,
 so every message carries ``meta["streamq_producer_id"] = <job>:<batch>:<partition>:<row>``,
 the same on every attempt of a deterministic input: consumers can drop duplicates by it.
@@ -17,14 +21,26 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+
+try:  # pyspark >= 4.1: streaming writes get Arrow batches too
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    _STREAM_ARROW = True
+except ImportError:  # pyspark 4.0: rows
+    _StreamWriterBase = DataSourceStreamWriter
+    _STREAM_ARROW = False
 
 from .. import _resp as resp
 from ..errors import ConfigError
 from ..message import validate_type_name
+from .arrow_encoding import PRODUCER_ID, encode_batch
 from .options import WriteOptions
 
-PRODUCER_ID = "streamq_producer_id"
 _ENTRY_COLUMNS = {"id", "published_at"}
 
 
@@ -60,25 +76,25 @@ class RowEncoder:
             raise ConfigError(f"dataColumn {opts.data_column!r} is not a column of the DataFrame")
         skip = {opts.type_column, opts.meta_column, *_ENTRY_COLUMNS}
         self.payload_columns = [c for c in columns if c not in skip]
-        self._payload_index = [columns.index(c) for c in self.payload_columns]
-        self._type_index = columns.index(opts.type_column) if opts.type is None else -1
-        self._meta_index = columns.index(opts.meta_column) if opts.meta_column in columns else -1
-        self._data_index = columns.index(opts.data_column) if opts.data_column else -1
-        self._fixed_type = validate_type_name(opts.type).encode() if opts.type else None
+        self.payload_index = [columns.index(c) for c in self.payload_columns]
+        self.type_index = columns.index(opts.type_column) if opts.type is None else -1
+        self.meta_index = columns.index(opts.meta_column) if opts.meta_column in columns else -1
+        self.data_index = columns.index(opts.data_column) if opts.data_column else -1
+        self.fixed_type = validate_type_name(opts.type).encode() if opts.type else None
 
     def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]:
-        if self._fixed_type is not None:
-            type_field: bytes | str = self._fixed_type
+        if self.fixed_type is not None:
+            type_field: bytes | str = self.fixed_type
         else:
-            type_field = validate_type_name(str(row[self._type_index]))
-        if self._data_index >= 0:
-            data = _json_text(row[self._data_index])
+            type_field = validate_type_name(str(row[self.type_index]))
+        if self.data_index >= 0:
+            data = _json_text(row[self.data_index])
         else:
-            names, index = self.payload_columns, self._payload_index
+            names, index = self.payload_columns, self.payload_index
             data = pydantic_core.to_json(
                 {n: _plain(row[i]) for n, i in zip(names, index, strict=True)}
             )
-        meta = dict(row[self._meta_index] or {}) if self._meta_index >= 0 else {}
+        meta = dict(row[self.meta_index] or {}) if self.meta_index >= 0 else {}
         meta[PRODUCER_ID] = producer_id
         meta_json = pydantic_core.to_json({str(k): str(v) for k, v in meta.items()})
         return {b"type": type_field, b"data": data, b"meta": meta_json}
@@ -104,6 +120,7 @@ def _json_text(text: str | None) -> bytes:
 def write_rows(
     opts: WriteOptions, columns: list[str], job: str, rows: Iterator[Any]
 ) -> WrittenCount:
+    """The row path (streaming writes on pyspark 4.0, which has no Arrow stream writer)."""
     import redis
 
     partition, query, batch = _task_ids()
@@ -125,24 +142,48 @@ def write_rows(
     return WrittenCount(partition, count)
 
 
-class StreamqBatchWriter(DataSourceWriter):  # type: ignore[misc]
+def write_arrow(
+    opts: WriteOptions, columns: list[str], job: str, batches: Iterator[Any]
+) -> WrittenCount:
+    """The Arrow path: whole column batches encoded by Arrow kernels, sent in chunks."""
+    import redis
+
+    partition, query, batch_id = _task_ids()
+    encoder = RowEncoder(opts, columns)
+    prefix = f"{query or job}:{batch_id or 0}:{partition}"
+    client = redis.Redis.from_url(opts.url)
+    count = 0
+    try:
+        for batch in batches:
+            for start in range(0, batch.num_rows, opts.chunk):
+                part = batch.slice(start, opts.chunk)
+                packed = encode_batch(part, encoder, opts.stream, prefix, count)
+                resp.execute_sync(client, packed, part.num_rows)
+                count += part.num_rows
+    finally:
+        client.close()
+    return WrittenCount(partition, count)
+
+
+class StreamqBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, opts: WriteOptions, columns: list[str]) -> None:
         RowEncoder(opts, columns)  # validate on the driver, before any task runs
         self.opts, self.columns = opts, columns
         self.job = uuid.uuid4().hex[:12]
 
     def write(self, iterator: Iterator[Any]) -> WrittenCount:
-        return write_rows(self.opts, self.columns, self.job, iterator)
+        return write_arrow(self.opts, self.columns, self.job, iterator)
 
 
-class StreamqStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+class StreamqStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     def __init__(self, opts: WriteOptions, columns: list[str]) -> None:
         RowEncoder(opts, columns)
         self.opts, self.columns = opts, columns
         self.job = uuid.uuid4().hex[:12]
 
     def write(self, iterator: Iterator[Any]) -> WrittenCount:
-        return write_rows(self.opts, self.columns, self.job, iterator)
+        write = write_arrow if _STREAM_ARROW else write_rows
+        return write(self.opts, self.columns, self.job, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         pass  # entries are visible as soon as XADD returns

@@ -1,0 +1,140 @@
+"""Stream entries -> Spark rows: raw rows as Arrow record batches, typed rows as tuples.
+
+A partition is read with ``XRANGE`` in chunks, packed and parsed without redis-py's reply
+callbacks (an entry stays the parser's flat ``[field, value, ...]`` list). Raw rows are
+built column by column: the fields are gathered into lists of bytes, and UTF-8 checking,
+the ``published_at`` timestamps and the type filter are Arrow kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from .. import _resp as resp
+from .._redis import text as _text
+from ..errors import StreamqError
+from .offsets import connect
+from .options import ReadOptions
+
+XRANGE_CHUNK = 2000
+_STANDARD = (b"type", b"data")  # what every streamq producer writes first
+
+
+def read_range(opts: ReadOptions, lo: str, hi: str) -> Iterator[Any]:
+    """Rows of ``(lo, hi]``: Arrow batches for raw rows, tuples for typed ones."""
+    client = connect(opts.url)
+    try:
+        model = opts.model()
+        cursor = f"({lo}" if lo != "0-0" else "-"
+        while True:
+            command = resp.pack("XRANGE", opts.stream, cursor, hi, "COUNT", str(XRANGE_CHUNK))
+            (rows,) = resp.execute_sync(client, command, 1)
+            if not rows:
+                return
+            if model is None:
+                yield arrow_batch(rows, opts.type)
+            else:
+                yield from typed_rows(rows, opts.type, model)
+            if len(rows) < XRANGE_CHUNK:
+                return
+            cursor = "(" + _text(rows[-1][0])
+    finally:
+        client.close()
+
+
+def _fields(flat: list[bytes]) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """(type, data, meta) of an entry's flat field list."""
+    if len(flat) in (4, 6) and (flat[0], flat[2]) == _STANDARD:
+        return flat[1], flat[3], flat[5] if len(flat) == 6 and flat[4] == b"meta" else None
+    pairs = iter(flat)
+    fields = dict(zip(pairs, pairs, strict=True))
+    return fields.get(b"type"), fields.get(b"data"), fields.get(b"meta")
+
+
+def _meta(raw: bytes | None) -> list[tuple[str, str]] | None:
+    if not raw:
+        return None
+    import pydantic_core
+
+    try:
+        values = pydantic_core.from_json(raw)
+    except ValueError:
+        return [("streamq_invalid_meta", raw.decode("utf-8", "replace"))]
+    if not isinstance(values, dict):
+        return [("streamq_invalid_meta", raw.decode("utf-8", "replace"))]
+    return [(str(k), str(v)) for k, v in values.items()]
+
+
+def arrow_batch(rows: list[Any], type_filter: str | None) -> Any:
+    """Columns id, type, data, meta, published_at of ``rows`` (those of ``type_filter``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids, types, datas, metas = [], [], [], []
+    for entry_id, flat in rows:
+        kind, data, meta = _fields(flat)
+        ids.append(entry_id)
+        types.append(kind)
+        datas.append(data)
+        metas.append(meta)
+    id_column = _text_column(ids)
+    millis = pc.cast(pc.list_element(pc.split_pattern(id_column, "-"), 0), pa.int64())
+    meta_type = pa.map_(pa.string(), pa.string())
+    batch = pa.RecordBatch.from_arrays(
+        [
+            id_column,
+            _text_column(types),
+            _text_column(datas),
+            pa.array([_meta(m) for m in metas], meta_type)
+            if any(metas)
+            else pa.nulls(len(metas), meta_type),
+            pc.cast(pc.multiply(millis, 1000), pa.timestamp("us", tz="UTC")),
+        ],
+        names=["id", "type", "data", "meta", "published_at"],
+    )
+    if type_filter is not None:
+        batch = batch.filter(pc.fill_null(pc.equal(batch.column(1), type_filter), False))
+    return batch
+
+
+def _text_column(values: list[bytes | None]) -> Any:
+    """UTF-8 bytes as a string column; undecodable bytes are replaced, as ``decode`` does."""
+    import pyarrow as pa
+
+    column = pa.array(values, pa.binary())
+    try:
+        return column.cast(pa.string())
+    except pa.ArrowInvalid:  # not UTF-8 somewhere: the slow path, per value
+        return pa.array(
+            [v.decode("utf-8", "replace") if v is not None else None for v in values], pa.string()
+        )
+
+
+def typed_rows(rows: list[Any], type_name: str | None, model: Any) -> Iterator[tuple[Any, ...]]:
+    """Rows with ``data`` validated by ``model`` and spread into its fields' columns."""
+    wanted = type_name.encode() if type_name else None
+    names = list(model.model_fields)
+    for entry_id, flat in rows:
+        kind, data, meta = _fields(flat)
+        if wanted is not None and kind != wanted:
+            continue
+        text_id = _text(entry_id)
+        try:
+            value = model.model_validate_json(data if data is not None else b"null")
+        except ValueError as e:
+            raise StreamqError(
+                f"entry {text_id} of type {type_name!r} does not fit {model.__name__}: {e}; "
+                "read without option('model') to see raw rows"
+            ) from e
+        dumped = value.model_dump(mode="python")
+        published = datetime.fromtimestamp(int(text_id.partition("-")[0]) / 1000, tz=UTC)
+        pairs = _meta(meta)
+        yield (
+            text_id,
+            type_name,
+            *[dumped[n] for n in names],
+            dict(pairs) if pairs else None,
+            published,
+        )
