@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 ACK_RETRY_BACKOFF = 0.2
 MAX_IDS_PER_XACK = 1000
 # How long queued acks wait for the read loop to carry them before the acker sends them.
-ACK_LINGER = 0.001
+ACK_LINGER = 0.005
 
 
 class Acker:

@@ -126,8 +126,8 @@ class Batcher:
             self._tg.start_soon(self._run, state, batch)
 
     async def _wait_until_due(self, state: _TypeState) -> None:
-        if self._closing:
-            return
+        if self._closing or len(state.entries) >= state.size:
+            return  # (waiting on a set event would still cost a trip round the event loop)
         with anyio.move_on_after(state.first_at + state.timeout - anyio.current_time()):
             await state.full.wait()
 
