@@ -126,6 +126,7 @@ class Cleaner:
         bounds = await group_bounds(self._client, self._stream)
         if bounds is None:
             return CleanupReport(0, None, length, dead, skipped="stream has no consumer group")
+        await self._prune_unrouted(bounds.safe_point)
         bound = bounds.read_point if self.policy.beyond_pending else bounds.safe_point
         retention_ms = int(float(self.policy.min_retention) * 1000)  # type: ignore[arg-type]
         # age >= min_retention  <=>  entry ms <= now - retention  <=>  ID < (now - retention + 1)-0
@@ -202,6 +203,15 @@ class Cleaner:
             "XDELEX", self._stream, "ACKED", "IDS", len(ids), *map(str, ids)
         )
         return sum(1 for status in reply if int(status) == XDELEX_DELETED)
+
+    async def _prune_unrouted(self, safe: StreamId) -> None:
+        """Drop unrouted-delivery records of entries every group has acknowledged."""
+        if self._dry_run:
+            return
+        ids = [_text(i) for i in await self._client.hkeys(self._keys.unrouted)]
+        settled = [i for i in ids if StreamId.parse(i) < safe]
+        if settled:
+            await self._client.hdel(self._keys.unrouted, *settled)
 
     async def _trim_dead_letters(self) -> int:
         if self.policy.dead_letter_retention is None:

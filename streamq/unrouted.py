@@ -6,7 +6,9 @@ consumers without its handler before one with the handler wins the claim race; t
 deliveries must not use up ``max_deliveries``, which limits *handler* attempts. A consumer
 without the handler records each such delivery (``HINCRBY``); the consumer with the handler
 subtracts them, and looks them up only when the delivery count has reached the limit. Both
-are rare paths: the hot path never touches this hash.
+are rare paths: the hot path never touches this hash. Records go when the entry is
+handled after a redelivery or dead-lettered, and cleanup drops those of entries every
+group has acknowledged (whatever else settled them).
 """
 
 from __future__ import annotations

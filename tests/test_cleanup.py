@@ -104,6 +104,18 @@ async def test_server_side_check_keeps_what_a_stale_snapshot_would_remove(
     assert await remaining(client, mq.stream) == [ids[2], *ids[6:]]
 
 
+async def test_unrouted_records_of_acknowledged_entries_are_pruned(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq, ids = await setup(make_queue, client)
+    await read_and_ack(client, mq.stream, "g", 10)
+    await read_and_ack(client, mq.stream, "lagging", 4)
+    unrouted = f"streamq:{{{mq.stream}}}:unrouted"
+    await client.hset(unrouted, mapping={ids[1]: 2, ids[7]: 1})
+    await mq.cleanup()
+    assert [k.decode() for k in await client.hkeys(unrouted)] == [ids[7]]
+
+
 async def test_min_retention_and_max_stream_length(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
