@@ -73,7 +73,9 @@ def parser_for(model: Any) -> Parser:
     if model is Any or model is None:
         return _parse_json
     if isinstance(model, type) and issubclass(model, BaseModel):
-        return model.model_validate_json
+        if model.__pydantic_complete__:  # the validator itself: no Python wrapper per message
+            return model.__pydantic_validator__.validate_json
+        return model.model_validate_json  # forward references: resolved on first use
     return TypeAdapter(model).validate_json
 
 

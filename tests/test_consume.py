@@ -21,6 +21,14 @@ class Email(BaseModel):
     subject: str = ""
 
 
+class LateOrder(BaseModel):
+    item: LateItem  # defined below: the model is complete only once pydantic rebuilds it
+
+
+class LateItem(BaseModel):
+    name: str
+
+
 async def run_until(mq: MessageQueue, done: Any, timeout: float = 10.0) -> None:
     """Run ``mq`` until ``done()`` is true, then stop it and wait for ``mq.done``."""
     async with anyio.create_task_group() as tg:
@@ -88,6 +96,24 @@ async def test_both_reply_protocols_consume_and_ack_everything(
         assert await pending_count(client, stream, "g") == 0
         assert mq.stats()["acked"] == 1000
     await mq.aclose()
+
+
+async def test_model_completed_after_registration_still_validates(
+    make_queue: QueueFactory,
+) -> None:
+    assert not LateOrder.__pydantic_complete__
+    mq = make_queue()
+    got: list[str] = []
+
+    @mq.handler("order")
+    async def handle(msg: Message[LateOrder]) -> None:
+        got.append(msg.data.item.name)
+
+    async with mq:
+        await mq.publish("order", {"item": {"name": "book"}})
+        await mq.publish("order", {"item": {}})  # invalid: dead-lettered, not handled
+        await run_until(mq, lambda: got == ["book"])
+        assert (await mq.topic_info()).dead_letters == 1
 
 
 async def test_entry_added_by_a_foreign_client_is_consumed(
