@@ -16,7 +16,7 @@ the same on every attempt of a deterministic input: consumers can drop duplicate
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,49 +117,55 @@ def _json_text(text: str | None) -> bytes:
     return raw
 
 
+Chunks = Callable[[RowEncoder, str], Iterator[tuple[bytes, int]]]
+
+
 def write_rows(
     opts: WriteOptions, columns: list[str], job: str, rows: Iterator[Any]
 ) -> WrittenCount:
     """The row path (streaming writes on pyspark 4.0, which has no Arrow stream writer)."""
-    import redis
 
-    partition, query, batch = _task_ids()
-    encoder = RowEncoder(opts, columns)
-    prefix = f"{query or job}:{batch or 0}:{partition}"
-    client = redis.Redis.from_url(opts.url)
-    count = 0
-    try:
+    def chunks(encoder: RowEncoder, prefix: str) -> Iterator[tuple[bytes, int]]:
         chunk: list[dict[bytes | str, bytes | str]] = []
-        for count, row in enumerate(rows, start=1):
-            chunk.append(encoder.encode(row, f"{prefix}:{count - 1}"))
+        for n, row in enumerate(rows):
+            chunk.append(encoder.encode(row, f"{prefix}:{n}"))
             if len(chunk) == opts.chunk:
-                resp.execute_sync(client, *resp.pack_xadds(opts.stream, chunk))
-                chunk.clear()
+                yield resp.pack_xadds(opts.stream, chunk)
+                chunk = []
         if chunk:
-            resp.execute_sync(client, *resp.pack_xadds(opts.stream, chunk))
-    finally:
-        client.close()
-    return WrittenCount(partition, count)
+            yield resp.pack_xadds(opts.stream, chunk)
+
+    return _send(opts, columns, job, chunks)
 
 
 def write_arrow(
     opts: WriteOptions, columns: list[str], job: str, batches: Iterator[Any]
 ) -> WrittenCount:
     """The Arrow path: whole column batches encoded by Arrow kernels, sent in chunks."""
-    import redis
 
-    partition, query, batch_id = _task_ids()
-    encoder = RowEncoder(opts, columns)
-    prefix = f"{query or job}:{batch_id or 0}:{partition}"
-    client = redis.Redis.from_url(opts.url)
-    count = 0
-    try:
+    def chunks(encoder: RowEncoder, prefix: str) -> Iterator[tuple[bytes, int]]:
+        first = 0
         for batch in batches:
             for start in range(0, batch.num_rows, opts.chunk):
                 part = batch.slice(start, opts.chunk)
-                packed = encode_batch(part, encoder, opts.stream, prefix, count)
-                resp.execute_sync(client, packed, part.num_rows)
-                count += part.num_rows
+                yield encode_batch(part, encoder, opts.stream, prefix, first), part.num_rows
+                first += part.num_rows
+
+    return _send(opts, columns, job, chunks)
+
+
+def _send(opts: WriteOptions, columns: list[str], job: str, chunks: Chunks) -> WrittenCount:
+    """Send this task's packed chunks (pipelined XADDs) and count the rows."""
+    import redis
+
+    partition, query, batch = _task_ids()
+    prefix = f"{query or job}:{batch or 0}:{partition}"
+    client = redis.Redis.from_url(opts.url)
+    count = 0
+    try:
+        for packed, rows in chunks(RowEncoder(opts, columns), prefix):
+            resp.execute_sync(client, packed, rows)
+            count += rows
     finally:
         client.close()
     return WrittenCount(partition, count)
