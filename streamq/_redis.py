@@ -31,8 +31,9 @@ def text(value: bytes | str) -> str:
 def stream_rows(reply: Any) -> list[Any]:
     """The entries of a one-stream XREAD/XREADGROUP reply from redis-py, either protocol.
 
-    RESP2 (redis-py's default): ``[[stream, rows]]``; RESP3 (``?protocol=3``):
-    ``{stream: [rows]}``; no entries: None or empty.
+    redis-py's default (and ``?protocol=2``): ``[[stream, rows]]``; ``?protocol=3``:
+    ``{stream: [rows]}``; no entries: None or empty. (Replies read raw, without redis-py's
+    callbacks, have yet other shapes: see ``Consumer._read_new``.)
     """
     if not reply:
         return []

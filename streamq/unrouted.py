@@ -13,10 +13,15 @@ group has acknowledged (whatever else settled them).
 
 from __future__ import annotations
 
+import logging
+
 import redis.asyncio as aioredis
+from redis import exceptions as rx
 
 from ._redis import translated
 from .keys import Keys
+
+log = logging.getLogger(__name__)
 
 
 class UnroutedDeliveries:
@@ -37,7 +42,14 @@ class UnroutedDeliveries:
         return int(value) if value is not None else 0
 
     async def forget(self, entry_ids: list[str]) -> None:
-        """The entries are settled (handled or dead-lettered): drop their records."""
-        if entry_ids:
-            with translated(self._stream):
-                await self._client.hdel(self._key, *entry_ids)
+        """The entries are settled (handled or dead-lettered): drop their records.
+
+        Best effort: the outcome is already recorded, and a record left behind is removed
+        by the next cleanup pass once every group has acknowledged the entry.
+        """
+        if not entry_ids:
+            return
+        try:
+            await self._client.hdel(self._key, *entry_ids)
+        except (rx.RedisError, OSError) as e:
+            log.warning("could not drop unrouted-delivery records (cleanup will): %s", e)
