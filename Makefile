@@ -93,7 +93,7 @@ test-redis8: setup
 
 # Run the embedded server in the foreground and print its URL.
 redis-up: setup
-	$(PY) -c "import time; from streamq.server import EmbeddedServer; s = EmbeddedServer().start(); print('export STREAMQ_REDIS_URL=' + s.url, flush=True); time.sleep(10**9)"
+	$(PY) -m streamq.cli server
 
 bench: setup
 	$(PY) -m bench.run

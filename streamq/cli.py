@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -209,6 +210,8 @@ class _closing:
 def cmd_server(args: argparse.Namespace) -> int:
     from .server import EmbeddedServer
 
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop the server, then exit
+        signal.signal(signum, _interrupt)
     server = EmbeddedServer(port=args.port, appendonly=args.appendonly).start()
     print(server.url, flush=True)
     print(f"export {ENV_URL}={server.url}", file=sys.stderr, flush=True)
@@ -220,6 +223,10 @@ def cmd_server(args: argparse.Namespace) -> int:
     finally:
         server.close()
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

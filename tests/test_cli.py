@@ -123,6 +123,8 @@ def test_server_command_prints_a_working_url() -> None:
         assert url.startswith("redis://127.0.0.1:")
         assert redis.Redis.from_url(url).ping()
     finally:
-        process.terminate()
+        process.terminate()  # SIGTERM, as a service manager stops it
         process.wait(timeout=10)
         process.stdout.close()  # type: ignore[union-attr]
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(url).ping()  # the server went with the command, not orphaned
