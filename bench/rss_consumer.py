@@ -7,8 +7,7 @@ import sys
 
 import anyio
 
-from .run import prefill
-from .workload import fresh_stream, noop_consumer, queue
+from .workload import fresh_stream, noop_consumer, prefill, queue
 
 
 async def main(url: str, n: int) -> None:

@@ -27,22 +27,11 @@ from streamq.config import env_url
 from streamq.message import encode_entry
 from streamq.server import EmbeddedServer
 
-from .workload import Email, fresh_stream, noop_consumer, payload, queue
+from .workload import Email, fresh_stream, noop_consumer, payload, prefill, queue
 
 
 def emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
-
-
-async def prefill(url: str, stream: str, n: int) -> None:
-    client = aioredis.Redis.from_url(url)
-    fields = encode_entry("email", payload(0))
-    for start in range(0, n, 2000):
-        pipe = client.pipeline(transaction=False)
-        for _ in range(min(2000, n - start)):
-            pipe.xadd(stream, fields)
-        await pipe.execute()
-    await client.aclose()
 
 
 async def raw_redispy(url: str, n: int) -> float:

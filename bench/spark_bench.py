@@ -7,28 +7,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import anyio
 import redis
 
 from streamq.message import encode_entry
 
-from .workload import fresh_stream, payload
+from .workload import fresh_stream, payload, prefill
 
 
 def session() -> Any:
     import streamq.spark
 
     return streamq.spark.local_session(app_name="streamq-bench")
-
-
-def fill(url: str, stream: str, n: int) -> None:
-    client = redis.Redis.from_url(url)
-    fields = encode_entry("email", payload(0))
-    for start in range(0, n, 2000):
-        pipe = client.pipeline(transaction=False)
-        for _ in range(min(2000, n - start)):
-            pipe.xadd(stream, fields)
-        pipe.execute()
-    client.close()
 
 
 def raw_xrange(url: str, stream: str) -> float:
@@ -92,7 +82,7 @@ def run(url: str, n: int, emit: Any) -> None:
     spark = session()
     try:
         stream = fresh_stream("sparkread")
-        fill(url, stream, n)
+        anyio.run(prefill, url, stream, n)
         spark_read(spark, url, stream, n)  # warm-up: JVM, Python workers
         read = max(spark_read(spark, url, stream, n) for _ in range(2))
         raw = raw_xrange(url, stream)

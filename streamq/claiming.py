@@ -24,6 +24,7 @@ from redis import exceptions as rx
 
 from ._redis import text as _text
 from ._redis import translated
+from .capacity import Capacity
 from .config import ConsumerConfig
 from .errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from .ids import StreamId
@@ -83,10 +84,7 @@ class Claimer:
         group: str,
         consumer: str,
         config: ConsumerConfig,
-        in_flight: dict[str, float],
-        room: Callable[[], int],
-        reserve: Callable[[int], None],
-        release: Callable[[int], None],
+        capacity: Capacity,
         enqueue: Enqueue,
         on_group_lost: Callable[[GroupNotFoundError | StreamNotFoundError], Awaitable[None]],
     ) -> None:
@@ -96,9 +94,8 @@ class Claimer:
         self._interval = float(config.claim_interval)  # type: ignore[arg-type]
         self._count = config.claim_count
         self._ghost_idle_ms = int(float(config.dead_consumer_idle) * 1000)  # type: ignore[arg-type]
-        self._in_flight = in_flight
-        self._room = room
-        self._reserve, self._release = reserve, release
+        self._capacity = capacity
+        self._in_flight = capacity.in_flight
         self._enqueue = enqueue
         self._on_group_lost = on_group_lost
         self._wakeup = anyio.Event()
@@ -177,15 +174,15 @@ class Claimer:
     async def claim_idle_entries(self) -> int:
         """XAUTOCLAIM idle entries (as many as there is room for); return how many."""
         cursor, total = "0-0", 0
-        while (room := min(self._room(), self._count)) > 0:
-            self._reserve(room)
+        while (room := min(self._capacity.room(), self._count)) > 0:
+            self._capacity.reserve(room)
             try:
                 with translated(self.stream, self.group):
                     reply = await self._client.xautoclaim(
                         self.stream, self.group, self.consumer, self._idle_ms, cursor, count=room
                     )
             finally:
-                self._release(room)
+                self._capacity.release(room)
             cursor = _text(reply[0])
             entries, _ = entries_from_reply(reply[1])
             total += await self._take(entries)
@@ -210,7 +207,7 @@ class Claimer:
 
     async def _claim_due_retries(self) -> None:
         now = anyio.current_time()
-        while self._retry_heap and self._retry_heap[0][0] <= now and self._room() > 0:
+        while self._retry_heap and self._retry_heap[0][0] <= now and self._capacity.room() > 0:
             _, _, delay, entry = heapq.heappop(self._retry_heap)
             # The entry has been idle at least ``delay`` since its handler gave up; if another
             # consumer took it meanwhile its idle time was reset and this claim gets nothing.

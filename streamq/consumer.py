@@ -95,10 +95,7 @@ class Consumer:
             group=identity.group,
             consumer=identity.consumer,
             config=config,
-            in_flight=self.in_flight,
-            room=self.capacity.room,
-            reserve=self.capacity.reserve,
-            release=self.capacity.release,
+            capacity=self.capacity,
             enqueue=self.enqueue,
             on_group_lost=self._group_lost,
         )

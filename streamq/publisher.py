@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -12,6 +12,20 @@ from . import _resp as resp
 from ._redis import translated
 from .errors import ConfigError
 from .message import encode_entry
+
+
+def xadd_chunks(
+    stream: str, message_type: str, items: Iterable[Any], meta: Mapping[str, str] | None,
+    chunk: int,
+) -> Iterator[tuple[bytes, int]]:  # fmt: skip
+    """Packed ``XADD`` commands, ``chunk`` per pipeline, and how many each holds.
+
+    Every item is encoded before the first chunk is yielded: a bad item raises
+    MessageFormatError and nothing is sent.
+    """
+    encoded = [encode_entry(message_type, item, meta) for item in items]
+    for start in range(0, len(encoded), chunk):
+        yield resp.pack_xadds(stream, encoded[start : start + chunk])
 
 
 class Publisher:
@@ -41,10 +55,8 @@ class Publisher:
         *, chunk: int = 1000,
     ) -> list[str]:  # fmt: skip
         """Add many messages of one type, pipelined; return their IDs in order."""
-        encoded = [encode_entry(message_type, item, meta) for item in items]
         ids: list[str] = []
-        for start in range(0, len(encoded), chunk):
-            packed, count = resp.pack_xadds(self.stream, encoded[start : start + chunk])
+        for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
             with translated(self.stream):
                 ids.extend(i.decode() for i in resp.execute_sync(self._client, packed, count))
         return ids

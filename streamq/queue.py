@@ -36,6 +36,7 @@ from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
 from .errors import ConfigError, QueueStateError
 from .message import encode_entry
+from .publisher import xadd_chunks
 from .router import BatchSettings, Router
 
 log = logging.getLogger(__name__)
@@ -201,10 +202,8 @@ class MessageQueue:
         chunk: int = 1000,
     ) -> list[str]:
         """Add many messages of one type with pipelined XADD; return their IDs in order."""
-        encoded = [encode_entry(message_type, item, meta) for item in items]
         ids: list[str] = []
-        for start in range(0, len(encoded), chunk):
-            packed, count = resp.pack_xadds(self.stream, encoded[start : start + chunk])
+        for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
             with translated(self.stream):
                 ids.extend(i.decode() for i in await resp.execute(self.client, packed, count))
         return ids
