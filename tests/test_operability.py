@@ -3,7 +3,12 @@ pytest plugin for users."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import urllib.request
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,6 +18,8 @@ from streamq import Message, Publisher
 from tests.conftest import QueueFactory, wait_for
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def test_stats_count_what_happened(make_queue: QueueFactory) -> None:
@@ -154,3 +161,28 @@ def test_pytest_plugin_for_users(pytester: pytest.Pytester, redis_url: str) -> N
 
 async def _noop(msg: Message[int]) -> None:
     pass
+
+
+@pytest.mark.timeout(300)
+def test_wheel_ships_streamq_only_with_an_spdx_license(tmp_path: Path) -> None:
+    """The wheel must not install the demos' top-level ``handlers`` package into users'
+    site-packages, and its license is an SPDX expression (no deprecated license table)."""
+    source = tmp_path / "src"  # a copy: no stale build/ of the checkout leaks into the wheel
+    for name in ("streamq", "handlers", "demos"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(tmp_path)],
+        capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (wheel,) = tmp_path.glob("streamq-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {name.split("/")[0] for name in names if ".dist-info/" not in name}
+    assert top_level == {"streamq"}, sorted(top_level)
+    assert "streamq/py.typed" in names and "streamq/spark/source.py" in names
+    (metadata,) = (n for n in names if n.endswith(".dist-info/METADATA"))
+    headers = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "License-Expression: MIT" in headers, headers[:600]
+    assert "deprecated" not in result.stdout + result.stderr
