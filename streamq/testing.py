@@ -7,12 +7,15 @@ Installed with streamq (entry point ``pytest11``), so in your project's tests::
         ...
 
 Fixtures: ``streamq_url`` (session: ``$STREAMQ_REDIS_URL`` or an embedded Valkey started
-once per test session), ``streamq_stream`` (a unique stream name), ``streamq_queue`` (a
-factory of MessageQueues on that stream, EARLIEST, short timings, closed after the test).
+once per test session), ``streamq_stream`` (a unique stream name; the stream and its
+``streamq:{<stream>}:*`` keys are deleted after the test, so an external server keeps
+nothing), ``streamq_queue`` (a factory of MessageQueues on that stream, EARLIEST, short
+timings, closed after the test).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -21,8 +24,11 @@ import anyio
 import pytest
 
 from .config import StartFrom, env_url
+from .keys import Keys
 from .queue import MessageQueue
 from .server import EmbeddedServer
+
+log = logging.getLogger(__name__)
 
 TEST_TIMINGS: dict[str, Any] = {
     "claim_idle": 1.0,
@@ -44,9 +50,29 @@ def streamq_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def streamq_stream() -> str:
-    """A stream name no other test uses."""
-    return f"test-{uuid.uuid4().hex[:12]}"
+def streamq_stream(streamq_url: str) -> Iterator[str]:
+    """A stream name no other test uses; deleted with its streamq keys after the test."""
+    stream = f"test-{uuid.uuid4().hex[:12]}"
+    yield stream
+    delete_stream_keys(streamq_url, stream)
+
+
+def delete_stream_keys(url: str, stream: str) -> None:
+    """Delete ``stream`` and every ``streamq:{<stream>}:*`` key (best effort: a test that
+    broke the server must not also fail its teardown)."""
+    import redis
+
+    pattern = _glob_escape(Keys(stream).prefix) + "*"
+    try:
+        with redis.Redis.from_url(url) as client:
+            doomed = [stream, *client.scan_iter(match=pattern, count=1000)]
+            client.delete(*doomed)
+    except (redis.RedisError, OSError) as e:
+        log.warning("could not delete the test stream %s: %s", stream, e)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 @pytest.fixture

@@ -159,6 +159,59 @@ def test_pytest_plugin_for_users(pytester: pytest.Pytester, redis_url: str) -> N
     result.assert_outcomes(passed=1)
 
 
+def test_pytest_plugin_removes_what_each_test_created(
+    pytester: pytest.Pytester, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an external server the plugin deletes each test's stream and its streamq keys."""
+    import redis
+
+    names = pytester.path / "streams.txt"
+    pytester.makeconftest("")
+    pytester.makepyfile(
+        f"""
+        import anyio, pytest
+        from streamq import Message, Reject
+
+        @pytest.mark.anyio
+        @pytest.mark.parametrize("n", [1, 2])
+        async def test_leaves_keys(streamq_queue, streamq_stream, n):
+            mq = streamq_queue()
+
+            @mq.handler("job")
+            async def handle(msg: Message[int]) -> None:
+                raise Reject("dead-letter it")
+
+            async with mq, anyio.create_task_group() as tg:
+                tg.start_soon(mq.run)
+                ids = await mq.publish_many("job", [1, 2])
+                await mq.stop_message(ids[1])
+                with anyio.fail_after(5):
+                    while not await mq.dead_letters():
+                        await anyio.sleep(0.01)
+                keys = await mq.client.keys("streamq:{{" + streamq_stream + "}}:*")
+                await mq.stop()
+            assert len(keys) >= 2  # dead letters and stopped IDs at least
+            with open({str(names)!r}, "a") as f:
+                f.write(streamq_stream + "\\n")
+
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+        """
+    )
+    monkeypatch.setenv("STREAMQ_REDIS_URL", redis_url)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"
+    )
+    result.assert_outcomes(passed=2)
+    streams = names.read_text().split()
+    assert len(streams) == 2 and all(s.startswith("test-") for s in streams)
+    with redis.Redis.from_url(redis_url) as r:
+        for stream in streams:
+            assert not r.exists(stream)
+            assert r.keys(f"streamq:{{{stream}}}:*") == []
+
+
 async def _noop(msg: Message[int]) -> None:
     pass
 
