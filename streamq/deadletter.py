@@ -1,9 +1,16 @@
 """The dead-letter stream ``streamq:{<stream>}:dlq``: write, list, replay, purge.
 
 A dead letter keeps the original ID, type, raw data and meta, the group and consumer that
-gave up, the error text and the number of deliveries. Writing is XADD to the dead-letter
-stream *then* XACK of the original, in one pipeline in that order: a crash between the two
-leaves the entry pending (so it is dead-lettered twice at worst), never lost.
+gave up, the error text and the number of deliveries, and, when the failure was an
+exception, its qualified class name (``error_type``) and a bounded traceback. Writing is
+XADD to the dead-letter stream *then* XACK of the original, in one pipeline in that order:
+a crash between the two leaves the entry pending (so it is dead-lettered twice at worst),
+never lost.
+
+Replaying removes the letter and publishes it again in one script, so a letter is replayed
+once even when two operators replay at the same time. Replaying all takes a snapshot: the
+letters up to the last one present when it starts; letters dead-lettered meanwhile (a
+consumer still failing on the replayed entries) stay for the next replay.
 """
 
 from __future__ import annotations
@@ -12,23 +19,56 @@ import builtins
 import logging
 import time
 from dataclasses import dataclass
+from traceback import format_exception
+from typing import Any
 
 import redis.asyncio as aioredis
 
-from ._redis import text, translated
+from ._redis import translated
 from .errors import MessageNotFoundError
 from .ids import StreamId
 from .keys import Keys
 from .message import RawEntry
+from .signals import HandlerSignal
 
 log = logging.getLogger(__name__)
 
 _COPIED_FIELDS = (b"type", b"data", b"meta")
+MAX_ERROR_CHARS = 4000
+# A few KB: enough for the frames nearest the raise, small enough for a stream entry.
+MAX_TRACEBACK_CHARS = 4096
+REPLAY_PAGE = 500
+
+# Remove the letter, and publish it again only if this call removed it (two replays of one
+# letter publish it once). KEYS: dead-letter stream, stream. ARGV: letter ID, field, value...
+_REPLAY = """
+if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return false end
+return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+"""
+
+
+def _text(raw: object) -> str:
+    """A reply value as text, whatever was written there (never raises)."""
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    return str(raw)
+
+
+def _int(raw: str | None) -> int:
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """One entry of the dead-letter stream."""
+    """One entry of the dead-letter stream.
+
+    ``error_type`` (e.g. ``builtins.KeyError``) and ``traceback`` are set when the failure
+    was an exception; ``attempts`` and ``dead_at_ms`` are 0 when the letter lacks them (or
+    holds something else: letters written by hand are listed too).
+    """
 
     id: str
     original_id: str
@@ -40,15 +80,19 @@ class DeadLetter:
     error: str
     attempts: int
     dead_at_ms: int
+    error_type: str | None = None
+    traceback: str | None = None
 
     @classmethod
-    def from_fields(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> DeadLetter:
+    def from_fields(cls, entry_id: bytes | str, fields: dict[Any, Any]) -> DeadLetter:
+        """Read a dead-letter entry; never raises, fills what the entry has."""
+
         def field(name: bytes) -> str | None:
             raw = fields.get(name)
-            return raw.decode("utf-8", "replace") if raw is not None else None
+            return _text(raw) if raw is not None else None
 
         return cls(
-            id=text(entry_id),
+            id=_text(entry_id),
             original_id=field(b"original_id") or "",
             type=field(b"type"),
             data=field(b"data"),
@@ -56,14 +100,56 @@ class DeadLetter:
             group=field(b"group") or "",
             consumer=field(b"consumer") or "",
             error=field(b"error") or "",
-            attempts=int(field(b"attempts") or 0),
-            dead_at_ms=int(field(b"dead_at_ms") or 0),
+            attempts=_int(field(b"attempts")),
+            dead_at_ms=_int(field(b"dead_at_ms")),
+            error_type=field(b"error_type"),
+            traceback=field(b"traceback"),
         )
 
 
+def qualified_name(exception: BaseException) -> str:
+    """``module.QualName`` of the exception's class, e.g. ``builtins.KeyError``."""
+    cls = type(exception)
+    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls.__name__)}"
+
+
+def format_traceback(exception: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """The formatted traceback, cut to ``limit`` chars from the start (the frames nearest
+    the raise are at the end); never raises."""
+    try:
+        text = "".join(format_exception(exception))
+    except Exception:  # a broken __str__ or __notes__ somewhere in the chain
+        text = qualified_name(exception)
+    return keep_end(text, limit)
+
+
+def keep_end(text: str, limit: int) -> str:
+    """``text`` cut from the start to at most ``limit`` chars, at a line boundary."""
+    if len(text) <= limit:
+        return text
+    tail = text[len(text) - limit + 40 :]
+    newline = tail.find("\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]
+    return f"… ({len(text) - len(tail)} chars cut)\n{tail}"
+
+
+def keep_start(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` chars, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more chars)"
+
+
 def dead_letter_fields(
-    entry: RawEntry, *, group: str, consumer: str, error: str
+    entry: RawEntry,
+    *,
+    group: str,
+    consumer: str,
+    error: str,
+    exception: BaseException | None = None,
 ) -> dict[bytes | str, bytes | str]:
+    """The fields of the dead letter of ``entry``."""
     fields: dict[bytes | str, bytes | str] = {
         name: entry.fields[name] for name in _COPIED_FIELDS if name in entry.fields
     }
@@ -74,11 +160,21 @@ def dead_letter_fields(
         original_id=entry.id,
         group=group,
         consumer=consumer,
-        error=error[:4000],
+        error=_utf8(keep_start(error, MAX_ERROR_CHARS)),
         attempts=str(entry.delivery_count),
         dead_at_ms=str(int(time.time() * 1000)),
     )
+    if exception is not None:
+        fields.update(
+            error_type=_utf8(qualified_name(exception)),
+            traceback=_utf8(format_traceback(exception)),
+        )
     return fields
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8, lone surrogates escaped (``str(error)`` may hold them)."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 class DeadLetters:
@@ -89,20 +185,43 @@ class DeadLetters:
         self._stream = stream
         self.key = Keys(stream).dead_letters
 
-    async def write(self, entry: RawEntry, *, group: str, consumer: str, error: str) -> None:
-        """Dead-letter ``entry`` and acknowledge it, in that order, in one round trip."""
-        log.warning(
-            "dead-lettering %s (type %r, %d deliveries): %s",
-            entry.id, entry.type, entry.delivery_count, error,
-        )  # fmt: skip
-        fields = dead_letter_fields(entry, group=group, consumer=consumer, error=error)
+    async def write(
+        self,
+        entry: RawEntry,
+        *,
+        group: str,
+        consumer: str,
+        error: str,
+        exception: BaseException | None = None,
+    ) -> None:
+        """Dead-letter ``entry`` and acknowledge it, in that order, in one round trip.
+
+        ``exception``: the failure, if it was one; its class and traceback are kept in the
+        letter and logged.
+        """
+        self._log(entry, error, exception)
+        fields = dead_letter_fields(
+            entry, group=group, consumer=consumer, error=error, exception=exception
+        )
         pipe = self._client.pipeline(transaction=False)
         pipe.xadd(self.key, fields)
         pipe.xack(self._stream, group, entry.id)
         with translated(self._stream, group):
             await pipe.execute()
 
-    async def list(self, count: int = 100, start: str = "-") -> list[DeadLetter]:
+    @staticmethod
+    def _log(entry: RawEntry, error: str, exception: BaseException | None) -> None:
+        # A handler's own failure is an error worth its traceback; a Reject or bad input
+        # is an expected outcome.
+        failed = exception is not None and not isinstance(exception, HandlerSignal)
+        log.log(
+            logging.ERROR if failed else logging.WARNING,
+            "dead-lettering %s (type %r, %d deliveries): %s",
+            entry.id, entry.type, entry.delivery_count, error,
+            exc_info=exception if failed else None,
+        )  # fmt: skip
+
+    async def list(self, count: int = 100, start: str = "-") -> builtins.list[DeadLetter]:
         """The oldest ``count`` dead letters from ``start``."""
         with translated(self.key):
             rows = await self._client.xrange(self.key, min=start, max="+", count=count)
@@ -112,32 +231,58 @@ class DeadLetters:
         with translated(self.key):
             return int(await self._client.xlen(self.key))
 
+    async def exists(self) -> bool:
+        with translated(self.key):
+            return bool(await self._client.exists(self.key))
+
     async def replay(self, dead_letter_id: str) -> str:
-        """Publish the dead letter again as a new entry and remove it; return the new ID."""
+        """Publish the dead letter again as a new entry and remove it; return the new ID.
+
+        Raises MessageNotFoundError if there is no such letter (or it was just replayed).
+        """
         StreamId.parse(dead_letter_id)
         with translated(self.key):
             rows = await self._client.xrange(self.key, min=dead_letter_id, max=dead_letter_id)
-        if not rows:
+        new_id = await self._replay_rows(rows)
+        if not new_id:
             raise MessageNotFoundError(f"no dead letter {dead_letter_id} in {self.key}")
-        _, fields = rows[0]
-        message = {k: v for k, v in fields.items() if k in _COPIED_FIELDS}
-        original = fields.get(b"original_id", b"").decode()
-        meta = fields.get(b"meta")
-        message.setdefault(b"data", b"null")
-        message[b"meta"] = _with_replay_note(meta, original)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.xadd(self._stream, message)
-        pipe.xdel(self.key, dead_letter_id)
-        with translated(self._stream):
-            new_id, _ = await pipe.execute()
-        return str(new_id.decode())
+        return new_id[0]
 
     async def replay_all(self) -> builtins.list[str]:
-        """Replay every dead letter in order; return the new IDs."""
+        """Replay the dead letters present now, in order, each once; return the new IDs.
+
+        Letters added while it runs (e.g. a consumer failing again on the replayed
+        entries) are left for the next replay.
+        """
+        with translated(self.key):
+            last = await self._client.xrevrange(self.key, max="+", min="-", count=1)
+        if not last:
+            return []
+        last_id, start = _text(last[0][0]), "-"
         new_ids: builtins.list[str] = []
-        while letters := await self.list(count=500):
-            new_ids.extend([await self.replay(letter.id) for letter in letters])
-        return new_ids
+        while True:
+            with translated(self.key):
+                rows = await self._client.xrange(
+                    self.key, min=start, max=last_id, count=REPLAY_PAGE
+                )
+            new_ids.extend(await self._replay_rows(rows))
+            if len(rows) < REPLAY_PAGE:
+                return new_ids
+            start = "(" + _text(rows[-1][0])
+
+    async def _replay_rows(self, rows: builtins.list[Any]) -> builtins.list[str]:
+        """Replay these dead-letter rows in one round trip; the IDs of those published
+        (a letter another replay removed first is skipped)."""
+        if not rows:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        for letter_id, fields in rows:
+            message = _replayed_message(fields)
+            args = [item for pair in message.items() for item in pair]
+            pipe.eval(_REPLAY, 2, self.key, self._stream, letter_id, *args)
+        with translated(self._stream):
+            replies = await pipe.execute()
+        return [_text(new_id) for new_id in replies if new_id]
 
     async def purge(self, older_than_ms: int | None = None) -> int:
         """Delete dead letters (all, or those dead before ``older_than_ms``); return count."""
@@ -149,6 +294,15 @@ class DeadLetters:
             return int(
                 await self._client.xtrim(self.key, minid=f"{older_than_ms}-0", approximate=False)
             )
+
+
+def _replayed_message(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """The entry to publish again: type, data (null if missing), meta with a replay note."""
+    message = {k: v for k, v in fields.items() if k in _COPIED_FIELDS}
+    message.setdefault(b"data", b"null")
+    original = _text(fields.get(b"original_id", b""))
+    message[b"meta"] = _with_replay_note(fields.get(b"meta"), original)
+    return message
 
 
 def _with_replay_note(meta: bytes | None, original_id: str) -> bytes:

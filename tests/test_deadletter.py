@@ -3,13 +3,18 @@ stream with a reason; nothing is silently dropped and the stream never gets stuc
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 import anyio
 import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from streamq import Message, MessageQueue, Reject, RetryPolicy, StreamId
+from streamq import DeadLetter, Message, MessageQueue, Reject, RetryPolicy, StreamId
+from streamq.deadletter import DeadLetters
 from streamq.keys import Keys
+from streamq.message import RawEntry
 from tests.conftest import QueueFactory, pending_count, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -226,3 +231,169 @@ async def test_purge_and_replay_all(make_queue: QueueFactory, client: aioredis.R
         await client.xadd(Keys(mq.stream).dead_letters, {"type": "x", "data": "1"})
         assert await mq.purge_dead_letters() == 1
         assert await dead_count(mq) == 0
+
+
+async def test_replay_all_replays_a_snapshot_each_letter_once(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """A consumer that keeps dead-lettering what is replayed must not make replay-all loop:
+    the letters present when it started are replayed once each, the new ones stay."""
+    mq = make_queue()
+
+    @mq.handler("email")
+    async def handle(msg: Message[Email]) -> None:
+        raise Reject("still broken")
+
+    n = 20
+    async with mq:
+        await mq.publish_many("email", [{"to": f"{i}@x"} for i in range(n)])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mq.run)
+            await wait_for(lambda: _at_least(mq, n), what=f"{n} dead letters")
+            with anyio.fail_after(20):
+                new_ids = await mq.replay_dead_letter()
+            assert len(new_ids) == len(set(new_ids)) == n
+            await wait_for(lambda: _at_least(mq, n), what="the replayed letters dead again")
+            await mq.stop()
+        assert await client.xlen(mq.stream) == 2 * n
+        assert await dead_count(mq) == n
+
+
+async def test_concurrent_replay_all_publishes_each_letter_once(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    dlq = Keys(mq.stream).dead_letters
+    for i in range(50):
+        await client.xadd(dlq, {"original_id": f"{i + 1}-0", "type": "job", "data": str(i)})
+    results: list[list[str]] = []
+
+    async def replay() -> None:
+        results.append(await mq.dead_letter_queue.replay_all())
+
+    async with mq, anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(replay)
+    assert sum(len(r) for r in results) == 50
+    assert await client.xlen(mq.stream) == 50
+    assert await client.xlen(dlq) == 0
+
+
+class PaymentError(Exception):
+    pass
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def _raise_deep(depth: int) -> None:
+    """Alternates with _deeper so that traceback does not fold the frames."""
+    _deeper(depth - 1)
+
+
+def _deeper(depth: int) -> None:
+    if depth <= 0:
+        raise PaymentError("card declined by the innermost frame")
+    _raise_deep(depth - 1)
+
+
+def _caught(func: Callable[[], object]) -> BaseException:
+    try:
+        func()
+    except Exception as e:
+        return e
+    raise AssertionError("did not raise")
+
+
+async def _write_letter(
+    client: aioredis.Redis, stream: str, exception: BaseException | None
+) -> DeadLetter:
+    await client.xgroup_create(stream, "g", id="0", mkstream=True)
+    entry_id = (await client.xadd(stream, {"type": "pay", "data": "{}"})).decode()
+    await client.xreadgroup("g", "c1", {stream: ">"})
+    letters = DeadLetters(client, stream)
+    entry = RawEntry(entry_id, {b"type": b"pay", b"data": b"{}"}, delivery_count=3)
+    await letters.write(entry, group="g", consumer="c1", error="boom", exception=exception)
+    assert await pending_count(client, stream, "g") == 0
+    (letter,) = await letters.list()
+    return letter
+
+
+async def test_dead_letter_keeps_error_type_and_traceback(
+    client: aioredis.Redis, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    error = _caught(lambda: {}["missing"])
+    with caplog.at_level(logging.WARNING, logger="streamq.deadletter"):
+        letter = await _write_letter(client, stream, error)
+    assert letter.error_type == "builtins.KeyError"
+    assert letter.traceback is not None
+    assert "KeyError: 'missing'" in letter.traceback and "_caught" in letter.traceback
+    (record,) = [r for r in caplog.records if r.name == "streamq.deadletter"]
+    assert record.levelno >= logging.WARNING and record.exc_info is not None
+    assert record.exc_info[1] is error
+
+
+async def test_dead_letter_traceback_is_bounded_and_keeps_the_innermost_frames(
+    client: aioredis.Redis, stream: str
+) -> None:
+    error = _caught(lambda: _raise_deep(300))
+    letter = await _write_letter(client, stream, error)
+    assert letter.error_type == f"{__name__}.PaymentError"
+    assert letter.traceback is not None
+    assert len(letter.traceback) <= 8192
+    assert letter.traceback.rstrip().endswith("card declined by the innermost frame")
+    assert "in _deeper" in letter.traceback.splitlines()[-3]
+    assert "chars cut" in letter.traceback.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "error", [UnprintableError(), PaymentError("undecodable \udc80 byte")], ids=repr
+)
+async def test_dead_letter_of_an_awkward_exception(
+    client: aioredis.Redis, stream: str, error: Exception
+) -> None:
+    """An exception whose str() raises, or holds a lone surrogate, is dead-lettered."""
+    letter = await _write_letter(client, stream, _caught(lambda: _raise(error)))
+    assert letter.error_type == f"{__name__}.{type(error).__name__}"
+    assert letter.traceback and type(error).__name__ in letter.traceback
+
+
+def _raise(error: BaseException) -> None:
+    raise error
+
+
+async def test_dead_letter_without_exception_has_no_traceback(
+    client: aioredis.Redis, stream: str
+) -> None:
+    letter = await _write_letter(client, stream, None)
+    assert (letter.error, letter.error_type, letter.traceback) == ("boom", None, None)
+
+
+async def test_malformed_dead_letters_are_listed(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    dlq = Keys(mq.stream).dead_letters
+    await client.xadd(dlq, {"attempts": "abc", "dead_at_ms": "soon", "type": b"\xff\xfeok"})
+    await client.xadd(dlq, {"note": "written by hand"})
+    async with mq:
+        first, second = await mq.dead_letters()
+    assert (first.attempts, first.dead_at_ms, first.original_id) == (0, 0, "")
+    assert first.type is not None and first.type.endswith("ok")
+    assert (second.type, second.data, second.error, second.error_type) == (None, None, "", None)
+
+
+def test_from_fields_never_raises() -> None:
+    weird: dict[bytes, bytes] = {
+        b"original_id": b"\x80\x81",
+        b"attempts": b"\xff",
+        b"dead_at_ms": b"-",
+        b"error": b"\xc3",
+        b"error_type": b"x.Y",
+        b"traceback": b"Traceback...\nY: z",
+    }
+    letter = DeadLetter.from_fields(b"1-1", weird)
+    assert letter.id == "1-1" and letter.attempts == 0 and letter.error_type == "x.Y"
+    assert letter.traceback == "Traceback...\nY: z"
