@@ -1,0 +1,296 @@
+"""The Redis permissions streamq needs, and a check of them when a queue opens.
+
+:data:`PERMISSIONS` lists every command streamq sends (with redis-py or hand-packed, and
+inside its Lua scripts, which the server checks against the same ACL) and the keys or
+channel it sends it on. It is the one source for the ``ACL SETUSER`` lines in the README
+(:func:`acl_setuser`), for the tests that prove them sufficient, and for
+:func:`check_permissions`, which asks the server (``ACL DRYRUN``, Redis >= 7.0, Valkey >=
+7.2) whether the connected user may send each of them, in one round trip, and raises
+:class:`~streamq.errors.ConfigError` naming every missing one and the fix. A NOPERM at run
+time would otherwise only surface as a warning from a background loop (lease renewal, the
+cleanup lock).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+
+from ._redis import text
+from .errors import ConfigError
+from .keys import Keys
+
+log = logging.getLogger(__name__)
+
+Use = Literal["open", "consume", "cleanup", "operate"]
+SERVICE_USES: tuple[Use, ...] = ("open", "consume", "cleanup")
+OPERATOR_USES: tuple[Use, ...] = (*SERVICE_USES, "operate")
+
+# Placeholders in Permission.args, bound to one stream's names by names_for().
+STREAM, DEAD_LETTERS, STOPPED, UNROUTED = "<stream>", "<dlq>", "<stopped>", "<unrouted>"
+LOCK, MARK, CONTROL = "<cleanup-lock>", "<terminated>", "<control>"
+# Group, consumer, entry ID and script SHA are not subject to the ACL: any value does.
+G, C, ID, SHA = "g", "c", "0-1", "0" * 40
+# Commands whose ACL name includes the subcommand ("xinfo|groups").
+_CONTAINERS = frozenset({"ACL", "CLIENT", "SCRIPT", "XGROUP", "XINFO"})
+# Not checked: redis-py names each connection and ignores a refusal, but the server
+# records every refusal in ACL LOG, so the documented ACL allows it.
+CONNECT_COMMANDS = ("client|setinfo",)
+# What check_permissions itself sends; optional in an ACL (without them it is skipped).
+PROBE_COMMANDS = ("acl|whoami", "acl|dryrun")
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    """One command streamq sends, as it sends it (placeholders for the stream's names).
+
+    ``use``: ``open`` (MessageQueue opens and publishes), ``consume`` (a running consumer),
+    ``cleanup`` (cleanup passes), ``operate`` (stop/resume/terminate, seek, topic_info,
+    dead-letter replay and purge, the CLI). ``optional``: only on servers that have the
+    command (XDELEX: Redis >= 8.2).
+    """
+
+    use: Use
+    args: tuple[str, ...]
+    why: str
+    optional: bool = False
+
+    @property
+    def command(self) -> str:
+        """The command's ACL name, e.g. ``xadd`` or ``xinfo|groups``."""
+        name = self.args[0].upper()
+        if name in _CONTAINERS:
+            return f"{name}|{self.args[1]}".lower()
+        return name.lower()
+
+    def bind(self, names: Mapping[str, str]) -> tuple[str, ...]:
+        return tuple(names.get(arg, arg) for arg in self.args)
+
+    def targets(self, names: Mapping[str, str]) -> list[str]:
+        """The key and channel names this command touches."""
+        return [names[arg] for arg in self.args if arg in names]
+
+
+def _p(use: Use, why: str, *args: str, optional: bool = False) -> Permission:
+    return Permission(use, args, why, optional)
+
+
+PERMISSIONS: tuple[Permission, ...] = (
+    _p("open", "create the consumer group", "XGROUP", "CREATE", STREAM, G, "$", "MKSTREAM"),
+    _p("open", "publish", "XADD", STREAM, "*", "type", "t", "data", "0"),
+    _p("consume", "read entries", "XREADGROUP", "GROUP", G, C, "COUNT", "1", "BLOCK", "1",
+       "STREAMS", STREAM, ">"),
+    _p("consume", "acknowledge entries; in scripts", "XACK", STREAM, G, ID),
+    _p("consume", "delivery counts, cleanup; in scripts", "XPENDING", STREAM, G, "-", "+", "1"),
+    _p("consume", "claim idle entries", "XAUTOCLAIM", STREAM, G, C, "1", "0-0", "COUNT", "1"),
+    _p("consume", "retries, lease renewal; in scripts", "XCLAIM", STREAM, G, C, "0", ID, "JUSTID"),
+    _p("consume", "find consumers gone idle", "XINFO", "CONSUMERS", STREAM, G),
+    _p("consume", "delete consumers gone idle", "XGROUP", "DELCONSUMER", STREAM, G, C),
+    _p("consume", "health(), cleanup; in scripts", "XINFO", "GROUPS", STREAM),
+    _p("consume", "auto-stop: was the stream deleted", "EXISTS", STREAM),
+    _p("consume", "auto-stop: was the topic terminated", "EXISTS", MARK),
+    _p("consume", "follow stop/resume/terminate notices", "SUBSCRIBE", CONTROL),
+    _p("consume", "load the stopped IDs", "HKEYS", STOPPED),
+    _p("consume", "set a stopped entry aside (script)", "EVAL", "return 0", "2", STREAM, STOPPED),
+    _p("consume", "confirm a stop/resume notice", "HEXISTS", STOPPED, ID),
+    _p("consume", "in the stop scripts", "HGET", STOPPED, ID),
+    _p("consume", "in the stop scripts", "HSET", STOPPED, ID, "{}"),
+    _p("consume", "renew leases of running handlers (script)", "EVALSHA", SHA, "1", STREAM),
+    _p("consume", "load a script the server lacks (EVALSHA falls back to it)",
+       "SCRIPT", "LOAD", "return 0"),
+    _p("consume", "dead-letter an entry", "XADD", DEAD_LETTERS, "*", "type", "t"),
+    _p("consume", "count deliveries without a handler", "HINCRBY", UNROUTED, ID, "1"),
+    _p("consume", "count deliveries without a handler", "HGET", UNROUTED, ID),
+    _p("consume", "drop delivery counts; cleanup", "HDEL", UNROUTED, ID),
+    _p("consume", "health()", "PING"),
+    _p("cleanup", "take the cleanup lock", "SET", LOCK, "t", "NX", "PX", "1000"),
+    _p("cleanup", "release the cleanup lock (script)", "EVALSHA", SHA, "1", LOCK, "t"),
+    _p("cleanup", "in the lock-release script", "GET", LOCK),
+    _p("cleanup", "in the lock-release script", "DEL", LOCK),
+    _p("cleanup", "stream length", "XLEN", STREAM),
+    _p("cleanup", "list removable entries", "XRANGE", STREAM, "-", "+", "COUNT", "1"),
+    _p("cleanup", "remove entries", "XTRIM", STREAM, "MINID", ID),
+    _p("cleanup", "remove entries", "XDEL", STREAM, ID),
+    _p("cleanup", "remove acknowledged entries (Redis >= 8.2)",
+       "XDELEX", STREAM, "ACKED", "IDS", "1", ID, optional=True),
+    _p("cleanup", "dead-letter retention", "XTRIM", DEAD_LETTERS, "MINID", ID),
+    _p("cleanup", "prune delivery counts", "HKEYS", UNROUTED),
+    _p("operate", "announce stop/resume/terminate", "PUBLISH", CONTROL, "{}"),
+    _p("operate", "resume (script)", "HDEL", STOPPED, ID),
+    _p("operate", "terminate: one transaction", "MULTI"),
+    _p("operate", "terminate: one transaction", "EXEC"),
+    _p("operate", "terminate: mark the topic", "SET", MARK, "1", "PX", "1000"),
+    _p("operate", "terminate: delete every key", "DEL", STREAM, STOPPED, UNROUTED, DEAD_LETTERS),
+    _p("operate", "seek()", "XGROUP", "SETID", STREAM, G, "$"),
+    _p("operate", "topic_info()", "XINFO", "STREAM", STREAM),
+    _p("operate", "topic_info(), dead letters", "XLEN", DEAD_LETTERS),
+    _p("operate", "dead letters", "EXISTS", DEAD_LETTERS),
+    _p("operate", "list and replay dead letters", "XRANGE", DEAD_LETTERS, "-", "+"),
+    _p("operate", "replay dead letters", "XREVRANGE", DEAD_LETTERS, "+", "-", "COUNT", "1"),
+    _p("operate", "replay a dead letter (script)", "EVAL", "return 0", "2", DEAD_LETTERS, STREAM),
+    _p("operate", "in the replay script", "XDEL", DEAD_LETTERS, ID),
+    _p("operate", "streamq tail", "XREAD", "COUNT", "1", "STREAMS", STREAM, "0"),
+)  # fmt: skip
+
+
+def names_for(stream: str) -> dict[str, str]:
+    """The placeholders of :data:`PERMISSIONS` bound to ``stream``'s key and channel names."""
+    keys = Keys(stream)
+    return {
+        STREAM: stream,
+        DEAD_LETTERS: keys.dead_letters,
+        STOPPED: keys.stopped,
+        UNROUTED: keys.unrouted,
+        LOCK: keys.cleanup_lock,
+        MARK: keys.prefix + "terminated",
+        CONTROL: keys.control,
+    }
+
+
+def required(uses: Iterable[Use]) -> list[Permission]:
+    wanted = set(uses)
+    return [p for p in PERMISSIONS if p.use in wanted]
+
+
+def commands(uses: Iterable[Use], *, optional: bool = False) -> list[str]:
+    """The ACL command names needed for ``uses``, sorted, without duplicates.
+
+    ``optional``: with the commands only newer servers have (an ACL rule naming a
+    command the server lacks is an error).
+    """
+    return sorted({p.command for p in required(uses) if optional or not p.optional})
+
+
+def _glob_escape(name: str) -> str:
+    # ACL key and channel patterns are globs: a literal *, ?, [ or \ needs a backslash
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in name)
+
+
+def selectors(stream: str) -> list[str]:
+    """The key and channel rules for ``stream``: the stream, its own keys, its channel."""
+    escaped = _glob_escape(stream)
+    return [f"~{escaped}", f"~streamq:{{{escaped}}}:*", f"&{_glob_escape(Keys(stream).control)}"]
+
+
+def acl_rules(
+    stream: str, *, operator: bool = False, password: str | None = None, probe: bool = False
+) -> list[str]:
+    """The ``ACL SETUSER`` rules (after the user name) for a service or an operator.
+
+    ``probe`` adds the commands :func:`check_permissions` sends, so it can run.
+    """
+    extra = [*CONNECT_COMMANDS, *(PROBE_COMMANDS if probe else ())]
+    names = commands(OPERATOR_USES if operator else SERVICE_USES) + extra
+    secret = [] if password is None else [f">{password}"]
+    # reset: no password, keys, channels or commands (-@all), then only these
+    return ["reset", "on", *secret, "resetchannels", *selectors(stream)] + [
+        f"+{name}" for name in sorted(names)
+    ]
+
+
+def acl_setuser(
+    user: str, stream: str, *, operator: bool = False, password: str = "<password>"
+) -> str:
+    """The ``ACL SETUSER`` line (one stream) as the README shows it."""
+    return " ".join(["ACL SETUSER", user, *acl_rules(stream, operator=operator, password=password)])
+
+
+# -- the check ------------------------------------------------------------------------
+
+
+async def check_permissions(
+    client: aioredis.Redis, stream: str, *, consuming: bool = True, cleanup: bool = True
+) -> None:
+    """Raise ConfigError if the connected user may not send what streamq will send.
+
+    One round trip: ``ACL WHOAMI`` and an ``ACL DRYRUN`` of each command with the real key
+    and channel names. ``consuming=False``: only what opening and publishing need;
+    ``cleanup`` (with ``consuming``): cleanup passes too. Best effort: a user that may
+    not run ``ACL DRYRUN``, or a server without it, is not checked (logged at DEBUG).
+
+    Raises:
+        ConfigError: naming each missing permission (command, keys or channel, why) and
+            the ``ACL SETUSER`` line that grants them.
+    """
+    uses: list[Use] = ["open"]
+    if consuming:
+        uses += ["consume", "cleanup"] if cleanup else ["consume"]
+    wanted = _distinct(required(uses), names_for(stream))
+    try:
+        user, replies = await _dry_run(client, wanted, names_for(stream))
+    except rx.ResponseError as e:
+        log.debug("permissions of %r not checked (the probe itself was refused): %s", stream, e)
+        return
+    missing = [(p, text(r)) for p, r in zip(wanted, replies, strict=True) if _denied(p, r)]
+    if missing:
+        raise ConfigError(_message(user, stream, missing))
+
+
+def _distinct(permissions: Sequence[Permission], names: Mapping[str, str]) -> list[Permission]:
+    """One permission per command as sent (several uses share one, e.g. XACK)."""
+    seen: dict[tuple[str, ...], Permission] = {}
+    for p in permissions:
+        seen.setdefault(p.bind(names), p)
+    return list(seen.values())
+
+
+async def _dry_run(
+    client: aioredis.Redis, wanted: Sequence[Permission], names: Mapping[str, str]
+) -> tuple[str, list[Any]]:
+    """(user, one DRYRUN reply per permission); raises ResponseError if the probe failed."""
+    guess = client.connection_pool.connection_kwargs.get("username") or "default"
+    whoami, *replies = await _pipeline(
+        client, [("ACL", "WHOAMI"), *_dry_runs(guess, wanted, names)]
+    )
+    if isinstance(whoami, Exception):
+        raise whoami
+    user = text(whoami)
+    if user != guess:  # authenticated some other way (a credential provider): ask again
+        replies = await _pipeline(client, _dry_runs(user, wanted, names))
+    for reply in replies:
+        if isinstance(reply, rx.ResponseError) and not _lacks_command(reply):
+            raise reply  # refused (NOPERM), or no ACL DRYRUN on this server
+    return user, replies
+
+
+def _dry_runs(
+    user: str, wanted: Sequence[Permission], names: Mapping[str, str]
+) -> list[tuple[str, ...]]:
+    return [("ACL", "DRYRUN", user, *p.bind(names)) for p in wanted]
+
+
+async def _pipeline(client: aioredis.Redis, commands: Sequence[tuple[str, ...]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for args in commands:
+        pipe.execute_command(*args)
+    return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+
+def _lacks_command(reply: rx.ResponseError) -> bool:
+    """DRYRUN's "Command 'XDELEX' not found": the server lacks it, so streamq won't send it."""
+    message = str(reply)
+    return message.startswith("Command '") and message.endswith("' not found")
+
+
+def _denied(permission: Permission, reply: Any) -> bool:
+    if isinstance(reply, rx.ResponseError):  # the server lacks the command
+        log.debug("%s not checked: %s", permission.command, reply)
+        return False
+    return text(reply) != "OK"
+
+
+def _message(user: str, stream: str, missing: Sequence[tuple[Permission, str]]) -> str:
+    names = names_for(stream)
+    lines = [f"the Redis user {user!r} may not send what streamq needs for stream {stream!r}:"]
+    for p, reason in missing:
+        on = ", ".join(repr(t) for t in p.targets(names))
+        lines.append(f"  - {p.command}{' on ' + on if on else ''} ({p.why}): {reason}")
+    grants = sorted({f"+{p.command}" for p, _ in missing})
+    fix = " ".join(["ACL SETUSER", user, *selectors(stream), *grants])
+    lines.append(f"fix (README, Security): {fix}")
+    return "\n".join(lines)

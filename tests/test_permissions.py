@@ -1,0 +1,250 @@
+"""The ACL streamq needs: the start-up check names what is missing, and the documented
+``ACL SETUSER`` lines are enough to run a queue without one refusal (ACL LOG stays empty)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from streamq import CleanupPolicy, ConfigError, Message, MessageQueue, Reject, Retry, StartFrom
+from streamq.keys import Keys
+from streamq.permissions import (
+    PERMISSIONS,
+    PROBE_COMMANDS,
+    acl_rules,
+    acl_setuser,
+    check_permissions,
+    names_for,
+)
+from streamq.testing import TEST_TIMINGS
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.anyio
+
+PASSWORD = "s3cret-pw"
+README = Path(__file__).parent.parent / "README.md"
+MakeUser = Callable[[list[str]], Awaitable[str]]
+
+
+@pytest.fixture
+async def acl_user(client: aioredis.Redis) -> AsyncIterator[MakeUser]:
+    """Factory: create an ACL user with these rules; every one is deleted after the test."""
+    made: list[str] = []
+
+    async def make(rules: list[str]) -> str:
+        user = f"streamq-test-{uuid.uuid4().hex[:8]}"
+        await client.execute_command("ACL", "SETUSER", user, *rules)
+        made.append(user)
+        return user
+
+    yield make
+    if made:
+        await client.execute_command("ACL", "DELUSER", *made)
+
+
+def user_url(url: str, user: str) -> str:
+    parts = urlsplit(url)
+    netloc = f"{quote(user)}:{quote(PASSWORD)}@{parts.hostname}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def without(rules: list[str], *dropped: str) -> list[str]:
+    assert set(dropped) <= set(rules), f"{dropped} not in {rules}"
+    return [r for r in rules if r not in dropped]
+
+
+async def check_as(redis_url: str, user: str, stream: str, **kwargs: bool) -> None:
+    as_user = aioredis.Redis.from_url(user_url(redis_url, user))
+    try:
+        await check_permissions(as_user, stream, **kwargs)
+    finally:
+        await as_user.aclose()
+
+
+async def refusals(client: aioredis.Redis, *users: str) -> list[dict[str, object]]:
+    """ACL LOG entries of ``users``: every command the server refused them."""
+    log = await client.acl_log()
+    return [e for e in log if str(e.get("username")) in users]
+
+
+# -- the data -------------------------------------------------------------------------
+
+
+async def test_every_listed_command_is_well_formed_for_the_server(
+    client: aioredis.Redis, stream: str
+) -> None:
+    """A malformed dry run would read as "probe refused" and skip the check silently."""
+    names = names_for(stream)
+    for permission in PERMISSIONS:
+        args = permission.bind(names)
+        try:
+            reply = await client.execute_command("ACL", "DRYRUN", "default", *args)
+        except aioredis.ResponseError as e:
+            assert permission.optional and "not found" in str(e), (args, e)
+            continue
+        assert reply == b"OK", (args, reply)
+
+
+def test_readme_shows_the_acl_lines_the_tests_prove() -> None:
+    readme = README.read_text()
+    assert acl_setuser("orders-service", "orders") in readme
+    assert acl_setuser("orders-operator", "orders", operator=True) in readme
+
+
+# -- the check ------------------------------------------------------------------------
+
+
+async def test_documented_acl_with_the_probe_commands_passes(
+    redis_url: str, stream: str, acl_user: MakeUser
+) -> None:
+    service = await acl_user(acl_rules(stream, password=PASSWORD, probe=True))
+    await check_as(redis_url, service, stream)
+    await check_as(redis_url, service, stream, consuming=False)
+
+
+async def test_missing_script_permissions_are_named_with_the_fix(
+    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser
+) -> None:
+    rules = acl_rules(stream, password=PASSWORD, probe=True)
+    user = await acl_user(without(rules, "+evalsha", "+script|load"))
+    with pytest.raises(ConfigError) as caught:
+        await check_as(redis_url, user, stream)
+    message = str(caught.value)
+    assert isinstance(caught.value, ValueError)
+    assert f"evalsha on {stream!r}" in message
+    assert f"evalsha on {Keys(stream).cleanup_lock!r}" in message
+    assert "script|load (load a script the server lacks" in message
+    assert "+evalsha +script|load" in message
+    # the fix line, as given, is enough
+    fix = message.splitlines()[-1].split(": ", 1)[1].split()
+    assert fix[:3] == ["ACL", "SETUSER", user]
+    await client.execute_command(*fix)
+    await check_as(redis_url, user, stream)
+
+
+async def test_missing_own_keys_and_channel_are_named(
+    redis_url: str, stream: str, acl_user: MakeUser
+) -> None:
+    keys = Keys(stream)
+    rules = acl_rules(stream, password=PASSWORD, probe=True)
+    user = await acl_user(without(rules, f"~streamq:{{{stream}}}:*", f"&{keys.control}"))
+    with pytest.raises(ConfigError) as caught:
+        await check_as(redis_url, user, stream)
+    message = str(caught.value)
+    for key in (keys.dead_letters, keys.stopped, keys.unrouted, keys.cleanup_lock):
+        assert f"access the '{key}' key" in message, key
+    assert f"subscribe on {keys.control!r}" in message
+    assert f"access the '{keys.control}' channel" in message
+    assert f"~streamq:{{{stream}}}:* &{keys.control}" in message
+
+
+async def test_a_publisher_needs_only_what_opening_and_publishing_take(
+    redis_url: str, stream: str, acl_user: MakeUser
+) -> None:
+    probe = [f"+{c}" for c in PROBE_COMMANDS]
+    user = await acl_user(["on", f">{PASSWORD}", f"~{stream}", "+xgroup|create", "+xadd", *probe])
+    await check_as(redis_url, user, stream, consuming=False)
+    with pytest.raises(ConfigError, match="xreadgroup on"):
+        await check_as(redis_url, user, stream)
+
+
+async def test_cleanup_commands_are_checked_only_when_asked(
+    redis_url: str, stream: str, acl_user: MakeUser
+) -> None:
+    rules = acl_rules(stream, password=PASSWORD, probe=True)
+    user = await acl_user(without(rules, "+xtrim", "+xdel"))
+    await check_as(redis_url, user, stream, cleanup=False)
+    with pytest.raises(ConfigError, match="xtrim on"):
+        await check_as(redis_url, user, stream)
+
+
+async def test_a_user_that_may_not_dry_run_is_not_checked(
+    redis_url: str, stream: str, acl_user: MakeUser, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The probe is best effort: without ACL DRYRUN (or WHOAMI) it returns, logged at DEBUG."""
+    caplog.set_level(logging.DEBUG, logger="streamq.permissions")
+    no_dry_run = await acl_user(acl_rules(stream, password=PASSWORD))
+    no_whoami = await acl_user(["on", f">{PASSWORD}", "+acl|dryrun"])
+    await check_as(redis_url, no_dry_run, stream)
+    await check_as(redis_url, no_whoami, stream)
+    skipped = [r for r in caplog.records if r.name == "streamq.permissions"]
+    assert len(skipped) == 2
+    assert all(r.levelno == logging.DEBUG and "not checked" in r.getMessage() for r in skipped)
+
+
+# -- the documented ACL runs a queue ------------------------------------------------
+
+
+async def test_documented_acls_run_a_queue_without_one_refusal(
+    redis_url: str,
+    client: aioredis.Redis,
+    stream: str,
+    acl_user: MakeUser,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A service (SUBSCRIBE only) consumes, retries, renews leases, dead-letters, cleans
+    up and auto-stops; an operator publishes, stops, resumes, replays and purges dead
+    letters, and terminates the topic. The server refuses neither a single command."""
+    service = await acl_user(acl_rules(stream, password=PASSWORD))
+    operator = await acl_user(acl_rules(stream, operator=True, password=PASSWORD))
+    cleanup = CleanupPolicy(
+        enabled=True, interval=0.2, max_stream_length=0, min_retention=0,
+        dead_letter_retention=3600,
+    )  # fmt: skip
+    svc = MessageQueue(
+        user_url(redis_url, service), stream=stream, group="g", consumer="svc",
+        start=StartFrom.EARLIEST, cleanup=cleanup, **TEST_TIMINGS,
+    )  # fmt: skip
+    ops = MessageQueue(user_url(redis_url, operator), stream=stream, group="g", consumer="ops")
+    handled: list[int] = []
+    tries: Counter[str] = Counter()
+
+    @svc.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        tries[msg.id] += 1
+        if msg.data == 1 and tries[msg.id] == 1:
+            raise Retry(delay=0.1)
+        if msg.data == 2:
+            await anyio.sleep(1.2)  # past claim_idle (1 s): its lease is renewed
+        if msg.data == 3:
+            raise Reject("poison")
+        handled.append(msg.data)
+
+    async with svc, ops:
+        ids = await ops.publish_many("job", [0, 1, 2, 3, 4])
+        await ops.stop_message(ids[4])
+        await ops.publish("nobody-handles-this", 0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(svc.run)
+            await wait_for(lambda: sorted(handled) == [0, 1, 2], what="handled 0, 1, 2")
+            assert "error" not in await svc.health()
+            await ops.resume_message(ids[4])
+            await wait_for(lambda: 4 in handled, what="resumed entry handled")
+            await wait_for(lambda: _cleaned(client, stream), what="cleanup removed entries")
+            (letter,) = await ops.dead_letters()
+            assert letter.original_id == ids[3]
+            (again,) = await ops.replay_dead_letter()
+            await wait_for(lambda: _dead_again(ops, again), what="replayed poison dead again")
+            assert await ops.purge_dead_letters() == 1
+            await ops.terminate_topic()
+            with anyio.fail_after(10):
+                await svc.done.wait()
+    assert svc.stop_reason == "topic_terminated"
+    assert await refusals(client, service, operator) == []
+    assert not [r for r in caplog.records if "no permissions" in r.getMessage()]
+
+
+async def _dead_again(mq: MessageQueue, entry_id: str) -> bool:
+    return [d.original_id for d in await mq.dead_letters()] == [entry_id]
+
+
+async def _cleaned(client: aioredis.Redis, stream: str) -> bool:
+    return int(await client.xlen(stream)) < 6
