@@ -4,6 +4,13 @@ flows: stream length, dead letters, and per group pending, lag and oldest pendin
 
     from streamq.metrics import serve_metrics
     server = serve_metrics(mq, port=9108)     # http://127.0.0.1:9108/metrics
+    server = serve_metrics(mq, addr="0.0.0.0")  # in a container: reachable through its port
+
+``serve_metrics`` serves a registry of its own with streamq's collector and the process
+metrics (``process_*``, ``python_*``); ``registry=`` serves an existing one instead. To add
+streamq's metrics to an application's registry served elsewhere::
+
+    prometheus_client.REGISTRY.register(QueueCollector(mq))
 """
 
 from __future__ import annotations
@@ -140,30 +147,60 @@ def _le(bound: float) -> str:
 
 
 class MetricsServer:
-    """The running /metrics endpoint: ``port`` and ``close()``."""
+    """The running /metrics endpoint: ``address``, ``port`` and ``close()``."""
 
-    def __init__(self, httpd: Any, collector: QueueCollector) -> None:
-        self._httpd, self._collector = httpd, collector
+    def __init__(self, httpd: Any, collector: QueueCollector, registry: Any) -> None:
+        self._httpd, self._collector, self._registry = httpd, collector, registry
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port)."""
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self.address[1]
 
     def close(self) -> None:
+        """Stop serving; take streamq's collector out of the registry and close its clients."""
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._registry.unregister(self._collector)
         self._collector.close()
 
 
 def serve_metrics(
-    *queues: MessageQueue, port: int = 9108, addr: str = "127.0.0.1"
+    *queues: MessageQueue, port: int = 9108, addr: str = "127.0.0.1", registry: Any = None
 ) -> MetricsServer:
-    """Serve /metrics over HTTP in a background thread (``port=0`` picks a free port)."""
+    """Serve /metrics over HTTP in a background thread.
+
+    Parameters:
+        queues: the queues whose counters and queue gauges are exported.
+        port: the TCP port (``0`` picks a free one: see ``MetricsServer.port``).
+        addr: the address to bind; the default is loopback only, ``"0.0.0.0"`` listens on
+            every interface (in a container, so that its published port reaches it).
+        registry: a ``prometheus_client`` registry to serve, with streamq's collector
+            added (e.g. ``prometheus_client.REGISTRY`` with the application's metrics).
+            By default a registry of its own, with the process, platform and GC collectors
+            (``process_*``, ``python_*``) beside streamq's metrics.
+
+    Raises ConfigError without the ``[metrics]`` extra; OSError if the port is taken.
+    """
     prometheus = _prometheus()
-    registry = prometheus.CollectorRegistry()
+    if registry is None:
+        registry = prometheus.CollectorRegistry()
+        prometheus.ProcessCollector(registry=registry)
+        prometheus.PlatformCollector(registry=registry)
+        prometheus.GCCollector(registry=registry)
     collector = QueueCollector(*queues)
     registry.register(collector)
-    started = prometheus.start_http_server(port, addr=addr, registry=registry)
+    try:
+        started = prometheus.start_http_server(port, addr=addr, registry=registry)
+    except BaseException:
+        registry.unregister(collector)
+        raise
     if not isinstance(started, tuple):  # prometheus-client < 0.20 does not return the server
+        registry.unregister(collector)
         raise ConfigError("streamq.metrics needs prometheus-client >= 0.20")
-    return MetricsServer(started[0], collector)
+    return MetricsServer(started[0], collector, registry)

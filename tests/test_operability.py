@@ -78,6 +78,68 @@ async def test_prometheus_endpoint_with_queue_gauges(make_queue: QueueFactory, c
     assert ("streamq_handler_seconds_count", "g") in samples
 
 
+def _scrape(url: str) -> dict[str, float]:
+    """One Prometheus scrape as {(sample name, labels...): value}, by sample name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body = response.read().decode()
+    return {s.name: s.value for f in text_string_to_metric_families(body) for s in f.samples}
+
+
+async def test_metrics_for_a_container_with_process_metrics(make_queue: QueueFactory) -> None:
+    """Bound on every interface (a container's port mapping reaches it), with the process
+    metrics beside streamq's: the registry streamq serves is its own."""
+    from streamq.metrics import serve_metrics
+
+    mq = make_queue()
+    async with mq:
+        await mq.publish("job", 1)
+        server = serve_metrics(mq, port=0, addr="0.0.0.0")
+        try:
+            assert server.address == ("0.0.0.0", server.port)
+            url = f"http://127.0.0.1:{server.port}/metrics"
+            samples = await anyio.to_thread.run_sync(_scrape, url)
+        finally:
+            server.close()
+    assert samples["streamq_stream_length"] == 1
+    assert samples["process_resident_memory_bytes"] > 0  # ProcessCollector
+    assert samples["process_open_fds"] > 0
+    assert "python_info" in samples  # PlatformCollector
+    assert "python_gc_collections_total" in samples  # GCCollector
+
+
+async def test_metrics_in_an_existing_registry(make_queue: QueueFactory) -> None:
+    """The collector joins an application's own registry; serve_metrics can serve that
+    registry (with the application's metrics) and takes its collector out on close."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from streamq.metrics import QueueCollector, serve_metrics
+
+    mq = make_queue()
+    registry = CollectorRegistry()
+    Counter("app_requests", "the application's own metric", registry=registry).inc()
+    async with mq:
+        await mq.publish_many("job", [1, 2])
+        collector = QueueCollector(mq)
+        registry.register(collector)
+        text = (await anyio.to_thread.run_sync(generate_latest, registry)).decode()
+        registry.unregister(collector)
+        collector.close()
+        assert f'streamq_stream_length{{stream="{mq.stream}"}} 2.0' in text
+        assert "app_requests_total 1.0" in text
+
+        server = serve_metrics(mq, port=0, registry=registry)
+        try:
+            url = f"http://127.0.0.1:{server.port}/metrics"
+            samples = await anyio.to_thread.run_sync(_scrape, url)
+        finally:
+            server.close()
+    assert samples["streamq_stream_length"] == 2 and samples["app_requests_total"] == 1
+    assert "process_open_fds" not in samples  # the given registry is served as it is
+    assert "streamq_stream_length" not in generate_latest(registry).decode()  # unregistered
+
+
 async def test_running_inside_an_asgi_lifespan_and_health(make_queue: QueueFactory) -> None:
     mq = make_queue()
     handled: list[int] = []
