@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .offsets import DataLossError
+from .options import model_path
 from .source import StreamqDataSource
 
 __all__ = ("DataLossError", "StreamqDataSource", "local_session", "register")
@@ -20,9 +21,13 @@ def register(spark: Any, models: Mapping[str, type] | None = None) -> None:
     """Register the ``streamq`` format on ``spark``.
 
     ``models`` maps message types to pydantic models, so that ``.option("type", t)`` reads
-    typed columns without naming the model. Models must be importable on the executors.
+    typed columns without naming the model. The executors import each model by its
+    ``module:qualname``, so it must live at module level in a module installed or shipped
+    there (``--py-files``, ``spark.addArtifacts``), not in the script itself (``__main__``).
+
+    Raises ConfigError for a model that cannot be imported by that name, saying why.
     """
-    paths = {t: f"{m.__module__}:{m.__qualname__}" for t, m in (models or {}).items()}
+    paths = {t: model_path(t, m) for t, m in (models or {}).items()}
     source = type("StreamqDataSource", (StreamqDataSource,), {"models": paths})
     spark.dataSource.register(source)
 

@@ -58,14 +58,60 @@ def _stream(options: Mapping[str, str]) -> str:
 
 
 def load_model(path: str) -> Any:
-    """Import ``package.module:Class``."""
+    """Import ``package.module:Class`` (``Class`` may be dotted: ``Outer.Inner``)."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"option 'model' must be 'package.module:Class', got {path!r}")
     try:
-        return getattr(importlib.import_module(module_name), attr)
+        found: Any = importlib.import_module(module_name)
+        for name in attr.split("."):
+            found = getattr(found, name)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"cannot import model {path!r}: {e}") from e
+    return found
+
+
+_SHIP_HINT = (
+    "the executors import models by name, so the module must be importable there too: "
+    "installed in their environment (e.g. a packed venv), or shipped with --py-files / "
+    "spark.addArtifacts(..., pyfile=True)"
+)
+
+
+def model_path(type_name: str, model: object) -> str:
+    """``module:qualname`` of ``model``, checked importable now, on the driver.
+
+    Raises ConfigError, naming the type, the model and the fix, for a model the executors
+    could not import by that name: defined in ``__main__`` or inside a function, in a
+    module that does not import, or a name that imports another object.
+    """
+    if not isinstance(model, type):
+        raise ConfigError(
+            f"models[{type_name!r}] must be a pydantic model class, got {model!r} "
+            "(for a 'module:Class' string use .option('model', ...))"
+        )
+    path = f"{model.__module__}:{model.__qualname__}"
+    where = f"models[{type_name!r}] = {path}"
+    if model.__module__ == "__main__":
+        raise ConfigError(
+            f"{where} is defined in the script Spark runs (__main__), which the executors "
+            f"cannot import: move it into a module and import it from there; {_SHIP_HINT}"
+        )
+    if "<locals>" in model.__qualname__:
+        raise ConfigError(
+            f"{where} is defined inside a function, which cannot be imported by name: "
+            f"define it at module level; {_SHIP_HINT}"
+        )
+    try:
+        found = load_model(path)
+    except ConfigError as e:
+        raise ConfigError(f"{where} cannot be imported ({e.__cause__}); {_SHIP_HINT}") from e
+    if found is not model:
+        raise ConfigError(
+            f"{where}: importing that name gives another object than the model given "
+            "(redefined, or created dynamically?): pass the class its module defines"
+        )
+    return path
 
 
 @dataclass(frozen=True)
