@@ -38,8 +38,8 @@ LOCK, MARK, CONTROL = "<cleanup-lock>", "<terminated>", "<control>"
 G, C, ID, SHA = "g", "c", "0-1", "0" * 40
 # Commands whose ACL name includes the subcommand ("xinfo|groups").
 _CONTAINERS = frozenset({"ACL", "CLIENT", "SCRIPT", "XGROUP", "XINFO"})
-# Not checked: redis-py names each connection and ignores a refusal, but the server
-# records every refusal in ACL LOG, so the documented ACL allows it.
+# Not needed: redis-py names each connection (Redis >= 7.2, Valkey) and ignores a
+# refusal, which the server records in ACL LOG. Not in the lines: Redis 7.0 lacks it.
 CONNECT_COMMANDS = ("client|setinfo",)
 # What check_permissions itself sends; optional in an ACL (without them it is skipped).
 PROBE_COMMANDS = ("acl|whoami", "acl|dryrun")
@@ -178,14 +178,21 @@ def selectors(stream: str) -> list[str]:
 
 
 def acl_rules(
-    stream: str, *, operator: bool = False, password: str | None = None, probe: bool = False
+    stream: str,
+    *,
+    operator: bool = False,
+    password: str | None = None,
+    probe: bool = False,
+    newer: bool = False,
 ) -> list[str]:
     """The ``ACL SETUSER`` rules (after the user name) for a service or an operator.
 
-    ``probe`` adds the commands :func:`check_permissions` sends, so it can run.
+    ``probe`` adds the commands :func:`check_permissions` sends, so it can run; ``newer``
+    the commands only newer servers know (XDELEX, CLIENT SETINFO: a rule naming a command
+    the server lacks is refused).
     """
-    extra = [*CONNECT_COMMANDS, *(PROBE_COMMANDS if probe else ())]
-    names = commands(OPERATOR_USES if operator else SERVICE_USES) + extra
+    names = commands(OPERATOR_USES if operator else SERVICE_USES, optional=newer)
+    names += [*(CONNECT_COMMANDS if newer else ()), *(PROBE_COMMANDS if probe else ())]
     secret = [] if password is None else [f">{password}"]
     # reset: no password, keys, channels or commands (-@all), then only these
     return ["reset", "on", *secret, "resetchannels", *selectors(stream)] + [
