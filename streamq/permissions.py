@@ -231,7 +231,7 @@ async def check_permissions(
     try:
         user, replies = await _dry_run(client, wanted, names_for(stream))
     except rx.ResponseError as e:
-        log.debug("permissions of %r not checked (the probe itself was refused): %s", stream, e)
+        log.debug("permissions for %r not checked (no ACL DRYRUN here): %s", stream, e)
         return
     missing = [(p, text(r)) for p, r in zip(wanted, replies, strict=True) if _denied(p, r)]
     if missing:
