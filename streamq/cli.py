@@ -1,14 +1,22 @@
 """The ``streamq`` command line: operate streams from a shell.
 
-Every command but ``server`` needs ``--url`` or ``$STREAMQ_REDIS_URL``. Errors print one
-line on stderr and exit non-zero: 1 for a failed operation (unknown stream, unknown ID),
-2 for bad usage or input, 3 when the server cannot be reached.
+Every command but ``server`` needs ``--url`` (before or after the command) or
+``$STREAMQ_REDIS_URL``. Errors print one line on stderr and exit non-zero:
+
+* 1: a failed operation (unknown stream, group or ID);
+* 2: bad usage or input (arguments, JSON, an invalid URL, credentials the server refuses);
+* 3: the server cannot be reached.
+
+Text that comes from Redis is printed with its control characters escaped (see
+:mod:`streamq.cli_render`). The benchmark suite is not a command: it lives in the source
+tree (``make bench``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -16,18 +24,29 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
+from redis import exceptions as rx
 
-from ._redis import stream_rows
-from .admin import TopicInfo
+from ._redis import stream_rows, translated
+from .cli_render import (
+    one_line,
+    render_dead_letters,
+    render_info,
+    render_pending,
+    tail_line,
+    terminal_safe,
+)
 from .config import ENV_URL, CleanupPolicy, env_url
 from .errors import (
     ConfigError,
+    GroupNotFoundError,
     InvalidMessageIdError,
     MessageFormatError,
     ServerUnavailableError,
     StreamNotFoundError,
     StreamqError,
 )
+from .ids import StreamId
+from .keys import Keys
 from .queue import MessageQueue
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -43,46 +62,18 @@ def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue
     url = args.url or env_url()
     if not url:
         raise CliError(f"no server: pass --url redis://host:port/db or set ${ENV_URL}", EXIT_USAGE)
-    return MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
+    mq = MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
+    try:
+        mq.client  # noqa: B018  # parses the URL (without connecting)
+    except ValueError as e:  # the URL itself is not echoed: it may hold a password
+        raise CliError(f"invalid server URL: {e}", EXIT_USAGE) from e
+    return mq
 
 
 async def _require_stream(mq: MessageQueue) -> None:
-    if not await mq.client.exists(mq.stream):
-        raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
-
-
-def _age(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    seconds = ms / 1000
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def render_info(info: TopicInfo) -> str:
-    lines = [
-        f"stream        {info.stream}",
-        f"length        {info.length}",
-        f"first / last  {info.first_id or '-'} / {info.last_id or '-'}",
-        f"dead letters  {info.dead_letters}",
-        f"stopped IDs   {', '.join(info.stopped_ids) or '-'}",
-        "",
-        f"{'group':<20} {'last delivered':<22} {'pending':>8} {'lag':>8} "
-        f"{'oldest pending':>15}  consumers",
-    ]
-    for g in info.groups:
-        consumers = ", ".join(f"{c.name}({c.pending})" for c in g.consumers) or "-"
-        lag = "?" if g.lag is None else str(g.lag)
-        lines.append(
-            f"{g.name:<20} {g.last_delivered_id:<22} {g.pending:>8} {lag:>8} "
-            f"{_age(g.oldest_pending_age_ms):>15}  {consumers}"
-        )
-    if not info.groups:
-        lines.append("(no consumer groups)")
-    return "\n".join(lines)
+    with translated(mq.stream):
+        if not await mq.client.exists(mq.stream):
+            raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
 
 
 # -- commands (each returns what to print) -------------------------------------------
@@ -91,9 +82,19 @@ async def cmd_publish(args: argparse.Namespace) -> str:
         data = json.loads(args.json)
     except ValueError as e:
         raise CliError(f"JSON argument is not valid JSON: {e}", EXIT_USAGE) from e
-    meta = dict(item.split("=", 1) for item in args.meta or [])
+    meta = _parse_meta(args.meta or [])
     async with _closing(_queue(args)) as mq:
         return await mq.publish(args.type, data, meta=meta or None)
+
+
+def _parse_meta(items: list[str]) -> dict[str, str]:
+    meta = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--meta takes KEY=VALUE, got {item!r}", EXIT_USAGE)
+        meta[key] = value
+    return meta
 
 
 async def cmd_info(args: argparse.Namespace) -> str:
@@ -111,28 +112,33 @@ async def cmd_info(args: argparse.Namespace) -> str:
 async def cmd_pending(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
         await _require_stream(mq)
-        rows = await mq.client.xpending_range(
-            mq.stream, args.group, min="-", max="+", count=args.count
-        )
-        lines = [f"{'id':<24} {'consumer':<24} {'idle':>10} {'deliveries':>10}"]
-        lines.extend(
-            f"{row['message_id'].decode():<24} {row['consumer'].decode():<24} "
-            f"{_age(int(row['time_since_delivered'])):>10} {row['times_delivered']:>10}"
-            for row in rows
-        )
-        return "\n".join(lines) if rows else f"no pending entries in group {args.group!r}"
+        try:
+            with translated(mq.stream, args.group):
+                rows = await mq.client.xpending_range(
+                    mq.stream, args.group, min="-", max="+", count=args.count
+                )
+        except GroupNotFoundError:
+            raise CliError(
+                f"consumer group {args.group!r} does not exist in stream {args.stream!r}"
+            ) from None
+        return render_pending(rows) if rows else f"no pending entries in group {args.group!r}"
 
 
 async def cmd_tail(args: argparse.Namespace) -> str:
+    if args.start != "$":
+        StreamId.parse(args.start)
     async with _closing(_queue(args)) as mq:
+        await _require_stream(mq)
         cursor, shown = args.start, 0
         deadline = time.monotonic() + args.seconds if args.seconds else None
         while deadline is None or time.monotonic() < deadline:
-            reply = await mq.client.xread({mq.stream: cursor}, count=100, block=500)
-            for entry_id, fields in stream_rows(reply):
+            with translated(mq.stream):
+                rows = stream_rows(await mq.client.xread({mq.stream: cursor}, count=100, block=500))
+            if not rows:
+                await _require_stream(mq)  # deleted while we follow it: say so, exit 1
+            for entry_id, fields in rows:
                 cursor = entry_id.decode()
-                decoded = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
-                print(f"{cursor} {json.dumps(decoded)}", flush=True)
+                print(tail_line(cursor, fields), flush=True)
                 shown += 1
                 if args.count and shown >= args.count:
                     return ""
@@ -141,14 +147,15 @@ async def cmd_tail(args: argparse.Namespace) -> str:
 
 async def cmd_dlq(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
+        with translated(mq.stream):
+            # the stream may be gone while its dead letters were kept (terminate --keep-...)
+            if not await mq.client.exists(mq.stream, Keys(mq.stream).dead_letters):
+                raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
         if args.action == "list":
             letters = await mq.dead_letters(count=args.count)
             if not letters:
                 return "no dead letters"
-            return "\n".join(
-                f"{d.id}  original {d.original_id}  type {d.type}  attempts {d.attempts}  {d.error}"
-                for d in letters
-            )
+            return render_dead_letters(letters, full_traceback=args.full)
         if args.action == "replay":
             new_ids = await mq.replay_dead_letter(args.id)
             return f"replayed {len(new_ids)}: {' '.join(new_ids)}"
@@ -229,28 +236,23 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    try:
-        from bench.run import cli as bench_cli
-    except ImportError:
-        raise CliError(
-            "the benchmark suite lives in the source tree: run it from the repository", EXIT_USAGE
-        ) from None
-    sys.argv = ["streamq bench", *args.rest]
-    bench_cli()
-    return 0
-
-
 # -- parsing -------------------------------------------------------------------------
+URL_HELP = f"Redis URL (default ${ENV_URL})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamq", description="Operate streamq streams.")
-    parser.add_argument("--url", help=f"Redis URL (default ${ENV_URL})")
+    parser.add_argument("--url", help=URL_HELP)
+    # The same option after the command; SUPPRESS keeps the value given before it.
+    options_after = argparse.ArgumentParser(add_help=False)
+    options_after.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
     def command(
         name: str, func: Callable[..., Any], help_text: str, stream: bool = True
     ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        parents = [options_after] if name != "server" else []
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=parents)
         if stream:
             p.add_argument("stream")
         p.set_defaults(func=func)
@@ -277,7 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("pending", cmd_pending, "pending entries of a group: STREAM GROUP")
     p.add_argument("group")
     p.add_argument("--count", type=int, default=100)
-    p = command("tail", cmd_tail, "follow new entries")
+    p = command(
+        "tail", cmd_tail, 'follow new entries, one JSON object {"id","type","data","meta"} a line'
+    )
     p.add_argument(
         "--from", dest="start", default="$", help="entry ID to start after (default: new only)"
     )
@@ -288,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("stream")
     p.add_argument("id", nargs="?", help="replay: one dead letter ID (default: all)")
     p.add_argument("--count", type=int, default=100)
+    p.add_argument("--full", action="store_true", help="list: whole tracebacks")
     p = command("stop-message", cmd_stop_message, "stop one entry ID for every consumer")
     p.add_argument("id")
     p = command("resume-message", cmd_resume_message, "resume a stopped entry ID")
@@ -306,8 +311,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also remove acknowledged entries above a pending one (the pending ones stay)",
     )
-    p = command("bench", cmd_bench, "run the benchmark suite", stream=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -315,7 +318,8 @@ def _confirm(args: argparse.Namespace) -> None:
     if args.command == "terminate" and not args.yes:
         if not sys.stdin.isatty():
             raise CliError("terminate deletes the stream: confirm with --yes", EXIT_USAGE)
-        answer = input(f"Delete stream {args.stream!r}, its groups and streamq's keys? [y/N] ")
+        question = f"Delete stream {one_line(args.stream)!r}, its groups and streamq's keys?"
+        answer = input(f"{question} [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             raise CliError("not terminated", EXIT_FAILED)
 
@@ -323,30 +327,69 @@ def _confirm(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("server", "bench"):
+        if args.command == "server":
             return int(args.func(args))
         _confirm(args)
         coro: Callable[[argparse.Namespace], Coroutine[Any, Any, str]] = args.func
         output = anyio.run(coro, args)
     except CliError as e:
         return _fail(str(e), e.code)
-    except ServerUnavailableError as e:
-        return _fail(str(e), EXIT_UNREACHABLE)
-    except (ConfigError, MessageFormatError, InvalidMessageIdError) as e:
-        return _fail(str(e), EXIT_USAGE)
-    except StreamqError as e:
-        return _fail(str(e), EXIT_FAILED)
-    except (ConnectionError, OSError) as e:
-        return _fail(f"cannot reach the server: {e}", EXIT_UNREACHABLE)
+    except BrokenPipeError:  # the reader went away (`streamq tail ... | head -1`): done
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (StreamqError, rx.RedisError, ConnectionError, OSError) as e:
+        return _fail(*_describe(e))
     except KeyboardInterrupt:
         return 130
     if output:
-        print(output)
+        print(terminal_safe(output))
     return 0
 
 
+def _describe(error: BaseException) -> tuple[str, int]:
+    """The one-line message and exit code for an error out of a command."""
+    if _refused_credentials(error):
+        return f"failed to authenticate: {_root(error)} (check the URL's user and password)", 2
+    if isinstance(error, (ConfigError, MessageFormatError, InvalidMessageIdError)):
+        return str(error), EXIT_USAGE
+    if isinstance(error, ServerUnavailableError):
+        return str(error), EXIT_UNREACHABLE
+    if isinstance(error, StreamqError):
+        return str(error), EXIT_FAILED
+    if isinstance(error, (rx.ConnectionError, rx.TimeoutError, ConnectionError, OSError)):
+        return f"cannot reach the server: {error}", EXIT_UNREACHABLE
+    return f"Redis error: {error}", EXIT_FAILED
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        chain.append(current)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _refused_credentials(error: BaseException) -> bool:
+    # Until streamq translates it at the boundary (AuthenticationFailedError), an auth
+    # failure arrives as "cannot reach the server" with redis-py's error as its cause.
+    for e in _causes(error):
+        if type(e).__name__ == "AuthenticationFailedError":
+            return True
+        if isinstance(e, rx.AuthenticationError):
+            return True
+        if isinstance(e, rx.ResponseError) and str(e).startswith(("WRONGPASS", "NOAUTH")):
+            return True
+    return False
+
+
+def _root(error: BaseException) -> str:
+    return str(_causes(error)[-1])
+
+
 def _fail(message: str, code: int) -> int:
-    print(f"streamq: {message}", file=sys.stderr)
+    print(f"streamq: {one_line(message)}", file=sys.stderr)
     return code
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import unicodedata
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -27,8 +30,15 @@ def streamq(
 def test_help_lists_every_command() -> None:
     out = streamq("--help", url=None).stdout
     for command in ("server", "publish", "info", "pending", "tail", "dlq", "stop-message",
-                    "resume-message", "terminate", "cleanup", "bench"):  # fmt: skip
+                    "resume-message", "terminate", "cleanup"):  # fmt: skip
         assert command in out, f"--help does not list {command}"
+
+
+def test_bench_is_not_a_command_of_the_installed_tool() -> None:
+    """bench/ is not in the wheel: the command would only work from the source tree."""
+    assert "bench" not in streamq("--help", url=None).stdout
+    result = streamq("bench", url=None)
+    assert result.returncode == 2 and "invalid choice: 'bench'" in result.stderr
 
 
 def test_publish_info_pending_tail(redis_url: str, stream: str) -> None:
@@ -52,7 +62,7 @@ def test_publish_info_pending_tail(redis_url: str, stream: str) -> None:
     pending = streamq("pending", stream, "workers", url=redis_url)
     assert entry_id in pending.stdout and "w1" in pending.stdout
     tail = streamq("tail", stream, "--from", "0", "--count", "1", url=redis_url)
-    assert tail.stdout.startswith(entry_id) and '"type": "email"' in tail.stdout
+    assert json.loads(tail.stdout)["id"] == entry_id
 
 
 def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
@@ -92,6 +102,14 @@ def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
         (("stop-message", "{stream}", "1-1"), 1, "does not exist in stream"),
         (("publish", "{stream}", "bad type", "{}"), 2, "invalid message type"),
         (("publish", "{stream}", "t", "{nope"), 2, "not valid JSON"),
+        (("publish", "{stream}", "t", "{}", "--meta", "novalue"), 2, "--meta takes KEY=VALUE"),
+        (("pending", "{stream}", "nogroup"), 1, "consumer group 'nogroup' does not exist"),
+        (("dlq", "list", "no-such-stream"), 1, "stream 'no-such-stream' does not exist"),
+        (("dlq", "replay", "no-such-stream"), 1, "stream 'no-such-stream' does not exist"),
+        (("tail", "no-such-stream", "--seconds", "2"), 1, "stream 'no-such-stream' does not"),
+        (("tail", "{stream}", "--from", "x"), 2, "invalid stream entry ID"),
+        (("--url", "notaurl", "info", "{stream}"), 2, "invalid server URL"),
+        (("info", "{stream}", "--url", "redis://h:port/0"), 2, "invalid server URL"),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(
@@ -128,3 +146,106 @@ def test_server_command_prints_a_working_url() -> None:
         process.stdout.close()  # type: ignore[union-attr]
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(url).ping()  # the server went with the command, not orphaned
+
+
+def test_global_options_after_the_command(redis_url: str, stream: str) -> None:
+    redis.Redis.from_url(redis_url).xadd(stream, {"type": "x", "data": "1"})
+    for args in (
+        ("info", stream, "--url", redis_url),
+        ("--url", redis_url, "info", stream),
+        ("dlq", "list", stream, "--url", redis_url),
+    ):
+        result = streamq(*args, url=None)
+        assert result.returncode == 0, (args, result.stderr)
+
+
+def test_refused_credentials_are_not_an_unreachable_server(redis_url: str) -> None:
+    parts = urlsplit(redis_url)
+    netloc = f"nobody:wrong@{parts.hostname}:{parts.port}"
+    result = streamq("info", "s", url=urlunsplit(parts._replace(netloc=netloc)))
+    assert result.returncode == 2, result.stderr
+    assert "failed to authenticate" in result.stderr and "cannot reach" not in result.stderr
+    assert "wrong" not in result.stderr, "the password must not be echoed"
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_tail_prints_one_json_object_per_line(redis_url: str, stream: str) -> None:
+    r = redis.Redis.from_url(redis_url)
+    ids = [
+        r.xadd(stream, {"type": "email", "data": '{"to":"a@b.c","n":[1,2]}', "meta": '{"k":"v"}'}),
+        r.xadd(stream, {"type": "email", "data": "{nope"}),
+        r.xadd(stream, {"data": "NaN", "meta": "[1]", "extra": "x"}),
+    ]
+    result = streamq("tail", stream, "--from", "0", "--count", "3", url=redis_url)
+    assert result.returncode == 0, result.stderr
+    first, second, third = (json.loads(line) for line in result.stdout.splitlines())
+    assert first == {
+        "id": ids[0].decode(),
+        "type": "email",
+        "data": {"to": "a@b.c", "n": [1, 2]},
+        "meta": {"k": "v"},
+    }
+    assert (second["data"], second["meta"]) == ("{nope", {})
+    assert "not valid JSON" in second["data_error"]
+    assert (third["type"], third["data"], third["meta"]) == (None, "NaN", "[1]")
+    assert "data_error" in third and "meta_error" in third
+    assert third["other_fields"] == {"extra": "x"}
+
+
+def _terminal_unsafe(text: str) -> list[str]:
+    return [
+        c
+        for c in text
+        if c != "\n" and (unicodedata.category(c) in ("Cc", "Zl", "Zp") or c == "\u202e")
+    ]
+
+
+def test_text_from_redis_is_escaped_before_the_terminal(redis_url: str, stream: str) -> None:
+    r = redis.Redis.from_url(redis_url)
+    r.xadd(stream, {"type": "x", "data": "1"})
+    group = "g\x1b[31m"
+    r.xgroup_create(stream, group, id="0")
+    r.xreadgroup(group, "c\x1b]0;pwned\x07\r\x9b\u202e", {stream: ">"})
+    r.xadd(
+        f"streamq:{{{stream}}}:dlq",
+        {
+            "original_id": "1-0", "type": "t\x1b[2J", "data": "1", "error": "boom\r\x1b[2K\x85",
+            "error_type": "x.Y\x1b[0m", "traceback": "Traceback\n  File \"a\x1b[1m\"\nY: z\x07",
+        },
+    )  # fmt: skip
+    for args in (("info", stream), ("pending", stream, group), ("dlq", "list", stream),
+                 ("info", "no\x1b[2Jstream")):  # fmt: skip
+        result = streamq(*args, url=redis_url)
+        out = result.stdout + result.stderr
+        assert not _terminal_unsafe(out), (args, out)
+        assert "\\x1b" in out, (args, out)
+
+
+def test_dlq_list_over_malformed_letters_shows_type_traceback_and_whole_reasons(
+    redis_url: str, stream: str
+) -> None:
+    r = redis.Redis.from_url(redis_url)
+    reason = "invalid payload: " + "code must match ^[A-Z]{3}-\\d{4}(-[a-z]+)?$; " * 6
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 12, in handle\n    charge(card)\n'
+        '  File "pay.py", line 40, in charge\n    raise PaymentError("declined")\n'
+        "myapp.PaymentError: declined\n"
+    )
+    dlq = f"streamq:{{{stream}}}:dlq"
+    r.xadd(dlq, {"attempts": "abc", "type": b"\xffok", "note": "by hand"})
+    r.xadd(
+        dlq,
+        {"original_id": "1-0", "type": "pay", "data": "{}", "group": "g", "consumer": "c1",
+         "error": reason, "attempts": "3", "dead_at_ms": "1700000000000",
+         "error_type": "myapp.PaymentError", "traceback": traceback},
+    )  # fmt: skip
+    result = streamq("dlq", "list", stream, url=redis_url)
+    assert result.returncode == 0, result.stderr
+    assert reason in result.stdout, "the reason must be shown whole"
+    assert "myapp.PaymentError" in result.stdout
+    assert 'File "pay.py", line 40, in charge' in result.stdout
+    assert 'raise PaymentError("declined")' in result.stdout
+    assert "\\xffok" in result.stdout or "\ufffdok" in result.stdout
+    full = streamq("dlq", "list", stream, "--full", url=redis_url).stdout
+    assert 'File "app.py", line 12, in handle' in full

@@ -1,0 +1,165 @@
+"""What the ``streamq`` command prints: tables for people, JSON lines for programs.
+
+Every text that comes from Redis (names, types, reasons, tracebacks) is escaped before it
+reaches the operator's terminal: an entry must not be able to send escape sequences (ESC,
+CSI, OSC), rewrite a line (CR) or reorder text (bidi controls). Control characters are
+shown as ``\\x1b``-style escapes; backslashes are left as they are, so reasons that quote
+regexes or Windows paths stay readable. JSON output is produced by ``json.dumps`` with
+``ensure_ascii=True``, which escapes all of them already.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from .admin import TopicInfo
+from .deadletter import DeadLetter, keep_start
+
+# C0 and C1 controls and DEL (Unicode category Cc), the line and paragraph separators, and
+# the bidirectional formatting characters ("Trojan Source").
+_UNSAFE = [*range(0x20), *range(0x7F, 0xA0)]
+_UNSAFE_WIDE = [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F)]
+_UNSAFE_WIDE += range(0x2066, 0x206A)
+_ONE_LINE = {c: f"\\x{c:02x}" for c in _UNSAFE} | {c: f"\\u{c:04x}" for c in _UNSAFE_WIDE}
+_ONE_LINE.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+_MULTI_LINE = {c: e for c, e in _ONE_LINE.items() if c != ord("\n")}
+
+# A reason longer than this (written by hand: streamq stores at most 4,000 chars) is cut,
+# saying how much was left out.
+MAX_REASON_CHARS = 4000
+TRACEBACK_TAIL_LINES = 3
+_COLUMNS = (b"type", b"data", b"meta")
+
+
+def one_line(value: object) -> str:
+    """``value`` as text with every control character escaped, newlines included."""
+    return str(value).translate(_ONE_LINE)
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character but the newline escaped."""
+    return text.translate(_MULTI_LINE)
+
+
+def decoded(raw: bytes | str) -> str:
+    """A reply value as text; bytes that are not UTF-8 shown as ``\\x..`` escapes."""
+    return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+
+
+def age(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def render_info(info: TopicInfo) -> str:
+    stopped = ", ".join(one_line(i) for i in info.stopped_ids)
+    lines = [
+        f"stream        {one_line(info.stream)}",
+        f"length        {info.length}",
+        f"first / last  {one_line(info.first_id or '-')} / {one_line(info.last_id or '-')}",
+        f"dead letters  {info.dead_letters}",
+        f"stopped IDs   {stopped or '-'}",
+        "",
+        f"{'group':<20} {'last delivered':<22} {'pending':>8} {'lag':>8} "
+        f"{'oldest pending':>15}  consumers",
+    ]
+    for g in info.groups:
+        consumers = ", ".join(f"{one_line(c.name)}({c.pending})" for c in g.consumers) or "-"
+        lag = "?" if g.lag is None else str(g.lag)
+        lines.append(
+            f"{one_line(g.name):<20} {one_line(g.last_delivered_id):<22} {g.pending:>8} "
+            f"{lag:>8} {age(g.oldest_pending_age_ms):>15}  {consumers}"
+        )
+    if not info.groups:
+        lines.append("(no consumer groups)")
+    return "\n".join(lines)
+
+
+def render_pending(rows: Iterable[Mapping[str, Any]]) -> str:
+    lines = [f"{'id':<24} {'consumer':<24} {'idle':>10} {'deliveries':>10}"]
+    lines.extend(
+        f"{one_line(decoded(row['message_id'])):<24} {one_line(decoded(row['consumer'])):<24} "
+        f"{age(int(row['time_since_delivered'])):>10} {row['times_delivered']:>10}"
+        for row in rows
+    )
+    return "\n".join(lines)
+
+
+def render_dead_letters(letters: Iterable[DeadLetter], *, full_traceback: bool = False) -> str:
+    """One block per letter: a header line, the full reason, the error type, and the last
+    lines of the traceback (all of it with ``full_traceback``)."""
+    return "\n".join(_dead_letter(d, full_traceback) for d in letters)
+
+
+def _dead_letter(d: DeadLetter, full_traceback: bool) -> str:
+    dead_at = (
+        datetime.fromtimestamp(d.dead_at_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+        if d.dead_at_ms > 0
+        else "-"
+    )
+    header = (
+        f"{one_line(d.id)}  original {one_line(d.original_id or '-')}  "
+        f"type {one_line(d.type if d.type is not None else '-')}  attempts {d.attempts}  "
+        f"group {one_line(d.group or '-')}  consumer {one_line(d.consumer or '-')}  "
+        f"dead at {dead_at}"
+    )
+    lines = [header, f"  error: {one_line(keep_start(d.error, MAX_REASON_CHARS)) or '-'}"]
+    if d.error_type:
+        lines.append(f"  error type: {one_line(d.error_type)}")
+    if d.traceback:
+        lines.extend(_traceback_lines(d.traceback, full_traceback))
+    return "\n".join(lines)
+
+
+def _traceback_lines(traceback: str, full: bool) -> list[str]:
+    lines = [line for line in traceback.splitlines() if line.strip()]
+    shown = lines if full else lines[-TRACEBACK_TAIL_LINES:]
+    title = "traceback:" if len(shown) == len(lines) else (
+        f"traceback (last {len(shown)} of {len(lines)} lines; --full shows all):"
+    )  # fmt: skip
+    return [f"  {title}", *(f"    {one_line(line)}" for line in shown)]
+
+
+# -- tail: one JSON object per line ------------------------------------------------
+def tail_line(entry_id: str, fields: Mapping[bytes, bytes]) -> str:
+    """``{"id", "type", "data", "meta"}`` as one line of ASCII JSON: ``data`` and ``meta``
+    decoded (raw text plus ``data_error``/``meta_error`` when they are not valid JSON),
+    fields outside the wire format under ``other_fields``."""
+    raw_type = fields.get(b"type")
+    record: dict[str, Any] = {
+        "id": entry_id,
+        "type": decoded(raw_type) if raw_type is not None else None,
+    }
+    record.update(_decoded_json("data", fields.get(b"data")))
+    raw_meta = fields.get(b"meta")
+    record.update(_decoded_json("meta", raw_meta) if raw_meta is not None else {"meta": {}})
+    if "meta_error" not in record and not isinstance(record["meta"], dict):
+        record.update(meta=decoded(raw_meta), meta_error="not a JSON object")
+    other = {decoded(k): decoded(v) for k, v in fields.items() if k not in _COLUMNS}
+    if other:
+        record["other_fields"] = other
+    return json.dumps(record, ensure_ascii=True)
+
+
+def _decoded_json(name: str, raw: bytes | None) -> dict[str, Any]:
+    """``{name: value}``, or the raw text and ``{name}_error`` when it is not JSON."""
+    if raw is None:
+        return {name: None, f"{name}_error": "missing"}
+    try:
+        return {name: json.loads(raw, parse_constant=_no_constant)}
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        return {name: decoded(raw), f"{name}_error": f"not valid JSON: {e}"}
+
+
+def _no_constant(name: str) -> Any:
+    # NaN and Infinity are Python's extension, not JSON: jq would refuse the line.
+    raise ValueError(f"{name} is not JSON")
