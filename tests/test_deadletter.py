@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from streamq import DeadLetter, Message, MessageQueue, Reject, RetryPolicy, StreamId
-from streamq.deadletter import DeadLetters
+from streamq.deadletter import DeadLetters, dead_letter_fields
 from streamq.keys import Keys
 from streamq.message import RawEntry
 from tests.conftest import QueueFactory, pending_count, wait_for
@@ -198,7 +198,7 @@ async def test_deliveries_to_consumers_without_the_handler_do_not_use_up_max_del
         unrouted = Keys(emails_only.stream).unrouted
 
         async def five_deliveries_without_handler() -> bool:
-            return int(await client.hget(unrouted, sms_id) or 0) >= 5
+            return int(await client.hget(unrouted, f"{sms_id}:g") or 0) >= 5
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(emails_only.run)
@@ -212,7 +212,7 @@ async def test_deliveries_to_consumers_without_the_handler_do_not_use_up_max_del
         await wait_for(lambda: sms_sent == [sms_id], what="the sms handled, not dead-lettered")
         await both.stop()
         assert await dead_count(both) == 0
-    assert await client.hget(unrouted, sms_id) is None, "the record outlived the entry"
+    assert await client.hget(unrouted, f"{sms_id}:g") is None, "the record outlived the entry"
 
 
 async def test_purge_and_replay_all(make_queue: QueueFactory, client: aioredis.Redis) -> None:
@@ -397,3 +397,11 @@ def test_from_fields_never_raises() -> None:
     letter = DeadLetter.from_fields(b"1-1", weird)
     assert letter.id == "1-1" and letter.attempts == 0 and letter.error_type == "x.Y"
     assert letter.traceback == "Traceback...\nY: z"
+
+
+def test_a_long_reason_is_cut_saying_so() -> None:
+    entry = RawEntry("1-1", {b"type": b"t", b"data": b"{}"})
+    fields = dead_letter_fields(entry, group="g", consumer="c", error="x" * 10_000)
+    error = fields["error"]
+    assert isinstance(error, bytes) and error.endswith("… (6000 more chars)".encode())
+    assert "error_type" not in fields and "traceback" not in fields
