@@ -142,7 +142,7 @@ def tail_line(entry_id: str, fields: Mapping[bytes, bytes]) -> str:
     record.update(_decoded_json("data", fields.get(b"data")))
     raw_meta = fields.get(b"meta")
     record.update(_decoded_json("meta", raw_meta) if raw_meta is not None else {"meta": {}})
-    if "meta_error" not in record and not isinstance(record["meta"], dict):
+    if raw_meta is not None and "meta_error" not in record and not isinstance(record["meta"], dict):
         record.update(meta=decoded(raw_meta), meta_error="not a JSON object")
     other = {decoded(k): decoded(v) for k, v in fields.items() if k not in _COLUMNS}
     if other:
