@@ -7,8 +7,11 @@ from .cleanup import CleanupReport
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .deadletter import DeadLetter
 from .errors import (
+    AuthenticationFailedError,
     ConfigError,
+    ConsumerError,
     GroupNotFoundError,
+    HandlerCrashError,
     HandlerError,
     InvalidMessageIdError,
     MessageFormatError,
@@ -29,16 +32,19 @@ from .signals import PartialFailure, Reject, Retry
 __version__ = "0.1.0"
 
 __all__ = (
+    "AuthenticationFailedError",
     "BatchConfig",
     "CleanupPolicy",
     "CleanupReport",
     "ConfigError",
     "ConsumerConfig",
+    "ConsumerError",
     "ConsumerInfo",
     "DeadLetter",
     "EmbeddedServer",
     "GroupInfo",
     "GroupNotFoundError",
+    "HandlerCrashError",
     "HandlerError",
     "InvalidMessageIdError",
     "Message",

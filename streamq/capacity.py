@@ -20,6 +20,9 @@ class Capacity:
     def __init__(self, max_in_flight: int, read_count: int) -> None:
         self.in_flight: dict[str, float] = {}
         self._max = max_in_flight
+        # A blocking read holds its room while it waits; capped at half the limit so the
+        # claimer always has room to take over idle entries while the reader waits.
+        self.read_limit = max(1, max_in_flight // 2)
         # the reader waits until a quarter of a read fits, rather than reading one by one
         self._low_water = max(1, min(read_count, max_in_flight) // 4)
         self._reserved = 0

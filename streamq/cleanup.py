@@ -25,7 +25,7 @@ from ._redis import text as _text
 from ._redis import translated
 from .config import CleanupPolicy
 from .control import stopped_ids
-from .errors import StreamqError
+from .errors import InvalidMessageIdError, StreamqError
 from .ids import StreamId
 from .keys import Keys
 from .scripts import RELEASE_LOCK
@@ -81,10 +81,15 @@ async def group_bounds(client: aioredis.Redis, stream: str) -> GroupBounds | Non
     return GroupBounds(read_point, safe, tuple(_text(g["name"]) for g in groups))
 
 
-async def has_xdelex(client: aioredis.Redis) -> bool:
-    """Whether the server has ``XDELEX ... ACKED`` (Redis >= 8.2; not Valkey 9.1)."""
+async def has_xdelex(client: aioredis.Redis, stream: str = "probe") -> bool:
+    """Whether the server has ``XDELEX ... ACKED`` (Redis >= 8.2; not Valkey 9.1).
+
+    Probed on a key under the stream's own prefix: inside the ACL key pattern a service
+    is given, and in the stream's cluster slot.
+    """
+    probe = Keys(stream).prefix + "xdelex-probe"
     try:  # on a key that does not exist: answers [-1] and writes nothing
-        await client.execute_command("XDELEX", "streamq:{probe}:none", "ACKED", "IDS", 1, "0-1")
+        await client.execute_command("XDELEX", probe, "ACKED", "IDS", 1, "0-1")
     except rx.ResponseError as e:
         if "unknown command" in str(e).lower():
             return False
@@ -132,7 +137,7 @@ class Cleaner:
         # age >= min_retention  <=>  entry ms <= now - retention  <=>  ID < (now - retention + 1)-0
         bound = min(bound, StreamId(int(time.time() * 1000) - retention_ms + 1, 0))
         if self._server_checked is None:
-            self._server_checked = await has_xdelex(self._client)
+            self._server_checked = await has_xdelex(self._client, self._stream)
         stopped = {StreamId.parse(i) for i in await stopped_ids(self._client, self._stream)}
         check_pending = bounds.groups if bounds.safe_point < bound else ()
         removed = await self._remove_below(
@@ -208,8 +213,8 @@ class Cleaner:
         """Drop unrouted-delivery records of entries every group has acknowledged."""
         if self._dry_run:
             return
-        ids = [_text(i) for i in await self._client.hkeys(self._keys.unrouted)]
-        settled = [i for i in ids if StreamId.parse(i) < safe]
+        fields = [_text(f) for f in await self._client.hkeys(self._keys.unrouted)]
+        settled = [f for f in fields if _record_id(f) < safe]
         if settled:
             await self._client.hdel(self._keys.unrouted, *settled)
 
@@ -233,3 +238,12 @@ class Cleaner:
             except (StreamqError, rx.RedisError, OSError) as e:
                 log.warning("cleanup pass failed, next in %.0fs: %s", CLEANUP_ERROR_BACKOFF, e)
                 await anyio.sleep(CLEANUP_ERROR_BACKOFF)
+
+
+def _record_id(field: str) -> StreamId:
+    """The entry ID of an unrouted-delivery record ``<id>:<group>``; an unreadable field
+    sorts last, so it is never taken for settled."""
+    try:
+        return StreamId.parse(field.partition(":")[0])
+    except InvalidMessageIdError:
+        return StreamId(2**64, 0)

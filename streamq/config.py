@@ -89,11 +89,14 @@ class BatchConfig:
 
     A batch is flushed at ``size`` entries, ``timeout`` after its first entry, and no entry
     waits more than ``max_wait`` in total since it was read (even behind a running batch).
+    ``bisect``: a batch that fails as a whole again when redelivered is split in halves,
+    recursively, so a poison entry is isolated and the rest succeed.
     """
 
     size: int = 100
     timeout: Duration = 0.5
     max_wait: Duration = 5.0
+    bisect: bool = True
 
     def __post_init__(self) -> None:
         positive(self.size, "BatchConfig.size")

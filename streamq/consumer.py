@@ -34,7 +34,14 @@ from .config import BatchConfig, ConsumerConfig, RetryPolicy
 from .control import ControlListener, StoppedView, hold_message, was_terminated
 from .deadletter import DeadLetters
 from .dispatch import Dispatcher
-from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
+from .errors import (
+    ConsumerError,
+    GroupNotFoundError,
+    RedisFailure,
+    ServerUnavailableError,
+    StreamNotFoundError,
+)
+from .failures import cancelled_by_streamq, describe
 from .message import RawEntry
 from .router import Route, Router
 from .stats import Stats
@@ -83,6 +90,8 @@ class Consumer:
         self._read_scope: anyio.CancelScope | None = None
         self._claim_scope = anyio.CancelScope()
         self.stop_reason: str | None = None
+        self.stop_requested = anyio.Event()
+        self.reading = False  # between start-up and shutdown of run()
         self.auto_stopped = False
         self.error: BaseException | None = None
         self.stats = Stats()
@@ -107,11 +116,12 @@ class Consumer:
             retry=retry,
             acker=self.acker,
             dead_letters=self.dead_letters,
-            unrouted=UnroutedDeliveries(client, identity.stream),
+            unrouted=UnroutedDeliveries(client, identity.stream, identity.group),
             schedule_retry=self.claimer.retry_later,
             handler_timeout=config.handler_timeout,  # type: ignore[arg-type]
             thread_limiter=anyio.CapacityLimiter(config.concurrency),
             stats=self.stats,
+            bisect_batches=batch.bisect,
         )
         self.batcher = Batcher(batch, self._flush_batch, anyio.CapacityLimiter(config.concurrency))
         self.listener = ControlListener(
@@ -121,7 +131,7 @@ class Consumer:
             resync_interval=float(config.stopped_resync),  # type: ignore[arg-type]
             on_stop=self._on_stop_notice,
             on_resume=lambda _id: self.claimer.wake(),
-            on_terminate=lambda: self.request_stop("topic_terminated", auto=True),
+            on_terminate=self._on_terminate_notice,
         )
 
     async def enqueue(self, entries: list[RawEntry]) -> None:
@@ -174,6 +184,7 @@ class Consumer:
         if self.stop_reason is not None:
             return
         self.stop_reason, self.auto_stopped = reason, auto
+        self.stop_requested.set()
         log.info("consumer %s stopping: %s", self.id.consumer, reason)
         if self._read_scope is not None:
             self._read_scope.cancel()
@@ -181,16 +192,53 @@ class Consumer:
         self.capacity.wake()
 
     async def _group_lost(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
-        reason = "group_deleted"
         try:
-            if await was_terminated(self._client, self.id.stream):
-                reason = "topic_terminated"
-            elif not await self._client.exists(self.id.stream):
-                reason = "stream_deleted"
-        except (rx.RedisError, OSError):
-            pass
+            reason = await self._why_gone() or "group_deleted"
+        except (RedisFailure, rx.RedisError, OSError):
+            reason = "group_deleted"
         log.warning("auto-stop (%s): %s", reason, error)
         self.request_stop(reason, auto=True)
+
+    async def _why_gone(self) -> str | None:
+        """Why this consumer's topic or group is gone, or None if both exist."""
+        stream, group = self.id.stream, self.id.group
+        if await was_terminated(self._client, stream):
+            return "topic_terminated"
+        if not await self._client.exists(stream):
+            return "stream_deleted"
+        groups = await self._client.xinfo_groups(stream)
+        if not any(g["name"] == group.encode() for g in groups):
+            return "group_deleted"
+        return None
+
+    async def _on_terminate_notice(self) -> None:
+        """A terminate notice is a hint: stop only if the topic really is gone."""
+        try:
+            reason = await self._why_gone()
+        except (RedisFailure, rx.RedisError, OSError) as e:
+            log.warning("cannot check a terminate notice now (%s); the read loop will", e)
+            return
+        if reason is None:
+            log.warning(
+                "ignoring a terminate notice: stream %r and group %r still exist",
+                self.id.stream, self.id.group,
+            )  # fmt: skip
+            return
+        log.warning("auto-stop (%s): terminate notice confirmed", reason)
+        self.request_stop(reason, auto=True)
+
+    def _died(self, part: str, error: BaseException) -> None:
+        """A part of the consumer ended without being asked to: stop with reason 'error'."""
+        if self._stopping():
+            return
+        log.error("%s of consumer %s died: %s", part, self.id.consumer, describe(error),
+                  exc_info=error)  # fmt: skip
+        self.error = (
+            error
+            if isinstance(error, Exception)
+            else ConsumerError(f"{part} died: {describe(error)}")
+        )
+        self.request_stop("error", auto=True)
 
     def _on_stop_notice(self, entry_id: str) -> None:
         scope = self._scopes.get(entry_id)
@@ -210,9 +258,13 @@ class Consumer:
             for job in self._background:
                 services.start_soon(job)
             task_status.started()
+            self.reading = True
             try:
                 await self._read_loop()
+            except Exception as e:
+                self._died("the read loop", e)
             finally:
+                self.reading = False
                 await self._reader.release()
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(work_scope, work_done, acks_done)
@@ -287,7 +339,7 @@ class Consumer:
                 self.request_stop("error", auto=True)
 
     async def _read_new(self) -> list[RawEntry]:
-        count = min(self.capacity.room(), self._config.read_count)
+        count = min(self.capacity.room(), self._config.read_count, self.capacity.read_limit)
         reply = None
         self.capacity.reserve(count)
         try:
@@ -346,14 +398,21 @@ class Consumer:
     # -- working --------------------------------------------------------------------
     async def _worker(self) -> None:
         inside_handler.set(True)
-        while True:
-            # One scope serves many entries (a scope per entry costs more than a no-op
-            # handler); a stop notice cancels the scope of the worker running that entry,
-            # and the worker goes on with a fresh one.
-            with anyio.CancelScope() as scope:
-                await self._work(scope)
-                return
-            log.info("a handler was cancelled because its entry was stopped")
+        try:
+            while True:
+                # One scope serves many entries (a scope per entry costs more than a no-op
+                # handler); a stop notice cancels the scope of the worker running that
+                # entry, and the worker goes on with a fresh one.
+                with anyio.CancelScope() as scope:
+                    await self._work(scope)
+                    break
+                log.info("a handler was cancelled because its entry was stopped")
+        except BaseException as e:
+            if not (isinstance(e, anyio.get_cancelled_exc_class()) and cancelled_by_streamq()):
+                self._died("a worker", e)
+            raise
+        if not self._stopping():
+            self._died("a worker", ConsumerError("a worker returned while reading went on"))
 
     async def _work(self, scope: anyio.CancelScope) -> None:
         while True:
@@ -377,6 +436,9 @@ class Consumer:
                 await self.dispatcher.handle_single(route, entry)
         except (RedisFailure, rx.RedisError, OSError) as e:
             log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
+        except Exception as e:  # a bug in streamq: the entry is redelivered, the worker lives
+            log.error("processing %s failed (it stays pending): %s", entry_id, describe(e),
+                      exc_info=e)  # fmt: skip
         finally:
             del self._scopes[entry_id]
             self.capacity.finish(entry_id)
@@ -389,5 +451,8 @@ class Consumer:
                 await self.dispatcher.handle_batch(route, live)
         except (RedisFailure, rx.RedisError, OSError) as e:
             log.error("could not record a batch outcome (entries stay pending): %s", e)
+        except Exception as e:  # a bug in streamq: the entries are redelivered
+            log.error("processing a batch failed (entries stay pending): %s", describe(e),
+                      exc_info=e)  # fmt: skip
         finally:
             self.capacity.finish_many([entry.id for entry in entries])

@@ -4,21 +4,27 @@ Stopped IDs are global: one hash per stream (see :mod:`streamq.scripts`), shared
 consumer of every group, persisted in Redis. Each consumer keeps a local copy (so checking
 an entry costs no round trip), updated through the pub/sub channel
 ``streamq:{<stream>}:control`` and resynchronised periodically as a safety net.
+
+Anyone who may PUBLISH on the channel can send a notice, so a notice is only a hint: it is
+validated (size, shape, ID syntax; a bad one is dropped with a warning) and checked against
+Redis before a consumer acts on it (a stopped ID must be in the stopped hash, a terminated
+topic must really be gone).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import anyio
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ._redis import text, translated
-from .errors import MessageNotFoundError
+from .errors import InvalidMessageIdError, MessageNotFoundError
 from .ids import StreamId
 from .keys import Keys
 from .scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
@@ -30,6 +36,9 @@ RESUME_CLAIMER = "streamq:resumed"
 RESUMED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 TERMINATED_MARK_TTL_MS = 10_000
 LISTENER_BACKOFF = 0.5
+MAX_LISTENER_BACKOFF = 10.0
+# The largest notice streamq sends is ~60 bytes; anything much larger is not ours.
+MAX_NOTICE_BYTES = 512
 
 
 def terminated_mark(keys: Keys) -> str:
@@ -115,8 +124,41 @@ async def _announce(client: aioredis.Redis, keys: Keys, op: str, entry_id: str) 
     await client.publish(keys.control, json.dumps({"op": op, "id": entry_id}))
 
 
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A well-formed control notice: ``stop``/``resume`` of an ID, or ``terminate``."""
+
+    op: Literal["stop", "resume", "terminate"]
+    entry_id: str | None = None
+
+
+def parse_notice(data: bytes | str) -> Notice | None:
+    """The notice in ``data``, or None if it is not one streamq could have sent."""
+    if len(data) > MAX_NOTICE_BYTES:
+        return None
+    try:
+        notice = json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    if not isinstance(notice, dict):
+        return None
+    op, entry_id = notice.get("op"), notice.get("id")
+    if op == "terminate":
+        return Notice("terminate")
+    if op not in ("stop", "resume") or not isinstance(entry_id, str):
+        return None
+    try:
+        return Notice(op, str(StreamId.parse(entry_id)))
+    except InvalidMessageIdError:
+        return None
+
+
 class ControlListener:
-    """Follows the control channel and keeps a StoppedView current."""
+    """Follows the control channel and keeps a StoppedView current.
+
+    ``on_terminate`` is told that a terminate notice arrived; it checks that the topic is
+    really gone before stopping anything (see :class:`streamq.consumer.Consumer`).
+    """
 
     def __init__(
         self,
@@ -127,33 +169,51 @@ class ControlListener:
         resync_interval: float,
         on_stop: Callable[[str], None],
         on_resume: Callable[[str], None],
-        on_terminate: Callable[[], None],
+        on_terminate: Callable[[], Awaitable[None]],
     ) -> None:
         self._client = client
         self._keys = Keys(stream)
         self._view = view
         self._resync_interval = resync_interval
         self._on_stop, self._on_resume, self._on_terminate = on_stop, on_resume, on_terminate
+        self._lost = False
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        started = False
+        started, backoff = False, LISTENER_BACKOFF
         while True:
             try:
                 async with self._client.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self._keys.control)
                     await self._view.resync(self._client, self._keys)
+                    self._connected()
+                    backoff = LISTENER_BACKOFF
                     if not started:
                         started = True
                         task_status.started()
                     await self._follow(pubsub)
             except (rx.RedisError, OSError) as e:
-                log.warning("control channel lost, reconnecting in %.1fs: %s", LISTENER_BACKOFF, e)
+                self._disconnected(e, backoff)
                 if not started:
                     started = True
                     task_status.started()
-                await anyio.sleep(LISTENER_BACKOFF)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_LISTENER_BACKOFF)
+
+    def _connected(self) -> None:
+        if self._lost:
+            self._lost = False
+            log.info("control channel %s is back", self._keys.control)
+
+    def _disconnected(self, error: BaseException, backoff: float) -> None:
+        """Log once per outage, not once per reconnection attempt."""
+        if not self._lost:
+            self._lost = True
+            log.warning(
+                "control channel lost, reconnecting with backoff (first in %.1fs): %s",
+                backoff, error,
+            )  # fmt: skip
 
     async def _follow(self, pubsub: aioredis.client.PubSub) -> None:
         resync_at = anyio.current_time() + self._resync_interval
@@ -161,23 +221,34 @@ class ControlListener:
             timeout = max(resync_at - anyio.current_time(), 0.0)
             message = await pubsub.get_message(timeout=timeout)
             if message is not None:
-                self._apply(message["data"])
+                try:
+                    await self._apply(message["data"])
+                except (rx.RedisError, OSError):
+                    raise  # reconnect
+                except Exception:  # a notice must never end the listener
+                    log.exception("could not apply a control notice; ignored")
             if anyio.current_time() >= resync_at:
                 await self._view.resync(self._client, self._keys)
                 resync_at = anyio.current_time() + self._resync_interval
 
-    def _apply(self, data: bytes | str) -> None:
-        try:
-            notice = json.loads(data)
-            op, entry_id = notice["op"], notice.get("id")
-        except (ValueError, KeyError, TypeError):
-            log.warning("ignoring malformed control notice %r", data)
+    async def _apply(self, data: bytes | str) -> None:
+        notice = parse_notice(data)
+        if notice is None:
+            log.warning("ignoring a malformed control notice (%d bytes): %.80r", len(data), data)
             return
-        if op == "stop" and entry_id:
-            self._view.ids.add(entry_id)
-            self._on_stop(entry_id)
-        elif op == "resume" and entry_id:
-            self._view.ids.discard(entry_id)
-            self._on_resume(entry_id)
-        elif op == "terminate":
-            self._on_terminate()
+        if notice.op == "terminate":
+            await self._on_terminate()
+            return
+        assert notice.entry_id is not None
+        stopped = bool(await self._client.hexists(self._keys.stopped, notice.entry_id))
+        if notice.op == "stop" and stopped:
+            self._view.ids.add(notice.entry_id)
+            self._on_stop(notice.entry_id)
+        elif notice.op == "resume" and not stopped:
+            self._view.ids.discard(notice.entry_id)
+            self._on_resume(notice.entry_id)
+        else:
+            log.warning(
+                "ignoring a %s notice for %s: Redis says it is %s",
+                notice.op, notice.entry_id, "stopped" if stopped else "not stopped",
+            )  # fmt: skip

@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
+    retry_if_exception_type,
     retry_if_not_exception_type,
     stop_after_attempt,
     wait_exponential,
@@ -27,6 +27,7 @@ from .acks import Acker
 from .config import RetryPolicy
 from .deadletter import DeadLetters
 from .errors import MessageFormatError
+from .failures import describe, reraise_unless_failure
 from .message import Message, RawEntry
 from .router import Route, Router
 from .signals import HandlerSignal, PartialFailure, Reject, Retry
@@ -38,15 +39,27 @@ log = logging.getLogger(__name__)
 ScheduleRetry = Callable[[RawEntry, float], None]
 
 
-def describe(error: BaseException) -> str:
-    """One line naming the error; pydantic validation errors listed field by field."""
-    if isinstance(error, ValidationError):
-        parts = [
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()
-        ]
-        return f"{error.error_count()} validation error(s): " + "; ".join(parts)
-    text = str(error).replace("\n", " ")
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+def retrying(
+    policy: RetryPolicy, attempts: int, *, retry_on: type[Exception] | None = None
+) -> AsyncRetrying:
+    """The one retry engine (tenacity) for singles and batches: ``attempts`` tries with
+    exponential backoff from ``policy.backoff``, capped, plus jitter; signals end it."""
+    return AsyncRetrying(
+        stop=stop_after_attempt(max(attempts, 1)),
+        # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
+        wait=wait_exponential(multiplier=policy.backoff, max=policy.max_backoff)  # type: ignore[arg-type]
+        + wait_random(0, policy.jitter),
+        retry=(
+            retry_if_not_exception_type(HandlerSignal)
+            if retry_on is None
+            else retry_if_exception_type(retry_on)
+        ),
+        reraise=True,
+    )
+
+
+class _BatchFailed(Exception):
+    """Internal: some entries of a batch attempt failed (retry those)."""
 
 
 class Dispatcher:
@@ -67,6 +80,7 @@ class Dispatcher:
         handler_timeout: float | None,
         thread_limiter: anyio.CapacityLimiter,
         stats: Stats,
+        bisect_batches: bool = True,
     ) -> None:
         self.router = router
         self.stream, self.group, self.consumer = stream, group, consumer
@@ -78,18 +92,14 @@ class Dispatcher:
         self.handler_timeout = handler_timeout
         self.thread_limiter = thread_limiter
         self.stats = stats
-        self._retrying = AsyncRetrying(
-            stop=stop_after_attempt(max(retry.attempts - 1, 1)),
-            # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
-            wait=wait_exponential(multiplier=retry.backoff, max=retry.max_backoff)  # type: ignore[arg-type]
-            + wait_random(0, retry.jitter),
-            retry=retry_if_not_exception_type(HandlerSignal),
-            reraise=True,
-        )
+        self.bisect_batches = bisect_batches
+        # singles: the first call is made outside tenacity (the hot path), these are the rest
+        self._retrying = retrying(retry, retry.attempts - 1)
+        self._batch_retrying = retrying(retry, retry.attempts, retry_on=_BatchFailed)
 
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
-        """Build the typed Message; raises ValueError (incl. MessageFormatError) if bad."""
+        """Build the typed Message; raises whatever decoding or validation raised."""
         return Message(
             entry.id,
             route.type_name,
@@ -100,10 +110,24 @@ class Dispatcher:
             self.group,
         )
 
+    async def decoded(self, route: Route, entry: RawEntry) -> Message[Any] | None:
+        """The entry's Message, or None after dead-lettering it: any error raised while
+        decoding or validating (a validator's KeyError too) is that entry's failure."""
+        try:
+            return self.message(route, entry)
+        except Exception as e:
+            reason = f"invalid payload for {route.type_name!r}: {describe(e)}"
+            await self.dead_letter(entry, reason, e)
+            return None
+
     # -- outcomes -------------------------------------------------------------------
-    async def dead_letter(self, entry: RawEntry, reason: str) -> None:
+    async def dead_letter(
+        self, entry: RawEntry, reason: str, error: BaseException | None = None
+    ) -> None:
         self.stats.dead_lettered += 1
-        await self.dead_letters.write(entry, group=self.group, consumer=self.consumer, error=reason)
+        await self.dead_letters.write(
+            entry, group=self.group, consumer=self.consumer, error=reason, exception=error
+        )
         if entry.delivery_count > 1:
             await self.unrouted.forget([entry.id])
 
@@ -127,7 +151,7 @@ class Dispatcher:
         attempts = await self.attempts(entry)
         if attempts >= self.retry.max_deliveries:
             await self.dead_letter(
-                entry, f"failed {attempts} deliveries; last error: {describe(error)}"
+                entry, f"failed {attempts} deliveries; last error: {describe(error)}", error
             )
             return
         log.warning(
@@ -146,7 +170,7 @@ class Dispatcher:
         try:
             type_name = entry.check_type()
         except MessageFormatError as e:
-            await self.dead_letter(entry, f"malformed entry: {e}")
+            await self.dead_letter(entry, f"malformed entry: {e}", e)
             return
         if entry.delivery_count >= self.retry.unknown_type_deliveries:
             await self.dead_letter(
@@ -163,15 +187,38 @@ class Dispatcher:
     def _over_limit_reason(self, entry: RawEntry) -> str:
         return f"delivered {entry.delivery_count} times (max {self.retry.max_deliveries})"
 
+    async def _settle(self, entry: RawEntry, error: BaseException) -> None:
+        if isinstance(error, Reject):
+            await self.dead_letter(entry, f"rejected: {error.reason}", error)
+        elif isinstance(error, Retry):
+            self.schedule_retry(entry, error.delay)
+        else:
+            await self.failed(entry, error)
+
+    # -- calling handlers -----------------------------------------------------------
+    async def _call_once(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
+        if self.handler_timeout is not None:
+            with anyio.fail_after(self.handler_timeout):
+                return await self._invoke(func, is_async, arg)
+        return await self._invoke(func, is_async, arg)
+
+    async def _invoke(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
+        try:
+            if is_async:
+                return await func(arg)
+            return await anyio.to_thread.run_sync(func, arg, limiter=self.thread_limiter)
+        except Exception:
+            raise
+        except BaseException as e:  # a CancelledError streamq did not ask for, SystemExit...
+            raise reraise_unless_failure(e) from e
+
     # -- single entries -------------------------------------------------------------
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
         if entry.delivery_count > 1 and await self.over_limit(entry):
             await self.dead_letter(entry, self._over_limit_reason(entry))
             return
-        try:
-            message = self.message(route, entry)
-        except ValueError as e:
-            await self.dead_letter(entry, f"invalid payload for {route.type_name!r}: {describe(e)}")
+        message = await self.decoded(route, entry)
+        if message is None:
             return
         func = route.single
         assert func is not None
@@ -182,29 +229,30 @@ class Dispatcher:
             else:
                 await self._call_once(func, route.single_is_async, message)
         except Exception as first:
-            self.stats.handler_seconds.observe(perf_counter() - started)
-            error = (
-                first
-                if isinstance(first, HandlerSignal)
-                else await self._retry(func, route.single_is_async, message, first)
+            error = await self._after_failure(route, message, first, started)
+        except BaseException as escaped:  # the hot path calls the handler directly
+            error = await self._after_failure(
+                route, message, reraise_unless_failure(escaped), started
             )
-            if error is not None:
-                await self._settle(entry, error)
-                return
         else:
             self.stats.handler_seconds.observe(perf_counter() - started)
+            error = None
+        if error is not None:
+            await self._settle(entry, error)
+            return
         self.stats.handled += 1
         self.acker.ack(entry.id)
         if entry.delivery_count > 1:
             await self.settled([entry])
 
-    async def _settle(self, entry: RawEntry, error: BaseException) -> None:
-        if isinstance(error, Reject):
-            await self.dead_letter(entry, f"rejected: {error.reason}")
-        elif isinstance(error, Retry):
-            self.schedule_retry(entry, error.delay)
-        else:
-            await self.failed(entry, error)
+    async def _after_failure(
+        self, route: Route, message: Message[Any], first: Exception, started: float
+    ) -> BaseException | None:
+        self.stats.handler_seconds.observe(perf_counter() - started)
+        if isinstance(first, HandlerSignal):
+            return first
+        assert route.single is not None
+        return await self._retry(route.single, route.single_is_async, message, first)
 
     async def _retry(
         self, func: Callable[[Any], Any], is_async: bool, arg: Any, first: Exception
@@ -222,105 +270,96 @@ class Dispatcher:
             return e
         return None
 
-    async def _call_once(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
-        if self.handler_timeout is not None:
-            with anyio.fail_after(self.handler_timeout):
-                return await self._invoke(func, is_async, arg)
-        return await self._invoke(func, is_async, arg)
-
-    async def _invoke(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
-        if is_async:
-            return await func(arg)
-        return await anyio.to_thread.run_sync(func, arg, limiter=self.thread_limiter)
-
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
         """Run a batch handler; only the entries that failed follow the failure path."""
-        fresh = []
+        messages = []
         for entry in entries:
             if entry.delivery_count > 1 and await self.over_limit(entry):
                 await self.dead_letter(entry, self._over_limit_reason(entry))
-            else:
-                fresh.append(entry)
-        messages = self._batch_messages(route, fresh)
-        if messages is None:  # some payload is bad: decode one by one to find it
-            messages = []
-            for entry in fresh:
-                try:
-                    messages.append(self.message(route, entry))
-                except ValueError as e:
-                    reason = f"invalid payload for {route.type_name!r}: {describe(e)}"
-                    await self.dead_letter(entry, reason)
+            elif (message := await self.decoded(route, entry)) is not None:
+                messages.append(message)
         if not messages:
             return
         self.stats.batch_size.observe(len(messages))
         started = perf_counter()
         failed = await self._run_batch(route, messages)
         self.stats.handler_seconds.observe(perf_counter() - started)
+        by_id = {entry.id: entry for entry in entries}
         done = (
             [m.id for m in messages if m.id not in failed] if failed else [m.id for m in messages]
         )
         self.stats.handled += len(done)
         self.acker.ack_many(done)
-        await self.settled([e for e in fresh if e.id not in failed] if failed else fresh)
-        if failed:
-            by_id = {entry.id: entry for entry in entries}
-            for entry_id, error in failed.items():
-                await self._settle(by_id[entry_id], error)
-
-    def _batch_messages(self, route: Route, entries: list[RawEntry]) -> list[Message[Any]] | None:
-        """Decode a whole batch with one validation call; None if any entry is bad."""
-        datas = [entry.fields.get(b"data") for entry in entries]
-        if route.parse_list is None or None in datas:
-            return None
-        try:
-            values = route.parse_list(b"[" + b",".join(datas) + b"]")  # type: ignore[arg-type]
-            metas = [e.decode_meta() if b"meta" in e.fields else {} for e in entries]
-        except ValueError:
-            return None
-        if len(values) != len(entries):  # a payload that was not one JSON value
-            return None
-        type_name, stream, group = route.type_name, self.stream, self.group
-        return [
-            Message(e.id, type_name, v, m, e.delivery_count, stream, group)
-            for e, v, m in zip(entries, values, metas, strict=True)
-        ]
+        await self.settled([by_id[i] for i in done])
+        for entry_id, error in failed.items():
+            await self._settle(by_id[entry_id], error)
 
     async def _run_batch(
         self, route: Route, messages: list[Message[Any]]
     ) -> dict[str, BaseException]:
-        """Call the batch handler, retrying only what failed; return ID -> last error."""
-        assert route.batch is not None
-        remaining = messages
-        errors: dict[str, BaseException] = {}
-        for attempt in range(1, self.retry.attempts + 1):
-            errors = await self._batch_attempt(route, remaining)
-            if not errors or any(isinstance(e, HandlerSignal) for e in errors.values()):
-                return errors
-            remaining = [m for m in remaining if m.id in errors]
-            if attempt < self.retry.attempts:
-                delay = min(self.retry.backoff * 2 ** (attempt - 1), self.retry.max_backoff)
-                await anyio.sleep(delay)
+        """Call the batch handler, retrying only what failed; return ID -> last error.
+
+        A batch that fails as a whole again after a redelivery is bisected (see
+        :meth:`_isolate`), so one poison entry does not take its batch-mates with it.
+        """
+        remaining, errors, whole = messages, dict[str, BaseException](), False
+        try:
+            async for attempt in self._batch_retrying.copy():
+                with attempt:
+                    errors, whole = await self._batch_attempt(route, remaining)
+                    if errors and not any(isinstance(e, HandlerSignal) for e in errors.values()):
+                        remaining = [m for m in remaining if m.id in errors]
+                        raise _BatchFailed
+        except _BatchFailed:
+            if whole and len(remaining) > 1 and self._keeps_failing(remaining):
+                return await self._isolate(route, remaining)
         return errors
+
+    def _keeps_failing(self, messages: list[Message[Any]]) -> bool:
+        """Bisect a batch that failed as a whole on a redelivery (or on its only allowed
+        delivery): a first failure may be passing (a database restarting) and is retried
+        as a whole; one that comes back is likely a poison entry."""
+        return self.bisect_batches and (
+            self.retry.max_deliveries == 1 or any(m.delivery_count > 1 for m in messages)
+        )
+
+    async def _isolate(
+        self, route: Route, messages: list[Message[Any]]
+    ) -> dict[str, BaseException]:
+        """Bisect a batch that keeps failing as a whole: each half is tried once on its
+        own, and a half that fails as a whole is split again, until the failing entries
+        are alone. Order is kept (first half first). Costs at most 2n - 2 calls, when every
+        piece fails (e.g. a database that is down): ``BatchConfig(bisect=False)`` turns it off.
+        """
+        mid = len(messages) // 2
+        failed: dict[str, BaseException] = {}
+        for half in (messages[:mid], messages[mid:]):
+            errors, whole = await self._batch_attempt(route, half)
+            if errors and whole and len(half) > 1:
+                errors = await self._isolate(route, half)
+            failed.update(errors)
+        return failed
 
     async def _batch_attempt(
         self, route: Route, messages: list[Message[Any]]
-    ) -> dict[str, BaseException]:
+    ) -> tuple[dict[str, BaseException], bool]:
+        """One call of the batch handler: (ID -> error of the entries that failed, whether
+        the batch failed as a whole with an ordinary error)."""
         assert route.batch is not None
         try:
             result = await self._call_once(route.batch, route.batch_is_async, messages)
         except PartialFailure as partial:
             result = partial
         except (Reject, Retry) as signal:
-            return {m.id: signal for m in messages}
+            return {m.id: signal for m in messages}, False
         except Exception as e:
-            log.warning("batch handler for %r failed: %s", route.type_name, describe(e))
-            return {m.id: e for m in messages}
+            log.warning(
+                "batch handler for %r failed for %d entries: %s",
+                route.type_name, len(messages), describe(e),
+            )  # fmt: skip
+            return {m.id: e for m in messages}, True
         if isinstance(result, PartialFailure):
             ids = {m.id for m in messages}
-            return {
-                entry_id: RuntimeError(reason)
-                for entry_id, reason in result.failed.items()
-                if entry_id in ids
-            }
-        return {}
+            return {i: error for i, error in result.failed.items() if i in ids}, False
+        return {}, False

@@ -9,8 +9,12 @@ Every error streamq raises derives from :class:`StreamqError`::
     ├── MessageNotFoundError (LookupError)   an ID that is not in the stream
     ├── QueueStateError (RuntimeError)    an operation the queue's state does not allow
     ├── HandlerError                      a handler was registered in an unusable form
+    ├── ConsumerError                     the consumer stopped on an error it cannot recover
+    ├── HandlerCrashError                 a handler raised a BaseException streamq did not
+    │                                     ask for (a foreign CancelledError, SystemExit)
     └── RedisFailure                      a Redis reply translated at the boundary
         ├── ServerUnavailableError (ConnectionError)
+        ├── AuthenticationFailedError     the server refused the URL's credentials
         ├── StreamNotFoundError (LookupError)
         └── GroupNotFoundError (LookupError)
 
@@ -49,12 +53,28 @@ class HandlerError(StreamqError):
     """A handler was registered in a form streamq cannot call."""
 
 
+class ConsumerError(StreamqError):
+    """A running consumer stopped on an error it cannot recover from (``stop_reason``
+    'error'); raised by ``run()``."""
+
+
+class HandlerCrashError(StreamqError):
+    """A handler raised a ``BaseException`` that is not streamq's own cancellation (e.g. a
+    ``CancelledError`` from a future cancelled elsewhere); recorded as a failure, with the
+    original as ``__cause__``."""
+
+
 class RedisFailure(StreamqError):
     """A Redis error, translated once at the boundary."""
 
 
 class ServerUnavailableError(RedisFailure, ConnectionError):
     """The Redis server cannot be reached."""
+
+
+class AuthenticationFailedError(RedisFailure):
+    """The server refused the credentials (user, password) of the URL: a configuration
+    error, not an outage, so nothing retries it."""
 
 
 class StreamNotFoundError(RedisFailure, LookupError):

@@ -8,6 +8,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ConfigError
+
+
+def validate_stream_name(name: object, argument: str = "stream") -> str:
+    """Return ``name`` if it can name a stream; else raise ConfigError naming ``argument``.
+
+    Braces are refused: a stream ``a{b}`` hashes on ``b`` in Redis Cluster while its
+    auxiliary keys ``streamq:{a{b}}:...`` hash on ``a{b``, so they would live in another
+    slot than the stream and the atomic steps (dead letters, stop/resume) would fail.
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{argument} must be a non-empty string, got {name!r}")
+    if "{" in name or "}" in name:
+        raise ConfigError(
+            f"{argument} {name!r} contains '{{' or '}}': streamq puts the stream name in its "
+            "keys' cluster hash tag, so braces are not allowed; choose another name"
+        )
+    return name
+
 
 @dataclass(frozen=True, slots=True)
 class Keys:
@@ -33,7 +52,8 @@ class Keys:
 
     @property
     def unrouted(self) -> str:
-        """Hash: entry ID -> deliveries to consumers without a handler for its type."""
+        """Hash: ``<entry ID>:<group>`` -> deliveries to consumers of that group without a
+        handler for the entry's type (see :mod:`streamq.unrouted`)."""
         return self.prefix + "unrouted"
 
     @property

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import text
-from .errors import ConfigError
+from ._redis import text, translated
+from .errors import AuthenticationFailedError, ConfigError, RedisFailure
 from .keys import Keys
 
 log = logging.getLogger(__name__)
@@ -182,12 +182,14 @@ def acl_rules(
     *,
     operator: bool = False,
     password: str | None = None,
-    probe: bool = False,
+    probe: bool = True,
     newer: bool = False,
 ) -> list[str]:
     """The ``ACL SETUSER`` rules (after the user name) for a service or an operator.
 
-    ``probe`` adds the commands :func:`check_permissions` sends, so it can run; ``newer``
+    ``probe`` (default) adds the commands :func:`check_permissions` sends when a queue
+    opens, so it can run (without them it is skipped, and each refused probe shows in
+    ACL LOG); ``newer``
     the commands only newer servers know (XDELEX, CLIENT SETINFO: a rule naming a command
     the server lacks is refused).
     """
@@ -229,8 +231,13 @@ async def check_permissions(
         uses += ["consume", "cleanup"] if cleanup else ["consume"]
     wanted = _distinct(required(uses), names_for(stream))
     try:
-        user, replies = await _dry_run(client, wanted, names_for(stream))
-    except rx.ResponseError as e:
+        with translated(stream):
+            user, replies = await _dry_run(client, wanted, names_for(stream))
+    except RedisFailure as e:
+        if not isinstance(e.__cause__, rx.ResponseError) or isinstance(
+            e, AuthenticationFailedError
+        ):
+            raise  # unreachable server, refused credentials: the caller's to handle
         log.debug("permissions for %r not checked (no ACL DRYRUN here): %s", stream, e)
         return
     missing = [(p, text(r)) for p, r in zip(wanted, replies, strict=True) if _denied(p, r)]

@@ -10,7 +10,7 @@ import redis
 
 from . import _resp as resp
 from ._redis import translated
-from .errors import ConfigError
+from .keys import validate_stream_name
 from .message import encode_entry
 
 
@@ -35,8 +35,7 @@ class Publisher:
     """
 
     def __init__(self, url: str | None = None, stream: str = "task-stream") -> None:
-        if not stream:
-            raise ConfigError("stream must be a non-empty string")
+        validate_stream_name(stream)
         if url is None:
             from .server import default_url
 

@@ -37,8 +37,18 @@ class Reject(HandlerSignal):
 
 
 class PartialFailure(HandlerSignal):
-    """Raised by a batch handler: only these entry IDs failed (ID -> reason or exception)."""
+    """Raised by a batch handler: only these entry IDs failed (ID -> reason or exception).
+
+    A reason given as text is recorded as a :class:`ReportedFailure` with that text; an
+    exception is recorded as itself (its type and traceback reach the dead letter).
+    """
 
     def __init__(self, failed: Mapping[str, str | BaseException]) -> None:
         super().__init__(f"{len(failed)} entries of the batch failed")
-        self.failed = {k: v if isinstance(v, str) else repr(v) for k, v in failed.items()}
+        self.failed: dict[str, BaseException] = {
+            k: ReportedFailure(v) if isinstance(v, str) else v for k, v in failed.items()
+        }
+
+
+class ReportedFailure(Exception):
+    """One entry's failure as reported by a batch handler through PartialFailure."""

@@ -9,6 +9,10 @@ subtracts them, and looks them up only when the delivery count has reached the l
 are rare paths: the hot path never touches this hash. Records go when the entry is
 handled after a redelivery or dead-lettered, and cleanup drops those of entries every
 group has acknowledged (whatever else settled them).
+
+Records are per group (field ``<entry ID>:<group>``): each group has its own delivery
+counter in Redis, so another group's deliveries without a handler must not be subtracted
+from this group's count.
 """
 
 from __future__ import annotations
@@ -27,18 +31,22 @@ log = logging.getLogger(__name__)
 class UnroutedDeliveries:
     """The hash ``streamq:{<stream>}:unrouted``: entry ID -> deliveries without a handler."""
 
-    def __init__(self, client: aioredis.Redis, stream: str) -> None:
+    def __init__(self, client: aioredis.Redis, stream: str, group: str) -> None:
         self._client = client
         self._stream = stream
+        self._group = group
         self._key = Keys(stream).unrouted
+
+    def field(self, entry_id: str) -> str:
+        return f"{entry_id}:{self._group}"
 
     async def record(self, entry_id: str) -> None:
         with translated(self._stream):
-            await self._client.hincrby(self._key, entry_id, 1)
+            await self._client.hincrby(self._key, self.field(entry_id), 1)
 
     async def count(self, entry_id: str) -> int:
         with translated(self._stream):
-            value = await self._client.hget(self._key, entry_id)
+            value = await self._client.hget(self._key, self.field(entry_id))
         return int(value) if value is not None else 0
 
     async def forget(self, entry_ids: list[str]) -> None:
@@ -50,6 +58,6 @@ class UnroutedDeliveries:
         if not entry_ids:
             return
         try:
-            await self._client.hdel(self._key, *entry_ids)
+            await self._client.hdel(self._key, *[self.field(i) for i in entry_ids])
         except (rx.RedisError, OSError) as e:
             log.warning("could not drop unrouted-delivery records (cleanup will): %s", e)

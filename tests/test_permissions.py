@@ -253,3 +253,21 @@ async def _dead_again(mq: MessageQueue, entry_id: str) -> bool:
 
 async def _cleaned(client: aioredis.Redis, stream: str) -> bool:
     return int(await client.xlen(stream)) < 6
+
+
+async def test_opening_a_queue_without_script_permissions_fails_naming_them(
+    redis_url: str, stream: str, acl_user: MakeUser
+) -> None:
+    """Before, lease renewal and the cleanup lock failed later with warnings only."""
+    rules = acl_rules(stream, password=PASSWORD)
+    user = await acl_user(without(rules, "+evalsha", "+script|load"))
+    mq = MessageQueue(user_url(redis_url, user), stream=stream, group="g", consumer="c")
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        pass
+
+    with pytest.raises(ConfigError, match="evalsha") as caught:
+        async with mq:
+            pass
+    assert "script|load" in str(caught.value)
