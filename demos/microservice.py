@@ -54,8 +54,8 @@ async def main() -> None:
                 if line.startswith(wanted):
                     print(f"  {line}")
         print(f"service stopped: {mq.stop_reason}; {len(outbox)} emails sent")
-        await mq.terminate_topic()
-        await mq.aclose()
+        async with mq:  # running() closed the queue it opened; reopen to clean up
+            await mq.terminate_topic()
     finally:
         metrics.close()
 

@@ -9,7 +9,13 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
+from .errors import (
+    AuthenticationFailedError,
+    GroupNotFoundError,
+    RedisFailure,
+    ServerUnavailableError,
+    StreamNotFoundError,
+)
 
 # Errors after which a retry on a fresh connection may succeed.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
@@ -19,13 +25,20 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     ConnectionError,
     OSError,
 )
-# Replies a server sends while it is loading or failing over: wait and retry.
-_TRANSIENT_REPLIES = ("LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY")
+# Replies a server sends while it is loading or failing over, or a cluster node sends for a
+# slot it does not serve (yet): wait and retry, never "group deleted".
+_TRANSIENT_REPLIES = (
+    "LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED ", "ASK ", "CLUSTERDOWN",
+)  # fmt: skip
 
 
 def text(value: bytes | str) -> str:
-    """A reply field as text (replies are bytes; decode_responses is off for speed)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A reply field as text (replies are bytes; decode_responses is off for speed).
+
+    Names that are not UTF-8 (a group created by another client) keep their bytes as
+    ``\\xNN`` escapes instead of failing.
+    """
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def stream_rows(reply: Any) -> list[Any]:
@@ -43,14 +56,29 @@ def stream_rows(reply: Any) -> list[Any]:
     return reply[0][1]  # type: ignore[no-any-return]
 
 
+# Connections per client. A caller past the limit waits for a free connection (up to
+# POOL_WAIT) instead of failing: a web service publishes from every request at once.
+MAX_CONNECTIONS = 64
+POOL_WAIT = 30.0
+
+
 def connect(url: str) -> aioredis.Redis:
     """An asyncio client with raw (bytes) replies; retries are done by streamq's loops."""
-    return aioredis.Redis.from_url(
-        url, decode_responses=False, retry_on_timeout=False, retry=None, socket_keepalive=True
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=MAX_CONNECTIONS,
+        timeout=POOL_WAIT,
+        decode_responses=False,
+        retry_on_timeout=False,
+        retry=None,
+        socket_keepalive=True,
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 def is_transient(error: BaseException) -> bool:
+    if isinstance(error, rx.AuthenticationError | AuthenticationFailedError):
+        return False
     if isinstance(error, TRANSIENT_ERRORS):
         return True
     return isinstance(error, rx.ResponseError) and str(error).startswith(_TRANSIENT_REPLIES)
@@ -71,8 +99,16 @@ def translated(stream: str, group: str | None = None) -> Iterator[None]:
             # Redis 7 wakes a blocked XREADGROUP with "UNBLOCKED the stream key no longer
             # exists" when the stream is deleted; Valkey answers NOGROUP on the next read.
             raise StreamNotFoundError(f"stream {stream!r} does not exist ({text})") from e
+        if text.startswith(("WRONGPASS", "NOAUTH")):
+            raise AuthenticationFailedError(f"the server refused the credentials: {text}") from e
         if is_transient(e):
             raise ServerUnavailableError(f"server not ready: {text}") from e
         raise RedisFailure(text) from e
+    except rx.AuthenticationError as e:
+        raise AuthenticationFailedError(f"the server refused the credentials: {e}") from e
     except (rx.ConnectionError, rx.TimeoutError, ConnectionError, OSError) as e:
+        if "No connection available" in str(e):
+            raise ServerUnavailableError(
+                f"no free connection in the client's pool after {POOL_WAIT:g}s ({e})"
+            ) from e
         raise ServerUnavailableError(f"cannot reach the server: {e}") from e

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 import redis.asyncio as aioredis
+from anyio.abc import TaskStatus
 from redis.exceptions import RedisError
 
 from . import _resp as resp
@@ -34,14 +37,39 @@ from .config import (
 from .consumer import Consumer, Identity
 from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
-from .errors import ConfigError, QueueStateError
+from .errors import ConfigError, QueueStateError, ServerUnavailableError
+from .keys import validate_stream_name
 from .message import encode_entry
+from .permissions import check_permissions
 from .publisher import xadd_chunks
 from .router import BatchSettings, Router
 
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+OPEN_RETRY_BACKOFF = 0.5
+MAX_OPEN_RETRY_BACKOFF = 10.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _main_job(handle_signals: bool | None) -> bool:
+    """Whether run() should own SIGINT/SIGTERM: asked for, or by default when it is the
+    process's main job (main thread, and not a test under pytest, whose run must not turn
+    a supervisor's SIGTERM into a passing test)."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if handle_signals is None:
+        # the variable is inherited by a test's subprocesses, which are services of their own
+        in_a_test = "PYTEST_CURRENT_TEST" in os.environ and "_pytest" in sys.modules
+        return in_main_thread and not in_a_test
+    return handle_signals and in_main_thread
+
+
+def _restore(handlers: Mapping[signal.Signals, Any]) -> None:
+    for signum, handler in handlers.items():
+        if handler is not None:
+            signal.signal(signum, handler)
 
 
 class State(enum.Enum):
@@ -84,9 +112,9 @@ class MessageQueue:
         cleanup: CleanupPolicy | None = None,
         **settings: Any,
     ) -> None:
-        for name, value in (("stream", stream), ("group", group)):
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+        validate_stream_name(stream)
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"group must be a non-empty string, got {group!r}")
         if consumer is not None and not consumer:
             raise ConfigError("consumer must be a non-empty string or None")
         if not isinstance(start, StartFrom):
@@ -158,16 +186,13 @@ class MessageQueue:
     def client(self) -> aioredis.Redis:
         """The asyncio Redis client (connects lazily)."""
         if self._state is State.CLOSED:
-            raise QueueStateError("this MessageQueue is closed; create a new one")
+            raise QueueStateError("this MessageQueue is closed; open it again with `async with mq`")
         if self._client is None:
             self._client = connect(self.url)
         return self._client
 
     async def __aenter__(self) -> MessageQueue:
-        if self._state is not State.NEW:
-            raise QueueStateError(f"cannot open a queue that is {self._state.value}")
-        await admin.ensure_group(self.client, self.stream, self.group, self.start.position)
-        self._state = State.OPEN
+        await self.open()
         return self
 
     async def __aexit__(
@@ -175,13 +200,44 @@ class MessageQueue:
     ) -> None:
         await self.aclose()
 
+    async def open(self) -> None:
+        """Connect, check the server's permissions and create the group if needed (the
+        start position applies at creation). A closed queue may be opened again.
+
+        Raises ConfigError (missing permissions), AuthenticationFailedError,
+        ServerUnavailableError, QueueStateError if the queue is already open.
+        """
+        if self._state in (State.OPEN, State.RUNNING):
+            raise QueueStateError(f"this MessageQueue is already {self._state.value}")
+        self._state = State.NEW  # a closed queue reopens with a fresh client
+        try:
+            await self._prepare()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._close_client()
+            raise
+        self._state = State.OPEN
+
+    async def _prepare(self) -> None:
+        await check_permissions(
+            self.client,
+            self.stream,
+            consuming=bool(len(self.router)),
+            cleanup=self.cleanup_policy.enabled,
+        )
+        await admin.ensure_group(self.client, self.stream, self.group, self.start.position)
+
     async def aclose(self) -> None:
-        """Stop (if running) and close the connection. A closed queue cannot reopen."""
-        if self._consumer is not None:
+        """Stop (if running) and close the connections. ``open()`` may follow."""
+        if self._state is State.RUNNING:
             await self.stop()
-        if self._client is not None:
-            await self._client.aclose()
+        await self._close_client()
         self._state = State.CLOSED
+
+    async def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
     # -- publishing -----------------------------------------------------------------
     async def publish(
@@ -226,55 +282,122 @@ class MessageQueue:
             background=background,
         )
 
-    async def run(self, *, handle_signals: bool = True) -> None:
-        """Consume until :meth:`stop`, SIGINT/SIGTERM, or an auto-stop; then set ``done``.
+    async def run(
+        self,
+        *,
+        handle_signals: bool | None = None,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Consume until :meth:`stop`, a signal, or an auto-stop; then set ``done``.
+
+        Opens the queue first if needed; while the server cannot be reached it keeps
+        trying with backoff (``health()`` says not ready), but configuration errors
+        (no handlers, missing permissions, refused credentials) raise at once.
+
+        ``handle_signals``: turn SIGINT/SIGTERM into a graceful stop (a second one exits at
+        once), restoring the previous handlers afterwards. The default does so only when
+        ``run()`` is the process's main job: in the main thread and not inside a pytest test.
 
         Raises the underlying error if the consumer stopped on an unrecoverable one.
+        With ``tg.start(mq.run)``, readiness is reported once the consumer is built.
         """
-        if self._state is State.NEW:
-            await self.__aenter__()
-        if self._state is not State.OPEN:
-            raise QueueStateError(f"cannot run a queue that is {self._state.value}")
         if not len(self.router):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        if self._state is State.RUNNING:
+            raise QueueStateError("this MessageQueue is already running")
+        opened = self._state is State.OPEN or await self._try_open()
         self._state = State.RUNNING
         if self.done.is_set():  # a queue may run again after a stop: a fresh event per run
             self.done = anyio.Event()
         self.stop_reason, self.auto_stopped = None, False
         self._consumer = consumer = self._build_consumer()
+        task_status.started()
         try:
             async with anyio.create_task_group() as tg:
-                if handle_signals and threading.current_thread() is threading.main_thread():
+                if _main_job(handle_signals):
                     tg.start_soon(self._watch_signals, consumer)
-                await consumer.run()
+                opened = opened or await self._open_until_ready(consumer)
+                if opened:
+                    await consumer.run()
                 tg.cancel_scope.cancel()
         finally:
             self.stop_reason = consumer.stop_reason or "stopped"
             self.auto_stopped = consumer.auto_stopped
-            self._state = State.OPEN
+            self._state = State.OPEN if opened else State.NEW
             self.done.set()
         if consumer.error is not None:
             raise consumer.error
 
+    async def _try_open(self) -> bool:
+        """Open now; False if the server cannot be reached yet (other errors raise)."""
+        try:
+            await self.open()
+        except ServerUnavailableError as e:
+            log.warning("cannot reach the server yet; retrying with backoff: %s", e)
+            return False
+        return True
+
+    async def _open_until_ready(self, consumer: Consumer) -> bool:
+        """Retry opening with backoff until it works (True) or a stop is asked (False)."""
+        backoff = OPEN_RETRY_BACKOFF
+        while not consumer.stop_requested.is_set():
+            with anyio.move_on_after(backoff):
+                await consumer.stop_requested.wait()
+            if consumer.stop_requested.is_set():
+                break
+            try:
+                await self._prepare()
+            except ServerUnavailableError:
+                backoff = min(backoff * 2, MAX_OPEN_RETRY_BACKOFF)
+                continue
+            log.info("server reached: consumer %s starts", self.consumer)
+            return True
+        return False
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MessageQueue]:
-        """Run the consumer in the background of the enclosed block (e.g. an app lifespan)."""
+        """Run the consumer in the background of the enclosed block (e.g. an app lifespan).
+
+        Returns at once once the consumer is started (or, with the server unreachable,
+        retrying in the background); configuration errors raise here. Leaving the block
+        stops the consumer, whatever state it reached, and closes the queue if this call
+        opened it.
+        """
+        was_open = self._state is State.OPEN
+        if not was_open and not len(self.router):
+            raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        if not was_open:
+            await self._try_open()  # configuration errors raise here, not in a task group
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: self.run(handle_signals=False))
+            await tg.start(functools.partial(self.run, handle_signals=False))
             try:
                 yield self
             finally:
                 await self.stop()
+        if not was_open:
+            await self.aclose()
 
     async def _watch_signals(self, consumer: Consumer) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                log.info("received %s: stopping", signal.Signals(signum).name)
-                consumer.request_stop("signal")
-                return
+        previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+        try:
+            with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if consumer.stop_reason is None:
+                        log.info("received %s: stopping (send it again to exit at once)", name)
+                        consumer.request_stop("signal")
+                        continue
+                    log.warning("received %s again: exiting at once", name)
+                    _restore(previous)
+                    signal.raise_signal(signum)
+        finally:
+            _restore(previous)
 
     async def stop(self) -> None:
-        """Stop consuming: stop reading, drain in-flight handlers within ``grace``."""
+        """Stop consuming: stop reading, drain in-flight handlers within ``grace``.
+
+        Works in every state: before the consumer has connected, while it drains, after
+        it stopped (then it returns at once)."""
         if self._consumer is None:
             return
         self._consumer.request_stop("stopped")
@@ -300,13 +423,18 @@ class MessageQueue:
         return result
 
     async def health(self) -> dict[str, Any]:
-        """For a readiness probe: ``connected`` (PING), ``consuming`` (the consumer runs),
-        ``state``, this group's ``pending`` and ``lag`` (None when unknown)."""
+        """For a readiness probe: ``ready`` (connected and consuming), ``connected``
+        (PING), ``consuming`` (the consumer reads), ``state``, ``stop_reason``, this
+        group's ``pending`` and ``lag`` (None when unknown), ``error`` if any."""
+        consumer = self._consumer
         report: dict[str, Any] = {
-            "connected": False, "consuming": self._state is State.RUNNING,
+            "connected": False,
+            "consuming": self._state is State.RUNNING and consumer is not None and consumer.reading,
             "state": self._state.value, "stop_reason": self.stop_reason,
             "pending": None, "lag": None,
         }  # fmt: skip
+        if self._state is State.CLOSED:
+            return {**report, "ready": False, "error": "the queue is closed"}
         try:
             report["connected"] = bool(await self.client.ping())
             for group in await self.client.xinfo_groups(self.stream):
@@ -315,6 +443,7 @@ class MessageQueue:
                     report["lag"] = None if group.get("lag") is None else int(group["lag"])
         except (OSError, RedisError) as e:
             report["error"] = str(e)
+        report["ready"] = report["connected"] and report["consuming"]
         return report
 
     # -- control --------------------------------------------------------------------

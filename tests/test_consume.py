@@ -280,13 +280,16 @@ async def test_start_latest_skips_history(make_queue: QueueFactory) -> None:
     assert got == ["new@x"]
 
 
-async def test_closed_queue_cannot_reopen(make_queue: QueueFactory) -> None:
+async def test_closed_queue_says_how_to_reopen(make_queue: QueueFactory) -> None:
     mq = make_queue()
     async with mq:
         pass
-    with pytest.raises(QueueStateError):
-        async with mq:
-            pass
+    with pytest.raises(QueueStateError, match="open it again"):
+        await mq.publish("job", 1)
+    async with mq:  # reopening works (issue 12)
+        await mq.publish("job", 1)
+        with pytest.raises(QueueStateError, match="already open"):
+            await mq.open()
 
 
 async def test_a_stopped_queue_can_run_again(make_queue: QueueFactory) -> None:
