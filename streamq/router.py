@@ -1,8 +1,12 @@
 """The type -> handler table and typed parsing of ``data``.
 
-The model a handler receives is taken from its annotation: ``Message[Email]`` (or
-``list[Message[Email]]`` for a batch handler). An unannotated or ``Message[Any]`` handler
-gets the decoded JSON as is.
+The model a handler receives is given explicitly (``model=Email``) or taken from its
+annotation: ``Message[Email]`` (or ``list[Message[Email]]`` for a batch handler). An
+unannotated or ``Message[Any]`` handler, or ``model=Any``, gets the decoded JSON as is.
+
+Annotations are strings under ``from __future__ import annotations``; they are resolved
+with the handler's own globals plus ``namespace``, the local names of the frame that
+registers the handler, so a model defined inside a function (a test, a factory) resolves.
 """
 
 from __future__ import annotations
@@ -22,6 +26,17 @@ from .message import Message, validate_type_name
 Parser = Callable[[bytes], Any]
 SingleHandler = Callable[[Message[Any]], Awaitable[None] | None]
 BatchHandler = Callable[[list[Message[Any]]], Awaitable[Any] | Any]
+Namespace = Mapping[str, Any]
+
+
+class _Unset:
+    """The type of ``_UNSET``: "no model given" (``model=None`` means something else)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET: Any = _Unset()
 
 
 @runtime_checkable
@@ -70,39 +85,94 @@ def parser_for(model: Any) -> Parser:
     return TypeAdapter(model).validate_json
 
 
-def _first_param_annotation(func: Callable[..., Any]) -> Any:
+def _name(func: Callable[..., Any]) -> str:
+    return getattr(func, "__qualname__", None) or repr(func)
+
+
+def _checked_parser(func: Callable[..., Any], model: Any) -> Parser:
+    """``parser_for(model)``, or HandlerError naming the handler if pydantic cannot
+    validate ``model``."""
+    if isinstance(model, str):  # pydantic would resolve it in *our* frame: refuse instead
+        raise HandlerError(f"handler {_name(func)}: model must be a type, not the string {model!r}")
     try:
-        hints = typing.get_type_hints(func)
-    except Exception as e:  # unresolved forward references
-        raise HandlerError(f"cannot resolve the annotations of {func!r}: {e}") from e
-    params = [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
-    if not params:
-        raise HandlerError(f"handler {func!r} must take the message as its first argument")
-    return hints.get(params[0].name, Any)
+        return parser_for(model)
+    except Exception as e:  # whatever pydantic raises for a model it cannot build
+        # Its first line says what; the rest suggests arbitrary_types_allowed, a model
+        # setting that does not apply to a handler's model.
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise HandlerError(
+            f"handler {_name(func)}: model {model!r} is not a type pydantic can validate "
+            f"(a BaseModel, a dataclass, int, list[Model], ...; Any for raw JSON): {first}"
+        ) from e
 
 
-def _message_model(annotation: Any) -> Any:
+def _first_param_annotation(func: Callable[..., Any], namespace: Namespace | None) -> Any:
+    _check_takes_message(func)
+    try:
+        hints = typing.get_type_hints(func, localns=dict(namespace or {}))
+    except Exception as e:  # unresolved forward references (NameError), bad expressions
+        raise HandlerError(
+            f"cannot resolve the annotations of handler {_name(func)}: {e}; define the model "
+            "at module level, register the handler where the model is in scope, or name it "
+            "explicitly: handler(..., model=Model)"
+        ) from e
+    return hints.get(_params(func)[0].name, Any)
+
+
+def _params(func: Callable[..., Any]) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+
+
+def _check_takes_message(func: Callable[..., Any]) -> None:
+    if not _params(func):
+        raise HandlerError(f"handler {_name(func)} must take the message as its first argument")
+
+
+def _message_model(func: Callable[..., Any], annotation: Any) -> Any:
     """``Message[X]`` -> X; ``Message`` or no annotation -> Any."""
     if annotation is Message or annotation is Any:
         return Any
     if typing.get_origin(annotation) is Message:
         (model,) = typing.get_args(annotation)
         return model
-    raise HandlerError(f"handler parameter must be annotated Message[Model], got {annotation!r}")
+    raise HandlerError(
+        f"handler {_name(func)}: the message parameter must be annotated Message[Model], "
+        f"got {annotation!r}"
+    )
 
 
-def model_of_single(func: Callable[..., Any]) -> Any:
-    return _message_model(_first_param_annotation(func))
+def model_of_single(func: Callable[..., Any], namespace: Namespace | None = None) -> Any:
+    """The model of a single handler's ``Message[Model]`` parameter (Any if unannotated)."""
+    return _message_model(func, _first_param_annotation(func, namespace))
 
 
-def model_of_batch(func: Callable[..., Any]) -> Any:
-    annotation = _first_param_annotation(func)
+def model_of_batch(func: Callable[..., Any], namespace: Namespace | None = None) -> Any:
+    """The model of a batch handler's ``list[Message[Model]]`` parameter."""
+    annotation = _first_param_annotation(func, namespace)
     if annotation is Any:
         return Any
     if typing.get_origin(annotation) in (list, Sequence):
         (inner,) = typing.get_args(annotation) or (Any,)
-        return _message_model(inner)
-    raise HandlerError(f"batch handler must take list[Message[Model]], got {annotation!r}")
+        return _message_model(func, inner)
+    raise HandlerError(
+        f"batch handler {_name(func)} must take list[Message[Model]], got {annotation!r}"
+    )
+
+
+def _chosen_model(
+    func: Callable[..., Any], model: Any, namespace: Namespace | None,
+    from_annotation: Callable[[Callable[..., Any], Namespace | None], Any],
+) -> Any:  # fmt: skip
+    """``model=`` if given (the annotations are then not looked at), else the annotation's."""
+    if model is _UNSET:
+        return from_annotation(func, namespace)
+    if model is None:
+        raise HandlerError(
+            f"handler {_name(func)}: model=None would accept only JSON null; "
+            "use model=Any for raw JSON, or leave model out to use the annotation"
+        )
+    _check_takes_message(func)
+    return model
 
 
 def _is_async(func: Callable[..., Any]) -> bool:
@@ -136,16 +206,16 @@ class Router:
         """Raw ``type`` field -> route, for loops that look up every entry read."""
         return self._by_bytes
 
-    def _route(self, type_name: str, model: Any) -> Route:
+    def _route(self, type_name: str, func: Callable[..., Any], model: Any) -> Route:
         validate_type_name(type_name)
         route = self._routes.get(type_name)
         if route is None:
-            route = Route(type_name=type_name, parse=parser_for(model), model=model)
+            route = Route(type_name=type_name, parse=_checked_parser(func, model), model=model)
             self._routes[type_name] = route
             self._by_bytes[type_name.encode()] = route
         elif route.model is not model and model is not Any:
             if route.model is Any:
-                route.model, route.parse = model, parser_for(model)
+                route.model, route.parse = model, _checked_parser(func, model)
             else:
                 raise HandlerError(
                     f"type {type_name!r} has handlers with different models "
@@ -153,23 +223,42 @@ class Router:
                 )
         return route
 
-    def add_single(self, type_name: str, func: SingleHandler) -> None:
-        route = self._route(type_name, model_of_single(func))
+    def add_single(
+        self, type_name: str, func: SingleHandler, *, model: Any = _UNSET,
+        namespace: Namespace | None = None,
+    ) -> None:  # fmt: skip
+        """Route ``type_name`` to ``func``, one message per call.
+
+        ``model``: the type ``data`` is validated into (``Any``: the decoded JSON); when
+        left out, taken from the annotation ``Message[Model]`` of the first parameter,
+        resolved with ``namespace`` (the local names where the handler is registered).
+        Raises HandlerError for an unusable handler or model.
+        """
+        model = _chosen_model(func, model, namespace, model_of_single)
+        route = self._route(type_name, func, model)
         if route.single is not None:
             raise HandlerError(f"type {type_name!r} already has a handler ({route.single!r})")
         route.single, route.single_is_async = func, _is_async(func)
 
-    def add_batch(self, type_name: str, func: BatchHandler, settings: BatchSettings) -> None:
+    def add_batch(
+        self, type_name: str, func: BatchHandler, settings: BatchSettings, *,
+        model: Any = _UNSET, namespace: Namespace | None = None,
+    ) -> None:  # fmt: skip
+        """Route ``type_name`` to ``func``, a list of messages per call (``model`` and
+        ``namespace`` as for :meth:`add_single`; the annotation is ``list[Message[Model]]``)."""
         for name, value in (("size", settings.size), ("timeout", settings.timeout)):
             if value is not None and value <= 0:
                 raise ConfigError(f"batch_handler {name} must be > 0, got {value!r}")
-        route = self._route(type_name, model_of_batch(func))
+        model = _chosen_model(func, model, namespace, model_of_batch)
+        route = self._route(type_name, func, model)
         if route.batch is not None:
             raise HandlerError(f"type {type_name!r} already has a batch handler")
         route.batch, route.batch_is_async = func, _is_async(func)
         route.batch_settings = settings
 
-    def add_object(self, obj: object) -> None:
+    def add_object(self, obj: object, *, namespace: Namespace | None = None) -> None:
+        """Route ``obj.message_type`` to ``obj.handle`` and/or ``obj.handle_batch``; their
+        annotations are resolved with ``namespace`` as for :meth:`add_single`."""
         type_name = getattr(obj, "message_type", None)
         if not isinstance(type_name, str):
             raise HandlerError(f"{obj!r} has no 'message_type' string attribute")
@@ -177,11 +266,11 @@ class Router:
         if handle is None and handle_batch is None:
             raise HandlerError(f"{obj!r} has neither handle() nor handle_batch()")
         if handle is not None:
-            self.add_single(type_name, handle)
+            self.add_single(type_name, handle, namespace=namespace)
         if handle_batch is not None:
             settings = BatchSettings(
                 size=getattr(obj, "batch_size", None),
                 timeout=getattr(obj, "batch_timeout", None),
                 max_wait=getattr(obj, "batch_max_wait", None),
             )
-            self.add_batch(type_name, handle_batch, settings)
+            self.add_batch(type_name, handle_batch, settings, namespace=namespace)
