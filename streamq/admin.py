@@ -28,6 +28,17 @@ async def ensure_group(client: aioredis.Redis, stream: str, group: str, start: s
     return True
 
 
+async def group_status(
+    client: aioredis.Redis, stream: str, group: str
+) -> tuple[int | None, int | None]:
+    """``group``'s (pending, lag); None where unknown (no such group, lag not computable)."""
+    for info in await client.xinfo_groups(stream):
+        if _text(info["name"]) == group:
+            lag = info.get("lag")
+            return int(info["pending"]), None if lag is None else int(lag)
+    return None, None
+
+
 async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -> None:
     """Move ``group`` so that it next delivers entries after ``entry_id`` ("$", "0" allowed)."""
     if entry_id not in ("$", "0"):

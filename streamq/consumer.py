@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -23,13 +22,11 @@ import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 from redis import exceptions as rx
 
-from . import _resp as resp
 from ._context import inside_handler
-from ._redis import stream_rows, translated
 from .acks import Acker
 from .batching import Batcher
 from .capacity import Capacity
-from .claiming import Claimer, delivery_counts, entries_from_reply
+from .claiming import Claimer
 from .config import BatchConfig, ConsumerConfig, RetryPolicy
 from .control import ControlListener, StoppedView, hold_message, was_terminated
 from .deadletter import DeadLetters
@@ -38,11 +35,11 @@ from .errors import (
     ConsumerError,
     GroupNotFoundError,
     RedisFailure,
-    ServerUnavailableError,
     StreamNotFoundError,
 )
 from .failures import cancelled_by_streamq, describe
 from .message import RawEntry
+from .reader import Identity, Reader
 from .router import Route, Router
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
@@ -50,16 +47,7 @@ from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
-READ_ERROR_BACKOFF = 0.5
-MAX_READ_ERROR_BACKOFF = 5.0
 ACK_FLUSH_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    stream: str
-    group: str
-    consumer: str
 
 
 class Consumer:
@@ -87,7 +75,6 @@ class Consumer:
         self.in_flight = self.capacity.in_flight
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._queue: WorkQueue[RawEntry] = WorkQueue()
-        self._read_scope: anyio.CancelScope | None = None
         self._claim_scope = anyio.CancelScope()
         self.stop_reason: str | None = None
         self.stop_requested = anyio.Event()
@@ -96,8 +83,18 @@ class Consumer:
         self.error: BaseException | None = None
         self.stats = Stats()
         self.acker = Acker(client, identity.stream, identity.group)
-        self._reader = resp.OwnConnection(client)  # the read loop's own connection
         self.dead_letters = DeadLetters(client, identity.stream)
+        self.reader = Reader(
+            client,
+            identity,
+            config=config,
+            capacity=self.capacity,
+            acker=self.acker,
+            enqueue=self.enqueue,
+            stopping=self._stopping,
+            group_lost=self._group_lost,
+            fail=self._fail,
+        )
         self.claimer = Claimer(
             client,
             stream=identity.stream,
@@ -175,6 +172,20 @@ class Consumer:
             log.info("entry %s is stopped; set aside until resumed", entry_id)
         return held
 
+    def stats_report(self) -> dict[str, Any]:
+        """Counters (received, handled, failed, retried, dead_lettered, claimed, acked),
+        the in_flight gauge and the handler_seconds and batch_size histograms."""
+        stats = self.stats
+        report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
+        report.update(
+            claimed=self.claimer.claimed_total,
+            acked=self.acker.acked,
+            in_flight=len(self.in_flight),
+            handler_seconds=stats.handler_seconds.snapshot(),
+            batch_size=stats.batch_size.snapshot(),
+        )
+        return report
+
     def _stopping(self) -> bool:
         return self.stop_reason is not None
 
@@ -186,8 +197,7 @@ class Consumer:
         self.stop_reason, self.auto_stopped = reason, auto
         self.stop_requested.set()
         log.info("consumer %s stopping: %s", self.id.consumer, reason)
-        if self._read_scope is not None:
-            self._read_scope.cancel()
+        self.reader.cancel()
         self._claim_scope.cancel()
         self.capacity.wake()
 
@@ -227,6 +237,10 @@ class Consumer:
         log.warning("auto-stop (%s): terminate notice confirmed", reason)
         self.request_stop(reason, auto=True)
 
+    def _fail(self, error: RedisFailure) -> None:
+        self.error = error
+        self.request_stop("error", auto=True)
+
     def _died(self, part: str, error: BaseException) -> None:
         """A part of the consumer ended without being asked to: stop with reason 'error'."""
         if self._stopping():
@@ -260,12 +274,11 @@ class Consumer:
             task_status.started()
             self.reading = True
             try:
-                await self._read_loop()
+                await self.reader.run()
             except Exception as e:
                 self._died("the read loop", e)
             finally:
                 self.reading = False
-                await self._reader.release()
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(work_scope, work_done, acks_done)
                 services.cancel_scope.cancel()
@@ -313,87 +326,6 @@ class Consumer:
             await acks_done.wait()
         if self.acker.backlog:
             log.error("%d acks could not be sent; entries stay pending", self.acker.backlog)
-
-    # -- reading --------------------------------------------------------------------
-    async def _read_loop(self) -> None:
-        backoff, recover = READ_ERROR_BACKOFF, True
-        while self.stop_reason is None:
-            try:
-                if recover:
-                    await self._recover_own_pending()
-                    recover = False
-                await self.capacity.wait_for_room(self._stopping)
-                if self.stop_reason is not None:
-                    break
-                await self.enqueue(await self._read_new())
-                backoff = READ_ERROR_BACKOFF
-            except (GroupNotFoundError, StreamNotFoundError) as e:
-                await self._group_lost(e)
-            except ServerUnavailableError as e:
-                log.warning("read failed, retrying in %.1fs: %s", backoff, e)
-                await anyio.sleep(backoff)
-                backoff, recover = min(backoff * 2, MAX_READ_ERROR_BACKOFF), True
-            except RedisFailure as e:
-                log.error("read failed with an error that will not go away: %s", e)
-                self.error = e
-                self.request_stop("error", auto=True)
-
-    async def _read_new(self) -> list[RawEntry]:
-        count = min(self.capacity.room(), self._config.read_count, self.capacity.read_limit)
-        reply = None
-        self.capacity.reserve(count)
-        try:
-            with anyio.CancelScope() as scope:
-                self._read_scope = scope
-                if self.stop_reason is None:
-                    with translated(self.id.stream, self.id.group):
-                        reply = await self.acker.send_along(self._reader, self._read_command(count))
-        finally:
-            self._read_scope = None
-            self.capacity.release(count)
-        if not reply:  # None: BLOCK timed out
-            return []
-        # as sent by the server (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
-        rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-        return RawEntry.from_reply(rows)
-
-    def _read_command(self, count: int) -> bytes:
-        block_ms = int(float(self._config.block) * 1000)  # type: ignore[arg-type]
-        return resp.pack_xreadgroup(
-            self.id.group, self.id.consumer, self.id.stream, ">", count, block_ms
-        )
-
-    async def _recover_own_pending(self) -> None:
-        """Re-process this consumer's own pending entries (ID 0) before reading new ones."""
-        start = "0"
-        while self.stop_reason is None:
-            await self.capacity.wait_for_room(self._stopping)
-            count = min(max(self.capacity.room(), 1), self._config.read_count)
-            self.capacity.reserve(count)
-            try:
-                with translated(self.id.stream, self.id.group):
-                    reply = await self._client.xreadgroup(
-                        self.id.group, self.id.consumer, {self.id.stream: start}, count=count
-                    )
-            finally:
-                self.capacity.release(count)
-            rows = stream_rows(reply)
-            if not rows:
-                return
-            start = rows[-1][0]
-            live, gone = entries_from_reply(rows)
-            if gone:  # deleted from the stream while pending: nothing left to handle
-                await self._client.xack(self.id.stream, self.id.group, *gone)
-            with translated(self.id.stream, self.id.group):
-                counts = await delivery_counts(
-                    self._client, self.id.stream, self.id.group, self.id.consumer,
-                    [e.id for e in live],
-                )  # fmt: skip
-            for entry in live:
-                entry.delivery_count = counts.get(entry.id, 1)
-            if live:
-                log.info("recovering %d pending entries of %s", len(live), self.id.consumer)
-            await self.enqueue(live)
 
     # -- working --------------------------------------------------------------------
     async def _worker(self) -> None:

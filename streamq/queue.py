@@ -6,10 +6,7 @@ import enum
 import functools
 import logging
 import os
-import signal
 import socket
-import sys
-import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -21,7 +18,7 @@ from anyio.abc import TaskStatus
 from redis.exceptions import RedisError
 
 from . import _resp as resp
-from . import admin, control
+from . import admin
 from ._context import inside_handler
 from ._redis import connect, translated
 from .cleanup import Cleaner
@@ -34,15 +31,17 @@ from .config import (
     StartFrom,
     seconds,
 )
-from .consumer import Consumer, Identity
+from .consumer import Consumer
 from .control import StoppedView
-from .deadletter import DeadLetter, DeadLetters
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
 from .keys import validate_stream_name
 from .message import encode_entry
 from .permissions import check_permissions
 from .publisher import xadd_chunks
+from .reader import Identity
 from .router import BatchSettings, Router
+from .stop_signals import owns_signals, watch_stop_signals
+from .topic_ops import TopicOperations
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +50,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 OPEN_RETRY_BACKOFF = 0.5
 MAX_OPEN_RETRY_BACKOFF = 10.0
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _main_job(handle_signals: bool | None) -> bool:
-    """Whether run() should own SIGINT/SIGTERM: asked for, or by default when it is the
-    process's main job (main thread, and not a test under pytest, whose run must not turn
-    a supervisor's SIGTERM into a passing test)."""
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if handle_signals is None:
-        # the variable is inherited by a test's subprocesses, which are services of their own
-        in_a_test = "PYTEST_CURRENT_TEST" in os.environ and "_pytest" in sys.modules
-        return in_main_thread and not in_a_test
-    return handle_signals and in_main_thread
-
-
-def _restore(handlers: Mapping[signal.Signals, Any]) -> None:
-    for signum, handler in handlers.items():
-        if handler is not None:
-            signal.signal(signum, handler)
 
 
 class State(enum.Enum):
@@ -83,7 +63,7 @@ def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class MessageQueue:
+class MessageQueue(TopicOperations):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:
@@ -314,8 +294,8 @@ class MessageQueue:
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
-                if _main_job(handle_signals):
-                    tg.start_soon(self._watch_signals, consumer)
+                if owns_signals(handle_signals):
+                    tg.start_soon(watch_stop_signals, consumer)
                 opened = opened or await self._open_until_ready(consumer)
                 if opened:
                     await consumer.run()
@@ -377,22 +357,6 @@ class MessageQueue:
         if not was_open:
             await self.aclose()
 
-    async def _watch_signals(self, consumer: Consumer) -> None:
-        previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-        try:
-            with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-                async for signum in signals:
-                    name = signal.Signals(signum).name
-                    if consumer.stop_reason is None:
-                        log.info("received %s: stopping (send it again to exit at once)", name)
-                        consumer.request_stop("signal")
-                        continue
-                    log.warning("received %s again: exiting at once", name)
-                    _restore(previous)
-                    signal.raise_signal(signum)
-        finally:
-            _restore(previous)
-
     async def stop(self) -> None:
         """Stop consuming: stop reading, drain in-flight handlers within ``grace``.
 
@@ -410,17 +374,7 @@ class MessageQueue:
         Counters: received, handled, failed, retried, dead_lettered, claimed, acked;
         gauge: in_flight; histograms: handler_seconds, batch_size.
         """
-        c = self._consumer
-        if c is None:
-            return {}
-        stats = c.stats
-        result: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
-        result["claimed"] = c.claimer.claimed_total
-        result["acked"] = c.acker.acked
-        result["in_flight"] = len(c.in_flight)
-        result["handler_seconds"] = stats.handler_seconds.snapshot()
-        result["batch_size"] = stats.batch_size.snapshot()
-        return result
+        return {} if self._consumer is None else self._consumer.stats_report()
 
     async def health(self) -> dict[str, Any]:
         """For a readiness probe: ``ready`` (connected and consuming), ``connected``
@@ -437,69 +391,9 @@ class MessageQueue:
             return {**report, "ready": False, "error": "the queue is closed"}
         try:
             report["connected"] = bool(await self.client.ping())
-            for group in await self.client.xinfo_groups(self.stream):
-                if group["name"].decode() == self.group:
-                    report["pending"] = int(group["pending"])
-                    report["lag"] = None if group.get("lag") is None else int(group["lag"])
+            status = await admin.group_status(self.client, self.stream, self.group)
+            report["pending"], report["lag"] = status
         except (OSError, RedisError) as e:
             report["error"] = str(e)
         report["ready"] = report["connected"] and report["consuming"]
         return report
-
-    # -- control --------------------------------------------------------------------
-    async def stop_message(self, entry_id: str) -> None:
-        """Stop one entry for every consumer of every group until resumed.
-
-        Raises MessageNotFoundError if the entry does not exist.
-        """
-        await control.stop_message(self.client, self.stream, entry_id)
-        self._stopped.ids.add(entry_id)
-
-    async def resume_message(self, entry_id: str) -> None:
-        """Resume a stopped entry: it is handled once more, with its original ID."""
-        await control.resume_message(self.client, self.stream, entry_id)
-        self._stopped.ids.discard(entry_id)
-
-    async def stopped_messages(self) -> list[str]:
-        return await control.stopped_ids(self.client, self.stream)
-
-    async def terminate_topic(self, *, keep_dead_letters: bool = False) -> None:
-        """Delete the stream, all its groups and streamq's keys (dead letters too unless
-        ``keep_dead_letters``); every running consumer stops at once (auto_stopped)."""
-        await control.terminate_topic(self.client, self.stream, keep_dead_letters=keep_dead_letters)
-
-    async def seek(self, entry_id: str) -> None:
-        """Move this queue's group: it next delivers entries after ``entry_id``."""
-        await admin.seek(self.client, self.stream, self.group, entry_id)
-
-    async def topic_info(self) -> admin.TopicInfo:
-        """Stream length, first/last ID, groups, consumers, pending, lag, dead letters."""
-        return await admin.topic_info(self.client, self.stream)
-
-    # -- cleanup and dead letters ---------------------------------------------------
-    def set_cleanup_policy(self, policy: CleanupPolicy) -> None:
-        """Set the policy used by :meth:`cleanup` and (if enabled) by the next run()."""
-        self.cleanup_policy = policy
-
-    async def cleanup(self) -> int:
-        """One cleanup pass under the current policy; return how many entries it removed."""
-        report = await Cleaner(self.client, self.stream, self.cleanup_policy).run_once()
-        return report.removed
-
-    @property
-    def dead_letter_queue(self) -> DeadLetters:
-        return DeadLetters(self.client, self.stream)
-
-    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
-        """The oldest ``count`` dead letters."""
-        return await self.dead_letter_queue.list(count)
-
-    async def replay_dead_letter(self, dead_letter_id: str | None = None) -> list[str]:
-        """Publish one dead letter (or all, if no ID) again; return the new entry IDs."""
-        if dead_letter_id is None:
-            return await self.dead_letter_queue.replay_all()
-        return [await self.dead_letter_queue.replay(dead_letter_id)]
-
-    async def purge_dead_letters(self) -> int:
-        """Delete all dead letters; return how many there were."""
-        return await self.dead_letter_queue.purge()

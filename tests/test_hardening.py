@@ -17,6 +17,7 @@ from pydantic import BaseModel, model_validator
 from streamq import ConfigError, Message, MessageQueue, RetryPolicy
 from streamq.consumer import Consumer
 from streamq.keys import Keys
+from streamq.reader import Reader
 from tests.conftest import QueueFactory, pending_count, wait_for
 from tests.test_consume import run_until
 
@@ -124,10 +125,10 @@ async def test_a_dead_read_loop_stops_the_consumer_with_reason_error(
     async def handle(msg: Message[Item]) -> None:
         pass
 
-    async def broken(self: Consumer) -> list[Any]:
+    async def broken(self: Reader) -> list[Any]:
         raise RuntimeError("bug in the read loop")
 
-    monkeypatch.setattr(Consumer, "_read_new", broken)
+    monkeypatch.setattr(Reader, "read_new", broken)
     async with mq:
         with anyio.fail_after(10):
             with pytest.raises(RuntimeError, match="bug in the read loop"):

@@ -1,0 +1,164 @@
+"""The read loop: this consumer's own pending entries first, then new ones (``>``).
+
+One blocking XREADGROUP at a time, on the loop's own connection, carrying the queued acks
+in the same write. Room for what it asks is reserved in the Capacity before each read, so
+fetched entries never exceed ``max_in_flight``. After a lost connection it backs off and
+re-reads its own pending list (entries of a reply that was lost are not left waiting for
+``claim_idle``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+
+from . import _resp as resp
+from ._redis import stream_rows, translated
+from .acks import Acker
+from .capacity import Capacity
+from .claiming import delivery_counts, entries_from_reply
+from .config import ConsumerConfig
+from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
+from .message import RawEntry
+
+log = logging.getLogger(__name__)
+
+READ_ERROR_BACKOFF = 0.5
+MAX_READ_ERROR_BACKOFF = 5.0
+
+Enqueue = Callable[[list[RawEntry]], Awaitable[None]]
+GroupLost = Callable[[GroupNotFoundError | StreamNotFoundError], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    stream: str
+    group: str
+    consumer: str
+
+
+class Reader:
+    """Reads entries for one consumer and hands them to ``enqueue`` until ``stopping()``."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        identity: Identity,
+        *,
+        config: ConsumerConfig,
+        capacity: Capacity,
+        acker: Acker,
+        enqueue: Enqueue,
+        stopping: Callable[[], bool],
+        group_lost: GroupLost,
+        fail: Callable[[RedisFailure], None],
+    ) -> None:
+        self._client = client
+        self.id = identity
+        self._capacity = capacity
+        self._acker = acker
+        self._enqueue = enqueue
+        self._stopping = stopping
+        self._group_lost = group_lost
+        self._fail = fail
+        self._read_count = config.read_count
+        self._block_ms = int(float(config.block) * 1000)  # type: ignore[arg-type]
+        self._connection = resp.OwnConnection(client)  # the read loop's own connection
+        self._scope: anyio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        """Wake a blocked read at once (stop)."""
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            await self._connection.release()
+
+    async def _loop(self) -> None:
+        backoff, recover = READ_ERROR_BACKOFF, True
+        while not self._stopping():
+            try:
+                if recover:
+                    await self.recover_own_pending()
+                    recover = False
+                await self._capacity.wait_for_room(self._stopping)
+                if self._stopping():
+                    break
+                await self._enqueue(await self.read_new())
+                backoff = READ_ERROR_BACKOFF
+            except (GroupNotFoundError, StreamNotFoundError) as e:
+                await self._group_lost(e)
+            except ServerUnavailableError as e:
+                log.warning("read failed, retrying in %.1fs: %s", backoff, e)
+                await anyio.sleep(backoff)
+                backoff, recover = min(backoff * 2, MAX_READ_ERROR_BACKOFF), True
+            except RedisFailure as e:
+                log.error("read failed with an error that will not go away: %s", e)
+                self._fail(e)
+
+    async def read_new(self) -> list[RawEntry]:
+        capacity = self._capacity
+        count = min(capacity.room(), self._read_count, capacity.read_limit)
+        reply = None
+        capacity.reserve(count)
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                if not self._stopping():
+                    with translated(self.id.stream, self.id.group):
+                        reply = await self._acker.send_along(self._connection, self._command(count))
+        finally:
+            self._scope = None
+            capacity.release(count)
+        if not reply:  # None: BLOCK timed out
+            return []
+        # as sent by the server (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
+        rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+        return RawEntry.from_reply(rows)
+
+    def _command(self, count: int) -> bytes:
+        i = self.id
+        return resp.pack_xreadgroup(i.group, i.consumer, i.stream, ">", count, self._block_ms)
+
+    async def recover_own_pending(self) -> None:
+        """Re-process this consumer's own pending entries (ID 0) before reading new ones."""
+        start = "0"
+        while not self._stopping():
+            rows = await self._read_own_pending(start)
+            if not rows:
+                return
+            start = rows[-1][0]
+            live, gone = entries_from_reply(rows)
+            self._acker.ack_many(gone)  # deleted from the stream while pending: nothing to do
+            with translated(self.id.stream, self.id.group):
+                counts = await delivery_counts(
+                    self._client, self.id.stream, self.id.group, self.id.consumer,
+                    [e.id for e in live],
+                )  # fmt: skip
+            for entry in live:
+                entry.delivery_count = counts.get(entry.id, 1)
+            if live:
+                log.info("recovering %d pending entries of %s", len(live), self.id.consumer)
+            await self._enqueue(live)
+
+    async def _read_own_pending(self, start: str) -> list[Any]:
+        capacity = self._capacity
+        await capacity.wait_for_room(self._stopping)
+        count = min(max(capacity.room(), 1), self._read_count)
+        capacity.reserve(count)
+        try:
+            with translated(self.id.stream, self.id.group):
+                reply = await self._client.xreadgroup(
+                    self.id.group, self.id.consumer, {self.id.stream: start}, count=count
+                )
+        finally:
+            capacity.release(count)
+        return stream_rows(reply)
