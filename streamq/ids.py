@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from .errors import InvalidMessageIdError
 
 MAX_SEQ = 2**64 - 1
+# int() also takes signs, spaces, underscores and non-ASCII digits (full-width, Arabic-Indic):
+# match first.
+_ID = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_MAX_DIGITS = len(str(MAX_SEQ))
+_SHAPE = "expected '<milliseconds>-<sequence>' in ASCII digits"
+
+
+def _invalid(value: object, why: str) -> InvalidMessageIdError:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return InvalidMessageIdError(f"invalid stream entry ID {value!r}: {why}")
 
 
 class StreamId(NamedTuple):
@@ -18,19 +30,27 @@ class StreamId(NamedTuple):
 
     @classmethod
     def parse(cls, value: str | bytes | StreamId) -> StreamId:
-        """Parse ``"<ms>-<seq>"`` (or ``"<ms>"``, seq 0); raise InvalidMessageIdError."""
+        """Parse ``"<ms>-<seq>"`` (or ``"<ms>"``, seq 0): ASCII digits only, each part at
+        most 2**64-1. Raise InvalidMessageIdError for anything else (never a decoding or
+        type error)."""
         if isinstance(value, StreamId):
             return value
-        text = value.decode() if isinstance(value, bytes) else str(value)
-        ms_part, sep, seq_part = text.partition("-")
-        try:
-            ms, seq = int(ms_part), int(seq_part) if sep else 0
-        except ValueError:
-            raise InvalidMessageIdError(
-                f"invalid stream entry ID {text!r}: expected '<milliseconds>-<sequence>'"
-            ) from None
-        if ms < 0 or seq < 0 or seq > MAX_SEQ or not ms_part.isdigit():
-            raise InvalidMessageIdError(f"invalid stream entry ID {text!r}: out of range")
+        if isinstance(value, bytes):
+            text = value.decode("ascii", "replace")  # U+FFFD never matches
+        elif isinstance(value, str):
+            text = value
+        else:
+            raise _invalid(value, f"must be a string, not {type(value).__name__}")
+        match = _ID.fullmatch(text)
+        if match is None:
+            raise _invalid(value, _SHAPE)
+        ms_text, seq_text = match[1].lstrip("0"), (match[2] or "").lstrip("0")
+        # Length first: int() refuses strings of over 4300 digits with a ValueError.
+        if max(len(ms_text), len(seq_text)) > _MAX_DIGITS:
+            raise _invalid(value, "out of range (each part at most 2**64-1)")
+        ms, seq = int(ms_text or 0), int(seq_text or 0)
+        if ms > MAX_SEQ or seq > MAX_SEQ:
+            raise _invalid(value, "out of range (each part at most 2**64-1)")
         return cls(ms, seq)
 
     def __str__(self) -> str:

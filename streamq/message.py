@@ -80,10 +80,54 @@ def encode_entry(
             raise MessageFormatError(f"data of type {type(data).__name__} is not JSON: {e}") from e
     fields: dict[bytes | str, bytes | str] = {_FIELD_TYPE: type_name, _FIELD_DATA: payload}
     if meta:
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-            raise MessageFormatError("meta must map strings to strings")
-        fields[_FIELD_META] = pydantic_core.to_json(dict(meta))
+        fields[_FIELD_META] = pydantic_core.to_json(_checked_meta(meta))
     return fields
+
+
+def _checked_meta(meta: Mapping[str, str]) -> dict[str, str]:
+    """``meta`` as a dict, or MessageFormatError naming every key or value that is not a
+    string (a consumer would otherwise receive ``"None"`` or ``"True"``)."""
+    if not isinstance(meta, Mapping):
+        raise MessageFormatError(
+            f"meta must be a mapping of strings to strings, got {_a(type(meta).__name__)}"
+        )
+    wrong = [
+        f"key {k!r} is {_a(type(k).__name__)}" if not isinstance(k, str)
+        else f"{k!r} is {'None' if v is None else _a(type(v).__name__)}"
+        for k, v in meta.items()
+        if not (isinstance(k, str) and isinstance(v, str))
+    ]  # fmt: skip
+    if wrong:
+        raise MessageFormatError(f"meta must map strings to strings: {_listed(wrong)}")
+    return dict(meta)
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def _listed(items: list[str], most: int = 10) -> str:
+    """The first ``most`` items, and how many were left out (a foreign entry can carry
+    thousands: the reason goes into a dead letter and a log line)."""
+    text = ", ".join(items[:most])
+    return f"{text} and {len(items) - most} more" if len(items) > most else text
+
+
+_JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+               dict: "an object", list: "an array"}  # fmt: skip
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+def _json_kind(value: Any) -> str:
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _key_text(key: str) -> str:
+    return key if _PLAIN_KEY.fullmatch(key) else repr(key)
 
 
 @dataclass(slots=True)
@@ -130,7 +174,13 @@ class RawEntry:
             raise MessageFormatError(f"'meta' is not JSON: {e}") from e
         if not isinstance(meta, dict):
             raise MessageFormatError("'meta' must be a JSON object")
-        return {str(k): str(v) for k, v in meta.items()}
+        wrong = [
+            f"{_key_text(k)} is {_json_kind(v)}" for k, v in meta.items() if type(v) is not str
+        ]
+        if wrong:
+            # Rendering them (None -> "None") would hand handlers a value nobody sent.
+            raise MessageFormatError(f"'meta' values must be strings: {_listed(wrong)}")
+        return meta
 
     def raw_data(self) -> bytes:
         """The ``data`` field, or raise MessageFormatError if it is missing."""
