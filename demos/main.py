@@ -4,6 +4,7 @@ print what happened and exit 0."""
 
 from __future__ import annotations
 
+import textwrap
 from decimal import Decimal
 
 import anyio
@@ -57,7 +58,9 @@ async def main() -> None:
         print(f"  emails sent: {len(outbox)}; orders handled: {len(orders.handled)}")
         print(f"  totals per customer: { {k: str(v) for k, v in sorted(orders.totals.items())} }")
         for letter in await mq.dead_letters():
-            print(f"  dead letter {letter.original_id}: {letter.error[:90]}")
+            # The whole reason: a cut one can end in the middle of the pattern it quotes.
+            print(f"  dead letter {letter.original_id} ({letter.error_type}):")
+            print(textwrap.indent(letter.error, "    "))
         print(f"  pending: {info.pending}; stopped by: {mq.stop_reason} (auto: {mq.auto_stopped})")
         await mq.terminate_topic()
 
