@@ -85,8 +85,8 @@ class Batcher:
         state = _TypeState(
             route=route,
             size=(settings and settings.size) or defaults.size,
-            timeout=float((settings and settings.timeout) or defaults.timeout),  # type: ignore[arg-type]
-            max_wait=float((settings and settings.max_wait) or defaults.max_wait),  # type: ignore[arg-type]
+            timeout=(settings and settings.timeout) or defaults.timeout,
+            max_wait=(settings and settings.max_wait) or defaults.max_wait,
         )
         state.max_wait = max(state.max_wait, state.timeout)
         state.idle.set()

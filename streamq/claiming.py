@@ -90,10 +90,10 @@ class Claimer:
     ) -> None:
         self._client = client
         self.stream, self.group, self.consumer = stream, group, consumer
-        self._idle_ms = int(float(config.claim_idle) * 1000)  # type: ignore[arg-type]
-        self._interval = float(config.claim_interval)  # type: ignore[arg-type]
+        self._idle_ms = int(config.claim_idle * 1000)
+        self._interval = config.claim_interval
         self._count = config.claim_count
-        self._ghost_idle_ms = int(float(config.dead_consumer_idle) * 1000)  # type: ignore[arg-type]
+        self._ghost_idle_ms = int(config.dead_consumer_idle * 1000)
         self._capacity = capacity
         self._in_flight = capacity.in_flight
         self._enqueue = enqueue

@@ -133,7 +133,7 @@ class Cleaner:
             return CleanupReport(0, None, length, dead, skipped="stream has no consumer group")
         await self._prune_unrouted(bounds.safe_point)
         bound = bounds.read_point if self.policy.beyond_pending else bounds.safe_point
-        retention_ms = int(float(self.policy.min_retention) * 1000)  # type: ignore[arg-type]
+        retention_ms = int(self.policy.min_retention * 1000)
         # age >= min_retention  <=>  entry ms <= now - retention  <=>  ID < (now - retention + 1)-0
         bound = min(bound, StreamId(int(time.time() * 1000) - retention_ms + 1, 0))
         if self._server_checked is None:
@@ -221,7 +221,7 @@ class Cleaner:
     async def _trim_dead_letters(self) -> int:
         if self.policy.dead_letter_retention is None:
             return 0
-        cutoff = int(time.time() * 1000 - float(self.policy.dead_letter_retention) * 1000)  # type: ignore[arg-type]
+        cutoff = int(time.time() * 1000 - self.policy.dead_letter_retention * 1000)
         return int(
             await self._client.xtrim(
                 self._keys.dead_letters, minid=f"{cutoff}-0", approximate=False
@@ -231,7 +231,7 @@ class Cleaner:
     async def run_periodically(self) -> None:
         """Run a pass every ``interval`` seconds until cancelled."""
         while True:
-            await anyio.sleep(float(self.policy.interval))  # type: ignore[arg-type]
+            await anyio.sleep(self.policy.interval)
             try:
                 report = await self.run_once()
                 log.debug("cleanup pass on %s: %s", self._stream, report)

@@ -1,11 +1,20 @@
-"""Configuration objects. Each validates itself when built and raises ConfigError."""
+"""Configuration objects. Each validates itself when built and raises ConfigError.
+
+Durations are given in seconds (an ``int`` or ``float``) or as a ``timedelta``, and are
+stored as ``float`` seconds, normalised once here. Counts are ``int``. Strings and bools
+are refused everywhere alike (``grace="10"`` as much as ``concurrency="3"``): a setting
+read from the environment is converted by the caller, who knows its unit.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .errors import ConfigError, InvalidMessageIdError
 from .ids import StreamId
@@ -17,7 +26,17 @@ Duration = float | timedelta
 
 def seconds(value: Duration, name: str, *, allow_zero: bool = True) -> float:
     """Normalise a duration to float seconds, raising ConfigError naming ``name``."""
-    result = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if isinstance(value, timedelta):
+        result = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        result = float(value)
+    else:
+        raise ConfigError(
+            f"{name} must be a number of seconds or a timedelta, got {value!r}"
+            + (" (a string: convert it first, e.g. float(...))" if isinstance(value, str) else "")
+        )
+    if result != result or result == float("inf"):  # NaN, inf
+        raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
     if result < 0 or (result == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{name} must be {bound} seconds, got {value!r}")
@@ -25,7 +44,7 @@ def seconds(value: Duration, name: str, *, allow_zero: bool = True) -> float:
 
 
 def positive(value: int, name: str, *, minimum: int = 1) -> int:
-    if not isinstance(value, int) or value < minimum:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
 
@@ -69,9 +88,9 @@ class RetryPolicy:
     """
 
     attempts: int = 3
-    backoff: Duration = 0.05
-    max_backoff: Duration = 2.0
-    jitter: Duration = 0.05
+    backoff: float = 0.05
+    max_backoff: float = 2.0
+    jitter: float = 0.05
     max_deliveries: int = 5
     unknown_type_deliveries: int = 20
 
@@ -94,8 +113,8 @@ class BatchConfig:
     """
 
     size: int = 100
-    timeout: Duration = 0.5
-    max_wait: Duration = 5.0
+    timeout: float = 0.5
+    max_wait: float = 5.0
     bisect: bool = True
 
     def __post_init__(self) -> None:
@@ -104,7 +123,9 @@ class BatchConfig:
             self, "timeout", seconds(self.timeout, "BatchConfig.timeout", allow_zero=False)
         )
         object.__setattr__(self, "max_wait", seconds(self.max_wait, "BatchConfig.max_wait"))
-        if self.max_wait < self.timeout:  # type: ignore[operator]
+        if not isinstance(self.bisect, bool):
+            raise ConfigError(f"BatchConfig.bisect must be True or False, got {self.bisect!r}")
+        if self.max_wait < self.timeout:
             raise ConfigError(
                 f"BatchConfig.max_wait ({self.max_wait}) must be >= timeout ({self.timeout})"
             )
@@ -119,11 +140,11 @@ class CleanupPolicy:
     """
 
     enabled: bool = False
-    interval: Duration = 30.0
+    interval: float = 30.0
     max_stream_length: int = 10_000
-    min_retention: Duration = 60.0
+    min_retention: float = 60.0
     batch_size: int = 1_000
-    dead_letter_retention: Duration | None = None
+    dead_letter_retention: float | None = None
     beyond_pending: bool = False
 
     def __post_init__(self) -> None:
@@ -150,20 +171,21 @@ class ConsumerConfig:
     ``concurrency``: handlers running at once. ``max_in_flight``: entries fetched but not
     finished (bounded so fetched entries do not age in the PEL). ``claim_idle``: pending
     entries idle this long are taken over; leases of running handlers are renewed well
-    before that. ``grace``: how long ``stop()`` waits for running handlers.
+    before that. ``grace``: how long ``stop()`` waits for running handlers. Durations in
+    seconds (a ``timedelta`` is accepted too and normalised).
     """
 
     concurrency: int = 32
     max_in_flight: int = 256
     read_count: int = 128
-    block: Duration = 1.0
-    claim_idle: Duration = 30.0
-    claim_interval: Duration = 5.0
+    block: float = 1.0
+    claim_idle: float = 30.0
+    claim_interval: float = 5.0
     claim_count: int = 100
-    grace: Duration = 10.0
-    handler_timeout: Duration | None = None
-    dead_consumer_idle: Duration = 3600.0
-    stopped_resync: Duration = 30.0
+    grace: float = 10.0
+    handler_timeout: float | None = None
+    dead_consumer_idle: float = 3600.0
+    stopped_resync: float = 30.0
 
     def __post_init__(self) -> None:
         positive(self.concurrency, "concurrency")
@@ -185,3 +207,24 @@ class ConsumerConfig:
                 f"max_in_flight ({self.max_in_flight}) must be >= concurrency "
                 f"({self.concurrency}); raise max_in_flight or lower concurrency"
             )
+
+
+CONSUMER_SETTINGS = tuple(f.name for f in dataclasses.fields(ConsumerConfig))
+
+
+def consumer_config(
+    base: ConsumerConfig | None, overrides: Mapping[str, Any], unknown: Mapping[str, Any]
+) -> ConsumerConfig:
+    """``base`` (or the defaults) with the settings given as keyword arguments; an unknown
+    name is a ConfigError that names the closest valid one."""
+    if unknown:
+        raise ConfigError(_unknown_message(next(iter(unknown))))
+    given = {name: value for name, value in overrides.items() if value is not None}
+    return dataclasses.replace(base or ConsumerConfig(), **given)
+
+
+def _unknown_message(name: str) -> str:
+    valid = ("retry", "batch", "cleanup", "config", *CONSUMER_SETTINGS)
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown MessageQueue argument {name!r}{hint}. Valid: {', '.join(valid)}"

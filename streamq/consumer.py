@@ -115,7 +115,7 @@ class Consumer:
             dead_letters=self.dead_letters,
             unrouted=UnroutedDeliveries(client, identity.stream, identity.group),
             schedule_retry=self.claimer.retry_later,
-            handler_timeout=config.handler_timeout,  # type: ignore[arg-type]
+            handler_timeout=config.handler_timeout,
             thread_limiter=anyio.CapacityLimiter(config.concurrency),
             stats=self.stats,
             bisect_batches=batch.bisect,
@@ -125,7 +125,7 @@ class Consumer:
             client,
             identity.stream,
             stopped,
-            resync_interval=float(config.stopped_resync),  # type: ignore[arg-type]
+            resync_interval=config.stopped_resync,
             on_stop=self._on_stop_notice,
             on_resume=lambda _id: self.claimer.wake(),
             on_terminate=self._on_terminate_notice,
@@ -312,7 +312,7 @@ class Consumer:
         self.request_stop()
         self._queue.close()
         self.batcher.close()
-        with anyio.move_on_after(float(self._config.grace)):  # type: ignore[arg-type]
+        with anyio.move_on_after(self._config.grace):
             await work_done.wait()
         if not work_done.is_set():
             log.warning(

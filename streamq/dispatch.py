@@ -47,7 +47,7 @@ def retrying(
     return AsyncRetrying(
         stop=stop_after_attempt(max(attempts, 1)),
         # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
-        wait=wait_exponential(multiplier=policy.backoff, max=policy.max_backoff)  # type: ignore[arg-type]
+        wait=wait_exponential(multiplier=policy.backoff, max=policy.max_backoff)
         + wait_random(0, policy.jitter),
         retry=(
             retry_if_not_exception_type(HandlerSignal)

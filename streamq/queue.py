@@ -10,7 +10,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Never, TypeVar
 
 import anyio
 import redis.asyncio as aioredis
@@ -29,6 +29,7 @@ from .config import (
     Duration,
     RetryPolicy,
     StartFrom,
+    consumer_config,
     seconds,
 )
 from .consumer import Consumer
@@ -73,8 +74,8 @@ class MessageQueue(TopicOperations):
             entries first).
         start: where the group starts when this queue creates it.
         retry, batch, cleanup: policies (see :mod:`streamq.config`).
-        concurrency, max_in_flight, claim_idle, claim_interval, grace, handler_timeout,
-        block, read_count: read-loop settings (see :class:`ConsumerConfig`).
+        config: read-loop settings as a :class:`ConsumerConfig`; each of its fields may
+        also be given as a keyword (``grace=10``), which wins over ``config``.
 
     Raises ConfigError for invalid arguments, naming the argument.
     """
@@ -90,7 +91,19 @@ class MessageQueue(TopicOperations):
         retry: RetryPolicy | None = None,
         batch: BatchConfig | None = None,
         cleanup: CleanupPolicy | None = None,
-        **settings: Any,
+        config: ConsumerConfig | None = None,
+        concurrency: int | None = None,
+        max_in_flight: int | None = None,
+        read_count: int | None = None,
+        block: Duration | None = None,
+        claim_idle: Duration | None = None,
+        claim_interval: Duration | None = None,
+        claim_count: int | None = None,
+        grace: Duration | None = None,
+        handler_timeout: Duration | None = None,
+        dead_consumer_idle: Duration | None = None,
+        stopped_resync: Duration | None = None,
+        **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         validate_stream_name(stream)
         if not isinstance(group, str) or not group:
@@ -99,10 +112,13 @@ class MessageQueue(TopicOperations):
             raise ConfigError("consumer must be a non-empty string or None")
         if not isinstance(start, StartFrom):
             raise ConfigError(f"start must be a StartFrom, got {start!r}")
-        try:
-            self.config = ConsumerConfig(**settings)
-        except TypeError as e:
-            raise ConfigError(f"unknown MessageQueue argument: {e}") from e
+        settings = dict(
+            concurrency=concurrency, max_in_flight=max_in_flight, read_count=read_count,
+            block=block, claim_idle=claim_idle, claim_interval=claim_interval,
+            claim_count=claim_count, grace=grace, handler_timeout=handler_timeout,
+            dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
+        )  # fmt: skip
+        self.config = consumer_config(config, settings, unknown)
         self._url = url
         self.stream, self.group = stream, group
         self.consumer = consumer or _default_consumer_name()

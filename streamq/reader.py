@@ -67,7 +67,7 @@ class Reader:
         self._group_lost = group_lost
         self._fail = fail
         self._read_count = config.read_count
-        self._block_ms = int(float(config.block) * 1000)  # type: ignore[arg-type]
+        self._block_ms = int(config.block * 1000)
         self._connection = resp.OwnConnection(client)  # the read loop's own connection
         self._scope: anyio.CancelScope | None = None
 

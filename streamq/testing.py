@@ -23,19 +23,15 @@ from typing import Any
 import anyio
 import pytest
 
-from .config import StartFrom, env_url
+from .config import ConsumerConfig, StartFrom, env_url
 from .keys import Keys
 from .queue import MessageQueue
 from .server import EmbeddedServer
 
 log = logging.getLogger(__name__)
 
-TEST_TIMINGS: dict[str, Any] = {
-    "claim_idle": 1.0,
-    "claim_interval": 0.2,
-    "block": 0.2,
-    "grace": 5.0,
-}
+# Short timings for tests: pass as ``MessageQueue(..., config=TEST_TIMINGS)``.
+TEST_TIMINGS = ConsumerConfig(claim_idle=1.0, claim_interval=0.2, block=0.2, grace=5.0)
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +43,22 @@ def streamq_url() -> Iterator[str]:
         return
     with EmbeddedServer() as server:
         yield server.url
+
+
+@pytest.fixture(scope="session")
+def streamq_cluster_url() -> Iterator[str]:
+    """URL of one node of a real Redis Cluster for the whole test session:
+    ``$STREAMQ_CLUSTER_URL``, else an embedded cluster of three masters started once."""
+    import os
+
+    from .cluster_server import ENV_CLUSTER_URL, EmbeddedCluster
+
+    url = os.environ.get(ENV_CLUSTER_URL)
+    if url:
+        yield url
+        return
+    with EmbeddedCluster(masters=3) as cluster:
+        yield cluster.url
 
 
 @pytest.fixture
@@ -88,7 +100,7 @@ async def streamq_queue(
             "group": "test-group",
             "consumer": f"test-consumer-{len(made) + 1}",
             "start": StartFrom.EARLIEST,
-            **TEST_TIMINGS,
+            "config": TEST_TIMINGS,
             **kwargs,
         }
         mq = MessageQueue(streamq_url, **options)

@@ -72,7 +72,7 @@ async def test_sigkilled_consumers_lose_nothing(
 async def test_server_restart_under_load_with_aof(stream: str) -> None:
     with EmbeddedServer(appendonly=True) as server:
         mq = MessageQueue(server.url, stream=stream, group="g", consumer="c",
-                          start=StartFrom.EARLIEST, concurrency=4, **FAST)  # fmt: skip
+                          start=StartFrom.EARLIEST, concurrency=4, config=FAST)  # fmt: skip
         handled: set[str] = set()
 
         @mq.handler("job")
@@ -102,7 +102,7 @@ async def test_connections_killed_mid_batch(
     redis_url: str, stream: str, client: aioredis.Redis
 ) -> None:
     mq = MessageQueue(redis_url, stream=stream, group="g", consumer="c",
-                      start=StartFrom.EARLIEST, **FAST)  # fmt: skip
+                      start=StartFrom.EARLIEST, config=FAST)  # fmt: skip
     handled: set[str] = set()
 
     @mq.handler("job")

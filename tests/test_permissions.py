@@ -205,7 +205,7 @@ async def test_documented_acls_run_a_queue_without_one_refusal(
     )  # fmt: skip
     svc = MessageQueue(
         user_url(redis_url, service), stream=stream, group="g", consumer="svc",
-        start=StartFrom.EARLIEST, cleanup=cleanup, **TEST_TIMINGS,
+        start=StartFrom.EARLIEST, cleanup=cleanup, config=TEST_TIMINGS,
     )  # fmt: skip
     ops = MessageQueue(user_url(redis_url, operator), stream=stream, group="g", consumer="ops")
     handled: list[int] = []
