@@ -7,10 +7,10 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Never, TypeVar
+from typing import Any, Never
 
 import anyio
 import redis.asyncio as aioredis
@@ -30,7 +30,6 @@ from .config import (
     RetryPolicy,
     StartFrom,
     consumer_config,
-    seconds,
 )
 from .consumer import Consumer
 from .control import StoppedView
@@ -40,13 +39,12 @@ from .message import encode_entry
 from .permissions import check_permissions
 from .publisher import xadd_chunks
 from .reader import Identity
-from .router import BatchSettings, Router
+from .registration import HandlerRegistry
+from .router import Router
 from .stop_signals import owns_signals, watch_stop_signals
 from .topic_ops import TopicOperations
 
 log = logging.getLogger(__name__)
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 OPEN_RETRY_BACKOFF = 0.5
@@ -64,7 +62,7 @@ def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class MessageQueue(TopicOperations):
+class MessageQueue(HandlerRegistry, TopicOperations):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:
@@ -134,40 +132,6 @@ class MessageQueue(TopicOperations):
         self.done = anyio.Event()
         self.stop_reason: str | None = None
         self.auto_stopped = False
-
-    # -- registration ---------------------------------------------------------------
-    def handler(self, message_type: str) -> Callable[[F], F]:
-        """Decorator: handle entries of ``message_type`` one by one."""
-
-        def register(func: F) -> F:
-            self.router.add_single(message_type, func)
-            return func
-
-        return register
-
-    def batch_handler(
-        self,
-        message_type: str,
-        size: int | None = None,
-        timeout: Duration | None = None,
-        max_wait: Duration | None = None,
-    ) -> Callable[[F], F]:
-        """Decorator: handle entries of ``message_type`` in lists (see BatchConfig)."""
-        settings = BatchSettings(
-            size=size,
-            timeout=None if timeout is None else seconds(timeout, "timeout", allow_zero=False),
-            max_wait=None if max_wait is None else seconds(max_wait, "max_wait"),
-        )
-
-        def register(func: F) -> F:
-            self.router.add_batch(message_type, func, settings)
-            return func
-
-        return register
-
-    def register(self, handler: object) -> None:
-        """Register a handler object (``message_type`` + ``handle``/``handle_batch``)."""
-        self.router.add_object(handler)
 
     # -- connection -----------------------------------------------------------------
     @property

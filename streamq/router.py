@@ -37,6 +37,7 @@ class _Unset:
 
 
 _UNSET: Any = _Unset()
+UNSET: Any = _UNSET  # for callers that pass the default on
 
 
 @runtime_checkable

@@ -189,7 +189,6 @@ def test_explicit_model_disagreeing_with_the_other_handler_is_refused() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(strict=True, reason="wired by queue.py")
 async def test_queue_handlers_with_local_models_end_to_end(make_queue: QueueFactory) -> None:
     class Ping(BaseModel):
         n: int
