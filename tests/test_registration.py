@@ -203,7 +203,7 @@ async def test_queue_handlers_with_local_models_end_to_end(make_queue: QueueFact
     async def on_ping(msg: Message[Ping]) -> None:
         got.append(msg.data)
 
-    @mq.handler("pong", model=Pong)  # type: ignore[call-arg]  # until queue.py has model=
+    @mq.handler("pong", model=Pong)
     async def on_pong(msg):  # type: ignore[no-untyped-def]
         got.append(msg.data)
 
