@@ -10,6 +10,7 @@ Every error streamq raises derives from :class:`StreamqError`::
     ├── QueueStateError (RuntimeError)    an operation the queue's state does not allow
     ├── HandlerError                      a handler was registered in an unusable form
     ├── ConsumerError                     the consumer stopped on an error it cannot recover
+    ├── DataLossError                     entries trimmed before a pipeline read them
     ├── HandlerCrashError                 a handler raised a BaseException streamq did not
     │                                     ask for (a foreign CancelledError, SystemExit)
     └── RedisFailure                      a Redis reply translated at the boundary
@@ -56,6 +57,10 @@ class HandlerError(StreamqError):
 class ConsumerError(StreamqError):
     """A running consumer stopped on an error it cannot recover from (``stop_reason``
     'error'); raised by ``run()``."""
+
+
+class DataLossError(StreamqError):
+    """Entries were removed from the stream before a pipeline (Spark) read them."""
 
 
 class HandlerCrashError(StreamqError):

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
+from .errors import ConfigError
+
 
 class HandlerSignal(Exception):
     """Base of the signals a handler may raise."""
@@ -22,8 +24,8 @@ class Retry(HandlerSignal):
 
     def __init__(self, delay: float | timedelta = 0.0) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if seconds < 0:
-            raise ValueError("Retry delay must be >= 0")
+        if not seconds >= 0:  # negative or NaN
+            raise ConfigError(f"Retry delay must be >= 0 seconds, got {delay!r}")
         super().__init__(f"retry in {seconds:g}s")
         self.delay = seconds
 

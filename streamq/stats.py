@@ -42,8 +42,8 @@ class Stats:
     failed: int = 0
     retried: int = 0
     dead_lettered: int = 0
-    claimed: int = 0
     handler_seconds: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
     batch_size: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
 
-    COUNTERS = ("received", "handled", "failed", "retried", "dead_lettered", "claimed")
+    # "claimed" and "acked" are counted by the Claimer and the Acker that do the work
+    COUNTERS = ("received", "handled", "failed", "retried", "dead_lettered")

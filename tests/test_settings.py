@@ -73,3 +73,11 @@ def test_a_typo_fails_type_checking(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stdout
     assert 'Argument "concurency" to "MessageQueue" has incompatible type' in result.stdout
     assert 'Argument "grace" to "MessageQueue" has incompatible type "str"' in result.stdout
+
+
+@pytest.mark.parametrize("delay", [-1, float("nan"), timedelta(seconds=-1)])
+def test_a_negative_retry_delay_is_a_config_error(delay: Any) -> None:
+    from streamq import Retry
+
+    with pytest.raises(ConfigError, match="Retry delay"):
+        Retry(delay=delay)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .offsets import DataLossError
+from ..errors import DataLossError
 from .options import model_path
 from .source import StreamqDataSource
 

@@ -15,17 +15,13 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from .._redis import text as _text
-from ..errors import StreamqError
+from ..errors import DataLossError
 from ..ids import MAX_SEQ, StreamId
 from .options import ReadOptions
 
 log = logging.getLogger(__name__)
 
 ZERO = StreamId(0, 0)
-
-
-class DataLossError(StreamqError):
-    """Entries were removed from the stream before the pipeline read them."""
 
 
 def offset(entry_id: StreamId, n: int | None = None) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from typing import Any, cast
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 
 from .._redis import text as _text
+from ..errors import DataLossError
 from ..ids import StreamId
 from .offsets import (
     ZERO,
-    DataLossError,
     RangePartition,
     StreamState,
     check_data_loss,

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import _resp as resp
 from .._redis import text as _text
-from ..errors import StreamqError
+from ..errors import MessageFormatError
 from .offsets import connect
 from .options import ReadOptions
 
@@ -124,7 +124,7 @@ def typed_rows(rows: list[Any], type_name: str | None, model: Any) -> Iterator[t
         try:
             value = model.model_validate_json(data if data is not None else b"null")
         except ValueError as e:
-            raise StreamqError(
+            raise MessageFormatError(
                 f"entry {text_id} of type {type_name!r} does not fit {model.__name__}: {e}; "
                 "read without option('model') to see raw rows"
             ) from e
