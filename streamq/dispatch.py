@@ -62,6 +62,11 @@ class _BatchFailed(Exception):
     """Internal: some entries of a batch attempt failed (retry those)."""
 
 
+def _signalled(errors: dict[str, BaseException]) -> bool:
+    """The handler steered delivery (Retry, Reject): no in-process retry."""
+    return any(isinstance(e, HandlerSignal) for e in errors.values())
+
+
 class Dispatcher:
     """Decodes entries, calls handlers with retries and applies the outcome."""
 
@@ -95,7 +100,8 @@ class Dispatcher:
         self.bisect_batches = bisect_batches
         # singles: the first call is made outside tenacity (the hot path), these are the rest
         self._retrying = retrying(retry, retry.attempts - 1)
-        self._batch_retrying = retrying(retry, retry.attempts, retry_on=_BatchFailed)
+        # batches: the first call is made outside tenacity too
+        self._batch_retrying = retrying(retry, retry.attempts - 1, retry_on=_BatchFailed)
 
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
@@ -110,15 +116,11 @@ class Dispatcher:
             self.group,
         )
 
-    async def decoded(self, route: Route, entry: RawEntry) -> Message[Any] | None:
-        """The entry's Message, or None after dead-lettering it: any error raised while
-        decoding or validating (a validator's KeyError too) is that entry's failure."""
-        try:
-            return self.message(route, entry)
-        except Exception as e:
-            reason = f"invalid payload for {route.type_name!r}: {describe(e)}"
-            await self.dead_letter(entry, reason, e)
-            return None
+    async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:
+        """Any error raised while decoding or validating (a validator's KeyError too) is
+        that entry's failure: dead-lettered with the reason."""
+        reason = f"invalid payload for {route.type_name!r}: {describe(error)}"
+        await self.dead_letter(entry, reason, error)
 
     # -- outcomes -------------------------------------------------------------------
     async def dead_letter(
@@ -217,8 +219,10 @@ class Dispatcher:
         if entry.delivery_count > 1 and await self.over_limit(entry):
             await self.dead_letter(entry, self._over_limit_reason(entry))
             return
-        message = await self.decoded(route, entry)
-        if message is None:
+        try:  # decoded inline: an awaited helper per entry is a measurable cost
+            message = self.message(route, entry)
+        except Exception as e:
+            await self.bad_payload(route, entry, e)
             return
         func = route.single
         assert func is not None
@@ -277,8 +281,11 @@ class Dispatcher:
         for entry in entries:
             if entry.delivery_count > 1 and await self.over_limit(entry):
                 await self.dead_letter(entry, self._over_limit_reason(entry))
-            elif (message := await self.decoded(route, entry)) is not None:
-                messages.append(message)
+                continue
+            try:  # each entry's data is one JSON value on its own: never joined
+                messages.append(self.message(route, entry))
+            except Exception as e:
+                await self.bad_payload(route, entry, e)
         if not messages:
             return
         self.stats.batch_size.observe(len(messages))
@@ -303,18 +310,32 @@ class Dispatcher:
         A batch that fails as a whole again after a redelivery is bisected (see
         :meth:`_isolate`), so one poison entry does not take its batch-mates with it.
         """
-        remaining, errors, whole = messages, dict[str, BaseException](), False
+        errors, whole = await self._batch_attempt(route, messages)  # the usual, lean path
+        remaining = messages
+        if errors and not _signalled(errors) and self.retry.attempts > 1:
+            remaining = [m for m in messages if m.id in errors]
+            errors, whole, remaining = await self._retry_batch(route, remaining)
+        if whole and len(remaining) > 1 and self._keeps_failing(remaining):
+            return await self._isolate(route, remaining)
+        return errors
+
+    async def _retry_batch(
+        self, route: Route, remaining: list[Message[Any]]
+    ) -> tuple[dict[str, BaseException], bool, list[Message[Any]]]:
+        """In-process retries of the entries that failed (tenacity, the single path's
+        policy); returns the last attempt's errors, whether it failed whole, and its entries."""
+        errors: dict[str, BaseException] = {}
+        whole = False
         try:
             async for attempt in self._batch_retrying.copy():
                 with attempt:
                     errors, whole = await self._batch_attempt(route, remaining)
-                    if errors and not any(isinstance(e, HandlerSignal) for e in errors.values()):
+                    if errors and not _signalled(errors):
                         remaining = [m for m in remaining if m.id in errors]
                         raise _BatchFailed
         except _BatchFailed:
-            if whole and len(remaining) > 1 and self._keeps_failing(remaining):
-                return await self._isolate(route, remaining)
-        return errors
+            pass
+        return errors, whole, remaining
 
     def _keeps_failing(self, messages: list[Message[Any]]) -> bool:
         """Bisect a batch that failed as a whole on a redelivery (or on its only allowed
