@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .admin import ConsumerInfo, GroupInfo, TopicInfo
 from .cleanup import CleanupReport
+from .cluster_server import EmbeddedCluster
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .deadletter import DeadLetter
 from .errors import (
@@ -43,6 +44,7 @@ __all__ = (
     "DataLossError",
     "ConsumerInfo",
     "DeadLetter",
+    "EmbeddedCluster",
     "EmbeddedServer",
     "GroupInfo",
     "GroupNotFoundError",
