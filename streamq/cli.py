@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -35,6 +34,7 @@ from .cli_render import (
     tail_line,
     terminal_safe,
 )
+from .cli_server import add_server_arguments, cmd_server
 from .config import ENV_URL, CleanupPolicy, env_url
 from .errors import (
     ConfigError,
@@ -214,28 +214,6 @@ class _closing:
         await self.mq.aclose()
 
 
-def cmd_server(args: argparse.Namespace) -> int:
-    from .server import EmbeddedServer
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop the server, then exit
-        signal.signal(signum, _interrupt)
-    server = EmbeddedServer(port=args.port, appendonly=args.appendonly).start()
-    print(server.url, flush=True)
-    print(f"export {ENV_URL}={server.url}", file=sys.stderr, flush=True)
-    try:
-        while server.running:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-    return 0
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 # -- parsing -------------------------------------------------------------------------
 URL_HELP = f"Redis URL (default ${ENV_URL})"
 
@@ -261,11 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "server",
         cmd_server,
-        "run the embedded server in the foreground, print its URL",
+        "run the embedded server (or --cluster N) in the foreground, print its URL(s)",
         stream=False,
     )
-    p.add_argument("--port", type=int, default=None)
-    p.add_argument("--appendonly", action="store_true", help="persist with AOF")
+    add_server_arguments(p)
     p = command("publish", cmd_publish, "publish one message: STREAM TYPE JSON")
     p.add_argument("type")
     p.add_argument("json")

@@ -1,0 +1,74 @@
+"""``streamq server``: the embedded server, or an embedded cluster, in the foreground.
+
+Prints the URL (with ``--cluster N``: one URL per node, masters first) on stdout and stops
+the processes on SIGTERM, SIGHUP or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from .cluster_server import ENV_CLUSTER_URL, EmbeddedCluster
+from .config import ENV_URL
+from .errors import ConfigError
+from .server import EmbeddedServer
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--port", type=int, default=None, help="with --cluster: the first node's (PORT+i each)"
+    )
+    parser.add_argument("--appendonly", action="store_true", help="persist with AOF")
+    parser.add_argument(
+        "--cluster", type=int, default=None, metavar="N", help="a Redis Cluster of N masters"
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=0, metavar="R", help="with --cluster: replicas per master"
+    )
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    """Run until a signal; the processes never outlive the command."""
+    if args.replicas and args.cluster is None:
+        raise ConfigError("--replicas needs --cluster N")
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop the server, then exit
+        signal.signal(signum, _interrupt)
+    server: EmbeddedServer | EmbeddedCluster
+    try:
+        if args.cluster is None:
+            server = EmbeddedServer(port=args.port, appendonly=args.appendonly).start()
+            _announce_server(server)
+        else:  # a cluster stops itself when its start is interrupted
+            server = EmbeddedCluster(args.cluster, args.replicas, port=args.port).start()
+            _announce_cluster(server)
+    except KeyboardInterrupt:
+        return 130
+    try:
+        while server.running:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+def _announce_server(server: EmbeddedServer) -> None:
+    print(server.url, flush=True)
+    print(f"export {ENV_URL}={server.url}", file=sys.stderr, flush=True)
+
+
+def _announce_cluster(cluster: EmbeddedCluster) -> None:
+    for url in cluster.urls:
+        print(url, flush=True)
+    for node in cluster.nodes:
+        slots = " ".join(f"{first}-{last}" for first, last in node.slots)
+        print(f"# {node.port} {node.role} {slots}".rstrip(), file=sys.stderr)
+    print(f"export {ENV_CLUSTER_URL}={cluster.url}", file=sys.stderr, flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
