@@ -64,9 +64,12 @@ def _announce_server(server: EmbeddedServer) -> None:
 def _announce_cluster(cluster: EmbeddedCluster) -> None:
     for url in cluster.urls:
         print(url, flush=True)
-    for node in cluster.nodes:
+    nodes = cluster.nodes
+    ports = {node.node_id: node.port for node in nodes}
+    for node in nodes:
         slots = " ".join(f"{first}-{last}" for first, last in node.slots)
-        print(f"# {node.port} {node.role} {slots}".rstrip(), file=sys.stderr)
+        of = f"of {ports.get(node.master_id or '', '?')}" if node.role == "replica" else slots
+        print(f"# {node.port} {node.role} {of}", file=sys.stderr)
     print(f"export {ENV_CLUSTER_URL}={cluster.url}", file=sys.stderr, flush=True)
 
 
