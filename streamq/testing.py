@@ -10,7 +10,8 @@ Fixtures: ``streamq_url`` (session: ``$STREAMQ_REDIS_URL`` or an embedded Valkey
 once per test session), ``streamq_stream`` (a unique stream name; the stream and its
 ``streamq:{<stream>}:*`` keys are deleted after the test, so an external server keeps
 nothing), ``streamq_queue`` (a factory of MessageQueues on that stream, EARLIEST, short
-timings, closed after the test).
+timings, closed after the test), ``streamq_cluster_url`` (session: ``$STREAMQ_CLUSTER_URL``
+or an embedded 3-master Redis Cluster).
 """
 
 from __future__ import annotations
