@@ -8,7 +8,7 @@ REDIS7_PORT ?= 6479
 REDIS8_PORT ?= 6482
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
-        test-spark test-pyspark40 test-redis7 test-redis8 bench lint fmt typecheck clean redis-up \
+        test-spark test-pyspark40 test-redis7 test-redis8 test-soak bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice
 
 setup: $(STAMP)
@@ -63,6 +63,12 @@ test-cleanup: setup
 
 test-spark: setup
 	$(PYTEST) -q -m spark
+
+# The long fault soak (2-4 min; not part of `make test`): producer and consumer processes
+# under SIGKILL, SIGSTOP, CLIENT KILL and server crashes; exits non-zero on any loss.
+# Knobs: SOAK_MESSAGES, SOAK_CONSUMERS, SOAK_DURATION, SOAK_SEED, ... (see --help).
+test-soak: setup
+	$(PY) -m tests.soak.soak
 
 # The Spark tests on the oldest supported pyspark (4.0), in a venv of their own.
 test-pyspark40:

