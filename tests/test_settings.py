@@ -53,7 +53,7 @@ def test_keywords_win_over_a_config_object() -> None:
 
 
 def test_policies_refuse_strings_too() -> None:
-    with pytest.raises(ConfigError, match="RetryPolicy.backoff"):
+    with pytest.raises(ConfigError, match=r"RetryPolicy\.backoff"):
         RetryPolicy(backoff="1")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="bisect"):
         BatchConfig(bisect="no")  # type: ignore[arg-type]
