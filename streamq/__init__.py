@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from .admin import ConsumerInfo, GroupInfo, TopicInfo
-from .cleanup import CleanupReport
-from .cluster_server import EmbeddedCluster
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
-from .deadletter import DeadLetter
 from .errors import (
     AuthenticationFailedError,
     ConfigError,
@@ -28,8 +24,12 @@ from .ids import StreamId
 from .message import Message
 from .publisher import Publisher
 from .queue import MessageQueue
-from .server import EmbeddedServer
+from .server.cluster import EmbeddedCluster
+from .server.single import EmbeddedServer
 from .signals import PartialFailure, Reject, Retry
+from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
+from .topic.cleanup import CleanupReport
+from .topic.deadletter import DeadLetter
 
 __version__ = "0.1.0"
 

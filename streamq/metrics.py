@@ -120,7 +120,7 @@ class QueueCollector:
     def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:
         import redis
 
-        from .keys import Keys
+        from .wire.keys import Keys
 
         length, dead, pending, lag, oldest = families
         client = self._clients.get(url) or self._clients.setdefault(url, redis.Redis.from_url(url))

@@ -8,10 +8,10 @@ from typing import Any
 
 import redis
 
-from . import _resp as resp
-from ._redis import translated
-from .keys import validate_stream_name
 from .message import encode_entry
+from .wire import resp
+from .wire.client import translated
+from .wire.keys import validate_stream_name
 
 
 def xadd_chunks(
@@ -37,7 +37,7 @@ class Publisher:
     def __init__(self, url: str | None = None, stream: str = "task-stream") -> None:
         validate_stream_name(stream)
         if url is None:
-            from .server import default_url
+            from .server.single import default_url
 
             url = default_url()
         self.url, self.stream = url, stream

@@ -17,11 +17,6 @@ import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 from redis.exceptions import RedisError
 
-from . import _resp as resp
-from . import admin
-from ._context import inside_handler
-from ._redis import connect, translated
-from .cleanup import Cleaner
 from .config import (
     BatchConfig,
     CleanupPolicy,
@@ -31,18 +26,23 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consumer import Consumer
-from .control import StoppedView
+from .consume.consumer import Consumer
+from .consume.context import inside_handler
+from .consume.reader import Identity
+from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
-from .keys import validate_stream_name
 from .message import encode_entry
-from .permissions import check_permissions
 from .publisher import xadd_chunks
-from .reader import Identity
 from .registration import HandlerRegistry
-from .router import Router
 from .stop_signals import owns_signals, watch_stop_signals
-from .topic_ops import TopicOperations
+from .topic import admin
+from .topic.cleanup import Cleaner
+from .topic.control import StoppedView
+from .topic.operations import TopicOperations
+from .wire import resp
+from .wire.client import connect, translated
+from .wire.keys import validate_stream_name
+from .wire.permissions import check_permissions
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class MessageQueue(HandlerRegistry, TopicOperations):
     @property
     def url(self) -> str:
         if self._url is None:
-            from .server import default_url
+            from .server.single import default_url
 
             self._url = default_url()
         return self._url

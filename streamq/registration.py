@@ -1,5 +1,5 @@
 """Registering handlers on a queue: the ``@mq.handler`` and ``@mq.batch_handler``
-decorators and ``mq.register(obj)``, over the queue's :class:`~streamq.router.Router`.
+decorators and ``mq.register(obj)``, over the queue's :class:`~streamq.consume.router.Router`.
 
 Annotations are resolved with the local names of the frame that registers the handler
 (a model defined inside a test or a factory function), or ``model=`` is given outright.
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .config import Duration, seconds
-from .router import UNSET, BatchSettings, Router
+from .consume.router import UNSET, BatchSettings, Router
 
 F = TypeVar("F", bound=Callable[..., Any])
 

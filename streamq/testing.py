@@ -25,9 +25,9 @@ import anyio
 import pytest
 
 from .config import ConsumerConfig, StartFrom, env_url
-from .keys import Keys
 from .queue import MessageQueue
-from .server import EmbeddedServer
+from .server.single import EmbeddedServer
+from .wire.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def streamq_cluster_url() -> Iterator[str]:
     ``$STREAMQ_CLUSTER_URL``, else an embedded cluster of three masters started once."""
     import os
 
-    from .cluster_server import ENV_CLUSTER_URL, EmbeddedCluster
+    from .server.cluster import ENV_CLUSTER_URL, EmbeddedCluster
 
     url = os.environ.get(ENV_CLUSTER_URL)
     if url:

@@ -7,8 +7,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy, Message, MessageQueue
-from streamq.cleanup import Cleaner, GroupBounds, has_xdelex
 from streamq.ids import StreamId
+from streamq.topic.cleanup import Cleaner, GroupBounds, has_xdelex
 from tests.conftest import QueueFactory, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -99,7 +99,7 @@ async def test_server_side_check_keeps_what_a_stale_snapshot_would_remove(
     async def stale(_client: aioredis.Redis, _stream: str) -> GroupBounds:
         return GroupBounds(read_point=StreamId(2**62, 0), safe_point=StreamId(2**62, 0))
 
-    monkeypatch.setattr("streamq.cleanup.group_bounds", stale)
+    monkeypatch.setattr("streamq.topic.cleanup.group_bounds", stale)
     assert await mq.cleanup() == 5
     assert await remaining(client, mq.stream) == [ids[2], *ids[6:]]
 

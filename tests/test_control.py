@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import ConfigError, Message, MessageNotFoundError, MessageQueue, StartFrom
-from streamq.keys import Keys
+from streamq.wire.keys import Keys
 from tests.conftest import QueueFactory, pending_count, wait_for
 from tests.test_consume import run_until
 

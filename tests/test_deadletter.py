@@ -12,9 +12,9 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from streamq import DeadLetter, Message, MessageQueue, Reject, RetryPolicy, StreamId
-from streamq.deadletter import DeadLetters, dead_letter_fields
-from streamq.keys import Keys
 from streamq.message import RawEntry
+from streamq.topic.deadletter import DeadLetters, dead_letter_fields
+from streamq.wire.keys import Keys
 from tests.conftest import QueueFactory, pending_count, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -325,12 +325,12 @@ async def test_dead_letter_keeps_error_type_and_traceback(
     client: aioredis.Redis, stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     error = _caught(lambda: {}["missing"])
-    with caplog.at_level(logging.WARNING, logger="streamq.deadletter"):
+    with caplog.at_level(logging.WARNING, logger="streamq.topic.deadletter"):
         letter = await _write_letter(client, stream, error)
     assert letter.error_type == "builtins.KeyError"
     assert letter.traceback is not None
     assert "KeyError: 'missing'" in letter.traceback and "_caught" in letter.traceback
-    (record,) = [r for r in caplog.records if r.name == "streamq.deadletter"]
+    (record,) = [r for r in caplog.records if r.name == "streamq.topic.deadletter"]
     assert record.levelno >= logging.WARNING and record.exc_info is not None
     assert record.exc_info[1] is error
 

@@ -22,8 +22,8 @@ from redis.exceptions import MovedError
 from redis.retry import Retry
 
 from streamq import ConfigError, EmbeddedCluster, ServerUnavailableError
-from streamq.cluster_nodes import SLOTS
 from streamq.server import free_port
+from streamq.server.cluster_nodes import SLOTS
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, model_validator
 
 from streamq import ConfigError, Message, MessageQueue, RetryPolicy
-from streamq.consumer import Consumer
-from streamq.keys import Keys
-from streamq.reader import Reader
+from streamq.consume.consumer import Consumer
+from streamq.consume.reader import Reader
+from streamq.wire.keys import Keys
 from tests.conftest import QueueFactory, pending_count, wait_for
 from tests.test_consume import run_until
 
@@ -314,8 +314,8 @@ def test_stream_names_with_braces_are_refused(name: str) -> None:
 def test_cluster_redirections_are_transient_not_group_deleted(reply: str) -> None:
     from redis import exceptions as rx
 
-    from streamq._redis import translated
     from streamq.errors import ServerUnavailableError
+    from streamq.wire.client import translated
 
     with pytest.raises(ServerUnavailableError), translated("s", "g"):
         raise rx.ResponseError(reply)

@@ -15,8 +15,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy, ConfigError, Message, MessageQueue, Reject, Retry, StartFrom
-from streamq.keys import Keys
-from streamq.permissions import (
+from streamq.testing import TEST_TIMINGS
+from streamq.wire.keys import Keys
+from streamq.wire.permissions import (
     PERMISSIONS,
     PROBE_COMMANDS,
     acl_rules,
@@ -24,7 +25,6 @@ from streamq.permissions import (
     check_permissions,
     names_for,
 )
-from streamq.testing import TEST_TIMINGS
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -173,12 +173,12 @@ async def test_a_user_that_may_not_dry_run_is_not_checked(
     redis_url: str, stream: str, acl_user: MakeUser, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The probe is best effort: without ACL DRYRUN (or WHOAMI) it returns, logged at DEBUG."""
-    caplog.set_level(logging.DEBUG, logger="streamq.permissions")
+    caplog.set_level(logging.DEBUG, logger="streamq.wire.permissions")
     no_dry_run = await acl_user(acl_rules(stream, password=PASSWORD))
     no_whoami = await acl_user(["on", f">{PASSWORD}", "+acl|dryrun"])
     await check_as(redis_url, no_dry_run, stream)
     await check_as(redis_url, no_whoami, stream)
-    skipped = [r for r in caplog.records if r.name == "streamq.permissions"]
+    skipped = [r for r in caplog.records if r.name == "streamq.wire.permissions"]
     assert len(skipped) == 2
     assert all(r.levelno == logging.DEBUG and "not checked" in r.getMessage() for r in skipped)
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from streamq import HandlerError, Message
-from streamq.router import BatchSettings, Router
+from streamq.consume.router import BatchSettings, Router
 from tests.conftest import QueueFactory, wait_for
 
 SETTINGS = BatchSettings(size=10, timeout=0.1, max_wait=None)

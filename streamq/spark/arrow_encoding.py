@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import _resp as resp
 from ..message import TYPE_PATTERN
+from ..wire import resp
 
 if TYPE_CHECKING:
     from .writing import RowEncoder

@@ -14,9 +14,9 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from .._redis import text as _text
 from ..errors import DataLossError
 from ..ids import MAX_SEQ, StreamId
+from ..wire.client import text as _text
 from .options import ReadOptions
 
 log = logging.getLogger(__name__)

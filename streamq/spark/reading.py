@@ -15,9 +15,9 @@ from typing import Any, cast
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 
-from .._redis import text as _text
 from ..errors import DataLossError
 from ..ids import StreamId
+from ..wire.client import text as _text
 from .offsets import (
     ZERO,
     RangePartition,

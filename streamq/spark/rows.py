@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from .. import _resp as resp
-from .._redis import text as _text
 from ..errors import MessageFormatError
+from ..wire import resp
+from ..wire.client import text as _text
 from .offsets import connect
 from .options import ReadOptions
 

@@ -35,9 +35,9 @@ except ImportError:  # pyspark 4.0: rows
     _StreamWriterBase = DataSourceStreamWriter
     _STREAM_ARROW = False
 
-from .. import _resp as resp
 from ..errors import ConfigError
 from ..message import validate_type_name
+from ..wire import resp
 from .arrow_encoding import PRODUCER_ID, encode_batch
 from .options import WriteOptions
 

@@ -16,11 +16,11 @@ pa = pytest.importorskip("pyarrow", reason="the Arrow writer needs the [spark] e
 
 import hiredis  # noqa: E402  (a dependency of redis[hiredis])
 
-from streamq import _resp as resp  # noqa: E402
 from streamq.errors import MessageFormatError  # noqa: E402
 from streamq.spark import arrow_encoding  # noqa: E402
 from streamq.spark.options import WriteOptions  # noqa: E402
 from streamq.spark.writing import RowEncoder  # noqa: E402
+from streamq.wire import resp  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

@@ -17,14 +17,14 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
-from . import _resp as resp
-from ._redis import stream_rows, translated
+from ..config import ConsumerConfig
+from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
+from ..message import RawEntry
+from ..wire import resp
+from ..wire.client import stream_rows, translated
 from .acks import Acker
 from .capacity import Capacity
 from .claiming import delivery_counts, entries_from_reply
-from .config import ConsumerConfig
-from .errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
-from .message import RawEntry
 
 log = logging.getLogger(__name__)
 

@@ -23,14 +23,14 @@ from tenacity import (
     wait_random,
 )
 
+from ..config import RetryPolicy
+from ..errors import MessageFormatError
+from ..message import Message, RawEntry
+from ..signals import HandlerSignal, PartialFailure, Reject, Retry
+from ..topic.deadletter import DeadLetters
 from .acks import Acker
-from .config import RetryPolicy
-from .deadletter import DeadLetters
-from .errors import MessageFormatError
 from .failures import describe, reraise_unless_failure
-from .message import Message, RawEntry
 from .router import Route, Router
-from .signals import HandlerSignal, PartialFailure, Reject, Retry
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
 

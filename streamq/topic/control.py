@@ -1,6 +1,6 @@
 """Stop/resume of single entry IDs and topic termination, and the control channel.
 
-Stopped IDs are global: one hash per stream (see :mod:`streamq.scripts`), shared by every
+Stopped IDs are global: one hash per stream (see :mod:`streamq.wire.scripts`), shared by every
 consumer of every group, persisted in Redis. Each consumer keeps a local copy (so checking
 an entry costs no round trip), updated through the pub/sub channel
 ``streamq:{<stream>}:control`` and resynchronised periodically as a safety net.
@@ -23,11 +23,11 @@ import anyio
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import text, translated
-from .errors import InvalidMessageIdError, MessageNotFoundError
-from .ids import StreamId
-from .keys import Keys
-from .scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
+from ..errors import InvalidMessageIdError, MessageNotFoundError
+from ..ids import StreamId
+from ..wire.client import text, translated
+from ..wire.keys import Keys
+from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class ControlListener:
     """Follows the control channel and keeps a StoppedView current.
 
     ``on_terminate`` is told that a terminate notice arrived; it checks that the topic is
-    really gone before stopping anything (see :class:`streamq.consumer.Consumer`).
+    really gone before stopping anything (see :class:`streamq.consume.consumer.Consumer`).
     """
 
     def __init__(

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import text as _text
-from ._redis import translated
+from ..errors import ConfigError, GroupNotFoundError, InvalidMessageIdError
+from ..ids import StreamId
+from ..wire.client import text as _text
+from ..wire.client import translated
+from ..wire.keys import Keys
 from .control import stopped_ids
-from .errors import ConfigError, GroupNotFoundError, InvalidMessageIdError
-from .ids import StreamId
-from .keys import Keys
 
 
 async def ensure_group(client: aioredis.Redis, stream: str, group: str, start: str) -> bool:

@@ -18,7 +18,7 @@ import math
 import anyio
 from pydantic import ValidationError
 
-from .errors import HandlerCrashError
+from ..errors import HandlerCrashError
 
 MAX_DESCRIPTION = 2000
 

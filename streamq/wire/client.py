@@ -9,7 +9,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from .errors import (
+from ..errors import (
     AuthenticationFailedError,
     GroupNotFoundError,
     RedisFailure,

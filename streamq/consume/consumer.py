@@ -22,23 +22,23 @@ import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 from redis import exceptions as rx
 
-from ._context import inside_handler
-from .acks import Acker
-from .batching import Batcher
-from .capacity import Capacity
-from .claiming import Claimer
-from .config import BatchConfig, ConsumerConfig, RetryPolicy
-from .control import ControlListener, StoppedView, hold_message, was_terminated
-from .deadletter import DeadLetters
-from .dispatch import Dispatcher
-from .errors import (
+from ..config import BatchConfig, ConsumerConfig, RetryPolicy
+from ..errors import (
     ConsumerError,
     GroupNotFoundError,
     RedisFailure,
     StreamNotFoundError,
 )
+from ..message import RawEntry
+from ..topic.control import ControlListener, StoppedView, hold_message, was_terminated
+from ..topic.deadletter import DeadLetters
+from .acks import Acker
+from .batching import Batcher
+from .capacity import Capacity
+from .claiming import Claimer
+from .context import inside_handler
+from .dispatch import Dispatcher
 from .failures import cancelled_by_streamq, describe
-from .message import RawEntry
 from .reader import Identity, Reader
 from .router import Route, Router
 from .stats import Stats

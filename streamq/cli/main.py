@@ -8,7 +8,7 @@ Every command but ``server`` needs ``--url`` (before or after the command) or
 * 3: the server cannot be reached.
 
 Text that comes from Redis is printed with its control characters escaped (see
-:mod:`streamq.cli_render`). The benchmark suite is not a command: it lives in the source
+:mod:`streamq.cli.render`). The benchmark suite is not a command: it lives in the source
 tree (``make bench``).
 """
 
@@ -25,18 +25,8 @@ from typing import Any
 import anyio
 from redis import exceptions as rx
 
-from ._redis import stream_rows, translated
-from .cli_render import (
-    one_line,
-    render_dead_letters,
-    render_info,
-    render_pending,
-    tail_line,
-    terminal_safe,
-)
-from .cli_server import add_server_arguments, cmd_server
-from .config import ENV_URL, CleanupPolicy, env_url
-from .errors import (
+from ..config import ENV_URL, CleanupPolicy, env_url
+from ..errors import (
     ConfigError,
     GroupNotFoundError,
     InvalidMessageIdError,
@@ -45,9 +35,19 @@ from .errors import (
     StreamNotFoundError,
     StreamqError,
 )
-from .ids import StreamId
-from .keys import Keys
-from .queue import MessageQueue
+from ..ids import StreamId
+from ..queue import MessageQueue
+from ..wire.client import stream_rows, translated
+from ..wire.keys import Keys
+from .render import (
+    one_line,
+    render_dead_letters,
+    render_info,
+    render_pending,
+    tail_line,
+    terminal_safe,
+)
+from .server import add_server_arguments, cmd_server
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 
@@ -183,7 +183,7 @@ async def cmd_terminate(args: argparse.Namespace) -> str:
 
 
 async def cmd_cleanup(args: argparse.Namespace) -> str:
-    from .cleanup import Cleaner
+    from ..topic.cleanup import Cleaner
 
     policy = CleanupPolicy(
         max_stream_length=args.max_length,
@@ -368,7 +368,3 @@ def _root(error: BaseException) -> str:
 def _fail(message: str, code: int) -> int:
     print(f"streamq: {one_line(message)}", file=sys.stderr)
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

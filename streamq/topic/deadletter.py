@@ -24,12 +24,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ._redis import translated
-from .errors import MessageNotFoundError
-from .ids import StreamId
-from .keys import Keys
-from .message import RawEntry
-from .signals import HandlerSignal
+from ..errors import MessageNotFoundError
+from ..ids import StreamId
+from ..message import RawEntry
+from ..signals import HandlerSignal
+from ..wire.client import translated
+from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)
 

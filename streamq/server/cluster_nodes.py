@@ -1,7 +1,7 @@
 """The nodes of an embedded cluster: one node's process, and what ``CLUSTER NODES`` says.
 
 :class:`NodeProcess` runs one valkey-server in cluster mode (its ports, directory, log and
-a short-timeout client). :class:`streamq.cluster_server.EmbeddedCluster` knows that a
+a short-timeout client). :class:`streamq.server.cluster.EmbeddedCluster` knows that a
 cluster it formed (or one that failed over) is ready from the nodes' views: each is parsed
 into :class:`ClusterNode` rows; the views must agree on who serves which slots and who
 follows whom, and together serve all 16384 slots from running masters.
@@ -19,7 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .server import STOP_TIMEOUT, binary_path
+from .single import STOP_TIMEOUT, binary_path
 
 SLOTS = 16384
 COMMAND_TIMEOUT = 2.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def validate_stream_name(name: object, argument: str = "stream") -> str:
@@ -53,7 +53,7 @@ class Keys:
     @property
     def unrouted(self) -> str:
         """Hash: ``<entry ID>:<group>`` -> deliveries to consumers of that group without a
-        handler for the entry's type (see :mod:`streamq.unrouted`)."""
+        handler for the entry's type (see :mod:`streamq.consume.unrouted`)."""
         return self.prefix + "unrouted"
 
     @property

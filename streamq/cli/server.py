@@ -11,10 +11,10 @@ import signal
 import sys
 import time
 
-from .cluster_server import ENV_CLUSTER_URL, EmbeddedCluster
-from .config import ENV_URL
-from .errors import ConfigError
-from .server import EmbeddedServer
+from ..config import ENV_URL
+from ..errors import ConfigError
+from ..server.cluster import ENV_CLUSTER_URL, EmbeddedCluster
+from ..server.single import EmbeddedServer
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from .errors import ServerUnavailableError
+from ..errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,6 @@ def shared_server() -> EmbeddedServer:
 
 def default_url() -> str:
     """``$STREAMQ_REDIS_URL`` if set, else the URL of this process's embedded server."""
-    from .config import env_url
+    from ..config import env_url
 
     return env_url() or shared_server().url

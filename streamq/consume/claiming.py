@@ -22,14 +22,14 @@ import anyio
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import text as _text
-from ._redis import translated
+from ..config import ConsumerConfig
+from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
+from ..ids import StreamId
+from ..message import RawEntry
+from ..wire.client import text as _text
+from ..wire.client import translated
+from ..wire.scripts import RENEW_LEASES
 from .capacity import Capacity
-from .config import ConsumerConfig
-from .errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
-from .ids import StreamId
-from .message import RawEntry
-from .scripts import RENEW_LEASES
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,14 @@ import anyio.lowlevel
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import text as _text
-from ._redis import translated
-from .config import CleanupPolicy
+from ..config import CleanupPolicy
+from ..errors import InvalidMessageIdError, StreamqError
+from ..ids import StreamId
+from ..wire.client import text as _text
+from ..wire.client import translated
+from ..wire.keys import Keys
+from ..wire.scripts import RELEASE_LOCK
 from .control import stopped_ids
-from .errors import InvalidMessageIdError, StreamqError
-from .ids import StreamId
-from .keys import Keys
-from .scripts import RELEASE_LOCK
 
 log = logging.getLogger(__name__)
 

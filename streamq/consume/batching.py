@@ -16,9 +16,9 @@ from itertools import repeat
 import anyio
 from anyio.abc import TaskGroup
 
-from ._context import inside_handler
-from .config import BatchConfig
-from .message import RawEntry
+from ..config import BatchConfig
+from ..message import RawEntry
+from .context import inside_handler
 from .router import Route
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import logging
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import translated
-from .keys import Keys
+from ..wire.client import translated
+from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 import pydantic_core
 from pydantic import BaseModel, TypeAdapter
 
-from .errors import ConfigError, HandlerError
-from .message import Message, validate_type_name
+from ..errors import ConfigError, HandlerError
+from ..message import Message, validate_type_name
 
 Parser = Callable[[bytes], Any]
 SingleHandler = Callable[[Message[Any]], Awaitable[None] | None]

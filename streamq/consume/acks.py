@@ -18,8 +18,8 @@ import anyio
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from . import _resp as resp
-from ._redis import is_transient
+from ..wire import resp
+from ..wire.client import is_transient
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .admin import TopicInfo
-from .deadletter import DeadLetter, keep_start
+from ..topic.admin import TopicInfo
+from ..topic.deadletter import DeadLetter, keep_start
 
 # C0 and C1 controls and DEL (Unicode category Cc), the line and paragraph separators, and
 # the bidirectional formatting characters ("Trojan Source").

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
+from ..config import CleanupPolicy
 from . import admin, control
 from .cleanup import Cleaner
-from .config import CleanupPolicy
 from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from ._redis import text, translated
-from .errors import AuthenticationFailedError, ConfigError, RedisFailure
+from ..errors import AuthenticationFailedError, ConfigError, RedisFailure
+from .client import text, translated
 from .keys import Keys
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from types import TracebackType
 
 import redis
 
+from ..errors import ConfigError, ServerUnavailableError
 from .cluster_nodes import (
     POLL_INTERVAL,
     SLOTS,
@@ -37,8 +38,7 @@ from .cluster_nodes import (
     slot_map_shape,
     view_problem,
 )
-from .errors import ConfigError, ServerUnavailableError
-from .server import PORT_ATTEMPTS, free_port
+from .single import PORT_ATTEMPTS, free_port
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Consuming: the read loop, workers, dispatch, retries, claiming and acknowledgements."""

@@ -1,0 +1,1 @@
+"""Operations on a topic: administration, stop/resume/terminate, cleanup, dead letters."""

@@ -1,0 +1,1 @@
+"""The Redis boundary: clients, hand-packed RESP, key names, scripts and permissions."""
