@@ -224,7 +224,7 @@ def consumer_config(
 
 
 def _unknown_message(name: str) -> str:
-    valid = ("retry", "batch", "cleanup", "config", *CONSUMER_SETTINGS)
+    valid = ("retry", "batch", "cleanup", "config", "cluster", *CONSUMER_SETTINGS)
     close = difflib.get_close_matches(name, valid, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown MessageQueue argument {name!r}{hint}. Valid: {', '.join(valid)}"

@@ -46,12 +46,12 @@ class QueueCollector:
 
     def __init__(self, *queues: MessageQueue) -> None:
         self.queues = queues
-        self._clients: dict[str, Any] = {}
+        self._deployments: dict[str, Any] = {}
 
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        for deployment in self._deployments.values():
+            deployment.close()
+        self._deployments.clear()
 
     def describe(self) -> list[Any]:
         return []  # metrics are dynamic; prometheus_client then calls collect() to learn them
@@ -118,12 +118,14 @@ class QueueCollector:
         yield from (length, dead, pending, lag, oldest)
 
     def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:
-        import redis
-
+        from .wire.client import connect_sync
         from .wire.keys import Keys
 
         length, dead, pending, lag, oldest = families
-        client = self._clients.get(url) or self._clients.setdefault(url, redis.Redis.from_url(url))
+        deployment = self._deployments.get(url)
+        if deployment is None:
+            deployment = self._deployments[url] = connect_sync(url)
+        client = deployment.client_for(stream)
         length.add_metric([stream], client.xlen(stream))
         dead.add_metric([stream], client.xlen(Keys(stream).dead_letters))
         if not client.exists(stream):

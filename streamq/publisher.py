@@ -6,11 +6,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
-import redis
-
+from .errors import ConfigError
 from .message import encode_entry
 from .wire import resp
-from .wire.client import translated
+from .wire.client import connect_sync, ride_through_sync, translated
 from .wire.keys import validate_stream_name
 
 
@@ -31,23 +30,33 @@ def xadd_chunks(
 class Publisher:
     """Publish typed messages with a blocking client; thread-safe (a connection pool).
 
-    ``url=None`` uses ``$STREAMQ_REDIS_URL``, else this process's embedded server.
+    ``url=None`` uses ``$STREAMQ_REDIS_URL``, else this process's embedded server; any
+    node of a Redis Cluster works (``cluster`` as for :class:`streamq.MessageQueue`).
     """
 
-    def __init__(self, url: str | None = None, stream: str = "task-stream") -> None:
+    def __init__(
+        self, url: str | None = None, stream: str = "task-stream", *, cluster: bool | None = None
+    ) -> None:
         validate_stream_name(stream)
+        if cluster not in (None, True, False):
+            raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if url is None:
             from .server.single import default_url
 
             url = default_url()
         self.url, self.stream = url, stream
-        self._client = redis.Redis.from_url(url)
+        self._deployment = connect_sync(url, cluster=cluster)
+        self._client = self._deployment.client_for(stream)
 
     def publish(self, message_type: str, data: Any, meta: Mapping[str, str] | None = None) -> str:
         """Add one message; return its entry ID."""
         fields = encode_entry(message_type, data, meta)
-        with translated(self.stream):
-            return str(self._client.xadd(self.stream, fields).decode())
+
+        def xadd() -> str:
+            with translated(self.stream):
+                return str(self._client.xadd(self.stream, fields).decode())
+
+        return ride_through_sync(self._deployment, xadd)
 
     def publish_many(
         self, message_type: str, items: Iterable[Any], meta: Mapping[str, str] | None = None,
@@ -56,12 +65,16 @@ class Publisher:
         """Add many messages of one type, pipelined; return their IDs in order."""
         ids: list[str] = []
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
-            with translated(self.stream):
-                ids.extend(i.decode() for i in resp.execute_sync(self._client, packed, count))
+
+            def send(packed: bytes = packed, count: int = count) -> list[Any]:
+                with translated(self.stream):
+                    return resp.execute_sync(self._client, packed, count)
+
+            ids.extend(i.decode() for i in ride_through_sync(self._deployment, send))
         return ids
 
     def close(self) -> None:
-        self._client.close()
+        self._deployment.close()
 
     def __enter__(self) -> Publisher:
         return self

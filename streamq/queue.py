@@ -40,9 +40,10 @@ from .topic.cleanup import Cleaner
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
 from .wire import resp
-from .wire.client import connect, translated
+from .wire.client import connect, ride_through, translated
 from .wire.keys import validate_stream_name
 from .wire.permissions import check_permissions
+from .wire.routing import Deployment
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         retry, batch, cleanup: policies (see :mod:`streamq.config`).
         config: read-loop settings as a :class:`ConsumerConfig`; each of its fields may
         also be given as a keyword (``grace=10``), which wins over ``config``.
+        cluster: ``None`` detects whether ``url`` names a Redis Cluster node (any node
+        works); ``True``/``False`` say so (``True`` fails on a single node).
 
     Raises ConfigError for invalid arguments, naming the argument.
     """
@@ -101,6 +104,7 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         handler_timeout: Duration | None = None,
         dead_consumer_idle: Duration | None = None,
         stopped_resync: Duration | None = None,
+        cluster: bool | None = None,
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         validate_stream_name(stream)
@@ -108,6 +112,8 @@ class MessageQueue(HandlerRegistry, TopicOperations):
             raise ConfigError(f"group must be a non-empty string, got {group!r}")
         if consumer is not None and not consumer:
             raise ConfigError("consumer must be a non-empty string or None")
+        if cluster not in (None, True, False):
+            raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if not isinstance(start, StartFrom):
             raise ConfigError(f"start must be a StartFrom, got {start!r}")
         settings = dict(
@@ -117,7 +123,7 @@ class MessageQueue(HandlerRegistry, TopicOperations):
             dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
         )  # fmt: skip
         self.config = consumer_config(config, settings, unknown)
-        self._url = url
+        self._url, self._cluster = url, cluster
         self.stream, self.group = stream, group
         self.consumer = consumer or _default_consumer_name()
         self.start = start
@@ -126,6 +132,7 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         self.cleanup_policy = cleanup or CleanupPolicy()
         self.router = Router()
         self._state = State.NEW
+        self._deployment: Deployment | None = None
         self._client: aioredis.Redis | None = None
         self._consumer: Consumer | None = None
         self._stopped = StoppedView()
@@ -143,12 +150,19 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         return self._url
 
     @property
-    def client(self) -> aioredis.Redis:
-        """The asyncio Redis client (connects lazily)."""
+    def deployment(self) -> Deployment:
+        """The server's node(s): one node or a cluster (connects lazily)."""
         if self._state is State.CLOSED:
             raise QueueStateError("this MessageQueue is closed; open it again with `async with mq`")
+        if self._deployment is None:
+            self._deployment = connect(self.url, cluster=self._cluster)
+        return self._deployment
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The asyncio Redis client for this stream's keys (on a cluster: its slot's master)."""
         if self._client is None:
-            self._client = connect(self.url)
+            self._client = self.deployment.client_for(self.stream)
         return self._client
 
     async def __aenter__(self) -> MessageQueue:
@@ -195,9 +209,9 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         self._state = State.CLOSED
 
     async def _close_client(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        deployment, self._deployment, self._client = self._deployment, None, None
+        if deployment is not None:
+            await deployment.aclose()
 
     # -- publishing -----------------------------------------------------------------
     async def publish(
@@ -205,9 +219,12 @@ class MessageQueue(HandlerRegistry, TopicOperations):
     ) -> str:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input."""
         fields = encode_entry(message_type, data, meta)
-        with translated(self.stream):
-            entry_id = await self.client.xadd(self.stream, fields)
-        return str(entry_id.decode())
+
+        async def xadd() -> str:
+            with translated(self.stream):
+                return str((await self.client.xadd(self.stream, fields)).decode())
+
+        return await ride_through(self.deployment, xadd)
 
     async def publish_many(
         self,
@@ -220,8 +237,12 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         """Add many messages of one type with pipelined XADD; return their IDs in order."""
         ids: list[str] = []
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
-            with translated(self.stream):
-                ids.extend(i.decode() for i in await resp.execute(self.client, packed, count))
+
+            async def send(packed: bytes = packed, count: int = count) -> list[Any]:
+                with translated(self.stream):
+                    return await resp.execute(self.client, packed, count)
+
+            ids.extend(i.decode() for i in await ride_through(self.deployment, send))
         return ids
 
     # -- consuming ------------------------------------------------------------------

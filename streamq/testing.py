@@ -75,9 +75,11 @@ def delete_stream_keys(url: str, stream: str) -> None:
     broke the server must not also fail its teardown)."""
     import redis
 
+    from .wire.client import connect_sync
+
     pattern = _glob_escape(Keys(stream).prefix) + "*"
     try:
-        with redis.Redis.from_url(url) as client:
+        with connect_sync(url).client_for(stream, owner=True) as client:
             doomed = [stream, *client.scan_iter(match=pattern, count=1000)]
             client.delete(*doomed)
     except (redis.RedisError, OSError) as e:

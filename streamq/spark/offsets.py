@@ -57,10 +57,12 @@ def split_range(start: StreamId, end: StreamId, n: int) -> list[RangePartition]:
     return [RangePartition(str(lo), str(hi)) for lo, hi in pairwise(bounds) if hi > lo]
 
 
-def connect(url: str) -> Any:
-    import redis
+def connect(url: str, stream: str) -> Any:
+    """A blocking client for ``stream``'s keys (any node of a cluster works); closing it
+    closes its connections."""
+    from ..wire.client import connect_sync
 
-    return redis.Redis.from_url(url, decode_responses=False)
+    return connect_sync(url).client_for(stream, owner=True)
 
 
 @dataclass(frozen=True)

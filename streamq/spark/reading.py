@@ -59,7 +59,7 @@ class StreamqBatchReader(DataSourceReader):  # type: ignore[misc]
         self.opts = opts
 
     def partitions(self) -> list[RangePartition]:
-        client = connect(self.opts.url)
+        client = connect(self.opts.url, self.opts.stream)
         try:
             last = stream_state(client, self.opts.stream).last
         finally:
@@ -89,7 +89,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = connect(self.opts.url)
+            self._client = connect(self.opts.url, self.opts.stream)
         return self._client
 
     def initialOffset(self) -> dict[str, Any]:

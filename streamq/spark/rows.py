@@ -24,7 +24,7 @@ _STANDARD = (b"type", b"data")  # what every streamq producer writes first
 
 def read_range(opts: ReadOptions, lo: str, hi: str) -> Iterator[Any]:
     """Rows of ``(lo, hi]``: Arrow batches for raw rows, tuples for typed ones."""
-    client = connect(opts.url)
+    client = connect(opts.url, opts.stream)
     try:
         model = opts.model()
         cursor = f"({lo}" if lo != "0-0" else "-"

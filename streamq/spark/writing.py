@@ -156,11 +156,11 @@ def write_arrow(
 
 def _send(opts: WriteOptions, columns: list[str], job: str, chunks: Chunks) -> WrittenCount:
     """Send this task's packed chunks (pipelined XADDs) and count the rows."""
-    import redis
+    from .offsets import connect
 
     partition, query, batch = _task_ids()
     prefix = f"{query or job}:{batch or 0}:{partition}"
-    client = redis.Redis.from_url(opts.url)
+    client = connect(opts.url, opts.stream)
     count = 0
     try:
         for packed, rows in chunks(RowEncoder(opts, columns), prefix):

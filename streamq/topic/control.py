@@ -111,7 +111,7 @@ async def terminate_topic(
     pipe = client.pipeline(transaction=True)
     pipe.set(terminated_mark(keys), "1", px=TERMINATED_MARK_TTL_MS)
     pipe.delete(*doomed)
-    pipe.publish(keys.control, json.dumps({"op": "terminate"}))
+    pipe.spublish(keys.control, json.dumps({"op": "terminate"}))
     with translated(stream):
         await pipe.execute()
 
@@ -121,7 +121,7 @@ async def was_terminated(client: aioredis.Redis, stream: str) -> bool:
 
 
 async def _announce(client: aioredis.Redis, keys: Keys, op: str, entry_id: str) -> None:
-    await client.publish(keys.control, json.dumps({"op": op, "id": entry_id}))
+    await client.spublish(keys.control, json.dumps({"op": op, "id": entry_id}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +184,8 @@ class ControlListener:
         started, backoff = False, LISTENER_BACKOFF
         while True:
             try:
-                async with self._client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(self._keys.control)
+                async with self._client.pubsub() as pubsub:
+                    await pubsub.ssubscribe(self._keys.control)
                     await self._view.resync(self._client, self._keys)
                     self._connected()
                     backoff = LISTENER_BACKOFF
@@ -220,7 +220,11 @@ class ControlListener:
         while True:
             timeout = max(resync_at - anyio.current_time(), 0.0)
             message = await pubsub.get_message(timeout=timeout)
-            if message is not None:
+            if message is not None and message["type"] == "sunsubscribe":
+                # A cluster node drops its sharded subscribers when the channel's slot
+                # moves (reshard, failover): subscribe again, on the slot's new master.
+                raise rx.ConnectionError("the server ended the control subscription")
+            if message is not None and message["type"] in ("smessage", "message"):
                 try:
                     await self._apply(message["data"])
                 except (rx.RedisError, OSError):

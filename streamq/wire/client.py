@@ -1,11 +1,20 @@
-"""The Redis boundary: client creation and translation of Redis errors, in one place."""
+"""The Redis boundary: building clients and translating Redis errors, in one place.
+
+Every client streamq uses comes from :func:`connect` (asyncio) or :func:`connect_sync`
+(blocking): a deployment of one node or a Redis Cluster (:mod:`streamq.wire.routing`), which
+gives clients bound to the slot of a stream's keys. Errors leave the boundary as the
+streamq tree (:func:`translated`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
+import redis
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
@@ -16,6 +25,10 @@ from ..errors import (
     ServerUnavailableError,
     StreamNotFoundError,
 )
+from .routing import Deployment
+from .routing_sync import SyncDeployment
+
+T = TypeVar("T")
 
 # Errors after which a retry on a fresh connection may succeed.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
@@ -62,8 +75,15 @@ MAX_CONNECTIONS = 64
 POOL_WAIT = 30.0
 
 
-def connect(url: str) -> aioredis.Redis:
-    """An asyncio client with raw (bytes) replies; retries are done by streamq's loops."""
+# How long a one-shot operation on a cluster keeps retrying while the cluster reconfigures
+# (a master fails and its replica takes over after cluster-node-timeout, a slot migrates).
+RIDE_THROUGH = 30.0
+
+
+def connect(url: str, *, cluster: bool | None = None) -> Deployment:
+    """The deployment at ``url``: a single node, or any node of a cluster (``cluster=None``
+    detects which on first use; ``True``/``False`` say it). Replies are raw bytes; retries
+    are done by streamq's loops."""
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=MAX_CONNECTIONS,
@@ -73,7 +93,58 @@ def connect(url: str) -> aioredis.Redis:
         retry=None,
         socket_keepalive=True,
     )
-    return aioredis.Redis.from_pool(pool)
+    return Deployment(pool, cluster=cluster)
+
+
+def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
+    """The blocking twin of :func:`connect` (Publisher, metrics, Spark)."""
+    pool = redis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=MAX_CONNECTIONS,
+        timeout=POOL_WAIT,
+        decode_responses=False,
+        retry_on_timeout=False,
+        retry=None,
+        socket_keepalive=True,
+    )
+    return SyncDeployment(pool, cluster=cluster)
+
+
+async def ride_through(
+    deployment: Deployment, operation: Callable[[], Awaitable[T]], *, patience: float = RIDE_THROUGH
+) -> T:
+    """Run a one-shot operation; on a cluster, retry it while the cluster reconfigures.
+
+    ``operation`` raises streamq's errors (it runs under :func:`translated`). On a single
+    node a ServerUnavailableError is raised at once, as before; on a cluster it is retried
+    with backoff for up to ``patience`` seconds (the slot table is refreshed in between).
+    An operation that was sent but whose reply was lost (a connection cut) may have been
+    applied: a retried publish can then add its entry twice (at-least-once).
+    """
+    deadline, delay = time.monotonic() + patience, 0.05
+    while True:
+        try:
+            return await operation()
+        except ServerUnavailableError:
+            if not deployment.cluster or time.monotonic() + delay > deadline:
+                raise
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def ride_through_sync(
+    deployment: SyncDeployment, operation: Callable[[], T], *, patience: float = RIDE_THROUGH
+) -> T:
+    """:func:`ride_through` for blocking code."""
+    deadline, delay = time.monotonic() + patience, 0.05
+    while True:
+        try:
+            return operation()
+        except ServerUnavailableError:
+            if not deployment.cluster or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def is_transient(error: BaseException) -> bool:

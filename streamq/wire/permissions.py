@@ -43,6 +43,10 @@ _CONTAINERS = frozenset({"ACL", "CLIENT", "SCRIPT", "XGROUP", "XINFO"})
 CONNECT_COMMANDS = ("client|setinfo",)
 # What check_permissions itself sends; optional in an ACL (without them it is skipped).
 PROBE_COMMANDS = ("acl|whoami", "acl|dryrun")
+# What every client sends once to learn whether the server is a cluster node and which
+# node serves which slot (streamq.wire.routing). Refused, the server is taken for a
+# single node.
+DISCOVERY_COMMANDS = ("cluster|slots",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "health(), cleanup; in scripts", "XINFO", "GROUPS", STREAM),
     _p("consume", "auto-stop: was the stream deleted", "EXISTS", STREAM),
     _p("consume", "auto-stop: was the topic terminated", "EXISTS", MARK),
-    _p("consume", "follow stop/resume/terminate notices", "SUBSCRIBE", CONTROL),
+    _p("consume", "follow stop/resume/terminate notices", "SSUBSCRIBE", CONTROL),
     _p("consume", "load the stopped IDs", "HKEYS", STOPPED),
     _p("consume", "set a stopped entry aside (script)", "EVAL", "return 0", "2", STREAM, STOPPED),
     _p("consume", "confirm a stop/resume notice", "HEXISTS", STOPPED, ID),
@@ -120,7 +124,7 @@ PERMISSIONS: tuple[Permission, ...] = (
        "XDELEX", STREAM, "ACKED", "IDS", "1", ID, optional=True),
     _p("cleanup", "dead-letter retention", "XTRIM", DEAD_LETTERS, "MINID", ID),
     _p("cleanup", "prune delivery counts", "HKEYS", UNROUTED),
-    _p("operate", "announce stop/resume/terminate", "PUBLISH", CONTROL, "{}"),
+    _p("operate", "announce stop/resume/terminate", "SPUBLISH", CONTROL, "{}"),
     _p("operate", "resume (script)", "HDEL", STOPPED, ID),
     _p("operate", "terminate: one transaction", "MULTI"),
     _p("operate", "terminate: one transaction", "EXEC"),
@@ -194,7 +198,8 @@ def acl_rules(
     the server lacks is refused).
     """
     names = commands(OPERATOR_USES if operator else SERVICE_USES, optional=newer)
-    names += [*(CONNECT_COMMANDS if newer else ()), *(PROBE_COMMANDS if probe else ())]
+    names += [*DISCOVERY_COMMANDS, *(CONNECT_COMMANDS if newer else ())]
+    names += [*(PROBE_COMMANDS if probe else ())]
     secret = [] if password is None else [f">{password}"]
     # reset: no password, keys, channels or commands (-@all), then only these
     return ["reset", "on", *secret, "resetchannels", *selectors(stream)] + [

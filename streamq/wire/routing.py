@@ -1,0 +1,263 @@
+"""Sending each command to the node that serves its key: one node, or a Redis Cluster.
+
+A :class:`Deployment` owns one connection pool per node. It learns whether the URL names a
+cluster (``CLUSTER SLOTS``; a node without cluster mode says so) the first time a
+connection is asked for, and which master serves each slot. Every streamq operation is on
+the keys of one stream, which all share the stream's slot (:mod:`streamq.wire.keys`), so a
+client *bound to a slot* is all the rest of streamq needs: :meth:`Deployment.client_for` gives
+a plain ``redis.asyncio.Redis`` whose pool (:class:`SlotPool`) hands out connections to the
+slot's current master. redis-py's commands, pipelines, transactions, scripts and pub/sub,
+and streamq's hand-packed RESP (:mod:`streamq.wire.resp`), all run on it unchanged.
+
+The connections report what they see (:class:`RoutedConnection`): a ``MOVED`` reply moves
+the slot in the table at once and a full refresh follows before the next command; an
+unreachable node, ``CLUSTERDOWN`` or ``TRYAGAIN`` (a failover, a slot being migrated)
+refresh it too. The command itself fails as a transient error (``ServerUnavailableError``)
+and is retried by the caller: the read loops with their backoff, one-shot operations
+through :func:`streamq.wire.client.ride_through`. ``ASK`` (a slot half-migrated) is
+waited out the same way: the migration ends with the slot moved, and then ``MOVED``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+import anyio
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
+
+from ..errors import ConfigError
+from .slots import NOT_A_CLUSTER, REDIRECT_PREFIXES, Address, SlotTable, parse_redirect, slot_of
+
+log = logging.getLogger(__name__)
+
+
+class RouterState:
+    """What a router knows, without I/O: shared by the asyncio and the sync router."""
+
+    def __init__(self, address: Address, cluster: bool | None) -> None:
+        self.address = address
+        self.cluster = cluster  # None until detected
+        self.table = SlotTable()
+        self.stale = cluster is not False
+
+    def note_reply(self, text: str) -> None:
+        """An error reply seen on a connection: maybe the slot table is out of date."""
+        if not self.cluster or not text.startswith(REDIRECT_PREFIXES):
+            return
+        redirect = parse_redirect(text)
+        if redirect is not None and redirect.kind == "MOVED":
+            self.table.move(redirect.slot, redirect.address)
+        self.stale = True
+
+    def note_unreachable(self) -> None:
+        """A node did not answer: after a failover another one serves its slots."""
+        if self.cluster:
+            self.stale = True
+
+    def candidates(self, known: list[Address]) -> list[Address]:
+        """Whom to ask for the slot table: the URL's node, then every node seen."""
+        return list(dict.fromkeys([self.address, *self.table.masters(), *known]))
+
+    def detected(self, reply: Any, asked: Address) -> None:
+        self.table.load(reply, asked)
+        self.cluster, self.stale = True, False
+
+    def single_node(self, why: str) -> None:
+        if self.cluster:
+            raise ConfigError(f"cluster=True but the server is not a cluster node: {why}")
+        self.cluster, self.stale = False, False
+
+
+def classify_slots_error(error: rx.ResponseError) -> str | None:
+    """Why CLUSTER SLOTS failed if that means "single node", else None."""
+    text = str(error)
+    if NOT_A_CLUSTER in text or text.startswith("ERR unknown command"):
+        return text
+    if text.startswith("NOPERM"):
+        return f"{text} (cannot ask for the slot map: treated as a single node)"
+    return None
+
+
+def routed_connection_class(base: type[AbstractConnection], state: RouterState) -> type[Any]:
+    """A subclass of the pool's connection class that tells ``state`` what it sees."""
+
+    class RoutedConnection(base):  # type: ignore[misc]
+        async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await super().read_response(*args, **kwargs)
+            except rx.ResponseError as e:
+                state.note_reply(str(e))
+                raise
+            except (rx.ConnectionError, rx.TimeoutError, OSError):
+                state.note_unreachable()
+                raise
+
+        async def connect(self) -> None:
+            try:
+                await super().connect()
+            except (rx.ConnectionError, rx.TimeoutError, OSError):
+                state.note_unreachable()
+                raise
+
+    return RoutedConnection
+
+
+class Deployment:
+    """The pools of one deployment and the slot table that picks among them."""
+
+    def __init__(self, seed: ConnectionPool, *, cluster: bool | None = None) -> None:
+        kwargs = seed.connection_kwargs
+        self.state = RouterState((str(kwargs.get("host")), int(kwargs.get("port") or 0)), cluster)
+        seed.connection_class = routed_connection_class(seed.connection_class, self.state)
+        self.seed = seed
+        self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}
+        self._lock: anyio.Lock | None = None
+
+    @property
+    def cluster(self) -> bool | None:
+        """True/False once known (after the first command), None before."""
+        return self.state.cluster
+
+    def client_for(self, key: str) -> aioredis.Redis:
+        """A client whose commands go to the master serving ``key``'s slot."""
+        return self._client(SlotPool(self, slot_of(key)))
+
+    def client_at(self, address: Address) -> aioredis.Redis:
+        """A client for one node (commands that are about a node: SCAN, INFO)."""
+        return self._client(NodePool(self, address))
+
+    async def masters(self) -> list[Address]:
+        """The address of every master (the URL's node alone when not a cluster)."""
+        await self.pool_for_slot(0)  # detects and refreshes when needed
+        return self.state.table.masters() if self.state.cluster else [self.state.address]
+
+    async def pool_for_slot(self, slot: int) -> ConnectionPool:
+        state = self.state
+        if state.stale:
+            await self._refresh()
+        if not state.cluster:
+            return self.seed
+        owner = state.table.owner(slot)
+        if owner is None:
+            state.stale = True
+            raise rx.ConnectionError(f"no master serves slot {slot} now (failover under way?)")
+        return self.pool_at(owner)
+
+    def pool_at(self, address: Address) -> ConnectionPool:
+        pool = self._pools.get(address)
+        if pool is None:
+            kwargs = {**self.seed.connection_kwargs, "host": address[0], "port": address[1]}
+            pool = type(self.seed)(
+                connection_class=self.seed.connection_class,
+                max_connections=self.seed.max_connections,
+                **_pool_options(self.seed),
+                **kwargs,
+            )
+            self._pools[address] = pool
+        return pool
+
+    def pool_of(self, connection: Any) -> ConnectionPool:
+        """The pool a connection came from (to give it back)."""
+        if not self.state.cluster:
+            return self.seed
+        return self._pools.get((connection.host, connection.port), self.seed)
+
+    async def aclose(self) -> None:
+        for pool in self._pools.values():
+            await pool.aclose()
+
+    async def _refresh(self) -> None:
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            if self.state.stale:  # else another task refreshed while this one waited
+                await self._load_slots()
+
+    async def _load_slots(self) -> None:
+        failures = []
+        for address in self.state.candidates(list(self._pools)):
+            try:
+                reply = await _cluster_slots(self.pool_at(address))
+            except rx.ResponseError as e:
+                if (why := classify_slots_error(e)) is None:
+                    failures.append(f"{address[0]}:{address[1]}: {e}")
+                    continue
+                self.state.single_node(why)
+                return
+            except rx.AuthenticationError:
+                raise  # the same credentials on every node: asking another cannot help
+            except (rx.ConnectionError, rx.TimeoutError, OSError) as e:
+                failures.append(f"{address[0]}:{address[1]}: {e}")
+                continue
+            self.state.detected(reply, address)
+            return
+        raise rx.ConnectionError("no node answered CLUSTER SLOTS: " + "; ".join(failures))
+
+    def _client(self, pool: Any) -> aioredis.Redis:
+        return aioredis.Redis(connection_pool=cast(ConnectionPool, pool))
+
+
+def _pool_options(seed: ConnectionPool) -> dict[str, Any]:
+    timeout = getattr(seed, "timeout", None)
+    return {} if timeout is None else {"timeout": timeout}
+
+
+async def _cluster_slots(pool: ConnectionPool) -> Any:
+    connection = await pool.get_connection()
+    try:
+        await connection.send_command("CLUSTER", "SLOTS")
+        return await connection.read_response()
+    finally:
+        await pool.release(connection)
+
+
+class SlotPool:
+    """A stand-in for a connection pool that gives connections to one slot's master."""
+
+    def __init__(self, router: Deployment, slot: int) -> None:
+        self.router, self.slot = router, slot
+
+    @property
+    def connection_kwargs(self) -> dict[str, Any]:
+        return dict(self.router.seed.connection_kwargs)
+
+    def get_encoder(self) -> Any:
+        return self.router.seed.get_encoder()
+
+    async def get_connection(self, *_args: Any, **_kwargs: Any) -> Any:
+        pool = await self._pool()
+        return await pool.get_connection()
+
+    async def release(self, connection: Any) -> None:
+        await self.router.pool_of(connection).release(connection)
+
+    async def _pool(self) -> ConnectionPool:
+        return await self.router.pool_for_slot(self.slot)
+
+    def set_retry(self, _retry: Any) -> None:
+        """streamq retries in its own loops; the routed pools keep no retry of their own."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        """The router owns the pools: closing one client closes nothing."""
+
+    async def aclose(self) -> None:
+        """As :meth:`disconnect`."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} slot={self.slot} of {self.router.state.address}>"
+
+
+class NodePool(SlotPool):
+    """A :class:`SlotPool` for one node, whatever slots it serves."""
+
+    def __init__(self, router: Deployment, address: Address) -> None:
+        super().__init__(router, -1)
+        self.address = address
+
+    async def _pool(self) -> ConnectionPool:
+        if self.router.state.stale:
+            await self.router.pool_for_slot(0)
+        return self.router.pool_at(self.address) if self.router.cluster else self.router.seed

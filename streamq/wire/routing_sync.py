@@ -1,0 +1,162 @@
+"""The synchronous twin of :mod:`streamq.wire.routing` (Publisher, metrics, Spark executors).
+
+Same rules — a client bound to a key's slot, the slot table learnt on first use and
+refreshed after ``MOVED``, ``CLUSTERDOWN``, ``TRYAGAIN`` or an unreachable node — with
+blocking I/O and a thread lock (a :class:`streamq.Publisher` is shared by threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, cast
+
+import redis
+from redis import exceptions as rx
+from redis.connection import AbstractConnection, ConnectionPool
+
+from .routing import RouterState, classify_slots_error
+from .slots import Address, slot_of
+
+
+def routed_connection_class(base: type[AbstractConnection], state: RouterState) -> type[Any]:
+    class RoutedConnection(base):  # type: ignore[misc]
+        def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().read_response(*args, **kwargs)
+            except rx.ResponseError as e:
+                state.note_reply(str(e))
+                raise
+            except (rx.ConnectionError, rx.TimeoutError, OSError):
+                state.note_unreachable()
+                raise
+
+        def connect(self) -> None:
+            try:
+                super().connect()
+            except (rx.ConnectionError, rx.TimeoutError, OSError):
+                state.note_unreachable()
+                raise
+
+    return RoutedConnection
+
+
+class SyncDeployment:
+    """The pools of one deployment, for blocking clients."""
+
+    def __init__(self, seed: ConnectionPool, *, cluster: bool | None = None) -> None:
+        kwargs = seed.connection_kwargs
+        self.state = RouterState((str(kwargs.get("host")), int(kwargs.get("port") or 0)), cluster)
+        seed.connection_class = routed_connection_class(seed.connection_class, self.state)
+        self.seed = seed
+        self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}
+        self._lock = threading.Lock()
+
+    @property
+    def cluster(self) -> bool | None:
+        return self.state.cluster
+
+    def client_for(self, key: str, *, owner: bool = False) -> redis.Redis:
+        """A blocking client whose commands go to the master serving ``key``'s slot.
+
+        ``owner``: closing the client closes this deployment (a client made for one job).
+        """
+        pool = SyncSlotPool(self, slot_of(key), owner=owner)
+        client = redis.Redis(connection_pool=cast(ConnectionPool, pool))
+        client.auto_close_connection_pool = owner
+        return client
+
+    def pool_for_slot(self, slot: int) -> ConnectionPool:
+        state = self.state
+        if state.stale:
+            with self._lock:
+                if state.stale:
+                    self._load_slots()
+        if not state.cluster:
+            return self.seed
+        owner = state.table.owner(slot)
+        if owner is None:
+            state.stale = True
+            raise rx.ConnectionError(f"no master serves slot {slot} now (failover under way?)")
+        return self._pool_at(owner)
+
+    def pool_of(self, connection: Any) -> ConnectionPool:
+        if not self.state.cluster:
+            return self.seed
+        return self._pools.get((connection.host, connection.port), self.seed)
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.disconnect()
+
+    def _pool_at(self, address: Address) -> ConnectionPool:
+        pool = self._pools.get(address)
+        if pool is None:
+            kwargs = {**self.seed.connection_kwargs, "host": address[0], "port": address[1]}
+            pool = type(self.seed)(
+                connection_class=self.seed.connection_class,
+                max_connections=self.seed.max_connections,
+                **kwargs,
+            )
+            self._pools[address] = pool
+        return pool
+
+    def _load_slots(self) -> None:
+        failures = []
+        for address in self.state.candidates(list(self._pools)):
+            try:
+                reply = _cluster_slots(self._pool_at(address))
+            except rx.ResponseError as e:
+                if (why := classify_slots_error(e)) is None:
+                    failures.append(f"{address[0]}:{address[1]}: {e}")
+                    continue
+                self.state.single_node(why)
+                return
+            except rx.AuthenticationError:
+                raise  # the same credentials on every node: asking another cannot help
+            except (rx.ConnectionError, rx.TimeoutError, OSError) as e:
+                failures.append(f"{address[0]}:{address[1]}: {e}")
+                continue
+            self.state.detected(reply, address)
+            return
+        raise rx.ConnectionError("no node answered CLUSTER SLOTS: " + "; ".join(failures))
+
+
+def _cluster_slots(pool: ConnectionPool) -> Any:
+    connection = pool.get_connection()
+    try:
+        connection.send_command("CLUSTER", "SLOTS")
+        return connection.read_response()
+    finally:
+        pool.release(connection)
+
+
+class SyncSlotPool:
+    """A stand-in for a blocking connection pool: connections to one slot's master."""
+
+    def __init__(self, router: SyncDeployment, slot: int, *, owner: bool = False) -> None:
+        self.router, self.slot, self.owner = router, slot, owner
+
+    @property
+    def connection_kwargs(self) -> dict[str, Any]:
+        return dict(self.router.seed.connection_kwargs)
+
+    def get_encoder(self) -> Any:
+        return self.router.seed.get_encoder()
+
+    def get_connection(self, *_args: Any, **_kwargs: Any) -> Any:
+        return self.router.pool_for_slot(self.slot).get_connection()
+
+    def release(self, connection: Any) -> None:
+        self.router.pool_of(connection).release(connection)
+
+    def set_retry(self, _retry: Any) -> None:
+        """streamq retries itself; the routed pools keep no retry of their own."""
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        """The deployment owns the pools: closing a client closes them only if it owns
+        the deployment."""
+        if self.owner:
+            self.router.close()
+
+    def close(self) -> None:
+        self.disconnect()

@@ -1,0 +1,83 @@
+"""Redis Cluster's key space: the slot of a key, and which node serves each slot.
+
+Shared by the asyncio and the synchronous routers (:mod:`streamq.wire.routing`): this
+module does no I/O. A slot table is rebuilt from a ``CLUSTER SLOTS`` reply and patched by
+``MOVED`` replies in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.crc import key_slot
+
+SLOTS = 16384
+
+# Replies after which the slot table may be out of date (a reshard, a failover).
+REDIRECT_PREFIXES = ("MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN")
+# What a node without cluster mode answers to CLUSTER SLOTS.
+NOT_A_CLUSTER = "cluster support disabled"
+
+Address = tuple[str, int]
+
+
+def slot_of(key: str | bytes) -> int:
+    """The cluster slot of ``key`` (the part between the first ``{`` and ``}`` if any)."""
+    return int(key_slot(key.encode() if isinstance(key, str) else key))
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """A ``MOVED``/``ASK`` reply: the slot and the address that serves it now."""
+
+    kind: str  # "MOVED" or "ASK"
+    slot: int
+    address: Address
+
+
+def parse_redirect(text: str) -> Redirect | None:
+    """``MOVED 3999 127.0.0.1:6381`` → Redirect; None for any other reply."""
+    parts = text.split()
+    if len(parts) != 3 or parts[0] not in ("MOVED", "ASK"):
+        return None
+    host, _, port = parts[2].rpartition(":")
+    if not port.isdigit() or not parts[1].isdigit():
+        return None
+    return Redirect(parts[0], int(parts[1]), (host, int(port)))
+
+
+class SlotTable:
+    """Slot → the address of the master serving it (None: nobody, e.g. mid-failover)."""
+
+    def __init__(self) -> None:
+        self._owners: list[Address | None] = [None] * SLOTS
+
+    def owner(self, slot: int) -> Address | None:
+        return self._owners[slot]
+
+    def masters(self) -> list[Address]:
+        """Every address that serves at least one slot, in slot order."""
+        return list(dict.fromkeys(a for a in self._owners if a is not None))
+
+    def move(self, slot: int, address: Address) -> None:
+        self._owners[slot] = address
+
+    def load(self, reply: Sequence[Any], asked: Address) -> None:
+        """Replace the table with a ``CLUSTER SLOTS`` reply from the node at ``asked``."""
+        owners: list[Address | None] = [None] * SLOTS
+        for first, last, master, *_replicas in reply:
+            address = node_address(master, asked)
+            owners[int(first) : int(last) + 1] = [address] * (int(last) - int(first) + 1)
+        self._owners = owners
+
+
+def node_address(entry: Sequence[Any], asked: Address) -> Address:
+    """``[host, port, id, ...]`` of a CLUSTER SLOTS reply; an empty or ``?`` host means
+    "the node you asked" (a node that does not know its own address)."""
+    raw = entry[0]
+    host = raw.decode() if isinstance(raw, bytes) else str(raw)
+    if host in ("", "?"):
+        host = asked[0]
+    return host, int(entry[1])
