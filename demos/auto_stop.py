@@ -4,7 +4,6 @@ and `done` tells whether the stop was automatic or manual."""
 from __future__ import annotations
 
 import anyio
-import redis.asyncio as aioredis
 
 from demos._common import fresh_stream, setup_logging, where
 from streamq import Message, MessageQueue, StartFrom
@@ -31,14 +30,12 @@ async def main() -> None:
     print(f"auto-stop demo on {where()}")
 
     async def destroy_group(mq: MessageQueue) -> None:
-        other = aioredis.Redis.from_url(mq.url)  # someone else, e.g. an operator's redis-cli
-        await other.xgroup_destroy(mq.stream, mq.group)
-        await other.aclose()
+        # as someone else would, e.g. an operator's redis-cli (the raw client for the
+        # stream's keys, on a cluster its slot's master)
+        await mq.client.xgroup_destroy(mq.stream, mq.group)
 
     async def delete_stream(mq: MessageQueue) -> None:
-        other = aioredis.Redis.from_url(mq.url)
-        await other.delete(mq.stream)
-        await other.aclose()
+        await mq.client.delete(mq.stream)
 
     async def terminate(mq: MessageQueue) -> None:
         await MessageQueue(mq.url, stream=mq.stream).terminate_topic()

@@ -8,10 +8,12 @@ from typing import Any
 
 import anyio
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from streamq import MessageQueue
 from streamq.testing import TEST_TIMINGS
+from streamq.wire.client import connect, connect_sync
 
 pytest_plugins = ["pytester"]
 
@@ -36,10 +38,24 @@ def stream(streamq_stream: str) -> str:
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    raw = aioredis.Redis.from_url(redis_url)
-    yield raw
-    await raw.aclose()
+async def client(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
+    """A raw client for the test stream's keys (on a cluster: its slot's master)."""
+    deployment = connect(redis_url)
+    yield deployment.client_for(stream)
+    await deployment.aclose()
+
+
+@pytest.fixture(scope="session")
+def on_cluster(redis_url: str) -> bool:
+    """Whether the session's server is a Redis Cluster (``make test-cluster``)."""
+    with sync_client(redis_url, "probe") as probe:
+        probe.ping()
+        return bool(probe.connection_pool.router.cluster)
+
+
+def sync_client(url: str, stream: str) -> redis.Redis:
+    """A blocking raw client for ``stream``'s keys (on a cluster: its slot's master)."""
+    return connect_sync(url).client_for(stream, owner=True)
 
 
 QueueFactory = Callable[..., MessageQueue]

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
+from tests.conftest import sync_client
+
 pytestmark = pytest.mark.slow
 
 
@@ -42,7 +44,7 @@ def test_bench_is_not_a_command_of_the_installed_tool() -> None:
 
 
 def test_publish_info_pending_tail(redis_url: str, stream: str) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = sync_client(redis_url, stream)
     published = streamq(
         "publish", stream, "email", '{"to":"a@b.c"}', "--meta", "k=v", url=redis_url
     )
@@ -66,7 +68,7 @@ def test_publish_info_pending_tail(redis_url: str, stream: str) -> None:
 
 
 def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = sync_client(redis_url, stream)
     entry_id = r.xadd(stream, {"type": "job", "data": "1"}).decode()
     r.xgroup_create(stream, "g", id="$")
     assert (
@@ -115,7 +117,7 @@ def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
 def test_errors_are_one_line_and_exit_non_zero(
     redis_url: str, stream: str, args: tuple[str, ...], code: int, message: str
 ) -> None:
-    redis.Redis.from_url(redis_url).xadd(stream, {"type": "x", "data": "1"})
+    sync_client(redis_url, stream).xadd(stream, {"type": "x", "data": "1"})
     result = streamq(*(a.replace("{stream}", stream) for a in args), url=redis_url)
     assert result.returncode == code, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
@@ -149,7 +151,7 @@ def test_server_command_prints_a_working_url() -> None:
 
 
 def test_global_options_after_the_command(redis_url: str, stream: str) -> None:
-    redis.Redis.from_url(redis_url).xadd(stream, {"type": "x", "data": "1"})
+    sync_client(redis_url, stream).xadd(stream, {"type": "x", "data": "1"})
     for args in (
         ("info", stream, "--url", redis_url),
         ("--url", redis_url, "info", stream),
@@ -170,7 +172,7 @@ def test_refused_credentials_are_not_an_unreachable_server(redis_url: str) -> No
 
 
 def test_tail_prints_one_json_object_per_line(redis_url: str, stream: str) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = sync_client(redis_url, stream)
     ids = [
         r.xadd(stream, {"type": "email", "data": '{"to":"a@b.c","n":[1,2]}', "meta": '{"k":"v"}'}),
         r.xadd(stream, {"type": "email", "data": "{nope"}),
@@ -201,7 +203,7 @@ def _terminal_unsafe(text: str) -> list[str]:
 
 
 def test_text_from_redis_is_escaped_before_the_terminal(redis_url: str, stream: str) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = sync_client(redis_url, stream)
     r.xadd(stream, {"type": "x", "data": "1"})
     group = "g\x1b[31m"
     r.xgroup_create(stream, group, id="0")
@@ -224,7 +226,7 @@ def test_text_from_redis_is_escaped_before_the_terminal(redis_url: str, stream: 
 def test_dlq_list_over_malformed_letters_shows_type_traceback_and_whole_reasons(
     redis_url: str, stream: str
 ) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = sync_client(redis_url, stream)
     reason = "invalid payload: " + "code must match ^[A-Z]{3}-\\d{4}(-[a-z]+)?$; " * 6
     traceback = (
         "Traceback (most recent call last):\n"

@@ -9,12 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import pytest
-import redis
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from streamq import Publisher, StreamId
-from tests.conftest import QueueFactory
+from tests.conftest import QueueFactory, sync_client
 
 TASKS = 200
 THREADS = 64
@@ -81,7 +80,7 @@ def test_threads_share_one_sync_publisher(redis_url: str, stream: str) -> None:
         futures = [pool.submit(publish_from_thread, publisher, n) for n in range(THREADS)]
         ids = [i for future in futures for i in future.result(timeout=60)]
     assert len(set(ids)) == THREADS * PER_THREAD
-    with redis.Redis.from_url(redis_url) as client:
+    with sync_client(redis_url, stream) as client:
         rows = client.xrange(stream)
     got = sorted(Job.model_validate_json(fields[b"data"]).i for _, fields in rows)
     assert got == list(range(THREADS * PER_THREAD))

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from streamq import Message, Publisher
-from tests.conftest import QueueFactory, wait_for
+from tests.conftest import QueueFactory, sync_client, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -175,12 +175,11 @@ async def test_running_inside_an_asgi_lifespan_and_health(make_queue: QueueFacto
 
 
 def test_sync_publisher(redis_url: str, stream: str) -> None:
-    import redis
 
     with Publisher(redis_url, stream=stream) as publisher:
         first = publisher.publish("email", {"to": "a@b.c"}, meta={"k": "v"})
         more = publisher.publish_many("email", [{"to": f"{i}@x"} for i in range(3)])
-    entries = redis.Redis.from_url(redis_url).xrange(stream)
+    entries = sync_client(redis_url, stream).xrange(stream)
     assert [e[0].decode() for e in entries] == [first, *more]
     assert entries[0][1] == {b"type": b"email", b"data": b'{"to":"a@b.c"}', b"meta": b'{"k":"v"}'}
 
@@ -225,7 +224,6 @@ def test_pytest_plugin_removes_what_each_test_created(
     pytester: pytest.Pytester, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On an external server the plugin deletes each test's stream and its streamq keys."""
-    import redis
 
     names = pytester.path / "streams.txt"
     pytester.makeconftest("")
@@ -268,8 +266,8 @@ def test_pytest_plugin_removes_what_each_test_created(
     result.assert_outcomes(passed=2)
     streams = names.read_text().split()
     assert len(streams) == 2 and all(s.startswith("test-") for s in streams)
-    with redis.Redis.from_url(redis_url) as r:
-        for stream in streams:
+    for stream in streams:
+        with sync_client(redis_url, stream) as r:
             assert not r.exists(stream)
             assert r.keys(f"streamq:{{{stream}}}:*") == []
 

@@ -29,6 +29,12 @@ from tests.conftest import wait_for
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture(autouse=True)
+def _single_node(on_cluster: bool) -> None:
+    if on_cluster:
+        pytest.skip("ACL users are set per node: these tests set them on one node only")
+
 PASSWORD = "s3cret-pw"
 README = Path(__file__).parent.parent / "README.md"
 MakeUser = Callable[[list[str]], Awaitable[str]]

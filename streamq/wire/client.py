@@ -25,7 +25,7 @@ from ..errors import (
     ServerUnavailableError,
     StreamNotFoundError,
 )
-from .routing import Deployment
+from .routing import RECONFIGURING, Deployment
 from .routing_sync import SyncDeployment
 
 T = TypeVar("T")
@@ -150,7 +150,7 @@ def ride_through_sync(
 def is_transient(error: BaseException) -> bool:
     if isinstance(error, rx.AuthenticationError | AuthenticationFailedError):
         return False
-    if isinstance(error, TRANSIENT_ERRORS):
+    if isinstance(error, TRANSIENT_ERRORS + RECONFIGURING):
         return True
     return isinstance(error, rx.ResponseError) and str(error).startswith(_TRANSIENT_REPLIES)
 
@@ -172,6 +172,9 @@ def translated(stream: str, group: str | None = None) -> Iterator[None]:
             raise StreamNotFoundError(f"stream {stream!r} does not exist ({text})") from e
         if text.startswith(("WRONGPASS", "NOAUTH")):
             raise AuthenticationFailedError(f"the server refused the credentials: {text}") from e
+        if isinstance(e, RECONFIGURING):
+            code = type(e).__name__.removesuffix("Error")
+            raise ServerUnavailableError(f"the cluster is reconfiguring ({code} {text})") from e
         if is_transient(e):
             raise ServerUnavailableError(f"server not ready: {text}") from e
         raise RedisFailure(text) from e

@@ -29,9 +29,16 @@ from redis import exceptions as rx
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 
 from ..errors import ConfigError
-from .slots import NOT_A_CLUSTER, REDIRECT_PREFIXES, Address, SlotTable, parse_redirect, slot_of
+from .slots import NOT_A_CLUSTER, Address, SlotTable, slot_of
 
 log = logging.getLogger(__name__)
+
+# Error replies of a cluster that is changing: a slot moved (MOVED) or moving (ASK,
+# TRYAGAIN), a failover under way (CLUSTERDOWN, MASTERDOWN). redis-py raises each as its
+# own class (the text no longer starts with the code).
+RECONFIGURING: tuple[type[rx.ResponseError], ...] = (
+    rx.AskError, rx.TryAgainError, rx.ClusterDownError,
+)  # fmt: skip
 
 
 class RouterState:
@@ -43,14 +50,15 @@ class RouterState:
         self.table = SlotTable()
         self.stale = cluster is not False
 
-    def note_reply(self, text: str) -> None:
+    def note_reply(self, error: rx.ResponseError) -> None:
         """An error reply seen on a connection: maybe the slot table is out of date."""
-        if not self.cluster or not text.startswith(REDIRECT_PREFIXES):
+        if not self.cluster:
             return
-        redirect = parse_redirect(text)
-        if redirect is not None and redirect.kind == "MOVED":
-            self.table.move(redirect.slot, redirect.address)
-        self.stale = True
+        if isinstance(error, rx.MovedError):
+            self.table.move(error.slot_id, (error.host, error.port))
+            self.stale = True
+        elif isinstance(error, RECONFIGURING):
+            self.stale = True
 
     def note_unreachable(self) -> None:
         """A node did not answer: after a failover another one serves its slots."""
@@ -89,7 +97,7 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
             try:
                 return await super().read_response(*args, **kwargs)
             except rx.ResponseError as e:
-                state.note_reply(str(e))
+                state.note_reply(e)
                 raise
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()

@@ -24,7 +24,7 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
             try:
                 return super().read_response(*args, **kwargs)
             except rx.ResponseError as e:
-                state.note_reply(str(e))
+                state.note_reply(e)
                 raise
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()

@@ -2,21 +2,19 @@
 
 Shared by the asyncio and the synchronous routers (:mod:`streamq.wire.routing`): this
 module does no I/O. A slot table is rebuilt from a ``CLUSTER SLOTS`` reply and patched by
-``MOVED`` replies in between.
+``MOVED`` replies in between (redis-py raises those as ``MovedError`` with the slot and the
+new address).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.crc import key_slot
 
 SLOTS = 16384
 
-# Replies after which the slot table may be out of date (a reshard, a failover).
-REDIRECT_PREFIXES = ("MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN")
 # What a node without cluster mode answers to CLUSTER SLOTS.
 NOT_A_CLUSTER = "cluster support disabled"
 
@@ -26,26 +24,6 @@ Address = tuple[str, int]
 def slot_of(key: str | bytes) -> int:
     """The cluster slot of ``key`` (the part between the first ``{`` and ``}`` if any)."""
     return int(key_slot(key.encode() if isinstance(key, str) else key))
-
-
-@dataclass(frozen=True, slots=True)
-class Redirect:
-    """A ``MOVED``/``ASK`` reply: the slot and the address that serves it now."""
-
-    kind: str  # "MOVED" or "ASK"
-    slot: int
-    address: Address
-
-
-def parse_redirect(text: str) -> Redirect | None:
-    """``MOVED 3999 127.0.0.1:6381`` → Redirect; None for any other reply."""
-    parts = text.split()
-    if len(parts) != 3 or parts[0] not in ("MOVED", "ASK"):
-        return None
-    host, _, port = parts[2].rpartition(":")
-    if not port.isdigit() or not parts[1].isdigit():
-        return None
-    return Redirect(parts[0], int(parts[1]), (host, int(port)))
 
 
 class SlotTable:

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 import streamq.spark
 from handlers.order_handler import Order
 from streamq.ids import StreamId
+from tests.conftest import sync_client
 
 pytestmark = [
     pytest.mark.spark,
@@ -22,8 +22,8 @@ pytestmark = [
 
 
 @pytest.fixture
-def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
+def r(redis_url: str, stream: str) -> Any:
+    client = sync_client(redis_url, stream)
     yield client
     client.close()
 
