@@ -82,6 +82,16 @@ class AuthenticationFailedError(RedisFailure):
     error, not an outage, so nothing retries it."""
 
 
+class NotReplicatedError(RedisFailure):
+    """A durable publish (``replicas=``) added its entry, but fewer replicas than asked
+    confirmed it within the timeout: the entry is in the stream (``entry_id``), and a
+    failover before it replicates could still lose it."""
+
+    def __init__(self, message: str, *, entry_id: str, replicas: int) -> None:
+        super().__init__(message)
+        self.entry_id, self.replicas = entry_id, replicas
+
+
 class StreamNotFoundError(RedisFailure, LookupError):
     """The stream key does not exist."""
 

@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Never
@@ -31,16 +31,14 @@ from .consume.context import inside_handler
 from .consume.reader import Identity
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
-from .message import encode_entry
-from .publisher import xadd_chunks
+from .publishing import PublishOperations
 from .registration import HandlerRegistry
 from .stop_signals import owns_signals, watch_stop_signals
 from .topic import admin
 from .topic.cleanup import Cleaner
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
-from .wire import resp
-from .wire.client import connect, ride_through, translated
+from .wire.client import connect
 from .wire.keys import validate_stream_name
 from .wire.permissions import check_permissions
 from .wire.routing import Deployment
@@ -63,7 +61,7 @@ def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class MessageQueue(HandlerRegistry, TopicOperations):
+class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:
@@ -212,38 +210,6 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         deployment, self._deployment, self._client = self._deployment, None, None
         if deployment is not None:
             await deployment.aclose()
-
-    # -- publishing -----------------------------------------------------------------
-    async def publish(
-        self, message_type: str, data: Any, meta: Mapping[str, str] | None = None
-    ) -> str:
-        """Add one message; return its entry ID. Raises MessageFormatError for bad input."""
-        fields = encode_entry(message_type, data, meta)
-
-        async def xadd() -> str:
-            with translated(self.stream):
-                return str((await self.client.xadd(self.stream, fields)).decode())
-
-        return await ride_through(self.deployment, xadd)
-
-    async def publish_many(
-        self,
-        message_type: str,
-        items: Iterable[Any],
-        meta: Mapping[str, str] | None = None,
-        *,
-        chunk: int = 1000,
-    ) -> list[str]:
-        """Add many messages of one type with pipelined XADD; return their IDs in order."""
-        ids: list[str] = []
-        for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
-
-            async def send(packed: bytes = packed, count: int = count) -> list[Any]:
-                with translated(self.stream):
-                    return await resp.execute(self.client, packed, count)
-
-            ids.extend(i.decode() for i in await ride_through(self.deployment, send))
-        return ids
 
     # -- consuming ------------------------------------------------------------------
     def _build_consumer(self) -> Consumer:

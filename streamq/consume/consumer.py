@@ -30,7 +30,7 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..message import RawEntry
-from ..topic.control import ControlListener, StoppedView, hold_message, was_terminated
+from ..topic.control import ControlListener, StoppedView, hold_message
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .batching import Batcher
@@ -39,6 +39,7 @@ from .claiming import Claimer
 from .context import inside_handler
 from .dispatch import Dispatcher
 from .failures import cancelled_by_streamq, describe
+from .gone import confirmed_gone
 from .reader import Identity, Reader
 from .router import Route, Router
 from .stats import Stats
@@ -48,6 +49,8 @@ from .workqueue import WorkQueue
 log = logging.getLogger(__name__)
 
 ACK_FLUSH_TIMEOUT = 10.0
+# After a read found no group but the group and stream exist (or cannot be checked now).
+GONE_CHECK_BACKOFF = 0.5
 
 
 class Consumer:
@@ -202,40 +205,25 @@ class Consumer:
         self.capacity.wake()
 
     async def _group_lost(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
-        try:
-            reason = await self._why_gone() or "group_deleted"
-        except (RedisFailure, rx.RedisError, OSError):
-            reason = "group_deleted"
+        i = self.id
+        reason = await confirmed_gone(
+            self._client, i.stream, i.group, hint=f"a read said: {error}", failure_means_gone=True
+        )
+        if reason is None:  # a failover or migration: read again after a pause
+            await anyio.sleep(GONE_CHECK_BACKOFF)
+            return
         log.warning("auto-stop (%s): %s", reason, error)
         self.request_stop(reason, auto=True)
 
-    async def _why_gone(self) -> str | None:
-        """Why this consumer's topic or group is gone, or None if both exist."""
-        stream, group = self.id.stream, self.id.group
-        if await was_terminated(self._client, stream):
-            return "topic_terminated"
-        if not await self._client.exists(stream):
-            return "stream_deleted"
-        groups = await self._client.xinfo_groups(stream)
-        if not any(g["name"] == group.encode() for g in groups):
-            return "group_deleted"
-        return None
-
     async def _on_terminate_notice(self) -> None:
         """A terminate notice is a hint: stop only if the topic really is gone."""
-        try:
-            reason = await self._why_gone()
-        except (RedisFailure, rx.RedisError, OSError) as e:
-            log.warning("cannot check a terminate notice now (%s); the read loop will", e)
-            return
-        if reason is None:
-            log.warning(
-                "ignoring a terminate notice: stream %r and group %r still exist",
-                self.id.stream, self.id.group,
-            )  # fmt: skip
-            return
-        log.warning("auto-stop (%s): terminate notice confirmed", reason)
-        self.request_stop(reason, auto=True)
+        i = self.id
+        reason = await confirmed_gone(
+            self._client, i.stream, i.group, hint="a terminate notice", failure_means_gone=False
+        )
+        if reason is not None:
+            log.warning("auto-stop (%s): terminate notice confirmed", reason)
+            self.request_stop(reason, auto=True)
 
     def _fail(self, error: RedisFailure) -> None:
         self.error = error

@@ -16,6 +16,8 @@ import anyio
 import redis
 import redis.asyncio as aioredis
 
+from .routing import RECONFIGURING
+
 
 def bulk(value: bytes | str) -> bytes:
     raw = value if isinstance(value, bytes) else value.encode()
@@ -93,7 +95,11 @@ class OwnConnection:
         self._connection: Any = None
 
     async def execute(self, packed: bytes, replies: int, *, raise_errors: bool = True) -> list[Any]:
-        """Like :func:`execute`, on this task's own connection."""
+        """Like :func:`execute`, on this task's own connection.
+
+        A reply saying that the cluster moved the key's slot gives the connection back:
+        the next command takes one from the slot's (new) master.
+        """
         if self._connection is None:
             self._connection = await self._pool.get_connection()
         try:
@@ -101,6 +107,8 @@ class OwnConnection:
         except BaseException:
             await _drop(self._connection)
             raise
+        if any(isinstance(result, RECONFIGURING) for result in results):
+            await self.release()
         if raise_errors:
             _raise_first_error(results)
         return results

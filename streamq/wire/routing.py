@@ -103,9 +103,9 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
                 state.note_unreachable()
                 raise
 
-        async def connect(self) -> None:
+        async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
             try:
-                await super().connect()
+                await super().connect_check_health(*args, **kwargs)
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()
                 raise

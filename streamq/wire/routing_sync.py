@@ -30,9 +30,9 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
                 state.note_unreachable()
                 raise
 
-        def connect(self) -> None:
+        def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
             try:
-                super().connect()
+                super().connect_check_health(*args, **kwargs)
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()
                 raise

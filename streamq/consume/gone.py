@@ -1,0 +1,52 @@
+"""Is the topic or the group really gone? Checked before a consumer stops on its own.
+
+A read answering "no such group" or "no such stream", or a terminate notice, is only a
+reason to look: a failover or a slot migration can give the same answers for a moment, and
+a notice can be forged. The consumer stops only for what Redis confirms.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as aioredis
+
+from ..errors import RedisFailure, ServerUnavailableError
+from ..topic.control import was_terminated
+from ..wire.client import translated
+
+log = logging.getLogger(__name__)
+
+
+async def why_gone(client: aioredis.Redis, stream: str, group: str) -> str | None:
+    """``topic_terminated``, ``stream_deleted`` or ``group_deleted``; None if both exist."""
+    with translated(stream, group):
+        if await was_terminated(client, stream):
+            return "topic_terminated"
+        if not await client.exists(stream):
+            return "stream_deleted"
+        groups = await client.xinfo_groups(stream)
+    if not any(g["name"] == group.encode() for g in groups):
+        return "group_deleted"
+    return None
+
+
+async def confirmed_gone(
+    client: aioredis.Redis, stream: str, group: str, *, hint: str, failure_means_gone: bool
+) -> str | None:
+    """The reason to stop if Redis confirms ``hint``; None if both exist or if the check
+    cannot be made now (the server or the cluster is away or changing: try again later).
+    A check that fails for good counts as ``group_deleted`` if ``failure_means_gone``."""
+    try:
+        reason = await why_gone(client, stream, group)
+    except ServerUnavailableError as e:
+        log.warning("%s; cannot check it now: %s", hint, e)
+        return None
+    except RedisFailure as e:
+        if not failure_means_gone:
+            log.warning("%s; cannot check it: %s", hint, e)
+            return None
+        reason = "group_deleted"
+    if reason is None:
+        log.warning("%s, but stream %r and group %r exist: going on", hint, stream, group)
+    return reason

@@ -1,0 +1,246 @@
+"""streamq on a real Redis Cluster (embedded valkey-server processes): the URL of any node
+works for every feature; a master killed under load and a slot migrated under a running
+consumer are ridden through with nothing lost."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import anyio
+import pytest
+import redis
+
+from streamq import (
+    CleanupPolicy,
+    ConfigError,
+    EmbeddedCluster,
+    Message,
+    MessageQueue,
+    NotReplicatedError,
+    Publisher,
+    Reject,
+    StartFrom,
+)
+from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.wire.slots import SlotTable, slot_of
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+def masters(url: str, stream: str) -> tuple[str, str]:
+    """(URL of the master serving ``stream``'s slot, URL of another master), as the
+    cluster itself says (CLUSTER SLOTS)."""
+    with redis.Redis.from_url(url) as node:
+        table = SlotTable()
+        table.load(node.execute_command("CLUSTER", "SLOTS"), ("127.0.0.1", 0))
+    owner = table.owner(slot_of(stream))
+    assert owner is not None, f"nobody serves the slot of {stream!r}"
+    other = next(a for a in table.masters() if a != owner)
+    return tuple(f"redis://{host}:{port}/0" for host, port in (owner, other))  # type: ignore[return-value]
+
+
+@pytest.fixture
+def cluster_stream(streamq_cluster_url: str) -> Iterator[str]:
+    stream = f"test-{os.urandom(6).hex()}"
+    yield stream
+    delete_stream_keys(streamq_cluster_url, stream)
+
+
+def queue(url: str, stream: str, **options: object) -> MessageQueue:
+    settings: dict[str, object] = {
+        "stream": stream, "group": "g", "consumer": "c1", "start": StartFrom.EARLIEST,
+        "config": TEST_TIMINGS, **options,
+    }  # fmt: skip
+    return MessageQueue(url, **settings)  # type: ignore[arg-type]
+
+
+async def test_every_feature_through_a_node_that_does_not_serve_the_stream(
+    streamq_cluster_url: str, cluster_stream: str
+) -> None:
+    _, other = masters(streamq_cluster_url, cluster_stream)
+    mq = queue(other, cluster_stream)
+    handled: list[str] = []
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        handled.append(msg.id)
+
+    @mq.handler("poison")
+    async def poison(msg: Message[int]) -> None:
+        raise Reject("never")
+
+    async with mq:
+        assert mq.deployment.cluster is True
+        ids = await mq.publish_many("ok", range(30))
+        ids.append(await mq.publish("ok", 30))
+        await mq.publish("poison", 0)
+        await mq.stop_message(ids[3])
+        async with mq.running():
+            await wait_for(lambda: len(handled) == 30, what="30 of 31 handled (one stopped)")
+            await wait_for(lambda: mq.stats().get("dead_lettered") == 1, what="1 dead letter")
+            assert ids[3] not in handled
+            await mq.resume_message(ids[3])
+            await wait_for(lambda: ids[3] in handled, what="the resumed entry handled")
+        info = await mq.topic_info()
+        assert (info.length, info.pending, info.dead_letters) == (32, 0, 1)
+        (letter,) = await mq.dead_letters()
+        assert letter.type == "poison"
+        assert sorted(handled) == sorted(ids)
+        mq.set_cleanup_policy(CleanupPolicy(min_retention=0, max_stream_length=0))
+        assert await mq.cleanup() == 32
+        await mq.terminate_topic()
+        assert (await mq.topic_info()).exists is False
+
+
+async def test_a_notice_reaches_a_consumer_on_another_node_through_sharded_pubsub(
+    streamq_cluster_url: str, cluster_stream: str
+) -> None:
+    owner, other = masters(streamq_cluster_url, cluster_stream)
+    consumer = queue(owner, cluster_stream, consumer="reader")
+    seen: list[str] = []
+
+    @consumer.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        seen.append(msg.id)
+
+    operator = queue(other, cluster_stream, consumer="operator")
+    async with operator, consumer.running():
+        held = await operator.publish("ok", 1)
+        await wait_for(lambda: held in seen, what="first entry handled")
+        # an entry stopped from another node: the consumer hears of it and keeps it out
+        later = await operator.publish("ok", 2)
+        await operator.stop_message(later)
+        await operator.resume_message(later)
+        await wait_for(lambda: later in seen, what="stopped-then-resumed entry handled")
+        await operator.terminate_topic()
+        await wait_for(lambda: consumer.done.is_set(), what="terminate notice heard")
+    assert consumer.stop_reason == "topic_terminated"
+
+
+def test_the_sync_publisher_works_through_any_node(
+    streamq_cluster_url: str, cluster_stream: str
+) -> None:
+    _, other = masters(streamq_cluster_url, cluster_stream)
+    with Publisher(other, stream=cluster_stream) as publisher:
+        first = publisher.publish("ok", 1)
+        rest = publisher.publish_many("ok", range(10))
+    owner, _ = masters(streamq_cluster_url, cluster_stream)
+    with redis.Redis.from_url(owner) as node:
+        assert [i.decode() for i, _ in node.xrange(cluster_stream)] == [first, *rest]
+
+
+async def test_cluster_true_on_a_single_node_is_a_config_error(redis_url: str) -> None:
+    async with anyio.create_task_group():
+        mq = MessageQueue(redis_url, stream="s", cluster=True)
+        with pytest.raises(ConfigError, match="not a cluster node"):
+            await mq.open()
+    with pytest.raises(ConfigError, match="cluster must be"):
+        MessageQueue(redis_url, stream="s", cluster="yes")  # type: ignore[arg-type]
+
+
+# -- failover and resharding (a cluster of their own: they kill and move things) --------
+
+
+@pytest.fixture(scope="module")
+def replicated() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(masters=3, replicas=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def replicated_stream(replicated: EmbeddedCluster) -> Iterator[str]:
+    stream = f"test-{os.urandom(6).hex()}"
+    yield stream
+    replicated.wait_ready()
+    delete_stream_keys(replicated.url, stream)
+
+
+class Load:
+    """A producer publishing through ``url`` until told to stop, and a consumer handling
+    through ``url``: what was published (durably when ``replicas``) and what was handled."""
+
+    def __init__(self, url: str, stream: str, *, replicas: int = 0) -> None:
+        self.producer = queue(url, stream, consumer="producer")
+        self.consumer = queue(url, stream, consumer="survivor")
+        self.replicas = replicas
+        self.published: list[str] = []
+        self.handled: set[str] = set()
+        self.enough = anyio.Event()
+
+        @self.consumer.handler("ok")
+        async def ok(msg: Message[int]) -> None:
+            self.handled.add(msg.id)
+
+    async def produce(self, at_least: int) -> None:
+        i = 0
+        while not (self.enough.is_set() and i >= at_least):
+            try:
+                self.published.append(
+                    await self.producer.publish("ok", i, replicas=self.replicas, timeout=1)
+                )
+            except NotReplicatedError as e:  # added (to a master without a replica yet)
+                self.published.append(e.entry_id)
+            i += 1
+            await anyio.sleep(0.002)
+
+    def missing(self) -> set[str]:
+        return set(self.published) - self.handled
+
+
+async def run_under_load(load: Load, disturb: object) -> None:
+    """Publish and consume while ``disturb()`` (run in a thread) breaks something; then
+    wait until everything published was handled, the consumer never having stopped."""
+    async with load.producer, load.consumer.running():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(load.produce, 300)
+            await wait_for(lambda: len(load.published) >= 100, timeout=20, what="100 published")
+            await anyio.to_thread.run_sync(disturb)  # type: ignore[arg-type]
+            load.enough.set()
+        await wait_for(
+            lambda: not load.missing(), timeout=40,
+            what=f"every published entry handled ({len(load.missing())} missing)",
+        )  # fmt: skip
+        assert not load.consumer.done.is_set(), f"consumer stopped: {load.consumer.stop_reason}"
+
+
+async def test_a_master_killed_under_load_loses_nothing_acknowledged(
+    replicated: EmbeddedCluster, replicated_stream: str
+) -> None:
+    victim = replicated.master_of_slot(slot_of(replicated_stream))
+    survivor = next(n for n in replicated.nodes if n.role == "master" and n.port != victim.port)
+    load = Load(survivor.url, replicated_stream, replicas=1)
+
+    def failover() -> None:
+        replicated.kill_node(victim.port)
+        replicated.wait_ready()  # a replica took over the victim's slots
+        replicated.restart_node(victim.port)  # back as the new master's replica
+
+    await run_under_load(load, failover)
+    assert replicated.master_of_slot(slot_of(replicated_stream)).port != victim.port
+
+
+async def test_a_slot_migrated_under_a_running_consumer_is_waited_out(
+    replicated: EmbeddedCluster, replicated_stream: str
+) -> None:
+    slot = slot_of(replicated_stream)
+    source = replicated.master_of_slot(slot)
+    target, third = [n for n in replicated.nodes if n.role == "master" and n.port != source.port]
+    load = Load(third.url, replicated_stream)
+
+    def migrate() -> None:
+        with redis.Redis.from_url(source.url) as src, redis.Redis.from_url(target.url) as dst:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+            assert replicated_stream.encode() in keys, keys
+            src.migrate("127.0.0.1", target.port, keys, 0, 5000)
+            for node in replicated.nodes:
+                if node.role == "master":
+                    with redis.Redis.from_url(node.url) as each:
+                        each.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        replicated.wait_ready()
+
+    await run_under_load(load, migrate)
+    assert replicated.master_of_slot(slot).port == target.port
