@@ -7,14 +7,20 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from html.parser import HTMLParser
 from typing import Any
 
 import anyio
+import httpx
+import redis
 from starlette.applications import Starlette
 
-from streamq import Message, MessageQueue, Reject, RetryPolicy, StartFrom
+from streamq import Message, MessageQueue, Publisher, Reject, RetryPolicy, StartFrom
+from streamq.dashboard import create_app
+from streamq.dashboard.app import LOOPBACK_HOSTS
+from streamq.dashboard.samples import SampleStore
 from streamq.dashboard.server import bind, url_of, uvicorn_server
 from streamq.testing import TEST_TIMINGS
 from tests.conftest import wait_for
@@ -39,6 +45,38 @@ def serving(app: Starlette) -> Iterator[str]:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+@contextmanager
+def dashboard_client(url: str, token: str | None = TOKEN) -> Iterator[httpx.Client]:
+    """An HTTP client of a dashboard over ``url`` (served by uvicorn on loopback, Host
+    checked), not logged in. Samples for the chart are taken at every poll."""
+    app = create_app(url, token=token, allowed_hosts=LOOPBACK_HOSTS)
+    app.state.samples = SampleStore(min_interval=0)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        yield client
+
+
+def log_in(web: httpx.Client) -> str:
+    """Log ``web`` in with the token; return the session's CSRF token."""
+    response = web.post("/login", data={"token": TOKEN, "next": "/"})
+    assert response.status_code == 303, response.text
+    return csrf_of(web.get("/").text)
+
+
+def publish(url: str, stream: str, n: int, message_type: str = "job") -> list[str]:
+    with Publisher(url, stream=stream) as publisher:
+        return publisher.publish_many(message_type, list(range(n)))
+
+
+def topic_with_pending(url: str, r: redis.Redis, stream: str) -> list[str]:
+    """5 entries; group ``billing`` read 3 of them (consumer c1: 2, c2: 1); ``audit`` none."""
+    ids = publish(url, stream, 5)
+    r.xgroup_create(stream, "billing", id="0")
+    r.xgroup_create(stream, "audit", id="0")
+    r.xreadgroup("billing", "c1", {stream: ">"}, count=2)
+    r.xreadgroup("billing", "c2", {stream: ">"}, count=1)
+    return ids
 
 
 def make_dead_letters(
@@ -81,7 +119,9 @@ def make_dead_letters(
 
                 await wait_for(all_dead, what=f"{expected} dead letters")
 
-    anyio.run(run)
+    # in a thread of its own: the caller's thread may run an event loop (Playwright's)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, run).result()
 
 
 class _Tables(HTMLParser):

@@ -46,7 +46,7 @@ SECURITY_HEADERS = [
      b"frame-ancestors 'none'"),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make forms send Origin: null
 ]  # fmt: skip
 
 

@@ -33,7 +33,7 @@ def shown(value: object) -> str:
 
 def shown_lines(value: object) -> str:
     """Like :func:`shown` but keeps newlines (payloads, tracebacks), cut to a size."""
-    return terminal_safe(keep_start("" if value is None else str(value), MAX_SHOWN_CHARS))
+    return terminal_safe(keep_start("-" if value is None else str(value), MAX_SHOWN_CHARS))
 
 
 def when(ms: int) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -42,10 +44,20 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def uvicorn_server(app: ASGIApp) -> uvicorn.Server:
-    """A uvicorn server for ``app``: HTTP only (no websockets), quiet access log."""
+def uvicorn_server(app: ASGIApp, *, handle_signals: bool = True) -> uvicorn.Server:
+    """A uvicorn server for ``app``: HTTP only (no websockets), quiet access log.
+
+    ``handle_signals=False``: leave SIGINT/SIGTERM to the caller (who sets
+    ``should_exit``), for a server that is one task among others.
+    """
     config = uvicorn.Config(
         app, ws="none", lifespan="on", log_level="warning", access_log=False,
         server_header=False, proxy_headers=False,
     )  # fmt: skip
-    return uvicorn.Server(config)
+    return uvicorn.Server(config) if handle_signals else _SignalFreeServer(config)
+
+
+class _SignalFreeServer(uvicorn.Server):
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

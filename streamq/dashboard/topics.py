@@ -11,7 +11,6 @@ queue would create its consumer group.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -23,7 +22,6 @@ from ..topic.admin import TopicInfo, topic_info
 from ..topic.deadletter import DeadLetter, DeadLetters
 from ..wire.client import text, translated
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 OWN_KEYS = b"streamq:{"

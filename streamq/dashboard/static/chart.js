@@ -1,7 +1,7 @@
 // The topic page's chart: lag, pending, published/s and read/s over the last minutes.
 // The figures are refreshed by htmx (hx-trigger="every 2s" on #live); each refresh brings
-// the samples as JSON in <script type="application/json" id="samples">, drawn here with
-// uPlot. No inline script: the Content-Security-Policy allows files from the dashboard only.
+// the samples as JSON in the data-series attribute of #samples, drawn here with uPlot.
+// No inline script: the Content-Security-Policy allows files from the dashboard only.
 (function () {
   "use strict";
   var chart = null;
@@ -11,7 +11,7 @@
   function readSamples() {
     var island = document.getElementById("samples");
     if (!island) { return null; }
-    try { return JSON.parse(island.textContent); } catch (e) { return null; }
+    try { return JSON.parse(island.getAttribute("data-series")); } catch (e) { return null; }
   }
 
   function columns(s) { return [s.t, s.lag, s.pending, s.published, s.read]; }
@@ -42,6 +42,8 @@
     if (!samples) { return; }
     if (chart === null) {
       chart = new uPlot(options(width()), columns(samples), target);
+      var hint = document.getElementById("chart-hint");
+      if (hint) { hint.remove(); }
     } else {
       chart.setData(columns(samples));
     }
