@@ -23,6 +23,7 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 
 from streamq.dashboard import create_app
 from streamq.wire.keys import Keys
+from streamq.wire.permissions import acl_rules
 from tests.dashboard_helpers import (
     TOKEN,
     dashboard_client,
@@ -234,6 +235,34 @@ def test_no_page_shows_the_password_of_the_redis_url(
             assert password not in unreachable.text
     finally:
         r.execute_command("ACL", "DELUSER", user)
+
+
+def test_an_operator_limited_to_one_topic_sees_it_and_not_the_others(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """The README's operator ACL plus +scan: the topic's pages work; the streams it may not
+    read are counted as hidden, not an error."""
+    topic_with_pending(redis_url, r, stream)
+    other = f"{stream}-other"
+    r.xgroup_create(other, "g", id="$", mkstream=True)
+    user, password = f"op-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    r.execute_command(
+        "ACL", "SETUSER", user, *acl_rules(stream, operator=True, password=password), "+scan"
+    )
+    url = redis_url.replace("redis://", f"redis://{user}:{password}@")
+    try:
+        with dashboard_client(url) as web:
+            listing = web.get("/")
+            assert listing.status_code == 200, listing.text
+            names = [row[0] for row in table(listing.text, "topics")[1:]]
+            assert names == [stream]
+            assert "s user read are not listed" in listing.text
+            for path in ("/topic", "/topic/live", "/topic/pending", "/topic/dead-letters",
+                         "/topic/stopped", "/topic/terminate"):  # fmt: skip
+                assert web.get(path, params={"stream": stream}).status_code == 200, path
+    finally:
+        r.execute_command("ACL", "DELUSER", user)
+        r.delete(other)
 
 
 def test_security_headers_and_host_check(web: Web) -> None:

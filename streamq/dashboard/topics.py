@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import redis.asyncio as aioredis
+from redis import exceptions as rx
 
+from ..errors import RedisFailure
 from ..ids import StreamId
 from ..topic.admin import TopicInfo, topic_info
 from ..topic.deadletter import DeadLetter, DeadLetters
@@ -36,12 +38,13 @@ class TopicList:
     topics: list[TopicInfo]
     truncated: bool  # more than MAX_TOPICS streams with groups exist
     skipped: int  # streams whose names are not UTF-8 (not addressable from a page)
+    hidden: int = 0  # streams the server's ACL does not let this user read
 
 
 async def list_topics(client: aioredis.Redis, limit: int = MAX_TOPICS) -> TopicList:
     """Every stream with a consumer group (up to ``limit``), sorted by name."""
     topics: list[TopicInfo] = []
-    skipped, truncated = 0, False
+    skipped, hidden, truncated = 0, 0, False
     with translated("*"):
         async for raw in client.scan_iter(count=SCAN_BATCH, _type="stream"):
             if raw.startswith(OWN_KEYS):
@@ -51,14 +54,28 @@ async def list_topics(client: aioredis.Redis, limit: int = MAX_TOPICS) -> TopicL
             except UnicodeDecodeError:
                 skipped += 1
                 continue
-            info = await topic_info(client, name)
+            info = await _readable_topic_info(client, name)
+            if info is None:
+                hidden += 1
+                continue
             if not info.groups:
                 continue
             if len(topics) == limit:
                 truncated = True
                 break
             topics.append(info)
-    return TopicList(sorted(topics, key=lambda t: t.stream), truncated, skipped)
+    return TopicList(sorted(topics, key=lambda t: t.stream), truncated, skipped, hidden)
+
+
+async def _readable_topic_info(client: aioredis.Redis, stream: str) -> TopicInfo | None:
+    """``topic_info``, or None if the ACL lets this user see the name (SCAN lists every
+    key) but not read the stream: an operator limited to some streams lists those."""
+    try:
+        return await topic_info(client, stream)
+    except RedisFailure as e:
+        if isinstance(e.__cause__, rx.NoPermissionError):
+            return None
+        raise
 
 
 def total_lag(info: TopicInfo) -> int | None:
