@@ -188,4 +188,6 @@ def test_a_script_acts_with_a_bearer_token_and_gets_plain_text(
     done = web.post("/topic/stop", data={"stream": stream, "id": ids[4]}, headers=auth)
     assert done.status_code == 200 and done.text.startswith(f"stopped {ids[4]}")
     missing = web.post("/topic/resume", data={"stream": stream, "id": ids[3]}, headers=auth)
-    assert missing.status_code == 409 and "is not stopped" in missing.text
+    assert missing.status_code == 404 and "is not stopped" in missing.text
+    typo = web.post("/topic/terminate", data={"stream": stream, "confirm": "?"}, headers=auth)
+    assert typo.status_code == 400 and "not terminated" in typo.text

@@ -41,11 +41,15 @@ async def authorised_form(request: Request) -> FormData:
     return form
 
 
-def field(form: FormData, name: str) -> str:
+def field(form: FormData, name: str, *, strip: bool = True) -> str:
+    """A required text field; 400 without it. An ID typed by hand is stripped of spaces; a
+    stream name (``strip=False``) is taken as it is, since it may hold them."""
     value = form.get(name)
-    if not isinstance(value, str) or not value.strip():
+    if isinstance(value, str) and strip:
+        value = value.strip()
+    if not isinstance(value, str) or not value:
         raise HTTPException(400, f"the form has no {name!r}")
-    return value.strip() if name != "stream" else value
+    return value
 
 
 def optional_field(form: FormData, name: str) -> str | None:
@@ -53,24 +57,26 @@ def optional_field(form: FormData, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def outcome(request: Request, back: str, text: str, *, ok: bool = True) -> Response:
-    """Show ``text`` on the page at ``back`` (a browser), or return it (a script)."""
-    if access_of(request).flash(request, "ok" if ok else "error", text):
+def outcome(request: Request, back: str, text: str, *, status: int = 200) -> Response:
+    """Show ``text`` on the page at ``back`` (a browser), or return it with ``status``
+    (a script)."""
+    if access_of(request).flash(request, "ok" if status < 400 else "error", text):
         return RedirectResponse(back, status_code=303)
-    return PlainTextResponse(text, status_code=200 if ok else 409)
+    return PlainTextResponse(text, status_code=status)
 
 
 async def _act(request: Request, back: str, operation: Callable[[], Awaitable[str]]) -> Response:
     try:
         text = await operation()
     except EXPECTED_FAILURES as e:
-        return outcome(request, back, str(e), ok=False)
+        status = 404 if isinstance(e, MessageNotFoundError) else 400
+        return outcome(request, back, str(e), status=status)
     return outcome(request, back, text)
 
 
 async def stop(request: Request) -> Response:
     form = await authorised_form(request)
-    stream, entry_id = field(form, "stream"), field(form, "id")
+    stream, entry_id = field(form, "stream", strip=False), field(form, "id")
     back = safe_next(optional_field(form, "back"), href("/topic/stopped", stream=stream))
 
     async def run() -> str:
@@ -82,7 +88,7 @@ async def stop(request: Request) -> Response:
 
 async def resume(request: Request) -> Response:
     form = await authorised_form(request)
-    stream, entry_id = field(form, "stream"), field(form, "id")
+    stream, entry_id = field(form, "stream", strip=False), field(form, "id")
 
     async def run() -> str:
         groups = await control.resume_message(client_of(request), stream, entry_id)
@@ -93,7 +99,7 @@ async def resume(request: Request) -> Response:
 
 async def replay(request: Request) -> Response:
     form = await authorised_form(request)
-    stream, letter_id = field(form, "stream"), field(form, "id")
+    stream, letter_id = field(form, "stream", strip=False), field(form, "id")
 
     async def run() -> str:
         new_id = await DeadLetters(client_of(request), stream).replay(letter_id)
@@ -104,7 +110,7 @@ async def replay(request: Request) -> Response:
 
 async def replay_all(request: Request) -> Response:
     form = await authorised_form(request)
-    stream = field(form, "stream")
+    stream = field(form, "stream", strip=False)
 
     async def run() -> str:
         new_ids = await DeadLetters(client_of(request), stream).replay_all()
@@ -115,10 +121,10 @@ async def replay_all(request: Request) -> Response:
 
 async def purge(request: Request) -> Response:
     form = await authorised_form(request)
-    stream = field(form, "stream")
+    stream = field(form, "stream", strip=False)
     back = href("/topic/dead-letters", stream=stream)
     if form.get("confirm") != stream:
-        return outcome(request, back, "not purged: type the topic's name to confirm", ok=False)
+        return outcome(request, back, "not purged: type the topic's name to confirm", status=400)
 
     async def run() -> str:
         return f"purged {await DeadLetters(client_of(request), stream).purge()} dead letter(s)"
@@ -128,15 +134,17 @@ async def purge(request: Request) -> Response:
 
 async def terminate(request: Request) -> Response:
     form = await authorised_form(request)
-    stream = field(form, "stream")
+    stream = field(form, "stream", strip=False)
     if form.get("confirm") != stream:
         back = href("/topic/terminate", stream=stream)
-        return outcome(request, back, "not terminated: type the topic's name to confirm", ok=False)
+        return outcome(
+            request, back, "not terminated: type the topic's name to confirm", status=400
+        )
     keep = form.get("keep_dead_letters") == "on"
     with translated(stream):
         exists = await client_of(request).exists(stream)
     if not exists:
-        return outcome(request, "/", f"not terminated: there is no stream {stream!r}", ok=False)
+        return outcome(request, "/", f"not terminated: there is no stream {stream!r}", status=404)
     await control.terminate_topic(client_of(request), stream, keep_dead_letters=keep)
     store: SampleStore = request.app.state.samples
     store.forget(stream)
