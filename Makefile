@@ -6,17 +6,20 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 REDIS7_PORT ?= 6479
 REDIS8_PORT ?= 6482
+# root installs Debian packages itself; anyone else through sudo
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
         test-spark test-pyspark40 test-redis7 test-redis8 test-soak bench lint fmt typecheck clean redis-up \
-        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice
+        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
+        demo-dashboard browser-deps
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,metrics]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,metrics,dashboard]'
 	touch $(STAMP)
 
 demo run: setup
@@ -43,7 +46,21 @@ demo-pipeline: setup
 demo-microservice: setup
 	$(PY) -m demos.microservice
 
-test: setup
+# The dashboard over live traffic (producer, consumer, failures) until Ctrl-C.
+demo-dashboard: setup
+	$(PY) -m demos.dashboard
+
+# The dashboard's browser tests drive Debian's chromium through the playwright package:
+# both are installed when missing; where that is impossible those tests skip, saying why.
+browser-deps: setup
+	@command -v chromium >/dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq chromium) || \
+	  echo "make: could not install chromium: the dashboard's browser tests will skip"
+	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet playwright || \
+	  echo "make: could not install playwright: the dashboard's browser tests will skip"
+
+test: setup browser-deps
 	$(PYTEST) -q
 
 test-fast: setup

@@ -39,6 +39,7 @@ from ..ids import StreamId
 from ..queue import MessageQueue
 from ..wire.client import stream_rows, translated
 from ..wire.keys import Keys
+from .dashboard import add_dashboard_arguments, cmd_dashboard
 from .render import (
     one_line,
     render_dead_letters,
@@ -243,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
         stream=False,
     )
     add_server_arguments(p)
+    p = command("dashboard", cmd_dashboard, "serve the web dashboard (extra [dashboard])", False)
+    add_dashboard_arguments(p)
     p = command("publish", cmd_publish, "publish one message: STREAM TYPE JSON")
     p.add_argument("type")
     p.add_argument("json")
@@ -304,7 +307,7 @@ def _confirm(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "server":
+        if args.command in ("server", "dashboard"):  # run in the foreground, synchronously
             return int(args.func(args))
         _confirm(args)
         coro: Callable[[argparse.Namespace], Coroutine[Any, Any, str]] = args.func

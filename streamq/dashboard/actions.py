@@ -1,0 +1,176 @@
+"""The actions (POST): stop and resume an entry, replay dead letters (one, or all as a
+snapshot), purge them, terminate a topic, log in and out.
+
+Each action first checks the write token (:meth:`Access.require_write`, 403 otherwise),
+then calls the same topic operation ``MessageQueue`` offers. A browser is sent back to the
+page it came from (303) with the outcome as a message; a script (``Authorization:
+Bearer``) gets the outcome as plain text, 200 or 4xx. Destructive actions (purge,
+terminate) also need the topic's name typed into the form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from ..errors import ConfigError, InvalidMessageIdError, MessageNotFoundError
+from ..topic import control
+from ..topic.deadletter import DeadLetters
+from ..wire.client import translated
+from .pages import client_of
+from .render import href, page
+from .samples import SampleStore
+from .security import Access, safe_next, same_origin
+
+# Outcomes an operator can cause by hand (a stale page, a typo): shown, not a server error.
+EXPECTED_FAILURES = (MessageNotFoundError, InvalidMessageIdError, ConfigError)
+
+
+def access_of(request: Request) -> Access:
+    access: Access = request.app.state.access
+    return access
+
+
+async def authorised_form(request: Request) -> FormData:
+    form = await request.form()
+    access_of(request).require_write(request, form)
+    return form
+
+
+def field(form: FormData, name: str, *, strip: bool = True) -> str:
+    """A required text field; 400 without it. An ID typed by hand is stripped of spaces; a
+    stream name (``strip=False``) is taken as it is, since it may hold them."""
+    value = form.get(name)
+    if isinstance(value, str) and strip:
+        value = value.strip()
+    if not isinstance(value, str) or not value:
+        raise HTTPException(400, f"the form has no {name!r}")
+    return value
+
+
+def optional_field(form: FormData, name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None
+
+
+def outcome(request: Request, back: str, text: str, *, status: int = 200) -> Response:
+    """Show ``text`` on the page at ``back`` (a browser), or return it with ``status``
+    (a script)."""
+    if access_of(request).flash(request, "ok" if status < 400 else "error", text):
+        return RedirectResponse(back, status_code=303)
+    return PlainTextResponse(text, status_code=status)
+
+
+async def _act(request: Request, back: str, operation: Callable[[], Awaitable[str]]) -> Response:
+    try:
+        text = await operation()
+    except EXPECTED_FAILURES as e:
+        status = 404 if isinstance(e, MessageNotFoundError) else 400
+        return outcome(request, back, str(e), status=status)
+    return outcome(request, back, text)
+
+
+async def stop(request: Request) -> Response:
+    form = await authorised_form(request)
+    stream, entry_id = field(form, "stream", strip=False), field(form, "id")
+    back = safe_next(optional_field(form, "back"), href("/topic/stopped", stream=stream))
+
+    async def run() -> str:
+        groups = await control.stop_message(client_of(request), stream, entry_id)
+        return f"stopped {entry_id} (taken from {groups} group(s)' pending entries)"
+
+    return await _act(request, back, run)
+
+
+async def resume(request: Request) -> Response:
+    form = await authorised_form(request)
+    stream, entry_id = field(form, "stream", strip=False), field(form, "id")
+
+    async def run() -> str:
+        groups = await control.resume_message(client_of(request), stream, entry_id)
+        return f"resumed {entry_id} (given back to {groups} group(s))"
+
+    return await _act(request, href("/topic/stopped", stream=stream), run)
+
+
+async def replay(request: Request) -> Response:
+    form = await authorised_form(request)
+    stream, letter_id = field(form, "stream", strip=False), field(form, "id")
+
+    async def run() -> str:
+        new_id = await DeadLetters(client_of(request), stream).replay(letter_id)
+        return f"replayed dead letter {letter_id} as {new_id}"
+
+    return await _act(request, href("/topic/dead-letters", stream=stream), run)
+
+
+async def replay_all(request: Request) -> Response:
+    form = await authorised_form(request)
+    stream = field(form, "stream", strip=False)
+
+    async def run() -> str:
+        new_ids = await DeadLetters(client_of(request), stream).replay_all()
+        return f"replayed {len(new_ids)} dead letter(s)"
+
+    return await _act(request, href("/topic/dead-letters", stream=stream), run)
+
+
+async def purge(request: Request) -> Response:
+    form = await authorised_form(request)
+    stream = field(form, "stream", strip=False)
+    back = href("/topic/dead-letters", stream=stream)
+    if form.get("confirm") != stream:
+        return outcome(request, back, "not purged: type the topic's name to confirm", status=400)
+
+    async def run() -> str:
+        return f"purged {await DeadLetters(client_of(request), stream).purge()} dead letter(s)"
+
+    return await _act(request, back, run)
+
+
+async def terminate(request: Request) -> Response:
+    form = await authorised_form(request)
+    stream = field(form, "stream", strip=False)
+    if form.get("confirm") != stream:
+        back = href("/topic/terminate", stream=stream)
+        return outcome(
+            request, back, "not terminated: type the topic's name to confirm", status=400
+        )
+    keep = form.get("keep_dead_letters") == "on"
+    with translated(stream):
+        exists = await client_of(request).exists(stream)
+    if not exists:
+        return outcome(request, "/", f"not terminated: there is no stream {stream!r}", status=404)
+    await control.terminate_topic(client_of(request), stream, keep_dead_letters=keep)
+    store: SampleStore = request.app.state.samples
+    store.forget(stream)
+    kept = " (dead letters kept)" if keep else ""
+    return outcome(request, "/", f"terminated {stream}{kept}")
+
+
+async def log_in(request: Request) -> Response:
+    access = access_of(request)
+    form = await request.form()
+    next_path = safe_next(optional_field(form, "next"))
+    token = form.get("token")
+    if not access.writable:
+        raise HTTPException(403, "this dashboard is read-only (started without a token)")
+    if not same_origin(request):
+        raise HTTPException(403, "refused: the form was sent from another origin")
+    if not isinstance(token, str) or not access.token_matches(token):
+        context = {"next": next_path, "error": "That is not the write token."}
+        return page(request, "login.html", context, status_code=403)
+    response = RedirectResponse(next_path, status_code=303)
+    access.log_in(request, response)
+    return response
+
+
+async def log_out(request: Request) -> Response:
+    await authorised_form(request)
+    response = RedirectResponse("/", status_code=303)
+    access_of(request).log_out(request, response)
+    return response

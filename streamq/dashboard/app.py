@@ -1,0 +1,148 @@
+"""The dashboard's ASGI application: routes, the Redis client's lifetime, error pages and
+the headers every response carries.
+
+Pages are rendered on the server and readable without JavaScript; htmx (shipped in
+``static/vendor``) only refreshes the topic page's figures, and uPlot draws its chart.
+The Content-Security-Policy allows scripts, styles and requests from the dashboard itself
+only, so even a value that escaped escaping could not run code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from redis import exceptions as rx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import (
+    GroupNotFoundError,
+    InvalidMessageIdError,
+    ServerUnavailableError,
+    StreamNotFoundError,
+    StreamqError,
+)
+from ..wire.client import connect
+from . import actions, pages
+from .render import build_templates, page
+from .samples import SampleStore
+from .security import Access, display_url
+
+STATIC = Path(__file__).parent / "static"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+SECURITY_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+     b"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+     b"frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make forms send Origin: null
+]  # fmt: skip
+
+
+def create_app(
+    url: str, *, token: str | None, allowed_hosts: Sequence[str] | None = None
+) -> Starlette:
+    """The dashboard over the Redis server at ``url``.
+
+    ``token``: the write token (None: read-only for everyone). ``allowed_hosts``: the
+    ``Host`` headers accepted (None: any); a dashboard on loopback should accept only
+    loopback names, so that a web page cannot reach it through DNS rebinding.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.client = connect(url)
+        try:
+            yield
+        finally:
+            await app.state.client.aclose()
+
+    middleware = [Middleware(SecurityHeaders)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    app = Starlette(
+        routes=ROUTES,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={
+            HTTPException: http_error,
+            StreamqError: failure,
+            rx.RedisError: failure,
+        },
+    )
+    app.state.access = Access(token)
+    app.state.samples = SampleStore()
+    app.state.templates = build_templates()
+    app.state.server_url = display_url(url)
+    return app
+
+
+ROUTES = [
+    Route("/", pages.topics, name="topics"),
+    Route("/topic", pages.topic, name="topic"),
+    Route("/topic/live", pages.topic_live, name="topic_live"),
+    Route("/topic/pending", pages.pending, name="pending"),
+    Route("/topic/dead-letters", pages.dead_letters, name="dead_letters"),
+    Route("/topic/stopped", pages.stopped, name="stopped"),
+    Route("/topic/terminate", pages.terminate_form, name="terminate_form"),
+    Route("/login", pages.login_form, name="login_form"),
+    Route("/login", actions.log_in, methods=["POST"], name="login"),
+    Route("/logout", actions.log_out, methods=["POST"], name="logout"),
+    Route("/topic/stop", actions.stop, methods=["POST"], name="stop"),
+    Route("/topic/resume", actions.resume, methods=["POST"], name="resume"),
+    Route("/topic/dead-letters/replay", actions.replay, methods=["POST"], name="replay"),
+    Route("/topic/dead-letters/replay-all", actions.replay_all, methods=["POST"]),
+    Route("/topic/dead-letters/purge", actions.purge, methods=["POST"], name="purge"),
+    Route("/topic/terminate", actions.terminate, methods=["POST"], name="terminate"),
+    Mount("/static", StaticFiles(directory=STATIC), name="static"),
+]
+
+
+async def http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    return error_page(request, error.status_code, error.detail)
+
+
+async def failure(request: Request, error: Exception) -> Response:
+    """Errors out of Redis or streamq as a page that says what happened (no traceback)."""
+    if isinstance(error, InvalidMessageIdError):
+        return error_page(request, 400, str(error))
+    if isinstance(error, (StreamNotFoundError, GroupNotFoundError)):
+        return error_page(request, 404, str(error))
+    if isinstance(error, ServerUnavailableError):
+        return error_page(request, 503, str(error))
+    return error_page(request, 502, f"the server answered with an error: {error}")
+
+
+def error_page(request: Request, status: int, message: str) -> Response:
+    return page(request, "error.html", {"status": status, "message": message}, status)
+
+
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -1,0 +1,141 @@
+"""The dashboard in a real headless Chromium (Debian's ``chromium``, driven by Playwright
+with ``executable_path`` set to it; no downloaded browser): open the topics, open a topic,
+watch its lag change after publishing, replay a dead letter with the token, screenshots.
+
+``make test`` installs chromium and playwright when they are missing; these tests skip,
+saying why, only where that was impossible.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
+pytest.importorskip(
+    "playwright.sync_api",
+    reason="the playwright package is missing (make test installs it: pip install playwright)",
+)
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from streamq.dashboard import create_app
+from streamq.dashboard.app import LOOPBACK_HOSTS
+from streamq.wire.keys import Keys
+from tests.dashboard_helpers import TOKEN, make_dead_letters, publish, serving
+
+pytestmark = pytest.mark.slow
+# Chromium as root needs no sandbox; the rest keeps it off a closed network's hosts.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]  # fmt: skip
+LIVE_TIMEOUT_MS = 15_000  # the page polls every 2 s; a loaded machine may be slow
+
+
+def chromium_path() -> str:
+    found = os.environ.get("STREAMQ_CHROMIUM") or shutil.which("chromium")
+    if not found:
+        pytest.skip("Debian's chromium is not installed (make test installs it: "
+                    "apt-get install chromium); set $STREAMQ_CHROMIUM to use another")  # fmt: skip
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def site(redis_url: str) -> Iterator[str]:
+    with serving(create_app(redis_url, token=TOKEN, allowed_hosts=LOOPBACK_HOSTS)) as base:
+        yield base
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser tab; the test fails if a page logged an error (a CSP refusal, a
+    script error, a missing file)."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    yield tab
+    context.close()
+    assert not errors, f"the browser reported errors: {errors}"
+
+
+def is_png(path: Path) -> bool:
+    return path.stat().st_size > 10_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_open_topics_open_a_topic_and_watch_the_lag_change(
+    page: Page, site: str, redis_url: str, stream: str, tmp_path: Path
+) -> None:
+    publish(redis_url, stream, 3)
+    redis.Redis.from_url(redis_url).xgroup_create(stream, "billing", id="0")
+    page.goto(site + "/")
+    expect(page.locator("h1")).to_have_text("Topics")
+    page.locator("#topics").get_by_role("link", name=stream, exact=True).click()
+    expect(page.locator("h1")).to_have_text(stream)
+    expect(page.locator("#total-lag")).to_have_text("3")
+    expect(page.locator("#chart canvas").first).to_be_visible()
+    expect(page.locator("#chart-hint")).to_have_count(0)  # the no-JavaScript note is gone
+    publish(redis_url, stream, 5)
+    expect(page.locator("#total-lag")).to_have_text("8", timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator("#length")).to_have_text("8")
+    # the chart is redrawn with each poll's samples (after htmx settles the swap)
+    expect(page.locator("#chart")).to_have_attribute("data-points", re.compile(r"^([2-9]|\d\d+)$"))
+    shot = tmp_path / "topic.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert is_png(shot), "the screenshot is not a PNG of a rendered page"
+
+
+def test_replay_a_dead_letter_with_the_token(
+    page: Page, site: str, redis_url: str, stream: str, tmp_path: Path
+) -> None:
+    make_dead_letters(redis_url, stream, [{"order": 42}])
+    r = redis.Redis.from_url(redis_url)
+    page.goto(f"{site}/topic/dead-letters?stream={stream}")
+    expect(page.locator("article.letter")).to_have_count(1)
+    expect(page.locator("article.letter .reason")).to_contain_text("cannot handle {'order': 42}")
+    expect(page.get_by_role("button", name="Replay", exact=True)).to_have_count(0)
+    page.get_by_role("link", name="Log in with the write token").click()
+    page.get_by_label("Write token").fill(TOKEN)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator("h1")).to_have_text("Dead letters")  # back where it came from
+    page.screenshot(path=str(tmp_path / "dead-letters.png"), full_page=True)
+    page.get_by_role("button", name="Replay", exact=True).click()
+    expect(page.locator(".flash.ok")).to_contain_text("replayed dead letter")
+    expect(page.locator("article.letter")).to_have_count(0)
+    assert r.xlen(Keys(stream).dead_letters) == 0
+    assert r.xrevrange(stream, count=1)[0][1][b"data"] == b'{"order":42}'
+    assert is_png(tmp_path / "dead-letters.png")
+
+
+def test_pages_are_readable_without_javascript(
+    browser: Browser, site: str, redis_url: str, stream: str
+) -> None:
+    publish(redis_url, stream, 2)
+    redis.Redis.from_url(redis_url).xgroup_create(stream, "billing", id="0")
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        tab = context.new_page()
+        tab.goto(f"{site}/topic?stream={stream}")
+        expect(tab.locator("#total-lag")).to_have_text("2")
+        expect(tab.locator("#groups")).to_contain_text("billing")
+        expect(tab.get_by_text("The chart needs JavaScript")).to_be_visible()
+    finally:
+        context.close()
