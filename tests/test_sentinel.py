@@ -7,6 +7,10 @@ session-wide ``streamq_sentinel_url``."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,6 +22,7 @@ import redis
 import redis.asyncio as aioredis
 
 from streamq import ConfigError, EmbeddedSentinel
+from streamq.server import free_port
 from streamq.wire.sentinel import SentinelUrl, async_client, is_sentinel_url, sync_client
 
 T = TypeVar("T")
@@ -201,6 +206,71 @@ def test_plugin_fixture_uses_the_sentinel_url_from_the_environment(
     result.assert_outcomes(passed=1)
 
 
+def test_the_processes_end_when_the_parent_exits_without_stop() -> None:
+    script = textwrap.dedent(
+        """
+        import redis
+        from streamq import EmbeddedSentinel
+
+        embedded = EmbeddedSentinel(replicas=1, sentinels=1).start()
+        for port in [*embedded.data_ports, *embedded.sentinel_ports]:
+            print(redis.Redis(port=port).info("server")["process_id"], flush=True)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    pids = [int(line) for line in result.stdout.split()]
+    try:
+        assert result.returncode == 0 and len(pids) == 3, result.stderr
+        assert _all_gone(pids), "a process outlived its parent"
+    finally:
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_cli_server_sentinel_prints_a_working_url_and_stops_on_sigterm() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamq.cli", "server", "--sentinel"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert is_sentinel_url(url), url
+        with sync_client(url) as client:
+            assert client.execute_command("ROLE")[0] == b"master"
+            assert client.execute_command("WAIT", 1, 5000) == 1  # one replica by default
+            ports = [p for _, p in SentinelUrl.parse(url).sentinels]
+            pids = pids_of([*ports, client.connection_pool.master_address[1]])
+    finally:
+        process.send_signal(signal.SIGTERM)  # as a service manager stops it
+        _, stderr = process.communicate(timeout=15)
+    assert process.returncode == 0, stderr
+    assert f"STREAMQ_SENTINEL_URL={url}" in stderr
+    assert _all_gone(pids), "a process outlived the command"
+
+
+def test_cli_server_sentinel_refuses_options_it_does_not_take() -> None:
+    for args, message in (
+        (("--sentinel", "--cluster", "3"), "--sentinel takes only --replicas"),
+        (("--sentinel", "--replicas", "-1"), "replicas must be 0 or more"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "streamq.cli", "server", *args],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+
+
+def _all_gone(pids: list[int], within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while not all(gone(pid) for pid in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 # -- clients through the sentinels -----------------------------------------------------------
 @pytest.mark.anyio
 async def test_an_async_client_from_the_url_writes_and_reads_raw_bytes_on_the_master(
@@ -242,6 +312,25 @@ async def test_a_full_pool_waits_for_a_free_connection_then_gives_up(
     finally:
         await client.aclose()
         await impatient.aclose()
+
+
+@pytest.mark.anyio
+async def test_lookups_at_once_keep_every_sentinel_and_close_them_all(
+    streamq_sentinel_url: str,
+) -> None:
+    # A dead sentinel first: every lookup passes it and moves a live one to the front, the
+    # step that, run by many connections at once, lost a sentinel in redis-py's own list.
+    dead = free_port()
+    hosts = streamq_sentinel_url.split("//", 1)[1]
+    client = async_client(f"redis+sentinel://127.0.0.1:{dead},{hosts}", max_connections=20)
+    try:
+        assert await run_together([client.ping() for _ in range(20)]) == [True] * 20
+        sentinels = _sentinels_of(client)
+        assert len({id(s) for s in sentinels}) == 4, "a sentinel fell out of the list"
+    finally:
+        await client.aclose()
+    for sentinel in sentinels:
+        assert not any(c.is_connected for c in sentinel.connection_pool._available_connections)
 
 
 def test_a_sync_client_from_the_url_writes_and_reads_raw_bytes(streamq_sentinel_url: str) -> None:
@@ -323,6 +412,19 @@ async def test_a_consume_loop_through_the_client_rides_through_a_failover(
 
 
 # -- helpers -------------------------------------------------------------------------------
+async def run_together(calls: list[Awaitable[T]]) -> list[T]:
+    """Every call at once (each on a connection of its own), results in order."""
+    results: dict[int, T] = {}
+
+    async def run(index: int, call: Awaitable[T]) -> None:
+        results[index] = await call
+
+    async with anyio.create_task_group() as tg:
+        for index, call in enumerate(calls):
+            tg.start_soon(run, index, call)
+    return [results[i] for i in range(len(calls))]
+
+
 async def _append(results: list[Any], call: Awaitable[Any]) -> None:
     results.append(await call)
 

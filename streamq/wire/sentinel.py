@@ -27,10 +27,12 @@ message, ``repr`` or ``str`` of a :class:`SentinelUrl` shows a password.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
+import anyio
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry as AsyncRetry
@@ -236,6 +238,33 @@ def _options(query: str) -> dict[str, Any]:
     return options
 
 
+class _AsyncSentinelManager(AsyncSentinel):  # type: ignore[misc]
+    """redis-py's Sentinel with one master lookup at a time. Its lookup moves the sentinel
+    that answered to the front by swapping list entries across awaits: lookups running
+    together (every connection of a pool reconnecting after a failover) can duplicate one
+    sentinel in the list and lose another, which is then never asked nor closed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lookup = anyio.Lock()
+
+    async def discover_master(self, service_name: str) -> Any:
+        async with self._lookup:
+            return await super().discover_master(service_name)
+
+
+class _SyncSentinelManager(Sentinel):  # type: ignore[misc]
+    """The same for threads sharing a synchronous client."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lookup = threading.Lock()
+
+    def discover_master(self, service_name: str) -> Any:
+        with self._lookup:
+            return super().discover_master(service_name)
+
+
 class _BlockingSentinelPool(AsyncSentinelPool, aioredis.BlockingConnectionPool):  # type: ignore[misc]
     """redis-py's Sentinel pool (master lookup on connect) with the blocking pool's wait
     for a free connection, as plain URLs get: a caller past the limit waits up to
@@ -276,7 +305,7 @@ def async_client(
     """
     parsed = SentinelUrl.parse(url)
     sentinel_options = {**parsed._sentinel_options(), "retry": AsyncRetry(NoBackoff(), 0)}
-    manager = AsyncSentinel(parsed.sentinels, sentinel_kwargs=sentinel_options)
+    manager = _AsyncSentinelManager(parsed.sentinels, sentinel_kwargs=sentinel_options)
     client: aioredis.Redis = manager.master_for(
         parsed.service_name,
         redis_class=_AsyncSentinelClient,
@@ -300,7 +329,7 @@ def sync_client(url: str) -> redis.Redis:
     """
     parsed = SentinelUrl.parse(url)
     sentinel_options = {**parsed._sentinel_options(), "retry": Retry(NoBackoff(), 0)}
-    manager = Sentinel(parsed.sentinels, sentinel_kwargs=sentinel_options)
+    manager = _SyncSentinelManager(parsed.sentinels, sentinel_kwargs=sentinel_options)
     client: redis.Redis = manager.master_for(
         parsed.service_name,
         redis_class=_SyncSentinelClient,
