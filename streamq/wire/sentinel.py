@@ -15,11 +15,13 @@ The URL form::
   ``ssl_cert_reqs`` (``none``, ``optional``, ``required``) and ``ssl_ca_certs`` (a path).
 
 Clients from :func:`async_client` and :func:`sync_client` are redis-py ``Redis`` objects
-over a Sentinel connection pool (:class:`redis.asyncio.sentinel.SentinelConnectionPool`):
-a connection looks the master up through the sentinels when it connects, and again after
-a connection error or a ``READONLY`` reply (a demoted master), so after a failover the same
-client reaches the promoted replica once a command has failed on the old master. Like the
-clients of plain URLs they return raw bytes and do not retry: streamq's loops do.
+over a Sentinel connection pool (:class:`redis.asyncio.sentinel.SentinelConnectionPool`,
+made blocking for the asyncio client as plain URLs' pools are): a connection looks the
+master up through the sentinels when it connects, and again after a connection error or a
+``READONLY`` reply (a demoted master). So after a failover the same client reaches the
+promoted replica: while no master is known its commands fail with ``ConnectionError``
+(``MasterNotFoundError`` among them), then they succeed. Like the clients of plain URLs
+they return raw bytes and do not retry: streamq's loops do.
 
 Errors in a URL raise :class:`~streamq.errors.ConfigError` naming what is wrong; no
 message, ``repr`` or ``str`` of a :class:`SentinelUrl` shows a password.
