@@ -26,6 +26,7 @@ from .message import Message
 from .publisher import Publisher
 from .queue import MessageQueue
 from .server.cluster import EmbeddedCluster
+from .server.sentinel import EmbeddedSentinel
 from .server.single import EmbeddedServer
 from .signals import PartialFailure, Reject, Retry
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
@@ -46,6 +47,7 @@ __all__ = (
     "DataLossError",
     "DeadLetter",
     "EmbeddedCluster",
+    "EmbeddedSentinel",
     "EmbeddedServer",
     "GroupInfo",
     "GroupNotFoundError",

@@ -11,7 +11,8 @@ once per test session), ``streamq_stream`` (a unique stream name; the stream and
 ``streamq:{<stream>}:*`` keys are deleted after the test, so an external server keeps
 nothing), ``streamq_queue`` (a factory of MessageQueues on that stream, EARLIEST, short
 timings, closed after the test), ``streamq_cluster_url`` (session: ``$STREAMQ_CLUSTER_URL``
-or an embedded 3-master Redis Cluster).
+or an embedded 3-master Redis Cluster), ``streamq_sentinel_url`` (session:
+``$STREAMQ_SENTINEL_URL`` or an embedded master, replica and three sentinels).
 """
 
 from __future__ import annotations
@@ -60,6 +61,22 @@ def streamq_cluster_url() -> Iterator[str]:
         return
     with EmbeddedCluster(masters=3) as cluster:
         yield cluster.url
+
+
+@pytest.fixture(scope="session")
+def streamq_sentinel_url() -> Iterator[str]:
+    """A ``redis+sentinel://`` URL for the whole test session: ``$STREAMQ_SENTINEL_URL``,
+    else an embedded master, one replica and three sentinels started once."""
+    import os
+
+    from .server.sentinel import ENV_SENTINEL_URL, EmbeddedSentinel
+
+    url = os.environ.get(ENV_SENTINEL_URL)
+    if url:
+        yield url
+        return
+    with EmbeddedSentinel() as sentinel:
+        yield sentinel.url
 
 
 @pytest.fixture

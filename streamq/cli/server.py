@@ -1,7 +1,8 @@
-"""``streamq server``: the embedded server, or an embedded cluster, in the foreground.
+"""``streamq server``: the embedded server, an embedded cluster or an embedded Sentinel set,
+in the foreground.
 
-Prints the URL (with ``--cluster N``: one URL per node, masters first) on stdout and stops
-the processes on SIGTERM, SIGHUP or Ctrl-C.
+Prints the URL (with ``--cluster N``: one URL per node, masters first; with ``--sentinel``:
+the ``redis+sentinel://`` URL) on stdout and stops the processes on SIGTERM, SIGHUP or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from ..config import ENV_URL
 from ..errors import ConfigError
 from ..server.cluster import ENV_CLUSTER_URL, EmbeddedCluster
+from ..server.sentinel import ENV_SENTINEL_URL, EmbeddedSentinel
 from ..server.single import EmbeddedServer
 
 
@@ -26,23 +28,36 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--cluster", type=int, default=None, metavar="N", help="a Redis Cluster of N masters"
     )
     parser.add_argument(
-        "--replicas", type=int, default=0, metavar="R", help="with --cluster: replicas per master"
+        "--sentinel", action="store_true", help="a master, replicas and three sentinels"
+    )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        metavar="R",
+        help="with --cluster: replicas per master (0); with --sentinel: replicas (1)",
     )
 
 
 def cmd_server(args: argparse.Namespace) -> int:
     """Run until a signal; the processes never outlive the command."""
-    if args.replicas and args.cluster is None:
-        raise ConfigError("--replicas needs --cluster N")
+    if args.replicas is not None and args.cluster is None and not args.sentinel:
+        raise ConfigError("--replicas needs --cluster N or --sentinel")
+    if args.sentinel and (args.cluster is not None or args.port or args.appendonly):
+        raise ConfigError("--sentinel takes only --replicas")
     for signum in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop the server, then exit
         signal.signal(signum, _interrupt)
-    server: EmbeddedServer | EmbeddedCluster
+    server: EmbeddedServer | EmbeddedCluster | EmbeddedSentinel
     try:
-        if args.cluster is None:
+        if args.sentinel:  # a set stops itself when its start is interrupted
+            server = EmbeddedSentinel(1 if args.replicas is None else args.replicas).start()
+            print(server.url, flush=True)
+            print(f"export {ENV_SENTINEL_URL}={server.url}", file=sys.stderr, flush=True)
+        elif args.cluster is None:
             server = EmbeddedServer(port=args.port, appendonly=args.appendonly).start()
             _announce_server(server)
         else:  # a cluster stops itself when its start is interrupted
-            server = EmbeddedCluster(args.cluster, args.replicas, port=args.port).start()
+            server = EmbeddedCluster(args.cluster, args.replicas or 0, port=args.port).start()
             _announce_cluster(server)
     except KeyboardInterrupt:
         return 130
