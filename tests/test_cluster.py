@@ -161,10 +161,10 @@ class Load:
     """A producer publishing through ``url`` until told to stop, and a consumer handling
     through ``url``: what was published (durably when ``replicas``) and what was handled."""
 
-    def __init__(self, url: str, stream: str, *, replicas: int = 0) -> None:
+    def __init__(self, url: str, stream: str, *, replicas: int = 0, wait: float = 1.0) -> None:
         self.producer = queue(url, stream, consumer="producer")
         self.consumer = queue(url, stream, consumer="survivor")
-        self.replicas = replicas
+        self.replicas, self.wait = replicas, wait
         self.published: list[str] = []
         self.handled: set[str] = set()
         self.enough = anyio.Event()
@@ -178,7 +178,7 @@ class Load:
         while not (self.enough.is_set() and i >= at_least):
             try:
                 self.published.append(
-                    await self.producer.publish("ok", i, replicas=self.replicas, timeout=1)
+                    await self.producer.publish("ok", i, replicas=self.replicas, timeout=self.wait)
                 )
             except NotReplicatedError as e:  # added (to a master without a replica yet)
                 self.published.append(e.entry_id)

@@ -35,6 +35,7 @@ def _single_node(on_cluster: bool) -> None:
     if on_cluster:
         pytest.skip("ACL users are set per node: these tests set them on one node only")
 
+
 PASSWORD = "s3cret-pw"
 README = Path(__file__).parent.parent / "README.md"
 MakeUser = Callable[[list[str]], Awaitable[str]]

@@ -236,3 +236,20 @@ async def _consume(
     with anyio.fail_after(FAILOVER_WAIT):
         while len(handled) < total:
             handled += await _retried(lambda: _read_and_ack(client, stream, group, count=5))
+
+
+@pytest.mark.anyio
+async def test_a_message_queue_on_a_sentinel_url_rides_through_a_failover(
+    fresh_set: EmbeddedSentinel,
+) -> None:
+    from tests.test_cluster import Load, run_under_load  # the same load as on a cluster
+
+    # after the failover the new master has no replica (the old one is not restarted):
+    # each durable publish then waits its whole timeout and reports NotReplicatedError
+    load = Load(fresh_set.url, f"test-{uuid.uuid4().hex[:8]}", replicas=1, wait=0.05)
+
+    def failover() -> None:
+        old = fresh_set.kill_master()
+        assert fresh_set.wait_for_new_master() != old
+
+    await run_under_load(load, failover)

@@ -20,13 +20,16 @@ from redis import exceptions as rx
 
 from ..errors import (
     AuthenticationFailedError,
+    ConfigError,
     GroupNotFoundError,
     RedisFailure,
     ServerUnavailableError,
     StreamNotFoundError,
 )
+from . import sentinel
 from .routing import RECONFIGURING, Deployment
 from .routing_sync import SyncDeployment
+from .sentinel import is_sentinel_url
 
 T = TypeVar("T")
 
@@ -83,7 +86,11 @@ RIDE_THROUGH = 30.0
 def connect(url: str, *, cluster: bool | None = None) -> Deployment:
     """The deployment at ``url``: a single node, or any node of a cluster (``cluster=None``
     detects which on first use; ``True``/``False`` say it). Replies are raw bytes; retries
-    are done by streamq's loops."""
+    are done by streamq's loops. A ``redis+sentinel://`` URL names the master of a
+    Sentinel service instead (found again after a failover; see :mod:`.sentinel`)."""
+    if is_sentinel_url(url):
+        client = sentinel.async_client(url, max_connections=MAX_CONNECTIONS, pool_timeout=POOL_WAIT)
+        return Deployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=MAX_CONNECTIONS,
@@ -98,6 +105,9 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
 
 def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
     """The blocking twin of :func:`connect` (Publisher, metrics, Spark)."""
+    if is_sentinel_url(url):
+        client = sentinel.sync_client(url)
+        return SyncDeployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     pool = redis.BlockingConnectionPool.from_url(
         url,
         max_connections=MAX_CONNECTIONS,
@@ -110,14 +120,21 @@ def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
     return SyncDeployment(pool, cluster=cluster)
 
 
+def _not_a_cluster(cluster: bool | None) -> bool:
+    if cluster:
+        raise ConfigError("cluster=True with a Sentinel URL: Sentinel serves one master")
+    return False
+
+
 async def ride_through(
     deployment: Deployment, operation: Callable[[], Awaitable[T]], *, patience: float = RIDE_THROUGH
 ) -> T:
     """Run a one-shot operation; on a cluster, retry it while the cluster reconfigures.
 
     ``operation`` raises streamq's errors (it runs under :func:`translated`). On a single
-    node a ServerUnavailableError is raised at once, as before; on a cluster it is retried
-    with backoff for up to ``patience`` seconds (the slot table is refreshed in between).
+    node a ServerUnavailableError is raised at once, as before; on a cluster or a Sentinel
+    service it is retried with backoff for up to ``patience`` seconds (the slot table is
+    refreshed, the master looked up again, in between).
     An operation that was sent but whose reply was lost (a connection cut) may have been
     applied: a retried publish can then add its entry twice (at-least-once).
     """
@@ -126,7 +143,7 @@ async def ride_through(
         try:
             return await operation()
         except ServerUnavailableError:
-            if not deployment.cluster or time.monotonic() + delay > deadline:
+            if not deployment.fails_over or time.monotonic() + delay > deadline:
                 raise
         await anyio.sleep(delay)
         delay = min(delay * 2, 1.0)
@@ -141,7 +158,7 @@ def ride_through_sync(
         try:
             return operation()
         except ServerUnavailableError:
-            if not deployment.cluster or time.monotonic() + delay > deadline:
+            if not deployment.fails_over or time.monotonic() + delay > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 1.0)

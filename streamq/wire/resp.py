@@ -87,7 +87,7 @@ class OwnConnection:
     Checking a connection out of redis-py's pool and back costs two lock round trips and
     a readiness probe per command; a task that sends a command every few hundred
     microseconds keeps its connection instead. After a failure the connection is dropped
-    and reconnects on the next command.
+    and given back; the next command takes one from the pool again.
     """
 
     def __init__(self, client: aioredis.Redis) -> None:
@@ -105,7 +105,10 @@ class OwnConnection:
         try:
             results = await _exchange(self._connection, packed, replies)
         except BaseException:
+            # dropped and given back: the next command takes a connection through the
+            # pool, which finds the master again (a cluster's slot owner, Sentinel's master)
             await _drop(self._connection)
+            await self.release()
             raise
         if any(isinstance(result, RECONFIGURING) for result in results):
             await self.release()

@@ -116,13 +116,25 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
 class Deployment:
     """The pools of one deployment and the slot table that picks among them."""
 
-    def __init__(self, seed: ConnectionPool, *, cluster: bool | None = None) -> None:
+    def __init__(
+        self, seed: ConnectionPool, *, cluster: bool | None = None, owner: Any = None
+    ) -> None:
+        """``owner``: a client that owns ``seed`` and more (a Sentinel client and its
+        connections to the sentinels), closed instead of the pool; given, the deployment
+        is a Sentinel service's master (found again after a failover)."""
         kwargs = seed.connection_kwargs
+        self._owner = owner
         self.state = RouterState((str(kwargs.get("host")), int(kwargs.get("port") or 0)), cluster)
         seed.connection_class = routed_connection_class(seed.connection_class, self.state)
         self.seed = seed
         self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}
         self._lock: anyio.Lock | None = None
+
+    @property
+    def fails_over(self) -> bool:
+        """Whether another node takes over when a master fails (a cluster, Sentinel):
+        then one-shot operations wait for that instead of failing at once."""
+        return bool(self.state.cluster) or self._owner is not None
 
     @property
     def cluster(self) -> bool | None:
@@ -175,7 +187,10 @@ class Deployment:
 
     async def aclose(self) -> None:
         for pool in self._pools.values():
-            await pool.aclose()
+            if pool is not self.seed or self._owner is None:
+                await pool.aclose()
+        if self._owner is not None:
+            await self._owner.aclose()
 
     async def _refresh(self) -> None:
         if self._lock is None:
