@@ -1,7 +1,8 @@
 """The ``streamq`` command line: operate streams from a shell.
 
-Every command but ``server`` needs ``--url`` (before or after the command) or
-``$STREAMQ_REDIS_URL``. Errors print one line on stderr and exit non-zero:
+Every command but ``server`` and ``run`` needs ``--url`` (before or after the command),
+``$STREAMQ_REDIS_URL``, or the shared embedded server running (``streamq server``).
+Errors print one line on stderr and exit non-zero:
 
 * 1: a failed operation (unknown stream, group or ID);
 * 2: bad usage or input (arguments, JSON, an invalid URL, credentials the server refuses);
@@ -37,6 +38,7 @@ from ..errors import (
 )
 from ..ids import StreamId
 from ..queue import MessageQueue
+from ..server.shared import running_shared_url
 from ..wire.client import stream_rows, translated
 from ..wire.keys import Keys
 from .render import (
@@ -59,9 +61,13 @@ class CliError(Exception):
 
 
 def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue:
-    url = args.url or env_url()
+    url = args.url or env_url() or running_shared_url()  # a one-shot command starts no server
     if not url:
-        raise CliError(f"no server: pass --url redis://host:port/db or set ${ENV_URL}", EXIT_USAGE)
+        raise CliError(
+            f"no server: pass --url redis://host:port/db, set ${ENV_URL}, "
+            "or start the shared server (streamq server)",
+            EXIT_USAGE,
+        )
     mq = MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
     try:
         mq.client  # noqa: B018  # parses the URL (without connecting)

@@ -1,7 +1,11 @@
-"""``streamq server``: the embedded server, or an embedded cluster, in the foreground.
+"""``streamq server``: the shared embedded server, a private one, or an embedded cluster.
 
-Prints the URL (with ``--cluster N``: one URL per node, masters first) on stdout and stops
-the processes on SIGTERM, SIGHUP or Ctrl-C.
+``streamq server`` attaches to the machine's shared server (the default of every process
+without a URL), starting it if nobody runs it, prints its URL and holds it until SIGTERM,
+SIGHUP or Ctrl-C (then it stops if this was its last user). ``streamq server stop`` stops
+it whoever uses it; ``streamq server status`` shows it. ``--private`` (or ``--appendonly``)
+runs a server of the command's own instead, ``--cluster N`` a cluster (one URL per node,
+masters first); both stop with the command.
 """
 
 from __future__ import annotations
@@ -19,6 +23,13 @@ from ..server.single import EmbeddedServer
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "action", nargs="?", default="start", choices=["start", "stop", "status"],
+        help="the shared server: attach or start it (default), stop it, show it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--private", action="store_true", help="a server of this command's own, not the shared one"
+    )
+    parser.add_argument(
         "--port", type=int, default=None, help="with --cluster: the first node's (PORT+i each)"
     )
     parser.add_argument("--appendonly", action="store_true", help="persist with AOF")
@@ -34,11 +45,16 @@ def cmd_server(args: argparse.Namespace) -> int:
     """Run until a signal; the processes never outlive the command."""
     if args.replicas and args.cluster is None:
         raise ConfigError("--replicas needs --cluster N")
+    private = args.private or args.appendonly or args.cluster is not None
+    if args.action != "start" or not private:
+        from .shared_server import shared_server_command
+
+        return shared_server_command(args)
     for signum in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop the server, then exit
         signal.signal(signum, _interrupt)
     server: EmbeddedServer | EmbeddedCluster
     try:
-        if args.cluster is None:
+        if args.cluster is None:  # --private
             server = EmbeddedServer(port=args.port, appendonly=args.appendonly).start()
             _announce_server(server)
         else:  # a cluster stops itself when its start is interrupted

@@ -185,7 +185,9 @@ def shared_server() -> EmbeddedServer:
 
 
 def default_url() -> str:
-    """``$STREAMQ_REDIS_URL`` if set, else the URL of this process's embedded server."""
+    """``$STREAMQ_REDIS_URL`` if set, else the URL of the machine's shared embedded server
+    (:mod:`streamq.server.shared`: one per user and ``$STREAMQ_HOME``, not one per process)."""
     from ..config import env_url
+    from .shared import shared_url
 
-    return env_url() or shared_server().url
+    return env_url() or shared_url()
