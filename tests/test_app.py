@@ -163,6 +163,6 @@ async def test_one_metrics_registry_for_every_queue(redis_url: str, streams: lis
     finally:
         collector.close()
     for stream, group in zip(streams, ("billing", "mailer"), strict=True):
-        handled = f'streamq_handled_total{{stream="{stream}",group="{group}",consumer="svc"}} 1.0'
+        handled = f'streamq_handled_total{{consumer="svc",group="{group}",stream="{stream}"}} 1.0'
         assert handled in text, text
         assert f'streamq_stream_length{{stream="{stream}"}} 1.0' in text, text
