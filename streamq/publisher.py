@@ -9,6 +9,7 @@ from typing import Any
 import redis
 
 from .message import encode_entry
+from .tracing import with_trace_context
 from .wire import resp
 from .wire.client import translated
 from .wire.keys import validate_stream_name
@@ -45,6 +46,7 @@ class Publisher:
 
     def publish(self, message_type: str, data: Any, meta: Mapping[str, str] | None = None) -> str:
         """Add one message; return its entry ID."""
+        meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         with translated(self.stream):
             return str(self._client.xadd(self.stream, fields).decode())
@@ -54,6 +56,7 @@ class Publisher:
         *, chunk: int = 1000,
     ) -> list[str]:  # fmt: skip
         """Add many messages of one type, pipelined; return their IDs in order."""
+        meta = with_trace_context(meta)
         ids: list[str] = []
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
             with translated(self.stream):

@@ -31,6 +31,7 @@ from .consume.context import inside_handler
 from .consume.reader import Identity
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
+from .logs import run_as_consumer
 from .message import encode_entry
 from .publisher import xadd_chunks
 from .registration import HandlerRegistry
@@ -39,6 +40,7 @@ from .topic import admin
 from .topic.cleanup import Cleaner
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
+from .tracing import with_trace_context
 from .wire import resp
 from .wire.client import connect, translated
 from .wire.keys import validate_stream_name
@@ -204,6 +206,7 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         self, message_type: str, data: Any, meta: Mapping[str, str] | None = None
     ) -> str:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input."""
+        meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         with translated(self.stream):
             entry_id = await self.client.xadd(self.stream, fields)
@@ -218,6 +221,7 @@ class MessageQueue(HandlerRegistry, TopicOperations):
         chunk: int = 1000,
     ) -> list[str]:
         """Add many messages of one type with pipelined XADD; return their IDs in order."""
+        meta = with_trace_context(meta)
         ids: list[str] = []
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
             with translated(self.stream):
@@ -277,8 +281,8 @@ class MessageQueue(HandlerRegistry, TopicOperations):
                 if owns_signals(handle_signals):
                     tg.start_soon(watch_stop_signals, consumer)
                 opened = opened or await self._open_until_ready(consumer)
-                if opened:
-                    await consumer.run()
+                if opened:  # every record of the consumer's tasks says which consumer it is
+                    await run_as_consumer(consumer.run, self.stream, self.group, self.consumer)
                 tg.cancel_scope.cancel()
         finally:
             self.stop_reason = consumer.stop_reason or "stopped"
