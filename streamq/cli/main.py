@@ -249,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
         stream=False,
     )
     add_server_arguments(p)
+    from .run import add_run_arguments, cmd_run
+
+    p = command("run", cmd_run, "run a service's handlers (module:attr) in worker processes",
+                stream=False)  # fmt: skip
+    add_run_arguments(p)
     p = command("publish", cmd_publish, "publish one message: STREAM TYPE JSON")
     p.add_argument("type")
     p.add_argument("json")
@@ -310,7 +315,7 @@ def _confirm(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "server":
+        if args.command in ("server", "run"):  # foreground commands, not one request
             return int(args.func(args))
         _confirm(args)
         coro: Callable[[argparse.Namespace], Coroutine[Any, Any, str]] = args.func
