@@ -9,7 +9,8 @@ REDIS8_PORT ?= 6482
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
         test-spark test-pyspark40 test-redis7 test-redis8 test-soak bench lint fmt typecheck clean redis-up \
-        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice
+        demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
+        demo-service
 
 setup: $(STAMP)
 
@@ -42,6 +43,10 @@ demo-pipeline: setup
 
 demo-microservice: setup
 	$(PY) -m demos.microservice
+
+# `streamq run` with 2 workers, metrics and health; a worker SIGKILLed and back; SIGTERM drains
+demo-service: setup
+	$(PY) -m demos.service
 
 test: setup
 	$(PYTEST) -q

@@ -358,3 +358,28 @@ def test_each_slot_has_stable_consumer_names() -> None:
     assign_slot(App(named, default), 3)
     assert named.consumer == "mailer-3"
     assert default.consumer == f"{socket.gethostname()}-3", "not <host>-<pid>: pids change"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_service_demo(tmp_path: Path) -> None:
+    """`make demo-service`, on a shared server of its own (no URL anywhere)."""
+    root = Path(__file__).resolve().parent.parent
+    home = tmp_path / "home"
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("STREAMQ_REDIS_URL", "PYTEST_CURRENT_TEST")
+    }
+    env["STREAMQ_HOME"] = str(home)
+    result = subprocess.run(
+        [sys.executable, "-m", "demos.service"], cwd=root, env=env,
+        capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    for expected in (
+        "worker 0 (pid", "consumers billing-1, mailer-1", "20 orders, 10 emails",
+        "nothing lost: 20/20 orders, 10/10 emails, pending 0",
+        "were handled by billing-0", "GET /metrics -> 200", "GET /readyz -> 200",
+        "drained, exit code 0, pending 0", "'consumer': 'billing-",
+    ):  # fmt: skip
+        assert expected in result.stdout, result.stdout
+    wait_until(lambda: not processes_of(home), what="the shared server to stop after the demo")
