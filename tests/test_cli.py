@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.slow
 
 # a shared embedded server of these tests' own, never the user's (~/.local/state/streamq)
 HOME_ENV = {"STREAMQ_HOME": os.path.join(tempfile.gettempdir(), f"streamq-test-cli-{os.getpid()}")}
+atexit.register(shutil.rmtree, HOME_ENV["STREAMQ_HOME"], True)
 
 
 def streamq(

@@ -10,7 +10,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from .. import tracing
-from ..logs import ENTRY, EntryContext
+from ..logs import ENTRY
 
 if TYPE_CHECKING:
     from ..message import RawEntry
@@ -24,7 +24,7 @@ class Observer:
 
     async def single(self, work: Awaitable[None], entry: RawEntry, type_name: str) -> None:
         """Await ``work``, the handling of ``entry``, in its log context and span."""
-        token = ENTRY.set(EntryContext(entry.id, type_name, entry.delivery_count))
+        token = ENTRY.set((entry.id, type_name, entry.delivery_count))
         try:
             if self.tracer is None:
                 await work
@@ -37,7 +37,7 @@ class Observer:
     async def batch(self, work: Awaitable[None], entries: list[RawEntry], type_name: str) -> None:
         """Await ``work``, the handling of a batch, in its log context and span."""
         delivery = max(entry.delivery_count for entry in entries)
-        token = ENTRY.set(EntryContext([e.id for e in entries], type_name, delivery))
+        token = ENTRY.set(([e.id for e in entries], type_name, delivery))
         try:
             if self.tracer is None:
                 await work
