@@ -166,3 +166,16 @@ async def test_one_metrics_registry_for_every_queue(redis_url: str, streams: lis
         handled = f'streamq_handled_total{{consumer="svc",group="{group}",stream="{stream}"}} 1.0'
         assert handled in text, text
         assert f'streamq_stream_length{{stream="{stream}"}} 1.0' in text, text
+
+
+async def test_running_never_hangs_on_an_unreachable_server() -> None:
+    from streamq.server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    app = App(MessageQueue(url, stream="away", group="g", consumer="c", block=0.2))
+    app.queues[0].handler("x")(_ignore)
+    with anyio.fail_after(10):
+        async with app.running():
+            health = await app.health()
+            assert health["ready"] is False and health["queues"][0]["connected"] is False
+    assert app.queues[0].done.is_set()

@@ -304,6 +304,21 @@ def test_reload_restarts_the_workers_on_a_code_change(
     assert service.process.wait(timeout=20) == 0
 
 
+@pytest.mark.slow
+def test_workers_stop_when_the_supervisor_is_killed(
+    tmp_path: Path, session_env: dict[str, str], services: list[Service]
+) -> None:
+    service = Service(tmp_path, session_env, "--workers", "2")
+    services.append(service)
+    wait_until(lambda: service.readiness()["ready"], what="ready")
+    workers = [w["pid"] for w in service.readiness()["workers"]]
+    service.process.kill()
+    service.process.wait()
+    wait_until(lambda: not any(pid_alive(pid) for pid in workers), timeout=15,
+               what="the orphaned workers to stop by themselves")  # fmt: skip
+    assert "the supervisor (pid" in service.logs() and "is gone: stopping" in service.logs()
+
+
 def test_a_target_that_cannot_run_fails_before_starting_workers(tmp_path: Path) -> None:
     (tmp_path / "idle.py").write_text("from streamq import MessageQueue\nmq = MessageQueue()\n")
     for target, message in [

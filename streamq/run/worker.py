@@ -11,6 +11,7 @@ cannot be loaded or is misconfigured (the supervisor then does not restart it in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -75,23 +76,26 @@ def main(argv: list[str] | None = None) -> int:
 
 async def serve(app: App, reporter: StatusReporter, parent: int) -> None:
     """Run the App with signals handled, beside the status reporter and parent watch."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reporter.run)
-        tg.start_soon(_watch_parent, app, parent)
-        try:
-            await app.run(handle_signals=True)
-        finally:
-            tg.cancel_scope.cancel()
-            with anyio.CancelScope(shield=True):
-                await reporter.report(final=True)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reporter.run)
+            tg.start_soon(_watch_parent, app, reporter, parent)
+            try:
+                await app.run(handle_signals=True)
+            finally:
+                tg.cancel_scope.cancel()
+    finally:  # after the periodic reports have ended: this one is the last word
+        with anyio.CancelScope(shield=True):
+            await reporter.report(final=True)
 
 
-async def _watch_parent(app: App, parent: int) -> None:
+async def _watch_parent(app: App, reporter: StatusReporter, parent: int) -> None:
     """Stop gracefully if the supervisor is gone (SIGKILLed): no orphaned workers."""
     while True:
         await anyio.sleep(PARENT_CHECK_INTERVAL)
         if os.getppid() != parent:
             log.warning("the supervisor (pid %d) is gone: stopping", parent)
+            reporter.orphaned = True
             app.request_stop("supervisor gone")
             return
 
@@ -102,6 +106,7 @@ class StatusReporter:
     def __init__(self, app: App, slot: int, run_dir: Path | None, interval: float) -> None:
         self.app, self.slot, self.interval = app, slot, interval
         self.path = None if run_dir is None else status_path(run_dir, slot)
+        self.orphaned = False  # the supervisor is gone: nobody will read or remove the file
 
     async def run(self) -> None:
         while True:
@@ -111,6 +116,9 @@ class StatusReporter:
     async def report(self, *, final: bool = False) -> None:
         """Write the status; ``final``: not ready any more, counters kept, no round trip."""
         if self.path is None:
+            return
+        if final and self.orphaned:
+            self._remove()
             return
         health: dict[str, Any] | None = None
         if not final:
@@ -130,6 +138,13 @@ class StatusReporter:
             await anyio.to_thread.run_sync(write_status, self.path, status)
         except OSError as e:  # the run directory went away: the supervisor is leaving
             log.debug("cannot write the status: %s", e)
+
+    def _remove(self) -> None:
+        """Take our status file away, and the run directory with the last one."""
+        assert self.path is not None
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+            self.path.parent.rmdir()  # fails while another worker's file is there
 
     @staticmethod
     def _identity(mq: MessageQueue) -> dict[str, Any]:

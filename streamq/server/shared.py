@@ -104,12 +104,12 @@ def _is_keeper(pid: int) -> bool:
     """Alive and, where /proc tells, really a keeper (not a recycled pid)."""
     if not pid_alive(pid):
         return False
+    if not Path("/proc/self").is_dir():  # no /proc (macOS): trust the pid
+        return True
     try:
         return b"keeper" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
+    except OSError:  # gone meanwhile
         return False
-    except OSError:  # no /proc (not Linux): trust the pid
-        return True
 
 
 def _clear_stale(paths: Paths, info: ServerInfo) -> None:
@@ -168,8 +168,8 @@ def start_keeper(paths: Paths, port: int) -> ServerInfo:
     does not answer ``ready``. Call with the lock held."""
     from .single import binary_path
 
-    command = [
-        sys.executable, keeper.__file__,
+    command = [  # -I: no script directory, user site or PYTHON* variables on its path
+        sys.executable, "-I", keeper.__file__,
         "--home", str(paths.home), "--binary", str(binary_path()), "--port", str(port),
     ]  # fmt: skip
     with open(paths.keeper_log, "ab") as errors:
