@@ -117,7 +117,8 @@ class App:
             for mq in self._queues:
                 tg.start_soon(mq.aclose)
 
-    def _check_runnable(self) -> None:
+    def check_runnable(self) -> None:
+        """Raise ConfigError if the App has no queue or a queue has no handler."""
         if not self._queues:
             raise ConfigError("this App has no queue: App(mq, ...) or app.add(mq)")
         idle = [f"{mq.stream}/{mq.group}" for mq in self._queues if not len(mq.router)]
@@ -140,7 +141,7 @@ class App:
         Raises ConfigError before starting anything if a queue has no handler; raises the
         first error a queue stopped on, after the others were stopped gracefully.
         """
-        self._check_runnable()
+        self.check_runnable()
         self._begin_run()
         errors: list[Exception] = []
         try:
@@ -216,7 +217,7 @@ class App:
         """Run every queue in the background of the enclosed block (e.g. a FastAPI
         lifespan): returns once all are started; configuration errors raise here; leaving
         the block drains them all at once and closes the queues it opened."""
-        self._check_runnable()
+        self.check_runnable()
         async with AsyncExitStack() as stack:
             for mq in self._queues:
                 await stack.enter_async_context(mq.running())

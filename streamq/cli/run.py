@@ -64,7 +64,7 @@ def _prepare(options: RunOptions) -> None:
     the whole run if the queues use it, so that it outlives restarting workers."""
     try:
         app = load_target(options.target, options.app_dir)
-        app._check_runnable()
+        app.check_runnable()
     except ConfigError:
         if not options.reload:
             raise

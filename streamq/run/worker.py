@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     try:
         app = load_target(args.target, args.app_dir)
-        app._check_runnable()
+        app.check_runnable()
     except ConfigError as e:
         log.error("worker %d cannot start: %s", args.slot, e)
         return EXIT_CONFIG
