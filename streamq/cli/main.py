@@ -49,6 +49,7 @@ from .render import (
     tail_line,
     terminal_safe,
 )
+from .run import add_run_arguments, cmd_run
 from .server import add_server_arguments, cmd_server
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -245,12 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "server",
         cmd_server,
-        "run the embedded server (or --cluster N) in the foreground, print its URL(s)",
+        "the shared embedded server: attach (start if needed) and print its URL, stop, status; "
+        "--private or --cluster N: a server of its own in the foreground",
         stream=False,
     )
     add_server_arguments(p)
-    from .run import add_run_arguments, cmd_run
-
     p = command("run", cmd_run, "run a service's handlers (module:attr) in worker processes",
                 stream=False)  # fmt: skip
     add_run_arguments(p)

