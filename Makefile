@@ -12,7 +12,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
         test-spark test-pyspark40 test-redis7 test-redis8 test-soak bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
-        demo-dashboard browser-deps
+        demo-dashboard browser-deps demo-service
 
 setup: $(STAMP)
 
@@ -59,6 +59,10 @@ browser-deps: setup
 	  echo "make: could not install chromium: the dashboard's browser tests will skip"
 	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet playwright || \
 	  echo "make: could not install playwright: the dashboard's browser tests will skip"
+
+# `streamq run` with 2 workers, metrics and health; a worker SIGKILLed and back; SIGTERM drains
+demo-service: setup
+	$(PY) -m demos.service
 
 test: setup browser-deps
 	$(PYTEST) -q

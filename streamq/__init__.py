@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .app import App
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .errors import (
     AuthenticationFailedError,
@@ -36,6 +37,7 @@ from .topic.deadletter import DeadLetter
 __version__ = "0.1.0"
 
 __all__ = (
+    "App",
     "AuthenticationFailedError",
     "BatchConfig",
     "CleanupPolicy",

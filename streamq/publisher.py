@@ -8,6 +8,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .message import encode_entry
+from .tracing import with_trace_context
 from .wire import resp
 from .wire.client import connect_sync, ride_through_sync, translated
 from .wire.keys import validate_stream_name
@@ -50,6 +51,7 @@ class Publisher:
 
     def publish(self, message_type: str, data: Any, meta: Mapping[str, str] | None = None) -> str:
         """Add one message; return its entry ID."""
+        meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
 
         def xadd() -> str:
@@ -63,6 +65,7 @@ class Publisher:
         *, chunk: int = 1000,
     ) -> list[str]:  # fmt: skip
         """Add many messages of one type, pipelined; return their IDs in order."""
+        meta = with_trace_context(meta)
         ids: list[str] = []
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
 

@@ -15,6 +15,7 @@ from .config import Duration, positive, seconds
 from .errors import NotReplicatedError
 from .message import encode_entry
 from .publisher import xadd_chunks
+from .tracing import with_trace_context
 from .wire import resp
 from .wire.client import ride_through, translated
 from .wire.routing import Deployment
@@ -50,6 +51,7 @@ class PublishOperations:
         most ``timeout``), else raise NotReplicatedError (the entry was added): for
         messages that must survive a failover of the master.
         """
+        meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         if replicas:
             return await self._publish_durably(fields, replicas, seconds(timeout, "timeout"))
@@ -89,6 +91,7 @@ class PublishOperations:
         chunk: int = 1000,
     ) -> list[str]:
         """Add many messages of one type with pipelined XADD; return their IDs in order."""
+        meta = with_trace_context(meta)
         ids: list[str] = []
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
 

@@ -31,6 +31,7 @@ from .consume.context import inside_handler
 from .consume.reader import Identity
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
+from .logs import run_as_consumer
 from .publishing import PublishOperations
 from .registration import HandlerRegistry
 from .stop_signals import owns_signals, watch_stop_signals
@@ -264,8 +265,8 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
                 if owns_signals(handle_signals):
                     tg.start_soon(watch_stop_signals, consumer)
                 opened = opened or await self._open_until_ready(consumer)
-                if opened:
-                    await consumer.run()
+                if opened:  # every record of the consumer's tasks says which consumer it is
+                    await run_as_consumer(consumer.run, self.stream, self.group, self.consumer)
                 tg.cancel_scope.cancel()
         finally:
             self.stop_reason = consumer.stop_reason or "stopped"

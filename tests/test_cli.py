@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import unicodedata
 from urllib.parse import urlsplit, urlunsplit
 
@@ -17,10 +20,15 @@ from tests.conftest import sync_client
 pytestmark = pytest.mark.slow
 
 
+# a shared embedded server of these tests' own, never the user's (~/.local/state/streamq)
+HOME_ENV = {"STREAMQ_HOME": os.path.join(tempfile.gettempdir(), f"streamq-test-cli-{os.getpid()}")}
+atexit.register(shutil.rmtree, HOME_ENV["STREAMQ_HOME"], True)
+
+
 def streamq(
     *args: str, url: str | None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "STREAMQ_REDIS_URL"}
+    env = {k: v for k, v in os.environ.items() if k != "STREAMQ_REDIS_URL"} | HOME_ENV
     if url:
         env["STREAMQ_REDIS_URL"] = url
     return subprocess.run(
@@ -135,7 +143,7 @@ def test_unreachable_server_and_missing_url() -> None:
 def test_server_command_prints_a_working_url() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "streamq.cli", "server"], stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True,
+        stderr=subprocess.DEVNULL, text=True, env=os.environ | HOME_ENV,
     )  # fmt: skip
     try:
         assert process.stdout is not None

@@ -1,7 +1,8 @@
 """The ``streamq`` command line: operate streams from a shell.
 
-Every command but ``server`` needs ``--url`` (before or after the command) or
-``$STREAMQ_REDIS_URL``. Errors print one line on stderr and exit non-zero:
+Every command but ``server`` and ``run`` needs ``--url`` (before or after the command),
+``$STREAMQ_REDIS_URL``, or the shared embedded server running (``streamq server``).
+Errors print one line on stderr and exit non-zero:
 
 * 1: a failed operation (unknown stream, group or ID);
 * 2: bad usage or input (arguments, JSON, an invalid URL, credentials the server refuses);
@@ -37,6 +38,7 @@ from ..errors import (
 )
 from ..ids import StreamId
 from ..queue import MessageQueue
+from ..server.shared import running_shared_url
 from ..wire.client import stream_rows, translated
 from ..wire.keys import Keys
 from .dashboard import add_dashboard_arguments, cmd_dashboard
@@ -48,6 +50,7 @@ from .render import (
     tail_line,
     terminal_safe,
 )
+from .run import add_run_arguments, cmd_run
 from .server import add_server_arguments, cmd_server
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -60,9 +63,13 @@ class CliError(Exception):
 
 
 def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue:
-    url = args.url or env_url()
+    url = args.url or env_url() or running_shared_url()  # a one-shot command starts no server
     if not url:
-        raise CliError(f"no server: pass --url redis://host:port/db or set ${ENV_URL}", EXIT_USAGE)
+        raise CliError(
+            f"no server: pass --url redis://host:port/db, set ${ENV_URL}, "
+            "or start the shared server (streamq server)",
+            EXIT_USAGE,
+        )
     mq = MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
     try:
         mq.client  # noqa: B018  # parses the URL (without connecting)
@@ -240,12 +247,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "server",
         cmd_server,
-        "run the embedded server (or --cluster N) in the foreground, print its URL(s)",
+        "the shared embedded server: attach (start if needed) and print its URL, stop, status; "
+        "--private or --cluster N: a server of its own in the foreground",
         stream=False,
     )
     add_server_arguments(p)
     p = command("dashboard", cmd_dashboard, "serve the web dashboard (extra [dashboard])", False)
     add_dashboard_arguments(p)
+    p = command("run", cmd_run, "run a service's handlers (module:attr) in worker processes",
+                stream=False)  # fmt: skip
+    add_run_arguments(p)
     p = command("publish", cmd_publish, "publish one message: STREAM TYPE JSON")
     p.add_argument("type")
     p.add_argument("json")
@@ -307,7 +318,7 @@ def _confirm(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("server", "dashboard"):  # run in the foreground, synchronously
+        if args.command in ("server", "dashboard", "run"):  # foreground commands, not one request
             return int(args.func(args))
         _confirm(args)
         coro: Callable[[argparse.Namespace], Coroutine[Any, Any, str]] = args.func

@@ -1,8 +1,13 @@
-"""``streamq server``: the embedded server, an embedded cluster or an embedded Sentinel set,
-in the foreground.
+"""``streamq server``: the shared embedded server, a private one, an embedded cluster or
+an embedded Sentinel set.
 
-Prints the URL (with ``--cluster N``: one URL per node, masters first; with ``--sentinel``:
-the ``redis+sentinel://`` URL) on stdout and stops the processes on SIGTERM, SIGHUP or Ctrl-C.
+``streamq server`` attaches to the machine's shared server (the default of every process
+without a URL), starting it if nobody runs it, prints its URL and holds it until SIGTERM,
+SIGHUP or Ctrl-C (then it stops if this was its last user). ``streamq server stop`` stops
+it whoever uses it; ``streamq server status`` shows it. ``--private`` (or ``--appendonly``)
+runs a server of the command's own instead, ``--cluster N`` a cluster (one URL per node,
+masters first), ``--sentinel`` a master, replicas and three sentinels (the
+``redis+sentinel://`` URL); all of these stop with the command.
 """
 
 from __future__ import annotations
@@ -21,8 +26,17 @@ from ..server.single import EmbeddedServer
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--port", type=int, default=None, help="with --cluster: the first node's (PORT+i each)"
+        "action", nargs="?", default="start", choices=["start", "stop", "status"],
+        help="the shared server: attach or start it (default), stop it, show it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--private", action="store_true", help="a server of this command's own, not the shared one"
     )
+    parser.add_argument(
+        "--port", type=int, default=None,
+        help="the server's port (the shared one's if this starts it); with --cluster the "
+        "first node's (PORT+i each)",
+    )  # fmt: skip
     parser.add_argument("--appendonly", action="store_true", help="persist with AOF")
     parser.add_argument(
         "--cluster", type=int, default=None, metavar="N", help="a Redis Cluster of N masters"
@@ -45,6 +59,11 @@ def cmd_server(args: argparse.Namespace) -> int:
         raise ConfigError("--replicas needs --cluster N or --sentinel")
     if args.sentinel and (args.cluster is not None or args.port or args.appendonly):
         raise ConfigError("--sentinel takes only --replicas")
+    private = args.private or args.appendonly or args.cluster is not None or args.sentinel
+    if args.action != "start" or not private:
+        from .shared_server import shared_server_command
+
+        return shared_server_command(args)
     for signum in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop the server, then exit
         signal.signal(signum, _interrupt)
     server: EmbeddedServer | EmbeddedCluster | EmbeddedSentinel
@@ -53,7 +72,7 @@ def cmd_server(args: argparse.Namespace) -> int:
             server = EmbeddedSentinel(1 if args.replicas is None else args.replicas).start()
             print(server.url, flush=True)
             print(f"export {ENV_SENTINEL_URL}={server.url}", file=sys.stderr, flush=True)
-        elif args.cluster is None:
+        elif args.cluster is None:  # --private
             server = EmbeddedServer(port=args.port, appendonly=args.appendonly).start()
             _announce_server(server)
         else:  # a cluster stops itself when its start is interrupted

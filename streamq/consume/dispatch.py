@@ -30,6 +30,7 @@ from ..signals import HandlerSignal, PartialFailure, Reject, Retry
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .failures import describe, reraise_unless_failure
+from .observe import Observer
 from .router import Route, Router
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
@@ -98,6 +99,7 @@ class Dispatcher:
         self.thread_limiter = thread_limiter
         self.stats = stats
         self.bisect_batches = bisect_batches
+        self.observer = Observer(stream, group, consumer)
         # singles: the first call is made outside tenacity (the hot path), these are the rest
         self._retrying = retrying(retry, retry.attempts - 1)
         # batches: the first call is made outside tenacity too
@@ -127,6 +129,7 @@ class Dispatcher:
         self, entry: RawEntry, reason: str, error: BaseException | None = None
     ) -> None:
         self.stats.dead_lettered += 1
+        self.observer.dead_lettered(reason, error)
         await self.dead_letters.write(
             entry, group=self.group, consumer=self.consumer, error=reason, exception=error
         )
@@ -158,8 +161,9 @@ class Dispatcher:
             return
         log.warning(
             "handler failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            entry.id, attempts, self.retry.max_deliveries, describe(error),
+            entry.id, attempts, self.retry.max_deliveries, describe(error), exc_info=error,
         )  # fmt: skip
+        self.observer.failed(error, f"failed delivery {attempts}: {describe(error)}")
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """Handled: drop the unrouted-delivery records of redelivered entries (rare)."""
@@ -216,6 +220,10 @@ class Dispatcher:
 
     # -- single entries -------------------------------------------------------------
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
+        """Handle one entry in its log context (and trace span, with ``[otel]``)."""
+        await self.observer.single(self._handle_single(route, entry), entry, route.type_name)
+
+    async def _handle_single(self, route: Route, entry: RawEntry) -> None:
         if entry.delivery_count > 1 and await self.over_limit(entry):
             await self.dead_letter(entry, self._over_limit_reason(entry))
             return
@@ -277,6 +285,9 @@ class Dispatcher:
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
         """Run a batch handler; only the entries that failed follow the failure path."""
+        await self.observer.batch(self._handle_batch(route, entries), entries, route.type_name)
+
+    async def _handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
         messages = []
         for entry in entries:
             if entry.delivery_count > 1 and await self.over_limit(entry):

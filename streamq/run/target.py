@@ -1,0 +1,79 @@
+"""What ``streamq run`` runs: ``module:attr`` resolved to an App, and stable names per slot."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..app import App
+from ..errors import ConfigError
+from ..queue import MessageQueue, _default_consumer_name
+
+
+def load_target(spec: str, app_dir: str | Path | None = ".") -> App:
+    """Import ``module:attr`` (``attr`` may be dotted) from ``app_dir`` (put first on
+    ``sys.path``, as ``uvicorn --app-dir`` does) and return it as an App.
+
+    ``attr`` may be a MessageQueue, an App, or a function with no arguments returning one
+    of them. Raises ConfigError saying what is wrong with ``spec``.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"expected module:attr (e.g. service:app), got {spec!r}")
+    if app_dir is not None:
+        path = str(Path(app_dir).resolve())
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            raise ConfigError(f"cannot import {module_name!r} (from {app_dir}): {e}") from e
+        raise
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigError(f"{spec}: {module_name!r} has no attribute {attr!r}") from None
+    return as_app(target, spec)
+
+
+def as_app(target: Any, spec: str) -> App:
+    """A MessageQueue or App as an App; a factory is called first."""
+    if isinstance(target, App):
+        return target
+    if isinstance(target, MessageQueue):
+        return App(target, name=spec)
+    if callable(target) and not isinstance(target, type):
+        made = target()
+        if inspect.isawaitable(made):
+            if inspect.iscoroutine(made):
+                made.close()
+            raise ConfigError(f"{spec}: the factory must be a plain function, not async")
+        if isinstance(made, App | MessageQueue):
+            return as_app(made, spec)
+        kind = type(made).__name__
+        raise ConfigError(f"{spec}() returned {kind}: expected an App or a MessageQueue")
+    raise ConfigError(
+        f"{spec} is a {type(target).__name__}: expected a MessageQueue, an App, "
+        "or a function returning one"
+    )
+
+
+def assign_slot(app: App, slot: int) -> None:
+    """Name every consumer of ``app`` for worker ``slot``: ``<consumer>-<slot>``, the same
+    after every restart, so a restarted worker recovers its own pending entries first.
+    A queue left with the default ``<host>-<pid>`` name becomes ``<host>-<slot>``."""
+    default = _default_consumer_name()
+    for mq in app.queues:
+        base = socket.gethostname() if mq.consumer == default else mq.consumer
+        mq.consumer = f"{base}-{slot}"
+
+
+def uses_default_server(app: App) -> bool:
+    """Whether a queue of ``app`` has no URL of its own (and so uses the default)."""
+    return any(mq._url is None for mq in app.queues)

@@ -1,0 +1,155 @@
+"""One worker process of ``streamq run`` (``python -m streamq.run.worker``).
+
+It loads the target, names its consumers for its slot, runs the App (SIGTERM/SIGINT
+drain it; a second signal ends the process at once), writes its status for the
+supervisor every interval, and stops by itself if the supervisor disappears.
+
+Exit codes: 0 after a graceful stop, 1 if a queue stopped on an error, 2 if the target
+cannot be loaded or is misconfigured (the supervisor then does not restart it in a loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ..app import App
+from ..errors import ConfigError
+from ..logs import LOG_FORMATS, configure_logging
+from ..queue import MessageQueue
+from .status import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, STATUS_INTERVAL, status_path, write_status
+from .target import assign_slot, load_target
+
+log = logging.getLogger("streamq.run.worker")  # also when run as __main__
+PARENT_CHECK_INTERVAL = 1.0
+STATS_KEYS = ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m streamq.run.worker")
+    parser.add_argument("target")
+    parser.add_argument("--slot", type=int, required=True)
+    parser.add_argument("--app-dir", default=".")
+    parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("--status-interval", type=float, default=STATUS_INTERVAL)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    configure_logging(args.log_level, args.log_format)
+    try:
+        app = load_target(args.target, args.app_dir)
+        app.check_runnable()
+    except ConfigError as e:
+        log.error("worker %d cannot start: %s", args.slot, e)
+        return EXIT_CONFIG
+    except Exception as e:  # an import error in the user's module: its traceback helps
+        log.error("worker %d cannot load %s: %s", args.slot, args.target, e, exc_info=e)
+        return EXIT_CONFIG
+    assign_slot(app, args.slot)
+    log.info(
+        "worker %d (pid %d) runs %s as %s",
+        args.slot, os.getpid(), args.target, ", ".join(mq.consumer for mq in app.queues),
+    )  # fmt: skip
+    reporter = StatusReporter(app, args.slot, args.run_dir, args.status_interval)
+    try:
+        anyio.run(serve, app, reporter, os.getppid())
+    except ConfigError as e:
+        log.error("worker %d stopped: %s", args.slot, e)
+        return EXIT_CONFIG
+    except Exception as e:
+        log.error("worker %d stopped on an error: %s", args.slot, e)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+async def serve(app: App, reporter: StatusReporter, parent: int) -> None:
+    """Run the App with signals handled, beside the status reporter and parent watch."""
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reporter.run)
+            tg.start_soon(_watch_parent, app, reporter, parent)
+            try:
+                await app.run(handle_signals=True)
+            finally:
+                tg.cancel_scope.cancel()
+    finally:  # after the periodic reports have ended: this one is the last word
+        with anyio.CancelScope(shield=True):
+            await reporter.report(final=True)
+
+
+async def _watch_parent(app: App, reporter: StatusReporter, parent: int) -> None:
+    """Stop gracefully if the supervisor is gone (SIGKILLed): no orphaned workers."""
+    while True:
+        await anyio.sleep(PARENT_CHECK_INTERVAL)
+        if os.getppid() != parent:
+            log.warning("the supervisor (pid %d) is gone: stopping", parent)
+            reporter.orphaned = True
+            app.request_stop("supervisor gone")
+            return
+
+
+class StatusReporter:
+    """Writes this worker's status file every ``interval`` seconds."""
+
+    def __init__(self, app: App, slot: int, run_dir: Path | None, interval: float) -> None:
+        self.app, self.slot, self.interval = app, slot, interval
+        self.path = None if run_dir is None else status_path(run_dir, slot)
+        self.orphaned = False  # the supervisor is gone: nobody will read or remove the file
+
+    async def run(self) -> None:
+        while True:
+            await self.report()
+            await anyio.sleep(self.interval)
+
+    async def report(self, *, final: bool = False) -> None:
+        """Write the status; ``final``: not ready any more, counters kept, no round trip."""
+        if self.path is None:
+            return
+        if final and self.orphaned:
+            self._remove()
+            return
+        health: dict[str, Any] | None = None
+        if not final:
+            with anyio.move_on_after(max(self.interval, 1.0)):  # a hung server: not ready
+                health = await self.app.health()
+        queues = [
+            {**self._identity(mq), "ready": False, "state": "stopping"}
+            if health is None
+            else health["queues"][index]
+            for index, mq in enumerate(self.app.queues)
+        ]
+        for mq, queue in zip(self.app.queues, queues, strict=True):
+            queue.update(url=mq.url, stats=mq.stats())
+        ready = health is not None and bool(health["ready"])
+        status = {"slot": self.slot, "pid": os.getpid(), "ready": ready, "queues": queues}
+        try:
+            await anyio.to_thread.run_sync(write_status, self.path, status)
+        except OSError as e:  # the run directory went away: the supervisor is leaving
+            log.debug("cannot write the status: %s", e)
+
+    def _remove(self) -> None:
+        """Take our status file away, and the run directory with the last one."""
+        assert self.path is not None
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+            self.path.parent.rmdir()  # fails while another worker's file is there
+
+    @staticmethod
+    def _identity(mq: MessageQueue) -> dict[str, Any]:
+        return {"stream": mq.stream, "group": mq.group, "consumer": mq.consumer}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Issue 15, structured logging: every record from a running consumer says which stream,
+group and consumer, and which entry (id, type, delivery) it is about; JSON output."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from streamq import Message, RetryPolicy
+from streamq.logs import configure_logging
+from tests.conftest import QueueFactory, wait_for
+
+pytestmark = pytest.mark.anyio
+
+handler_log = logging.getLogger("tests.handler")
+
+
+def fields(record: logging.LogRecord) -> dict[str, object]:
+    names = ("stream", "group", "consumer", "entry_id", "type", "delivery")
+    return {n: getattr(record, f"streamq_{n}") for n in names if hasattr(record, f"streamq_{n}")}
+
+
+async def test_consumer_records_carry_the_consumer_and_the_entry(
+    make_queue: QueueFactory,
+    stream: str,
+    client: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    mq = make_queue(retry=RetryPolicy(attempts=1, max_deliveries=2))
+    done: list[int] = []
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        handler_log.info("handling %s", msg.data, extra={"stream": "the handler's own"})
+        if msg.data == 2:
+            raise ValueError("job 2 is broken")
+        done.append(msg.data)
+
+    async with mq, anyio.create_task_group() as tg:
+        ok_id = await mq.publish("job", 1)
+        bad_id = await mq.publish("job", 2)
+        await client.xreadgroup("g", "c1", {stream: ">"}, count=1)  # c1's pending: ok_id
+        await tg.start(mq.run)
+        await wait_for(lambda: done == [1] and mq.stats()["failed"] == 1, what="both")
+        await mq.stop()
+
+    identity = {"stream": stream, "group": "g", "consumer": "c1"}
+    mine = [r for r in caplog.records if r.name == "tests.handler"]
+    assert [fields(r) for r in mine[:2]] == [
+        {**identity, "entry_id": ok_id, "type": "job", "delivery": 2},
+        {**identity, "entry_id": bad_id, "type": "job", "delivery": 1},
+    ]
+    failed = next(r for r in caplog.records if r.getMessage().startswith("handler failed"))
+    assert fields(failed) == {**identity, "entry_id": bad_id, "type": "job", "delivery": 1}
+    assert failed.exc_info is not None and "job 2 is broken" in str(failed.exc_info[1])
+    recovering = next(r for r in caplog.records if r.getMessage().startswith("recovering"))
+    assert fields(recovering) == identity, "consumer-level records carry the identity only"
+    outside = logging.getLogger("tests").makeRecord("tests", logging.INFO, "f", 1, "x", (), None)
+    assert fields(outside) == {}, "no context leaks out of the consumer's tasks"
+
+
+async def test_batch_records_carry_the_batch_ids(
+    make_queue: QueueFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tests.handler")
+    mq = make_queue()
+    seen: list[int] = []
+
+    @mq.batch_handler("job", size=3, timeout=0.05)
+    async def jobs(msgs: list[Message[int]]) -> None:
+        handler_log.info("batch of %d", len(msgs))
+        seen.extend(m.data for m in msgs)
+
+    async with mq, anyio.create_task_group() as tg:
+        ids = await mq.publish_many("job", [1, 2, 3])
+        await tg.start(mq.run)
+        await wait_for(lambda: len(seen) == 3, what="the batch")
+        await mq.stop()
+    (record,) = [r for r in caplog.records if r.name == "tests.handler"]
+    assert fields(record)["entry_id"] == ids and fields(record)["type"] == "job"
+
+
+def test_json_lines_carry_the_fields_extras_and_traceback() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", "json", stream=out)
+    try:
+        log = logging.getLogger("tests.json")
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            log.exception("failed %s", "x", extra={"order": 7})
+        record = log.makeRecord("tests.json", logging.INFO, "f", 1, "m", (), None)
+        record.streamq_stream, record.streamq_entry_id = "orders", "1-0"
+        logging.getLogger().handlers[0].handle(record)
+    finally:
+        logging.getLogger().handlers.clear()
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["level"] == "ERROR" and first["message"] == "failed x"
+    assert first["logger"] == "tests.json" and first["order"] == 7
+    assert "Traceback" in first["exc_info"] and "RuntimeError: boom" in first["exc_info"]
+    assert second["stream"] == "orders" and second["entry_id"] == "1-0"
+    assert "streamq_stream" not in second
+
+
+def test_text_lines_end_with_the_fields() -> None:
+    record = logging.makeLogRecord(
+        {"name": "t", "levelname": "INFO", "msg": "hello", "streamq_stream": "s"}
+    )
+    out = io.StringIO()
+    configure_logging("INFO", "text", stream=out)
+    try:
+        logging.getLogger().handlers[0].handle(record)
+    finally:
+        logging.getLogger().handlers.clear()
+    assert out.getvalue().rstrip().endswith("t: hello [stream=s]")
+
+
+def test_a_bad_log_format_names_the_choices() -> None:
+    from streamq import ConfigError
+
+    with pytest.raises(ConfigError, match="text, json"):
+        configure_logging("INFO", "yaml")

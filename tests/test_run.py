@@ -1,0 +1,400 @@
+"""Issue 15, `streamq run`: supervised workers with stable consumer names, restarts with
+backoff, graceful drain on SIGTERM (a second signal exits at once), --reload, one health
+and one metrics endpoint for all workers, JSON logs; and the target loader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from streamq import App, ConfigError, MessageQueue, Publisher
+from streamq.run import assign_slot, load_target
+from streamq.server import free_port, shared
+from streamq.server.keeper import pid_alive
+from streamq.testing import delete_stream_keys
+from tests.test_shared_server import processes_of
+
+SERVICE = textwrap.dedent(
+    """
+    import logging
+    import os
+
+    import anyio
+    import redis.asyncio as aioredis
+
+    from streamq import App, Message, MessageQueue, RetryPolicy, StartFrom
+
+    VERSION = "v1"
+    STREAM = os.environ["TEST_STREAM"]
+    jobs = MessageQueue(stream=STREAM, group="workers", consumer="svc", start=StartFrom.EARLIEST,
+                        claim_idle=60, block=0.2, grace=10,
+                        retry=RetryPolicy(attempts=1, max_deliveries=2))
+    events = MessageQueue(stream=STREAM + "-events", group="audit", consumer="svc",
+                          start=StartFrom.EARLIEST, block=0.2)
+    log = logging.getLogger("svc")
+    _client = []
+
+
+    def r():
+        if not _client:
+            _client.append(aioredis.Redis.from_url(jobs.url, decode_responses=True))
+        return _client[0]
+
+
+    @jobs.handler("job")
+    async def job(msg: Message[int]) -> None:
+        while await r().exists(STREAM + ":hold"):
+            await anyio.sleep(0.05)
+        log.info("job %s", msg.data)
+        await r().hset(STREAM + ":handled", msg.id, f"{jobs.consumer} {VERSION}")
+
+
+    @jobs.handler("crash")
+    async def crash(msg: Message[int]) -> None:
+        os._exit(3)
+
+
+    @events.handler("event")
+    async def event(msg: Message[int]) -> None:
+        await r().hset(STREAM + ":events", msg.id, events.consumer)
+
+
+    app = App(jobs, events)
+    """
+)
+
+
+class Service:
+    """A `streamq run` of SERVICE in ``directory``, with its ports and log file."""
+
+    def __init__(self, directory: Path, env: dict[str, str], *options: str) -> None:
+        self.directory, self.health, self.metrics = directory, free_port(), free_port()
+        (directory / "service.py").write_text(SERVICE)
+        self.log_path = directory / "run.log"
+        self.stream = env["TEST_STREAM"]
+        command = [
+            sys.executable, "-m", "streamq.cli", "run", "service:app",
+            "--health-port", str(self.health), "--metrics-port", str(self.metrics), *options,
+        ]  # fmt: skip
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                command, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{port or self.health}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def readiness(self) -> dict[str, Any]:
+        _, body = self.get("/readyz")
+        return json.loads(body) if body else {"ready": False, "workers": []}
+
+    def worker(self, slot: int) -> dict[str, Any]:
+        workers = self.readiness()["workers"]
+        return workers[slot] if len(workers) > slot else {}
+
+    def logs(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        """Drain (SIGTERM), as a service manager stops it; kill only if that hangs."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The service's environment: a fresh stream, a private $STREAMQ_HOME."""
+    stream = f"test-run-{uuid.uuid4().hex[:10]}"
+    values = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    values.update(TEST_STREAM=stream, STREAMQ_HOME=str(tmp_path / "home"))
+    yield values
+    if "STREAMQ_REDIS_URL" in values:
+        for name in (stream, f"{stream}-events", f"{stream}:handled", f"{stream}:hold"):
+            delete_stream_keys(values["STREAMQ_REDIS_URL"], name)
+
+
+@pytest.fixture
+def session_env(env: dict[str, str], redis_url: str) -> dict[str, str]:
+    return {**env, "STREAMQ_REDIS_URL": redis_url}
+
+
+@pytest.fixture
+def services() -> Iterator[list[Service]]:
+    started: list[Service] = []
+    yield started
+    for service in started:
+        service.stop()
+
+
+def pending_of(client: redis.Redis, stream: str) -> dict[str, int]:
+    summary = client.xpending(stream, "workers")
+    names = (c["name"] for c in summary["consumers"] or [])
+    counts = (int(c["pending"]) for c in summary["consumers"] or [])
+    return {
+        n.decode() if isinstance(n, bytes) else n: c for n, c in zip(names, counts, strict=True)
+    }
+
+
+@pytest.mark.slow
+def test_workers_share_one_server_keep_their_names_and_drain(
+    tmp_path: Path, env: dict[str, str], services: list[Service],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The issue's scenario: no URL, 2 workers, a second process publishes, a worker is
+    SIGKILLed mid-work and comes back under its name, SIGTERM drains; nothing is lost."""
+    env.pop("STREAMQ_REDIS_URL", None)
+    monkeypatch.delenv("STREAMQ_REDIS_URL", raising=False)
+    monkeypatch.setenv("STREAMQ_HOME", env["STREAMQ_HOME"])
+    home, stream = Path(env["STREAMQ_HOME"]), env["TEST_STREAM"]
+    service = Service(tmp_path, env, "--workers", "2", "--log-format", "json")
+    services.append(service)
+    try:
+        wait_until(lambda: service.readiness()["ready"], what="both workers ready")
+        assert [w["queues"][0]["consumer"] for w in service.readiness()["workers"]] == [
+            "svc-0", "svc-1",
+        ]  # fmt: skip
+        publisher = Publisher(stream=stream)  # this process reaches the workers' server
+        client = redis.Redis.from_url(publisher.url, decode_responses=True)
+        client.set(f"{stream}:hold", 1)
+        ids = publisher.publish_many("job", list(range(6)))
+        wait_until(lambda: pending_of(client, stream).get("svc-0", 0) >= 1, what="svc-0 busy")
+        held = [e["message_id"] for e in client.xpending_range(
+            stream, "workers", min="-", max="+", count=100, consumername="svc-0")]  # fmt: skip
+        first_pid = service.worker(0)["pid"]
+        os.kill(first_pid, signal.SIGKILL)
+        client.delete(f"{stream}:hold")
+        wait_until(lambda: service.worker(0).get("restarts") == 1 and service.worker(0)["ready"],
+                   what="worker 0 restarted")  # fmt: skip
+        assert service.worker(0)["pid"] != first_pid
+        wait_until(lambda: client.hlen(f"{stream}:handled") == 6, what="every job handled")
+        handled = client.hgetall(f"{stream}:handled")
+        assert sorted(handled) == sorted(ids)
+        assert {handled[i] for i in held} == {"svc-0 v1"}, "svc-0 recovered its own entries"
+        Publisher(stream=f"{stream}-events").publish("event", 1)
+        wait_until(lambda: client.hlen(f"{stream}:events") == 1, what="the second queue")
+
+        code, metrics = service.get("/metrics", service.metrics)
+        assert code == 200, metrics
+        for consumer in ("svc-0", "svc-1"):
+            assert (
+                f'streamq_received_total{{consumer="{consumer}",group="workers",stream="{stream}"}}'
+                in metrics
+            )
+        assert f'streamq_stream_length{{stream="{stream}"}} 6.0' in metrics
+        assert f'streamq_group_pending{{group="audit",stream="{stream}-events"}} 0.0' in metrics
+
+        client.set(f"{stream}:hold", 1)  # one job in flight when SIGTERM comes
+        last = publisher.publish("job", 99)
+        wait_until(lambda: sum(pending_of(client, stream).values()) == 1, what="in flight")
+        workers = [w["pid"] for w in service.readiness()["workers"]]
+        service.process.send_signal(signal.SIGTERM)
+        wait_until(lambda: service.readiness().get("stopping"), what="draining")
+        client.delete(f"{stream}:hold")
+        assert service.process.wait(timeout=30) == 0
+        assert client.hget(f"{stream}:handled", last) is not None, "the in-flight job finished"
+        assert sum(pending_of(client, stream).values()) == 0
+        assert not any(pid_alive(pid) for pid in workers), "no worker outlives the supervisor"
+        publisher.close()
+    finally:
+        shared.release_all()
+    wait_until(lambda: not processes_of(home), what="the shared server to stop with its users")
+    lines = [json.loads(line) for line in service.logs().splitlines() if line.startswith("{")]
+    jobs = [line for line in lines if line["logger"] == "svc"]
+    assert jobs and all(j["stream"] == stream and j["type"] == "job" for j in jobs)
+    assert {j["consumer"] for j in jobs} == {"svc-0", "svc-1"}
+    assert all(j["entry_id"] in [*ids, last] and j["delivery"] >= 1 for j in jobs)
+
+
+@pytest.mark.slow
+def test_a_second_signal_exits_at_once(
+    tmp_path: Path, session_env: dict[str, str], services: list[Service]
+) -> None:
+    service = Service(tmp_path, session_env)
+    services.append(service)
+    stream = session_env["TEST_STREAM"]
+    client = redis.Redis.from_url(session_env["STREAMQ_REDIS_URL"])
+    wait_until(lambda: service.readiness()["ready"], what="ready")
+    worker = service.worker(0)["pid"]
+    client.set(f"{stream}:hold", 1)
+    client.xadd(stream, {"type": "job", "data": "1"})
+    wait_until(lambda: sum(pending_of(client, stream).values()) == 1, what="in flight")
+    service.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: service.readiness().get("stopping"), what="draining")
+    started = time.monotonic()
+    service.process.send_signal(signal.SIGTERM)
+    assert service.process.wait(timeout=10) == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 5, "the second signal did not wait for the drain"
+    wait_until(lambda: not pid_alive(worker), what="the worker gone")
+    assert sum(pending_of(client, stream).values()) == 1, "left pending for the next start"
+
+
+@pytest.mark.slow
+def test_a_crashing_worker_is_restarted_with_backoff(
+    tmp_path: Path, session_env: dict[str, str], services: list[Service]
+) -> None:
+    service = Service(tmp_path, session_env)
+    services.append(service)
+    stream = session_env["TEST_STREAM"]
+    client = redis.Redis.from_url(session_env["STREAMQ_REDIS_URL"])
+    wait_until(lambda: service.readiness()["ready"], what="ready")
+    client.xadd(stream, {"type": "crash", "data": "1"})  # kills its worker at each delivery
+    wait_until(lambda: client.xlen(f"streamq:{{{stream}}}:dlq") == 1, what="dead-lettered")
+    wait_until(lambda: service.readiness()["ready"], what="ready again")
+    assert service.worker(0)["restarts"] == 2, "max_deliveries=2: two crashes, then a dead letter"
+    waits = [line.split("restarting it in ")[1][:4] for line in service.logs().splitlines()
+             if "restarting it in" in line]  # fmt: skip
+    assert waits == ["0.5s", "1.0s"], service.logs()
+
+
+@pytest.mark.slow
+def test_reload_restarts_the_workers_on_a_code_change(
+    tmp_path: Path, session_env: dict[str, str], services: list[Service]
+) -> None:
+    service = Service(tmp_path, session_env, "--reload")
+    services.append(service)
+    stream = session_env["TEST_STREAM"]
+    client = redis.Redis.from_url(session_env["STREAMQ_REDIS_URL"], decode_responses=True)
+    wait_until(lambda: service.readiness()["ready"], what="ready")
+    before = service.worker(0)["pid"]
+    first = client.xadd(stream, {"type": "job", "data": "1"})
+    wait_until(lambda: client.hget(f"{stream}:handled", first) == "svc-0 v1", what="v1 handled")
+    source = tmp_path / "service.py"
+    source.write_text(source.read_text().replace('VERSION = "v1"', 'VERSION = "v2"'))
+    wait_until(lambda: service.worker(0).get("pid") not in (None, before)
+               and service.worker(0)["ready"], what="a new worker")  # fmt: skip
+    second = client.xadd(stream, {"type": "job", "data": "2"})
+    wait_until(lambda: client.hget(f"{stream}:handled", second) == "svc-0 v2", what="v2 handled")
+    assert service.worker(0)["restarts"] == 0, "a reload is not a crash"
+    service.process.send_signal(signal.SIGINT)
+    assert service.process.wait(timeout=20) == 0
+
+
+@pytest.mark.slow
+def test_workers_stop_when_the_supervisor_is_killed(
+    tmp_path: Path, session_env: dict[str, str], services: list[Service]
+) -> None:
+    service = Service(tmp_path, session_env, "--workers", "2")
+    services.append(service)
+    wait_until(lambda: service.readiness()["ready"], what="ready")
+    workers = [w["pid"] for w in service.readiness()["workers"]]
+    service.process.kill()
+    service.process.wait()
+    wait_until(lambda: not any(pid_alive(pid) for pid in workers), timeout=15,
+               what="the orphaned workers to stop by themselves")  # fmt: skip
+    assert "the supervisor (pid" in service.logs() and "is gone: stopping" in service.logs()
+
+
+def test_a_target_that_cannot_run_fails_before_starting_workers(tmp_path: Path) -> None:
+    (tmp_path / "idle.py").write_text("from streamq import MessageQueue\nmq = MessageQueue()\n")
+    for target, message in [
+        ("nosuchmodule:app", "cannot import 'nosuchmodule'"),
+        ("idle:nothing", "'idle' has no attribute 'nothing'"),
+        ("idle:mq", "no handlers registered"),
+        ("idle", "expected module:attr"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, "-m", "streamq.cli", "run", target], cwd=tmp_path,
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert result.returncode == 2, (target, result.stderr)
+        assert message in result.stderr, (target, result.stderr)
+
+
+TARGETS = """
+from streamq import App, MessageQueue
+mq = MessageQueue("redis://127.0.0.1:1/0", stream="s", group="g", consumer="mailer")
+other = MessageQueue("redis://127.0.0.1:1/0", stream="t", group="g")
+app = App(mq, other)
+def factory():
+    return MessageQueue("redis://127.0.0.1:1/0", stream="f", group="g", consumer="f")
+async def async_factory():
+    return app
+def wrong():
+    return 42
+number = 7
+"""
+
+
+def test_load_target_takes_a_queue_an_app_or_a_factory(tmp_path: Path) -> None:
+    (tmp_path / "targets_mod.py").write_text(TARGETS)
+    queue_app = load_target("targets_mod:mq", tmp_path)
+    assert isinstance(queue_app, App) and [q.stream for q in queue_app.queues] == ["s"]
+    assert [q.stream for q in load_target("targets_mod:app", tmp_path).queues] == ["s", "t"]
+    assert [q.stream for q in load_target("targets_mod:factory", tmp_path).queues] == ["f"]
+    for spec, message in [
+        ("targets_mod:async_factory", "not async"),
+        ("targets_mod:wrong", "returned int"),
+        ("targets_mod:number", "is a int"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            load_target(spec, tmp_path)
+
+
+def test_each_slot_has_stable_consumer_names() -> None:
+    import socket
+
+    named = MessageQueue("redis://127.0.0.1:1/0", stream="s", consumer="mailer")
+    default = MessageQueue("redis://127.0.0.1:1/0", stream="t")
+    assign_slot(App(named, default), 3)
+    assert named.consumer == "mailer-3"
+    assert default.consumer == f"{socket.gethostname()}-3", "not <host>-<pid>: pids change"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_service_demo(tmp_path: Path) -> None:
+    """`make demo-service`, on a shared server of its own (no URL anywhere)."""
+    root = Path(__file__).resolve().parent.parent
+    home = tmp_path / "home"
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("STREAMQ_REDIS_URL", "PYTEST_CURRENT_TEST")
+    }
+    env["STREAMQ_HOME"] = str(home)
+    result = subprocess.run(
+        [sys.executable, "-m", "demos.service"], cwd=root, env=env,
+        capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    for expected in (
+        "worker 0 (pid", "consumers billing-1, mailer-1", "20 orders, 10 emails",
+        "nothing lost: 20/20 orders, 10/10 emails, pending 0",
+        "were handled by billing-0", "GET /metrics -> 200", "GET /readyz -> 200",
+        "drained, exit code 0, pending 0", "'consumer': 'billing-",
+    ):  # fmt: skip
+        assert expected in result.stdout, result.stdout
+    wait_until(lambda: not processes_of(home), what="the shared server to stop after the demo")
