@@ -80,7 +80,7 @@ async def stop(request: Request) -> Response:
     back = safe_next(optional_field(form, "back"), href("/topic/stopped", stream=stream))
 
     async def run() -> str:
-        groups = await control.stop_message(client_of(request), stream, entry_id)
+        groups = await control.stop_message(client_of(request, stream), stream, entry_id)
         return f"stopped {entry_id} (taken from {groups} group(s)' pending entries)"
 
     return await _act(request, back, run)
@@ -91,7 +91,7 @@ async def resume(request: Request) -> Response:
     stream, entry_id = field(form, "stream", strip=False), field(form, "id")
 
     async def run() -> str:
-        groups = await control.resume_message(client_of(request), stream, entry_id)
+        groups = await control.resume_message(client_of(request, stream), stream, entry_id)
         return f"resumed {entry_id} (given back to {groups} group(s))"
 
     return await _act(request, href("/topic/stopped", stream=stream), run)
@@ -102,7 +102,7 @@ async def replay(request: Request) -> Response:
     stream, letter_id = field(form, "stream", strip=False), field(form, "id")
 
     async def run() -> str:
-        new_id = await DeadLetters(client_of(request), stream).replay(letter_id)
+        new_id = await DeadLetters(client_of(request, stream), stream).replay(letter_id)
         return f"replayed dead letter {letter_id} as {new_id}"
 
     return await _act(request, href("/topic/dead-letters", stream=stream), run)
@@ -113,7 +113,7 @@ async def replay_all(request: Request) -> Response:
     stream = field(form, "stream", strip=False)
 
     async def run() -> str:
-        new_ids = await DeadLetters(client_of(request), stream).replay_all()
+        new_ids = await DeadLetters(client_of(request, stream), stream).replay_all()
         return f"replayed {len(new_ids)} dead letter(s)"
 
     return await _act(request, href("/topic/dead-letters", stream=stream), run)
@@ -127,7 +127,9 @@ async def purge(request: Request) -> Response:
         return outcome(request, back, "not purged: type the topic's name to confirm", status=400)
 
     async def run() -> str:
-        return f"purged {await DeadLetters(client_of(request), stream).purge()} dead letter(s)"
+        return (
+            f"purged {await DeadLetters(client_of(request, stream), stream).purge()} dead letter(s)"
+        )
 
     return await _act(request, back, run)
 
@@ -142,10 +144,10 @@ async def terminate(request: Request) -> Response:
         )
     keep = form.get("keep_dead_letters") == "on"
     with translated(stream):
-        exists = await client_of(request).exists(stream)
+        exists = await client_of(request, stream).exists(stream)
     if not exists:
         return outcome(request, "/", f"not terminated: there is no stream {stream!r}", status=404)
-    await control.terminate_topic(client_of(request), stream, keep_dead_letters=keep)
+    await control.terminate_topic(client_of(request, stream), stream, keep_dead_letters=keep)
     store: SampleStore = request.app.state.samples
     store.forget(stream)
     kept = " (dead letters kept)" if keep else ""

@@ -62,11 +62,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.client = connect(url)
+        app.state.deployment = connect(url)
         try:
             yield
         finally:
-            await app.state.client.aclose()
+            await app.state.deployment.aclose()
 
     middleware = [Middleware(SecurityHeaders)]
     if allowed_hosts is not None:

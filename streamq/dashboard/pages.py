@@ -13,15 +13,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..topic.admin import TopicInfo, topic_info
+from ..wire.routing import Deployment
 from .render import page
 from .samples import SampleStore, chart_series
 from .security import safe_next
 from .topics import dead_letter_page, list_topics, parse_cursor, pending_page
 
 
-def client_of(request: Request) -> aioredis.Redis:
-    client: aioredis.Redis = request.app.state.client
-    return client
+def deployment_of(request: Request) -> Deployment:
+    deployment: Deployment = request.app.state.deployment
+    return deployment
+
+
+def client_of(request: Request, stream: str) -> aioredis.Redis:
+    """A client for ``stream``'s keys (on a cluster: its slot's master)."""
+    return deployment_of(request).client_for(stream)
 
 
 def stream_param(request: Request) -> str:
@@ -35,14 +41,14 @@ def stream_param(request: Request) -> str:
 async def existing_topic(request: Request) -> TopicInfo:
     """The topic named in the query; 404 if neither it nor anything of it exists."""
     stream = stream_param(request)
-    info = await topic_info(client_of(request), stream)
+    info = await topic_info(client_of(request, stream), stream)
     if not info.exists and not info.dead_letters and not info.stopped_ids:
         raise HTTPException(404, f"there is no stream {stream!r}")
     return info
 
 
 async def topics(request: Request) -> Response:
-    listing = await list_topics(client_of(request))
+    listing = await list_topics(deployment_of(request))
     return page(request, "topics.html", {"listing": listing})
 
 
@@ -59,7 +65,7 @@ async def topic_live(request: Request) -> Response:
 
 async def _live_context(request: Request, info: TopicInfo) -> dict[str, object]:
     store: SampleStore = request.app.state.samples
-    samples = await store.refresh(client_of(request), info.stream)
+    samples = await store.refresh(client_of(request, info.stream), info.stream)
     return {"info": info, "series": chart_series(samples)}
 
 
@@ -73,7 +79,7 @@ async def pending(request: Request) -> Response:
     rows = None
     if group:
         rows = await pending_page(
-            client_of(request), info.stream, group, after=after, consumer=consumer
+            client_of(request, info.stream), info.stream, group, after=after, consumer=consumer
         )
     context = {"info": info, "group": group, "consumer": consumer, "after": after, "rows": rows}
     return page(request, "pending.html", context)
@@ -82,7 +88,7 @@ async def pending(request: Request) -> Response:
 async def dead_letters(request: Request) -> Response:
     info = await existing_topic(request)
     after = parse_cursor(request.query_params.get("after"))
-    letters = await dead_letter_page(client_of(request), info.stream, after=after)
+    letters = await dead_letter_page(client_of(request, info.stream), info.stream, after=after)
     return page(request, "dead_letters.html", {"info": info, "letters": letters, "after": after})
 
 

@@ -11,7 +11,7 @@ queue would create its consumer group.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -23,6 +23,7 @@ from ..ids import StreamId
 from ..topic.admin import TopicInfo, topic_info
 from ..topic.deadletter import DeadLetter, DeadLetters
 from ..wire.client import text, translated
+from ..wire.routing import Deployment
 
 T = TypeVar("T")
 
@@ -41,12 +42,13 @@ class TopicList:
     hidden: int = 0  # streams the server's ACL does not let this user read
 
 
-async def list_topics(client: aioredis.Redis, limit: int = MAX_TOPICS) -> TopicList:
-    """Every stream with a consumer group (up to ``limit``), sorted by name."""
+async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicList:
+    """Every stream with a consumer group (up to ``limit``), sorted by name; on a cluster
+    the streams of every master."""
     topics: list[TopicInfo] = []
     skipped, hidden, truncated = 0, 0, False
     with translated("*"):
-        async for raw in client.scan_iter(count=SCAN_BATCH, _type="stream"):
+        async for raw in _every_stream(deployment):
             if raw.startswith(OWN_KEYS):
                 continue
             try:
@@ -54,7 +56,7 @@ async def list_topics(client: aioredis.Redis, limit: int = MAX_TOPICS) -> TopicL
             except UnicodeDecodeError:
                 skipped += 1
                 continue
-            info = await _readable_topic_info(client, name)
+            info = await _readable_topic_info(deployment.client_for(name), name)
             if info is None:
                 hidden += 1
                 continue
@@ -65,6 +67,13 @@ async def list_topics(client: aioredis.Redis, limit: int = MAX_TOPICS) -> TopicL
                 break
             topics.append(info)
     return TopicList(sorted(topics, key=lambda t: t.stream), truncated, skipped, hidden)
+
+
+async def _every_stream(deployment: Deployment) -> AsyncIterator[bytes]:
+    for address in await deployment.masters():
+        node = deployment.client_at(address)
+        async for raw in node.scan_iter(count=SCAN_BATCH, _type="stream"):
+            yield raw
 
 
 async def _readable_topic_info(client: aioredis.Redis, stream: str) -> TopicInfo | None:
