@@ -26,9 +26,13 @@ _FIELD_TYPE, _FIELD_DATA, _FIELD_META = b"type", b"data", b"meta"
 
 
 class Message(Generic[T]):
-    """One delivered entry: its ID, routing type, typed ``data`` and string ``meta``."""
+    """One delivered entry: its ID, routing type, typed ``data`` and string ``meta``.
 
-    __slots__ = ("data", "delivery_count", "group", "id", "meta", "stream", "type")
+    On a partitioned topic ``id`` names the partition (``"3:1700000000000-0"``, as
+    ``publish`` returned it), ``stream`` is the topic and ``partition`` the index (0 on a
+    plain stream)."""
+
+    __slots__ = ("data", "delivery_count", "group", "id", "meta", "partition", "stream", "type")
 
     def __init__(
         self,
@@ -39,8 +43,10 @@ class Message(Generic[T]):
         delivery_count: int,
         stream: str,
         group: str,
+        partition: int = 0,
     ) -> None:
         self.id = id
+        self.partition = partition
         self.type = type
         self.data = data
         self.meta = meta
@@ -51,7 +57,7 @@ class Message(Generic[T]):
     @property
     def published_at(self) -> datetime:
         """When the entry was added to the stream (from its ID), in UTC."""
-        return StreamId.parse(self.id).timestamp
+        return StreamId.parse(self.id.rpartition(":")[2]).timestamp
 
     def __repr__(self) -> str:
         return f"Message(id={self.id!r}, type={self.type!r}, data={self.data!r})"

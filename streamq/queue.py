@@ -26,9 +26,10 @@ from .config import (
     StartFrom,
     consumer_config,
 )
+from .consume.build import Policies, Topic, build_consumer
 from .consume.consumer import Consumer
 from .consume.context import inside_handler
-from .consume.reader import Identity
+from .consume.partitioned import PartitionedConsumer
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
 from .logs import run_as_consumer
@@ -36,9 +37,9 @@ from .publishing import PublishOperations
 from .registration import HandlerRegistry
 from .stop_signals import owns_signals, watch_stop_signals
 from .topic import admin
-from .topic.cleanup import Cleaner
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
+from .topic.partitions import check_partition_count, partition_streams, validate_partitions
 from .wire.client import connect
 from .wire.keys import validate_stream_name
 from .wire.permissions import check_permissions
@@ -104,6 +105,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         dead_consumer_idle: Duration | None = None,
         stopped_resync: Duration | None = None,
         cluster: bool | None = None,
+        partitions: int = 1,
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         validate_stream_name(stream)
@@ -123,6 +125,8 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         )  # fmt: skip
         self.config = consumer_config(config, settings, unknown)
         self._url, self._cluster = url, cluster
+        self.partitions = validate_partitions(partitions)
+        self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain
         self.stream, self.group = stream, group
         self.consumer = consumer or _default_consumer_name()
         self.start = start
@@ -133,8 +137,9 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         self._state = State.NEW
         self._deployment: Deployment | None = None
         self._client: aioredis.Redis | None = None
-        self._consumer: Consumer | None = None
-        self._stopped = StoppedView()
+        self._consumer: Consumer | PartitionedConsumer | None = None
+        self._stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per partition
+        self._clients: dict[str, aioredis.Redis] = {}
         self.done = anyio.Event()
         self.stop_reason: str | None = None
         self.auto_stopped = False
@@ -164,6 +169,19 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             self._client = self.deployment.client_for(self.stream)
         return self._client
 
+    def client_for(self, stream: str) -> aioredis.Redis:
+        """The client for one of this topic's streams (a partition's) and its keys."""
+        client = self._clients.get(stream)
+        if client is None:
+            client = self._clients[stream] = self.deployment.client_for(stream)
+        return client
+
+    def stopped_view(self, partition: int) -> StoppedView:
+        return self._stopped[partition]
+
+    def node_of(self, stream: str) -> str:
+        return self.deployment.node_of(stream)
+
     async def __aenter__(self) -> MessageQueue:
         await self.open()
         return self
@@ -192,13 +210,18 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         self._state = State.OPEN
 
     async def _prepare(self) -> None:
-        await check_permissions(
-            self.client,
-            self.stream,
-            consuming=bool(len(self.router)),
-            cleanup=self.cleanup_policy.enabled,
-        )
-        await admin.ensure_group(self.client, self.stream, self.group, self.start.position)
+        if self.partitions > 1:  # the topic's own record of its partitions
+            await check_permissions(self.client, self.stream, consuming=False, partitioned=True)
+        await check_partition_count(self.client, self.stream, self.partitions)
+        for stream in self.streams:
+            client = self.client_for(stream)
+            await check_permissions(
+                client,
+                stream,
+                consuming=bool(len(self.router)),
+                cleanup=self.cleanup_policy.enabled,
+            )
+            await admin.ensure_group(client, stream, self.group, self.start.position)
 
     async def aclose(self) -> None:
         """Stop (if running) and close the connections. ``open()`` may follow."""
@@ -209,25 +232,18 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
 
     async def _close_client(self) -> None:
         deployment, self._deployment, self._client = self._deployment, None, None
+        self._clients.clear()
         if deployment is not None:
             await deployment.aclose()
 
     # -- consuming ------------------------------------------------------------------
-    def _build_consumer(self) -> Consumer:
-        background = []
-        if self.cleanup_policy.enabled:
-            background.append(
-                Cleaner(self.client, self.stream, self.cleanup_policy).run_periodically
-            )
-        return Consumer(
-            self.client,
-            Identity(self.stream, self.group, self.consumer),
-            router=self.router,
-            config=self.config,
-            retry=self.retry,
-            batch=self.batch,
-            stopped=self._stopped,
-            background=background,
+    def _build_consumer(self) -> Consumer | PartitionedConsumer:
+        return build_consumer(
+            Topic(self.stream, self.streams, self.group, self.consumer),
+            self.client_for,
+            self.router,
+            Policies(self.config, self.retry, self.batch, self.cleanup_policy),
+            self._stopped,
         )
 
     async def run(
@@ -285,7 +301,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             return False
         return True
 
-    async def _open_until_ready(self, consumer: Consumer) -> bool:
+    async def _open_until_ready(self, consumer: Consumer | PartitionedConsumer) -> bool:
         """Retry opening with backoff until it works (True) or a stop is asked (False)."""
         backoff = OPEN_RETRY_BACKOFF
         while not consumer.stop_requested.is_set():

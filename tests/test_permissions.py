@@ -160,7 +160,10 @@ async def test_a_publisher_needs_only_what_opening_and_publishing_take(
     redis_url: str, stream: str, acl_user: MakeUser
 ) -> None:
     probe = [f"+{c}" for c in PROBE_COMMANDS]
-    user = await acl_user(["on", f">{PASSWORD}", f"~{stream}", "+xgroup|create", "+xadd", *probe])
+    own = f"~streamq:{{{stream}}}:*"  # opening reads the topic's partition record (HGET)
+    user = await acl_user(
+        ["on", f">{PASSWORD}", f"~{stream}", own, "+xgroup|create", "+xadd", "+hget", *probe]
+    )
     await check_as(redis_url, user, stream, consuming=False)
     with pytest.raises(ConfigError, match="xreadgroup on"):
         await check_as(redis_url, user, stream)

@@ -34,9 +34,9 @@ from ..topic.control import ControlListener, StoppedView, hold_message
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .batching import Batcher
-from .capacity import Capacity
+from .capacity import Capacity, SharedLimits
 from .claiming import Claimer
-from .context import inside_handler
+from .context import Place, inside_handler
 from .dispatch import Dispatcher
 from .failures import cancelled_by_streamq, describe
 from .gone import confirmed_gone
@@ -67,14 +67,21 @@ class Consumer:
         batch: BatchConfig,
         stopped: StoppedView,
         background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
+        place: Place | None = None,
+        limits: SharedLimits | None = None,
     ) -> None:
+        """``place`` and ``limits``: for the consumer of one partition of a topic (its
+        index; the in-flight budget and handler slots shared with the other partitions)."""
         self._client = client
         self.id = identity
         self._router = router
         self._config = config
         self._stopped = stopped
         self._background = background
-        self.capacity = Capacity(config.max_in_flight, config.read_count)
+        self.capacity = Capacity(
+            config.max_in_flight, config.read_count, limits.budget if limits else None
+        )
+        self._handler_slots = limits.handlers if limits else None
         self.in_flight = self.capacity.in_flight
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._queue: WorkQueue[RawEntry] = WorkQueue()
@@ -122,8 +129,10 @@ class Consumer:
             thread_limiter=anyio.CapacityLimiter(config.concurrency),
             stats=self.stats,
             bisect_batches=batch.bisect,
+            place=place,
         )
-        self.batcher = Batcher(batch, self._flush_batch, anyio.CapacityLimiter(config.concurrency))
+        batch_slots = self._handler_slots or anyio.CapacityLimiter(config.concurrency)
+        self.batcher = Batcher(batch, self._flush_batch, batch_slots)
         self.listener = ControlListener(
             client,
             identity.stream,
@@ -350,10 +359,11 @@ class Consumer:
         route = self._router.get(entry.fields.get(b"type", b""))
         self._scopes[entry_id] = scope
         try:
-            if route is None:
-                await self.dispatcher.no_route(entry)
-            else:
-                await self.dispatcher.handle_single(route, entry)
+            if self._handler_slots is None:
+                await self._dispatch(route, entry)
+            else:  # one partition of several: handler slots shared with the others
+                async with self._handler_slots:
+                    await self._dispatch(route, entry)
         except (RedisFailure, rx.RedisError, OSError) as e:
             log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
         except Exception as e:  # a bug in streamq: the entry is redelivered, the worker lives
@@ -362,6 +372,12 @@ class Consumer:
         finally:
             del self._scopes[entry_id]
             self.capacity.finish(entry_id)
+
+    async def _dispatch(self, route: Route | None, entry: RawEntry) -> None:
+        if route is None:
+            await self.dispatcher.no_route(entry)
+        else:
+            await self.dispatcher.handle_single(route, entry)
 
     async def _flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
         stopped = self._stopped.ids

@@ -1,9 +1,19 @@
-"""Task-local facts shared by the consumer's modules."""
+"""Facts shared by the consumer's modules: task-local ones, and where entries come from."""
 
 from __future__ import annotations
 
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 # True inside a consumer's worker and batch tasks: stop() called from a handler must not
 # wait for the drain that includes that very handler.
 inside_handler: ContextVar[bool] = ContextVar("streamq_inside_handler", default=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a consumer's entries come from: its topic, and its partition (None: a plain
+    stream, whose IDs are bare)."""
+
+    topic: str
+    partition: int | None = None

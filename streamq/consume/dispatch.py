@@ -14,14 +14,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    retry_if_not_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
 
 from ..config import RetryPolicy
 from ..errors import MessageFormatError
@@ -29,8 +21,10 @@ from ..message import Message, RawEntry
 from ..signals import HandlerSignal, PartialFailure, Reject, Retry
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
+from .context import Place
 from .failures import describe, reraise_unless_failure
 from .observe import Observer
+from .retrying import retrying
 from .router import Route, Router
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
@@ -38,25 +32,6 @@ from .unrouted import UnroutedDeliveries
 log = logging.getLogger(__name__)
 
 ScheduleRetry = Callable[[RawEntry, float], None]
-
-
-def retrying(
-    policy: RetryPolicy, attempts: int, *, retry_on: type[Exception] | None = None
-) -> AsyncRetrying:
-    """The one retry engine (tenacity) for singles and batches: ``attempts`` tries with
-    exponential backoff from ``policy.backoff``, capped, plus jitter; signals end it."""
-    return AsyncRetrying(
-        stop=stop_after_attempt(max(attempts, 1)),
-        # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
-        wait=wait_exponential(multiplier=policy.backoff, max=policy.max_backoff)
-        + wait_random(0, policy.jitter),
-        retry=(
-            retry_if_not_exception_type(HandlerSignal)
-            if retry_on is None
-            else retry_if_exception_type(retry_on)
-        ),
-        reraise=True,
-    )
 
 
 class _BatchFailed(Exception):
@@ -87,9 +62,12 @@ class Dispatcher:
         thread_limiter: anyio.CapacityLimiter,
         stats: Stats,
         bisect_batches: bool = True,
+        place: Place | None = None,
     ) -> None:
         self.router = router
         self.stream, self.group, self.consumer = stream, group, consumer
+        # what a Message says of where it comes from: the topic, and the partition if any
+        self.place = place or Place(stream)
         self.retry = retry
         self.acker = acker
         self.dead_letters = dead_letters
@@ -108,14 +86,16 @@ class Dispatcher:
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
         """Build the typed Message; raises whatever decoding or validation raised."""
+        place = self.place
         return Message(
-            entry.id,
+            entry.id if place.partition is None else f"{place.partition}:{entry.id}",
             route.type_name,
             route.parse(entry.raw_data()),
             entry.decode_meta() if b"meta" in entry.fields else {},
             entry.delivery_count,
-            self.stream,
+            place.topic,
             self.group,
+            place.partition or 0,
         )
 
     async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:

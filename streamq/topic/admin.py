@@ -76,6 +76,21 @@ class GroupInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition of a topic: its stream, the node serving it, its length, and the lag
+    and pending entries of all groups together (the oldest pending entry's age)."""
+
+    index: int
+    stream: str
+    node: str
+    length: int
+    lag: int | None
+    pending: int
+    oldest_pending_age_ms: int | None
+    dead_letters: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     """A snapshot of a stream: length, range, groups with consumers, dead letters, stops."""
 
@@ -87,6 +102,8 @@ class TopicInfo:
     groups: list[GroupInfo]
     dead_letters: int
     stopped_ids: list[str]
+    # a partitioned topic: one row per partition (the fields above are the totals)
+    partitions: list[PartitionInfo] = field(default_factory=list)
 
     @property
     def pending(self) -> int:

@@ -5,26 +5,57 @@ through :class:`TopicOperations`; each delegates to the module that owns the con
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import redis.asyncio as aioredis
 
 from ..config import CleanupPolicy
+from ..errors import ConfigError, InvalidMessageIdError
 from . import admin, control
 from .cleanup import Cleaner
 from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
+from .partitioned_info import Part, partitioned_topic_info
+from .partitions import PartitionedId, forget_partitions
 
 
 class TopicOperations:
-    """The topic operations of a queue on ``stream`` (consumer group ``group``)."""
+    """The topic operations of a queue on ``stream`` (consumer group ``group``).
+
+    On a partitioned topic each operation goes to the partitions it concerns: an entry ID
+    names its partition (``"3:<ms>-<seq>"``), and listings cover every partition.
+    """
 
     stream: str
     group: str
     cleanup_policy: CleanupPolicy
-    _stopped: StoppedView
+    partitions: int
+    streams: tuple[str, ...]
 
     @property
     def client(self) -> aioredis.Redis:
         raise NotImplementedError
+
+    def client_for(self, stream: str) -> aioredis.Redis:
+        raise NotImplementedError
+
+    def stopped_view(self, partition: int) -> StoppedView:
+        raise NotImplementedError
+
+    def node_of(self, stream: str) -> str:
+        raise NotImplementedError
+
+    def _locate(self, entry_id: str) -> tuple[int, str, aioredis.Redis]:
+        """The partition, its stream and its client, of an entry ID's text form."""
+        where = PartitionedId.parse(entry_id, self.partitions)
+        stream = self.streams[where.partition]
+        return where.partition, where.entry_id, self.client_for(stream)
+
+    def _named(self, partition: int, entry_id: str) -> str:
+        return entry_id if self.partitions == 1 else f"{partition}:{entry_id}"
+
+    def _parts(self) -> list[tuple[int, str, aioredis.Redis]]:
+        return [(i, s, self.client_for(s)) for i, s in enumerate(self.streams)]
 
     # -- control --------------------------------------------------------------------
     async def stop_message(self, entry_id: str) -> None:
@@ -32,29 +63,51 @@ class TopicOperations:
 
         Raises MessageNotFoundError if the entry does not exist.
         """
-        await control.stop_message(self.client, self.stream, entry_id)
-        self._stopped.ids.add(entry_id)
+        index, raw, client = self._locate(entry_id)
+        await control.stop_message(client, self.streams[index], raw)
+        self.stopped_view(index).ids.add(raw)
 
     async def resume_message(self, entry_id: str) -> None:
         """Resume a stopped entry: it is handled once more, with its original ID."""
-        await control.resume_message(self.client, self.stream, entry_id)
-        self._stopped.ids.discard(entry_id)
+        index, raw, client = self._locate(entry_id)
+        await control.resume_message(client, self.streams[index], raw)
+        self.stopped_view(index).ids.discard(raw)
 
     async def stopped_messages(self) -> list[str]:
-        return await control.stopped_ids(self.client, self.stream)
+        return [
+            self._named(i, entry_id)
+            for i, stream, client in self._parts()
+            for entry_id in await control.stopped_ids(client, stream)
+        ]
 
     async def terminate_topic(self, *, keep_dead_letters: bool = False) -> None:
-        """Delete the stream, all its groups and streamq's keys (dead letters too unless
-        ``keep_dead_letters``); every running consumer stops at once (auto_stopped)."""
-        await control.terminate_topic(self.client, self.stream, keep_dead_letters=keep_dead_letters)
+        """Delete the stream (every partition), all its groups and streamq's keys (dead
+        letters too unless ``keep_dead_letters``); every running consumer stops at once."""
+        for _, stream, client in self._parts():
+            await control.terminate_topic(client, stream, keep_dead_letters=keep_dead_letters)
+        if self.partitions > 1:
+            await forget_partitions(self.client, self.stream)
 
     async def seek(self, entry_id: str) -> None:
-        """Move this queue's group: it next delivers entries after ``entry_id``."""
-        await admin.seek(self.client, self.stream, self.group, entry_id)
+        """Move this queue's group: it next delivers entries after ``entry_id``. On a
+        partitioned topic ``"$"`` or ``"0"`` move every partition, an ID its own."""
+        if entry_id in ("$", "0"):
+            for _, stream, client in self._parts():
+                await admin.seek(client, stream, self.group, entry_id)
+            return
+        try:
+            index, raw, client = self._locate(entry_id)
+        except InvalidMessageIdError as e:
+            raise ConfigError(f"seek: {e}") from e
+        await admin.seek(client, self.streams[index], self.group, raw)
 
     async def topic_info(self) -> admin.TopicInfo:
-        """Stream length, first/last ID, groups, consumers, pending, lag, dead letters."""
-        return await admin.topic_info(self.client, self.stream)
+        """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
+        a partitioned topic the totals and a row per partition (``partitions``)."""
+        if self.partitions == 1:
+            return await admin.topic_info(self.client, self.stream)
+        parts = [Part(i, s, c, self.node_of(s)) for i, s, c in self._parts()]
+        return await partitioned_topic_info(self.stream, parts)
 
     # -- cleanup and dead letters ---------------------------------------------------
     def set_cleanup_policy(self, policy: CleanupPolicy) -> None:
@@ -62,24 +115,51 @@ class TopicOperations:
         self.cleanup_policy = policy
 
     async def cleanup(self) -> int:
-        """One cleanup pass under the current policy; return how many entries it removed."""
-        report = await Cleaner(self.client, self.stream, self.cleanup_policy).run_once()
-        return report.removed
+        """One cleanup pass (each partition in turn) under the current policy; return how
+        many entries it removed."""
+        removed = 0
+        for _, stream, client in self._parts():
+            report = await Cleaner(client, stream, self.cleanup_policy).run_once()
+            removed += report.removed
+        return removed
 
     @property
     def dead_letter_queue(self) -> DeadLetters:
+        """The dead-letter stream of a plain topic (a partitioned one has one per
+        partition: use :meth:`dead_letters`, :meth:`replay_dead_letter`, ...)."""
+        if self.partitions > 1:
+            raise ConfigError("a partitioned topic has a dead-letter stream per partition")
         return DeadLetters(self.client, self.stream)
 
     async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
-        """The oldest ``count`` dead letters."""
-        return await self.dead_letter_queue.list(count)
+        """The oldest ``count`` dead letters (of each partition, on a partitioned topic;
+        their ``id`` and ``original_id`` then name the partition)."""
+        letters: list[DeadLetter] = []
+        for i, stream, client in self._parts():
+            listed = await DeadLetters(client, stream).list(count)
+            letters.extend(self._named_letter(i, letter) for letter in listed)
+        return letters
+
+    def _named_letter(self, partition: int, letter: DeadLetter) -> DeadLetter:
+        if self.partitions == 1:
+            return letter
+        return replace(
+            letter,
+            id=f"{partition}:{letter.id}",
+            original_id=f"{partition}:{letter.original_id}",
+        )
 
     async def replay_dead_letter(self, dead_letter_id: str | None = None) -> list[str]:
         """Publish one dead letter (or all, if no ID) again; return the new entry IDs."""
         if dead_letter_id is None:
-            return await self.dead_letter_queue.replay_all()
-        return [await self.dead_letter_queue.replay(dead_letter_id)]
+            return [
+                self._named(i, new_id)
+                for i, stream, client in self._parts()
+                for new_id in await DeadLetters(client, stream).replay_all()
+            ]
+        index, raw, client = self._locate(dead_letter_id)
+        return [self._named(index, await DeadLetters(client, self.streams[index]).replay(raw))]
 
     async def purge_dead_letters(self) -> int:
         """Delete all dead letters; return how many there were."""
-        return await self.dead_letter_queue.purge()
+        return sum([await DeadLetters(c, s).purge() for _, s, c in self._parts()])

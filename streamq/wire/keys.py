@@ -57,9 +57,14 @@ class Keys:
         return self.prefix + "unrouted"
 
     @property
+    def partitions(self) -> str:
+        """Hash of a partitioned topic: ``count`` and ``names`` of its partition streams."""
+        return self.prefix + "partitions"
+
+    @property
     def cleanup_lock(self) -> str:
         return self.prefix + "cleanup-lock"
 
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
-        return [self.stopped, self.unrouted, self.cleanup_lock]
+        return [self.stopped, self.unrouted, self.cleanup_lock, self.partitions]

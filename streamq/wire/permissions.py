@@ -27,13 +27,14 @@ from .keys import Keys
 
 log = logging.getLogger(__name__)
 
-Use = Literal["open", "consume", "cleanup", "operate"]
-SERVICE_USES: tuple[Use, ...] = ("open", "consume", "cleanup")
+Use = Literal["open", "partition", "consume", "cleanup", "operate"]
+SERVICE_USES: tuple[Use, ...] = ("open", "partition", "consume", "cleanup")
 OPERATOR_USES: tuple[Use, ...] = (*SERVICE_USES, "operate")
 
 # Placeholders in Permission.args, bound to one stream's names by names_for().
 STREAM, DEAD_LETTERS, STOPPED, UNROUTED = "<stream>", "<dlq>", "<stopped>", "<unrouted>"
 LOCK, MARK, CONTROL = "<cleanup-lock>", "<terminated>", "<control>"
+PARTS = "<partitions>"
 # Group, consumer, entry ID and script SHA are not subject to the ACL: any value does.
 G, C, ID, SHA = "g", "c", "0-1", "0" * 40
 # Commands whose ACL name includes the subcommand ("xinfo|groups").
@@ -53,7 +54,8 @@ DISCOVERY_COMMANDS = ("cluster|slots",)
 class Permission:
     """One command streamq sends, as it sends it (placeholders for the stream's names).
 
-    ``use``: ``open`` (MessageQueue opens and publishes), ``consume`` (a running consumer),
+    ``use``: ``open`` (MessageQueue opens and publishes), ``partition`` (the first open of
+    a partitioned topic records its partitions), ``consume`` (a running consumer),
     ``cleanup`` (cleanup passes), ``operate`` (stop/resume/terminate, seek, topic_info,
     dead-letter replay and purge, the CLI). ``optional``: only on servers that have the
     command (XDELEX: Redis >= 8.2).
@@ -87,6 +89,9 @@ def _p(use: Use, why: str, *args: str, optional: bool = False) -> Permission:
 PERMISSIONS: tuple[Permission, ...] = (
     _p("open", "create the consumer group", "XGROUP", "CREATE", STREAM, G, "$", "MKSTREAM"),
     _p("open", "publish", "XADD", STREAM, "*", "type", "t", "data", "0"),
+    _p("open", "read the topic's partition count", "HGET", PARTS, "count"),
+    _p("partition", "record a new partitioned topic's count", "HSETNX", PARTS, "count", "2"),
+    _p("partition", "record a new partitioned topic's streams", "HSET", PARTS, "names", "[]"),
     _p("consume", "read entries", "XREADGROUP", "GROUP", G, C, "COUNT", "1", "BLOCK", "1",
        "STREAMS", STREAM, ">"),
     _p("consume", "acknowledge entries; in scripts", "XACK", STREAM, G, ID),
@@ -153,6 +158,7 @@ def names_for(stream: str) -> dict[str, str]:
         LOCK: keys.cleanup_lock,
         MARK: keys.prefix + "terminated",
         CONTROL: keys.control,
+        PARTS: keys.partitions,
     }
 
 
@@ -218,7 +224,12 @@ def acl_setuser(
 
 
 async def check_permissions(
-    client: aioredis.Redis, stream: str, *, consuming: bool = True, cleanup: bool = True
+    client: aioredis.Redis,
+    stream: str,
+    *,
+    consuming: bool = True,
+    cleanup: bool = True,
+    partitioned: bool = False,
 ) -> None:
     """Raise ConfigError if the connected user may not send what streamq will send.
 
@@ -231,7 +242,7 @@ async def check_permissions(
         ConfigError: naming each missing permission (command, keys or channel, why) and
             the ``ACL SETUSER`` line that grants them.
     """
-    uses: list[Use] = ["open"]
+    uses: list[Use] = ["open", "partition"] if partitioned else ["open"]
     if consuming:
         uses += ["consume", "cleanup"] if cleanup else ["consume"]
     wanted = _distinct(required(uses), names_for(stream))

@@ -149,6 +149,12 @@ class Deployment:
         """A client for one node (commands that are about a node: SCAN, INFO)."""
         return self._client(NodePool(self, address))
 
+    def node_of(self, key: str) -> str:
+        """``host:port`` of the master serving ``key`` as last known (the URL's node on a
+        single node; ``?`` while unknown)."""
+        address = self.state.table.owner(slot_of(key)) if self.state.cluster else self.state.address
+        return "?" if address is None else f"{address[0]}:{address[1]}"
+
     async def masters(self) -> list[Address]:
         """The address of every master (the URL's node alone when not a cluster)."""
         await self.pool_for_slot(0)  # detects and refreshes when needed

@@ -1,0 +1,68 @@
+"""The consumer of a partitioned topic: one :class:`Consumer` per partition stream, run
+together as one.
+
+Each partition's consumer reads its own stream (one blocking XREADGROUP per partition:
+never a read across slots), claims, acks, dead-letters and follows stop/resume notices
+on that stream's slot. They share one process's limits (:class:`SharedLimits`): one
+in-flight budget and one set of handler slots, so ``max_in_flight`` and ``concurrency``
+hold for the topic as a whole. A stop stops them all; the first one to stop on its own
+(the topic terminated, an error) stops the others, and its reason is the topic's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from .consumer import Consumer
+
+
+class PartitionedConsumer:
+    """Several partition consumers, seen from MessageQueue as one consumer."""
+
+    def __init__(self, parts: Sequence[Consumer]) -> None:
+        self.parts = list(parts)
+        self.stop_requested = anyio.Event()
+        self.stop_reason: str | None = None
+        self.auto_stopped = False
+        self.error: BaseException | None = None
+
+    @property
+    def reading(self) -> bool:
+        return all(part.reading for part in self.parts)
+
+    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.auto_stopped = reason, auto
+            self.stop_requested.set()
+        for part in self.parts:
+            part.request_stop(reason, auto=auto)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            for part in self.parts:
+                await tg.start(self._run_part, part)
+            task_status.started()
+
+    async def _run_part(self, part: Consumer, *, task_status: TaskStatus[None]) -> None:
+        try:
+            await part.run(task_status=task_status)
+        finally:
+            if self.stop_reason is None:  # this partition stopped first: all stop, so
+                self.error = part.error
+                self.request_stop(part.stop_reason or "stopped", auto=part.auto_stopped)
+
+    def stats_report(self) -> dict[str, Any]:
+        """The partitions' counters and gauges added up; histograms of the first (each
+        partition keeps its own)."""
+        reports = [part.stats_report() for part in self.parts]
+        total = dict(reports[0])
+        for report in reports[1:]:
+            for name, value in report.items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    total[name] += value
+        total["partitions"] = len(reports)
+        return total

@@ -1,0 +1,136 @@
+"""Partitioned topics: the partition streams' names, the key hash, the partition-qualified ID.
+
+A topic with ``N`` partitions is stored as ``N`` streams. Partition ``i`` of topic ``T``
+is the stream ``T:p<i>.<s>``, where ``s`` is the smallest integer (0, 1, ...) for which
+the Redis Cluster slot of that name (CRC16 of the name, modulo 16384) falls in the
+``i``-th of ``N`` equal slot ranges ``[i*16384//N, (i+1)*16384//N)``. Names carry no
+braces, so each partition hashes on its whole name and its auxiliary keys
+(``streamq:{T:p<i>.<s>}:...``) share its slot; and since a cluster's masters serve ranges of
+slots, the partitions spread evenly over the masters (``{0}``..``{N-1}``-style tags would
+crowd a few slots). On one node the names are just names.
+
+A message's partition: ``zlib.crc32(key as UTF-8 bytes) % N`` when published with a key
+(same key, same partition, order kept within it); without a key, the next partition in
+turn. A producer in another language publishes to partition ``i`` with
+``XADD <name of partition i> * type ... data ...``; the names are also recorded, with ``N``,
+in the hash ``streamq:{T}:partitions`` (fields ``count`` and ``names``).
+
+IDs: an entry of partition ``i`` is named ``"<i>:<ms>-<seq>"`` everywhere (``publish``'s
+return value, ``Message.id``, dead letters, stop/resume, the CLI).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import zlib
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from ..errors import ConfigError, InvalidMessageIdError
+from ..ids import StreamId
+from ..wire.client import translated
+from ..wire.keys import Keys
+from ..wire.slots import SLOTS, slot_of
+
+MAX_PARTITIONS = 1024
+
+
+def validate_partitions(partitions: object) -> int:
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise ConfigError(f"partitions must be an int, got {partitions!r}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ConfigError(f"partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}")
+    return partitions
+
+
+@functools.lru_cache(maxsize=64)
+def partition_streams(topic: str, partitions: int) -> tuple[str, ...]:
+    """The stream of each partition of ``topic`` (a plain topic: the topic itself)."""
+    if partitions == 1:
+        return (topic,)
+    return tuple(_partition_stream(topic, i, partitions) for i in range(partitions))
+
+
+def _partition_stream(topic: str, index: int, partitions: int) -> str:
+    low, high = index * SLOTS // partitions, (index + 1) * SLOTS // partitions
+    salt = 0
+    while True:
+        name = f"{topic}:p{index}.{salt}"
+        if low <= slot_of(name) < high:
+            return name
+        salt += 1
+
+
+def partition_for_key(key: str | bytes, partitions: int) -> int:
+    """The partition of a message published with ``key`` (CRC32 of its UTF-8 bytes)."""
+    if isinstance(key, str):
+        key = key.encode()
+    elif not isinstance(key, bytes):
+        raise ConfigError(f"key must be str or bytes, got {type(key).__name__}")
+    return zlib.crc32(key) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedId:
+    """An entry ID with its partition: ``"3:1700000000000-0"``."""
+
+    partition: int
+    entry_id: str
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.entry_id}"
+
+    @classmethod
+    def parse(cls, text: str, partitions: int) -> PartitionedId:
+        """Parse the text form; on a plain topic (one partition) a bare ID is partition 0.
+
+        Raises InvalidMessageIdError naming what is wrong.
+        """
+        if not isinstance(text, str):
+            raise InvalidMessageIdError(f"invalid entry ID {text!r}: expected a string")
+        head, sep, rest = text.partition(":")
+        if not sep:
+            if partitions > 1:
+                raise InvalidMessageIdError(
+                    f"invalid entry ID {text!r}: this topic has {partitions} partitions, "
+                    "so an ID names its partition: '<partition>:<ms>-<seq>'"
+                )
+            return cls(0, str(StreamId.parse(text)))
+        if not head.isascii() or not head.isdigit() or int(head) >= partitions:
+            raise InvalidMessageIdError(
+                f"invalid entry ID {text!r}: no partition {head!r} (the topic has "
+                f"{partitions}: 0..{partitions - 1})"
+            )
+        return cls(int(head), str(StreamId.parse(rest)))
+
+
+async def check_partition_count(client: aioredis.Redis, topic: str, partitions: int) -> None:
+    """Refuse to open ``topic`` with another partition count than the one recorded; record
+    it when a partitioned topic is opened for the first time (``client``: the topic's own
+    slot). Raises ConfigError naming both counts."""
+    key = Keys(topic).partitions
+    with translated(topic):
+        recorded = await client.hget(key, "count")
+        if recorded is None and partitions > 1:
+            if await client.exists(topic):
+                raise ConfigError(
+                    f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
+                    "cannot become partitioned (publish to a new topic name instead)"
+                )
+            if await client.hsetnx(key, "count", partitions):
+                names = json.dumps(list(partition_streams(topic, partitions)))
+                await client.hset(key, "names", names)
+            recorded = await client.hget(key, "count")
+    if recorded is not None and int(recorded) != partitions:
+        raise ConfigError(
+            f"topic {topic!r} has {int(recorded)} partitions (recorded in {key!r}), "
+            f"not {partitions}: pass partitions={int(recorded)}"
+        )
+
+
+async def forget_partitions(client: aioredis.Redis, topic: str) -> None:
+    """Delete the record of a terminated partitioned topic (``client``: the topic's slot)."""
+    with translated(topic):
+        await client.delete(Keys(topic).partitions)

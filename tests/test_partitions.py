@@ -1,0 +1,181 @@
+"""Partitioned topics on one node and on an embedded cluster: keys keep their order, IDs name
+their partition, every feature works across partitions, and the partitions spread over the
+cluster's masters."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+
+from streamq import ConfigError, InvalidMessageIdError, Message, MessageQueue, Reject, StartFrom
+from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
+from streamq.wire.client import connect_sync
+from streamq.wire.keys import Keys
+from streamq.wire.slots import SLOTS, slot_of
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["node", "cluster"])
+def where(request: pytest.FixtureRequest) -> str:
+    if request.param == "node":
+        return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue("streamq_cluster_url"))
+
+
+@pytest.fixture
+def topic(where: str) -> Iterator[str]:
+    name = f"test-{os.urandom(5).hex()}"
+    yield name
+    for stream in (*partition_streams(name, 4), *partition_streams(name, 8), name):
+        delete_stream_keys(where, stream)
+
+
+def queue(url: str, topic: str, partitions: int = 4, **options: object) -> MessageQueue:
+    settings: dict[str, object] = {
+        "stream": topic, "group": "g", "consumer": "c1", "start": StartFrom.EARLIEST,
+        "config": TEST_TIMINGS, "partitions": partitions, **options,
+    }  # fmt: skip
+    return MessageQueue(url, **settings)  # type: ignore[arg-type]
+
+
+async def test_keys_keep_their_order_and_ids_name_their_partition(where: str, topic: str) -> None:
+    mq = queue(where, topic)
+    seen: list[Message[dict[str, int]]] = []
+
+    @mq.handler("order")
+    async def order(msg: Message[dict[str, int]]) -> None:
+        seen.append(msg)
+
+    async with mq:
+        published: dict[str, list[str]] = defaultdict(list)
+        for n in range(40):
+            customer = f"customer-{n % 5}"
+            published[customer].append(await mq.publish("order", {"n": n}, key=customer))
+        many = await mq.publish_many("order", [{"n": 100 + n} for n in range(20)], key=str)
+        async with mq.running():
+            await wait_for(lambda: len(seen) == 60, what="60 handled")
+    for customer, ids in published.items():
+        index = partition_for_key(customer, 4)
+        assert {PartitionedId.parse(i, 4).partition for i in ids} == {index}
+        handled = [m.id for m in seen if m.id in set(ids)]
+        assert handled == ids, f"{customer}: handled out of publish order"
+    by_id = {m.id: m for m in seen}
+    for entry_id in [*many, *(i for ids in published.values() for i in ids)]:
+        message = by_id[entry_id]  # str(msg.id) == the ID publish returned
+        assert message.partition == int(entry_id.split(":")[0]) and message.stream == topic
+    assert len({m.partition for m in seen}) > 1
+
+
+async def test_stop_resume_dead_letters_info_seek_cleanup_and_terminate(
+    where: str, topic: str
+) -> None:
+    mq = queue(where, topic)
+    handled: list[str] = []
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        handled.append(msg.id)
+
+    @mq.handler("poison")
+    async def poison(msg: Message[int]) -> None:
+        raise Reject("no")
+
+    async with mq:
+        ids = await mq.publish_many("ok", range(12))  # keyless: the partitions in turn
+        assert {PartitionedId.parse(i, 4).partition for i in ids} == {0, 1, 2, 3}
+        bad = await mq.publish("poison", 0, key="k")
+        await mq.stop_message(ids[5])
+        assert await mq.stopped_messages() == [ids[5]]
+        async with mq.running():
+            await wait_for(lambda: len(handled) == 11, what="all but the stopped one")
+            await wait_for(lambda: mq.stats().get("dead_lettered") == 1, what="a dead letter")
+            await mq.resume_message(ids[5])
+            await wait_for(lambda: ids[5] in handled, what="the resumed entry")
+            (letter,) = await mq.dead_letters()
+            assert letter.original_id == bad and letter.id.startswith(bad.split(":")[0] + ":")
+            (again,) = await mq.replay_dead_letter(letter.id)
+            assert again.split(":")[0] == bad.split(":")[0]
+            await wait_for(lambda: mq.stats().get("dead_lettered") == 2, what="dead again")
+            info = await mq.topic_info()
+            assert (info.length, info.pending, len(info.partitions)) == (14, 0, 4)
+            assert sum(row.length for row in info.partitions) == 14
+            assert all(row.node and row.stream.startswith(f"{topic}:p") for row in info.partitions)
+            assert info.group("g").lag == 0
+        await mq.seek("0")
+        assert (await mq.topic_info()).group("g").lag == 14
+        await mq.seek("$")
+        assert await mq.purge_dead_letters() == 1
+        with pytest.raises(InvalidMessageIdError, match="names its partition"):
+            await mq.stop_message(ids[0].split(":")[1])
+        await mq.terminate_topic()
+        assert not (await mq.topic_info()).exists
+    for stream in (*mq.streams, topic):  # all gone but the expiring "terminated" marks
+        with connect_sync(where).client_for(stream, owner=True) as raw:
+            left = raw.keys(f"{stream}*") + raw.keys(f"{Keys(stream).prefix}*")
+            assert left in ([], [f"{Keys(stream).prefix}terminated".encode()]), left
+
+
+async def test_a_running_consumer_of_every_partition_stops_on_terminate(
+    where: str, topic: str
+) -> None:
+    mq = queue(where, topic)
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        pass
+
+    async with mq.running():
+        await mq.publish_many("ok", range(8))
+        async with queue(where, topic, consumer="operator") as operator:
+            await operator.terminate_topic()
+        await wait_for(lambda: mq.done.is_set(), what="every partition's consumer stopped")
+    assert mq.stop_reason == "topic_terminated"
+
+
+async def test_opening_with_another_count_or_a_bad_key_is_a_config_error(
+    where: str, topic: str
+) -> None:
+    async with queue(where, topic, partitions=4) as mq:
+        await mq.publish("ok", 1)
+        with pytest.raises(ConfigError, match="key must be str or bytes"):
+            await mq.publish("ok", 1, key=7)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="has 4 partitions"):
+        await queue(where, topic, partitions=8).open()
+    with pytest.raises(ConfigError, match="has 4 partitions"):
+        await MessageQueue(where, stream=topic).open()  # a plain queue on it
+    for bad in (0, -1, "4", True):
+        with pytest.raises(ConfigError, match="partitions must be"):
+            queue(where, topic, partitions=bad)  # type: ignore[arg-type]
+
+
+async def test_a_plain_stream_cannot_become_partitioned(where: str, topic: str) -> None:
+    async with MessageQueue(where, stream=topic) as plain:
+        await plain.publish("ok", 1)
+    with pytest.raises(ConfigError, match="is a plain stream"):
+        await queue(where, topic, partitions=4).open()
+
+
+def test_partition_names_are_balanced_over_slots_and_stable() -> None:
+    names = partition_streams("orders", 8)
+    assert names == partition_streams("orders", 8) and len(set(names)) == 8
+    for i, name in enumerate(names):
+        assert i * SLOTS // 8 <= slot_of(name) < (i + 1) * SLOTS // 8
+        assert name.startswith(f"orders:p{i}.") and "{" not in name
+
+
+async def test_partitions_spread_over_the_cluster_masters(streamq_cluster_url: str) -> None:
+    name = f"test-{os.urandom(5).hex()}"
+    try:
+        async with queue(streamq_cluster_url, name, partitions=6) as mq:
+            info = await mq.topic_info()
+            nodes = {row.node for row in info.partitions}
+            assert len(nodes) == 3, f"6 partitions on {nodes}"
+    finally:
+        for stream in (*partition_streams(name, 6), name):
+            delete_stream_keys(streamq_cluster_url, stream)
