@@ -39,7 +39,12 @@ from .stop_signals import owns_signals, watch_stop_signals
 from .topic import admin
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
-from .topic.partitions import check_partition_count, partition_streams, validate_partitions
+from .topic.partitions import (
+    check_partition_count,
+    partition_streams,
+    recorded_partitions,
+    validate_partitions,
+)
 from .wire.client import connect
 from .wire.keys import validate_stream_name
 from .wire.permissions import check_permissions
@@ -175,6 +180,16 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         if client is None:
             client = self._clients[stream] = self.deployment.client_for(stream)
         return client
+
+    async def discover_partitions(self) -> int:
+        """Take the partition count recorded for this topic (for tools that operate on any
+        topic, as the CLI does); return it. Only before the queue runs."""
+        if self._state is State.RUNNING:
+            raise QueueStateError("cannot change the partitions of a running queue")
+        self.partitions = await recorded_partitions(self.client, self.stream)
+        self.streams = partition_streams(self.stream, self.partitions)
+        self._stopped = [StoppedView() for _ in self.streams]
+        return self.partitions
 
     def stopped_view(self, partition: int) -> StoppedView:
         return self._stopped[partition]

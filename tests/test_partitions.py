@@ -179,3 +179,25 @@ async def test_partitions_spread_over_the_cluster_masters(streamq_cluster_url: s
     finally:
         for stream in (*partition_streams(name, 6), name):
             delete_stream_keys(streamq_cluster_url, stream)
+
+
+async def test_the_cli_operates_a_partitioned_topic(where: str, topic: str) -> None:
+    from tests.test_cli import streamq
+
+    async with queue(where, topic) as mq:
+        await mq.publish_many("ok", range(8))
+    published = streamq("publish", topic, "ok", "1", "--key", "customer-7", url=where)
+    assert published.returncode == 0, published.stderr
+    assert PartitionedId.parse(published.stdout.strip(), 4).partition == partition_for_key(
+        "customer-7", 4
+    )
+    info = streamq("info", topic, url=where)
+    assert info.returncode == 0, info.stderr
+    assert "length        9" in info.stdout
+    rows = [line.split() for line in info.stdout.splitlines() if line.startswith(tuple("0123"))]
+    assert [row[1] for row in rows] == list(partition_streams(topic, 4))
+    assert all(":" in row[2] for row in rows)  # each partition's node, host:port
+    pending = streamq("pending", topic, "g", url=where)
+    assert pending.returncode != 0 and "partitioned topic" in pending.stderr
+    assert streamq("terminate", topic, "--yes", url=where).returncode == 0
+    assert streamq("info", topic, url=where).returncode != 0

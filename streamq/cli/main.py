@@ -78,7 +78,21 @@ def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue
     return mq
 
 
+async def _require_one_stream(mq: MessageQueue) -> None:
+    """For commands that read one stream (pending, tail): not a partitioned topic."""
+    if mq.partitions > 1:
+        raise CliError(
+            f"{mq.stream!r} is a partitioned topic: name one of its partition streams "
+            f"({', '.join(mq.streams)})"
+        )
+    await _require_stream(mq)
+
+
 async def _require_stream(mq: MessageQueue) -> None:
+    if mq.partitions > 1:
+        if not (await mq.topic_info()).exists:
+            raise StreamNotFoundError(f"topic {mq.stream!r} does not exist")
+        return
     with translated(mq.stream):
         if not await mq.client.exists(mq.stream):
             raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
@@ -92,7 +106,7 @@ async def cmd_publish(args: argparse.Namespace) -> str:
         raise CliError(f"JSON argument is not valid JSON: {e}", EXIT_USAGE) from e
     meta = _parse_meta(args.meta or [])
     async with _closing(_queue(args)) as mq:
-        return await mq.publish(args.type, data, meta=meta or None)
+        return await mq.publish(args.type, data, meta=meta or None, key=args.key)
 
 
 def _parse_meta(items: list[str]) -> dict[str, str]:
@@ -119,7 +133,7 @@ async def cmd_info(args: argparse.Namespace) -> str:
 
 async def cmd_pending(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
-        await _require_stream(mq)
+        await _require_one_stream(mq)
         try:
             with translated(mq.stream, args.group):
                 rows = await mq.client.xpending_range(
@@ -136,7 +150,7 @@ async def cmd_tail(args: argparse.Namespace) -> str:
     if args.start != "$":
         StreamId.parse(args.start)
     async with _closing(_queue(args)) as mq:
-        await _require_stream(mq)
+        await _require_one_stream(mq)
         cursor, shown = args.start, 0
         deadline = time.monotonic() + args.seconds if args.seconds else None
         while deadline is None or time.monotonic() < deadline:
@@ -216,6 +230,7 @@ class _closing:
         self.mq = mq
 
     async def __aenter__(self) -> MessageQueue:
+        await self.mq.discover_partitions()  # a partitioned topic is operated as such
         return self.mq
 
     async def __aexit__(self, *exc: object) -> None:
@@ -261,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("type")
     p.add_argument("json")
     p.add_argument("--meta", action="append", metavar="KEY=VALUE")
+    p.add_argument("--key", help="partition key (a partitioned topic: same key, same partition)")
     p = command(
         "info",
         cmd_info,

@@ -81,6 +81,15 @@ def render_info(info: TopicInfo) -> str:
         )
     if not info.groups:
         lines.append("(no consumer groups)")
+    if info.partitions:
+        lines += ["", f"{'partition':<10} {'stream':<28} {'node':<22} {'length':>8} {'lag':>8} "
+                  f"{'pending':>8} {'oldest pending':>15} {'dead':>6}"]  # fmt: skip
+        lines.extend(
+            f"{p.index:<10} {one_line(p.stream):<28} {p.node:<22} {p.length:>8} "
+            f"{'?' if p.lag is None else p.lag:>8} {p.pending:>8} "
+            f"{age(p.oldest_pending_age_ms):>15} {p.dead_letters:>6}"
+            for p in info.partitions
+        )
     return "\n".join(lines)
 
 

@@ -134,3 +134,10 @@ async def forget_partitions(client: aioredis.Redis, topic: str) -> None:
     """Delete the record of a terminated partitioned topic (``client``: the topic's slot)."""
     with translated(topic):
         await client.delete(Keys(topic).partitions)
+
+
+async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
+    """The partition count recorded for ``topic`` (1: a plain stream, or nothing yet)."""
+    with translated(topic):
+        recorded = await client.hget(Keys(topic).partitions, "count")
+    return 1 if recorded is None else int(recorded)
