@@ -110,7 +110,8 @@ class QueueCollector:
             "age of the oldest pending entry",
             labels=["stream", "group"],
         )
-        for stream, url in sorted({(mq.stream, mq.url) for mq in self.queues}):
+        # a partitioned topic: one series per partition stream (labelled with its name)
+        for stream, url in sorted({(s, mq.url) for mq in self.queues for s in mq.streams}):
             try:
                 self._stream_gauges(url, stream, length, dead, pending, lag, oldest)
             except Exception as e:  # a scrape must not fail because Redis is away

@@ -201,3 +201,23 @@ async def test_the_cli_operates_a_partitioned_topic(where: str, topic: str) -> N
     assert pending.returncode != 0 and "partitioned topic" in pending.stderr
     assert streamq("terminate", topic, "--yes", url=where).returncode == 0
     assert streamq("info", topic, url=where).returncode != 0
+
+
+async def test_metrics_have_a_series_per_partition(where: str, topic: str) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamq.metrics import QueueCollector
+
+    async with queue(where, topic) as mq:
+        ids = await mq.publish_many("ok", range(10))
+        registry = CollectorRegistry()
+        collector = QueueCollector(mq)
+        registry.register(collector)
+        text = generate_latest(registry).decode()
+        collector.close()
+    per_partition = defaultdict(int)
+    for entry_id in ids:
+        per_partition[mq.streams[int(entry_id.split(":")[0])]] += 1
+    for stream, count in per_partition.items():
+        assert f'streamq_stream_length{{stream="{stream}"}} {float(count)}' in text
+        assert f'streamq_group_lag{{group="g",stream="{stream}"}} {float(count)}' in text
