@@ -23,6 +23,7 @@ from streamq import (
     StartFrom,
 )
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.topic.partitions import partition_streams
 from streamq.wire.slots import SlotTable, slot_of
 from tests.conftest import wait_for
 
@@ -154,16 +155,19 @@ def replicated_stream(replicated: EmbeddedCluster) -> Iterator[str]:
     stream = f"test-{os.urandom(6).hex()}"
     yield stream
     replicated.wait_ready()
-    delete_stream_keys(replicated.url, stream)
+    for name in (stream, *partition_streams(stream, 6)):
+        delete_stream_keys(replicated.url, name)
 
 
 class Load:
     """A producer publishing through ``url`` until told to stop, and a consumer handling
     through ``url``: what was published (durably when ``replicas``) and what was handled."""
 
-    def __init__(self, url: str, stream: str, *, replicas: int = 0, wait: float = 1.0) -> None:
-        self.producer = queue(url, stream, consumer="producer")
-        self.consumer = queue(url, stream, consumer="survivor")
+    def __init__(
+        self, url: str, stream: str, *, replicas: int = 0, wait: float = 1.0, partitions: int = 1
+    ) -> None:
+        self.producer = queue(url, stream, consumer="producer", partitions=partitions)
+        self.consumer = queue(url, stream, consumer="survivor", partitions=partitions)
         self.replicas, self.wait = replicas, wait
         self.published: list[str] = []
         self.handled: set[str] = set()
@@ -205,12 +209,14 @@ async def run_under_load(load: Load, disturb: object) -> None:
         assert not load.consumer.done.is_set(), f"consumer stopped: {load.consumer.stop_reason}"
 
 
+@pytest.mark.parametrize("partitions", [1, 6])
 async def test_a_master_killed_under_load_loses_nothing_acknowledged(
-    replicated: EmbeddedCluster, replicated_stream: str
+    replicated: EmbeddedCluster, replicated_stream: str, partitions: int
 ) -> None:
-    victim = replicated.master_of_slot(slot_of(replicated_stream))
+    first = partition_streams(replicated_stream, partitions)[0]
+    victim = replicated.master_of_slot(slot_of(first))
     survivor = next(n for n in replicated.nodes if n.role == "master" and n.port != victim.port)
-    load = Load(survivor.url, replicated_stream, replicas=1)
+    load = Load(survivor.url, replicated_stream, replicas=1, partitions=partitions)
 
     def failover() -> None:
         replicated.kill_node(victim.port)
@@ -218,7 +224,7 @@ async def test_a_master_killed_under_load_loses_nothing_acknowledged(
         replicated.restart_node(victim.port)  # back as the new master's replica
 
     await run_under_load(load, failover)
-    assert replicated.master_of_slot(slot_of(replicated_stream)).port != victim.port
+    assert replicated.master_of_slot(slot_of(first)).port != victim.port
 
 
 async def test_a_slot_migrated_under_a_running_consumer_is_waited_out(
