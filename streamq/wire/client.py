@@ -78,6 +78,17 @@ MAX_CONNECTIONS = 64
 POOL_WAIT = 30.0
 
 
+# Every pool streamq makes: raw (bytes) replies, no redis-py retries (streamq's loops retry
+# with their own backoff), keepalive, and a bounded pool that waits for a free connection.
+POOL_OPTIONS: dict[str, Any] = dict(
+    max_connections=MAX_CONNECTIONS,
+    timeout=POOL_WAIT,
+    decode_responses=False,
+    retry_on_timeout=False,
+    retry=None,
+    socket_keepalive=True,
+)
+
 # How long a one-shot operation on a cluster keeps retrying while the cluster reconfigures
 # (a master fails and its replica takes over after cluster-node-timeout, a slot migrates).
 RIDE_THROUGH = 30.0
@@ -91,15 +102,7 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
     if is_sentinel_url(url):
         client = sentinel.async_client(url, max_connections=MAX_CONNECTIONS, pool_timeout=POOL_WAIT)
         return Deployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=MAX_CONNECTIONS,
-        timeout=POOL_WAIT,
-        decode_responses=False,
-        retry_on_timeout=False,
-        retry=None,
-        socket_keepalive=True,
-    )
+    pool = aioredis.BlockingConnectionPool.from_url(url, **POOL_OPTIONS)
     return Deployment(pool, cluster=cluster)
 
 
@@ -108,15 +111,7 @@ def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
     if is_sentinel_url(url):
         client = sentinel.sync_client(url)
         return SyncDeployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
-    pool = redis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=MAX_CONNECTIONS,
-        timeout=POOL_WAIT,
-        decode_responses=False,
-        retry_on_timeout=False,
-        retry=None,
-        socket_keepalive=True,
-    )
+    pool = redis.BlockingConnectionPool.from_url(url, **POOL_OPTIONS)
     return SyncDeployment(pool, cluster=cluster)
 
 

@@ -73,6 +73,23 @@ class RouterState:
         self.table.load(reply, asked)
         self.cluster, self.stale = True, False
 
+    def failed(self, address: Address, error: BaseException, failures: list[str]) -> bool:
+        """CLUSTER SLOTS failed at ``address``: True if that settles it (a single node),
+        False to ask the next node; refused credentials raise (the same on every node)."""
+        if isinstance(error, rx.AuthenticationError):
+            raise error
+        if isinstance(error, rx.ResponseError):
+            why = classify_slots_error(error)
+            if why is not None:
+                self.single_node(why)
+                return True
+        failures.append(f"{address[0]}:{address[1]}: {error}")
+        return False
+
+    @staticmethod
+    def nobody_answered(failures: list[str]) -> rx.ConnectionError:
+        return rx.ConnectionError("no node answered CLUSTER SLOTS: " + "; ".join(failures))
+
     def single_node(self, why: str) -> None:
         if self.cluster:
             raise ConfigError(f"cluster=True but the server is not a cluster node: {why}")
@@ -212,24 +229,17 @@ class Deployment:
                 await self._load_slots()
 
     async def _load_slots(self) -> None:
-        failures = []
+        failures: list[str] = []
         for address in self.state.candidates(list(self._pools)):
             try:
                 reply = await _cluster_slots(self.pool_at(address))
-            except rx.ResponseError as e:
-                if (why := classify_slots_error(e)) is None:
-                    failures.append(f"{address[0]}:{address[1]}: {e}")
-                    continue
-                self.state.single_node(why)
-                return
-            except rx.AuthenticationError:
-                raise  # the same credentials on every node: asking another cannot help
-            except (rx.ConnectionError, rx.TimeoutError, OSError) as e:
-                failures.append(f"{address[0]}:{address[1]}: {e}")
+            except (rx.RedisError, OSError) as e:
+                if self.state.failed(address, e, failures):
+                    return
                 continue
             self.state.detected(reply, address)
             return
-        raise rx.ConnectionError("no node answered CLUSTER SLOTS: " + "; ".join(failures))
+        raise self.state.nobody_answered(failures)
 
     def _client(self, pool: Any) -> aioredis.Redis:
         return aioredis.Redis(connection_pool=cast(ConnectionPool, pool))

@@ -14,7 +14,7 @@ import redis
 from redis import exceptions as rx
 from redis.connection import AbstractConnection, ConnectionPool
 
-from .routing import RouterState, classify_slots_error
+from .routing import RouterState
 from .slots import Address, slot_of
 
 
@@ -116,24 +116,17 @@ class SyncDeployment:
         return pool
 
     def _load_slots(self) -> None:
-        failures = []
+        failures: list[str] = []
         for address in self.state.candidates(list(self._pools)):
             try:
                 reply = _cluster_slots(self._pool_at(address))
-            except rx.ResponseError as e:
-                if (why := classify_slots_error(e)) is None:
-                    failures.append(f"{address[0]}:{address[1]}: {e}")
-                    continue
-                self.state.single_node(why)
-                return
-            except rx.AuthenticationError:
-                raise  # the same credentials on every node: asking another cannot help
-            except (rx.ConnectionError, rx.TimeoutError, OSError) as e:
-                failures.append(f"{address[0]}:{address[1]}: {e}")
+            except (rx.RedisError, OSError) as e:
+                if self.state.failed(address, e, failures):
+                    return
                 continue
             self.state.detected(reply, address)
             return
-        raise rx.ConnectionError("no node answered CLUSTER SLOTS: " + "; ".join(failures))
+        raise self.state.nobody_answered(failures)
 
 
 def _cluster_slots(pool: ConnectionPool) -> Any:
