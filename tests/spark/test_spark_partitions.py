@@ -211,6 +211,25 @@ def test_write_without_key_spreads_rows_and_topic_partitions_records_the_topic(
         write(topic, keyColumn="n")
 
 
+@pytest.mark.anyio
+async def test_a_dataframe_defined_before_the_topic_was_partitioned_is_refused(
+    spark: Any, redis_url: str, topic: str, tmp_path: Path
+) -> None:
+    early = stream_reader(spark, redis_url, topic)  # nothing there yet: a plain stream
+    early_df = early.load()
+    assert "partition" not in early_df.columns
+    await publish_orders(redis_url, topic, 3)
+    query = (
+        early_df.writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "ckpt")).option("path", str(tmp_path / "o"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    with pytest.raises(Exception, match=r"has 4 partitions.*load\(\) it again"):
+        query.awaitTermination(120)
+    run_available_now(early, tmp_path / "ckpt2", tmp_path / "out")  # loaded again: fine
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 3
+
+
 def test_a_checkpoint_of_the_other_kind_is_refused() -> None:
     plain, parted = SparkTopic("t", 1), SparkTopic("t", PARTS)
     ends = [{"id": f"{i}-0", "n": i} for i in range(PARTS)]
