@@ -230,6 +230,37 @@ async def test_a_dataframe_defined_before_the_topic_was_partitioned_is_refused(
     assert spark.read.parquet(str(tmp_path / "out")).count() == 3
 
 
+@pytest.mark.anyio
+async def test_the_reader_driven_as_pyspark_40_drives_it(redis_url: str, topic: str) -> None:
+    """pyspark 4.0/4.1 call latestOffset() without a start or a limit: the source applies
+    maxRecordsPerBatch itself from the end it planned last (no SparkSession needed)."""
+    from streamq.spark.options import ReadOptions
+    from streamq.spark.reading import StreamqStreamReader
+
+    published = await publish_orders(redis_url, topic, 30)
+    options = {"url": redis_url, "stream": topic, "maxRecordsPerBatch": "7", "group": "old"}
+    reader = StreamqStreamReader(ReadOptions.parse(options, {}), SparkTopic(topic, PARTS))
+    start, sizes, ids = reader.initialOffset(), [], []
+    try:
+        while (end := reader.latestOffset()) != start:
+            batch = [
+                i
+                for part in reader.partitions(start, end)
+                for rows in reader.read(part)
+                for i in rows.column("id").to_pylist()
+            ]
+            sizes.append(len(batch))
+            ids += batch
+            reader.commit(end)
+            start = end
+    finally:
+        reader.stop()
+    assert sizes == [7, 7, 7, 7, 2], f"micro-batch sizes {sizes}"
+    assert sorted(ids) == sorted(published), "every entry exactly once"
+    for position, last in group_positions(redis_url, topic, "old"):
+        assert last is None or position == last, "each partition's group at its end"
+
+
 def test_a_checkpoint_of_the_other_kind_is_refused() -> None:
     plain, parted = SparkTopic("t", 1), SparkTopic("t", PARTS)
     ends = [{"id": f"{i}-0", "n": i} for i in range(PARTS)]
