@@ -31,24 +31,46 @@ _CONTROL = r"[\x00-\x1f]"
 
 
 def encode_batch(
-    batch: pa.RecordBatch, encoder: RowEncoder, stream: str, producer_prefix: str, first: int
+    batch: pa.RecordBatch,
+    encoder: RowEncoder,
+    stream: str,
+    producer_prefix: str,
+    first: int = 0,
+    numbers: pa.Array | None = None,
 ) -> bytes:
     """``XADD stream * type .. data .. meta ..`` for every row of ``batch``, packed.
 
-    Row ``i`` gets producer id ``<producer_prefix>:<first + i>``.
+    Row ``i`` gets producer id ``<producer_prefix>:<n>``, ``n`` being ``numbers[i]`` if
+    given (rows picked out of a batch for one partition), else ``first + i``.
     """
-    packed = _columnar(batch, encoder, stream, producer_prefix, first)
+    if numbers is None:
+        numbers = _numbers(batch, first)
+    packed = _columnar(batch, encoder, stream, producer_prefix, numbers=numbers)
     if packed is not None:
         return packed
     rows = zip(*(column.to_pylist() for column in batch.columns), strict=True)
-    fields = [encoder.encode(row, f"{producer_prefix}:{first + i}") for i, row in enumerate(rows)]
+    fields = [
+        encoder.encode(row, f"{producer_prefix}:{n}")
+        for n, row in zip(numbers.to_pylist(), rows, strict=True)
+    ]
     return resp.pack_xadds(stream, fields)[0]
 
 
+def _numbers(batch: pa.RecordBatch, first: int) -> pa.Array:
+    return pa.array(range(first, first + batch.num_rows), pa.int64())
+
+
 def _columnar(
-    batch: pa.RecordBatch, encoder: RowEncoder, stream: str, producer_prefix: str, first: int
+    batch: pa.RecordBatch,
+    encoder: RowEncoder,
+    stream: str,
+    producer_prefix: str,
+    first: int = 0,
+    numbers: pa.Array | None = None,
 ) -> bytes | None:
-    """The vectorised encoding, or None when this batch needs the per-row path."""
+    """The vectorised encoding, or None when this batch needs the per-row path (row
+    numbers as in :func:`encode_batch`)."""
+    rows = numbers if numbers is not None else _numbers(batch, first)
     if encoder.data_index >= 0 or encoder.meta_index >= 0 or batch.num_rows == 0:
         return None
     type_values = _type_values(batch, encoder)
@@ -62,7 +84,6 @@ def _columnar(
             return None
         parts += [("{" if n == 0 else ",") + json.dumps(name) + ":", value]
     data = pc.binary_join_element_wise(*parts, "}", "") if parts else pa.scalar("{}")
-    rows = pa.array(range(first, first + batch.num_rows), pa.int64())
     # the prefix is made of IDs, digits and colons: nothing to escape
     meta = pc.binary_join_element_wise(
         '{"' + PRODUCER_ID + '":"' + producer_prefix + ":", pc.cast(rows, pa.string()), '"}', ""

@@ -39,14 +39,20 @@ def offset_index(value: Mapping[str, Any] | None) -> int | None:
 
 
 class RangePartition(InputPartition):  # type: ignore[misc]
-    """Entries with ``lo < id <= hi``."""
+    """Entries with ``lo < id <= hi`` of ``stream`` (None: the source's stream), which is
+    partition ``index`` of a partitioned topic (None: a plain stream)."""
 
-    def __init__(self, lo: str, hi: str) -> None:
-        super().__init__((lo, hi))
+    def __init__(
+        self, lo: str, hi: str, stream: str | None = None, index: int | None = None
+    ) -> None:
+        super().__init__((lo, hi) if index is None else (index, lo, hi))
         self.lo, self.hi = lo, hi
+        self.stream, self.index = stream, index
 
 
-def split_range(start: StreamId, end: StreamId, n: int) -> list[RangePartition]:
+def split_range(
+    start: StreamId, end: StreamId, n: int, stream: str | None = None, index: int | None = None
+) -> list[RangePartition]:
     """Split ``(start, end]`` into up to ``n`` partitions by time (cheap, no scan)."""
     if end <= start:
         return []
@@ -54,7 +60,9 @@ def split_range(start: StreamId, end: StreamId, n: int) -> list[RangePartition]:
     n = max(1, min(n, span))
     inner = [StreamId(start.ms + span * i // n, MAX_SEQ) for i in range(1, n)]
     bounds = [start, *inner, end]
-    return [RangePartition(str(lo), str(hi)) for lo, hi in pairwise(bounds) if hi > lo]
+    return [
+        RangePartition(str(lo), str(hi), stream, index) for lo, hi in pairwise(bounds) if hi > lo
+    ]
 
 
 def connect(url: str, stream: str) -> Any:
@@ -89,15 +97,18 @@ def stream_state(client: Any, stream: str) -> StreamState:
     )
 
 
-def check_data_loss(client: Any, opts: ReadOptions, start: Mapping[str, Any]) -> None:
+def check_data_loss(
+    client: Any, opts: ReadOptions, start: Mapping[str, Any] | None, stream: str | None = None
+) -> None:
     """Fail (or warn) if entries after ``start`` were removed before being read.
 
     XDEL raises ``max-deleted-entry-id``; trimming does not, but if the stream now begins
     after ``start`` and fewer entries remain than were added after ``start``, some of those
     were trimmed away unread.
     """
+    stream = stream or opts.stream
     begin, index = parse_offset(start), offset_index(start)
-    state = stream_state(client, opts.stream)
+    state = stream_state(client, stream)
     deleted = state.max_deleted is not None and state.max_deleted > begin
     trimmed = (
         index is not None
@@ -108,7 +119,7 @@ def check_data_loss(client: Any, opts: ReadOptions, start: Mapping[str, Any]) ->
     if not (deleted or trimmed):
         return
     message = (
-        f"entries of {opts.stream!r} after {begin} were removed before the pipeline read them "
+        f"entries of {stream!r} after {begin} were removed before the pipeline read them "
         f"(first entry now {state.first}); keep a 'group' option so that cleanup waits for "
         "the pipeline, or set failOnDataLoss=false to go on"
     )

@@ -12,6 +12,7 @@ from ..config import ENV_URL
 from ..errors import ConfigError, InvalidMessageIdError
 from ..ids import StreamId
 from ..message import validate_type_name
+from ..topic.partitions import validate_partitions
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -126,6 +127,7 @@ class ReadOptions:
     partitions: int
     fail_on_data_loss: bool
     group: str | None
+    topic_partitions: int | None = None  # the topic's partition count, if the job says it
 
     @classmethod
     def parse(cls, options: Mapping[str, str], models: Mapping[str, str]) -> ReadOptions:
@@ -146,6 +148,7 @@ class ReadOptions:
             partitions=_int(options, "partitions", 1) or 1,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             group=options.get("group") or None,
+            topic_partitions=_topic_partitions(options),
         )
 
     def model(self) -> Any:
@@ -170,6 +173,8 @@ class WriteOptions:
     data_column: str | None
     meta_column: str
     chunk: int
+    key_column: str | None = None  # rows with the same key go to the same partition
+    topic_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -184,4 +189,18 @@ class WriteOptions:
             data_column=options.get("dataColumn"),
             meta_column=options.get("metaColumn", "meta"),
             chunk=_int(options, "chunk", 1000) or 1000,
+            key_column=options.get("keyColumn") or None,
+            topic_partitions=_topic_partitions(options),
         )
+
+
+def _topic_partitions(options: Mapping[str, str]) -> int | None:
+    """Option ``topicPartitions``: the topic's partition count (checked against its record,
+    recorded if absent). Not ``partitions``, which on reads is the Spark tasks per batch."""
+    count = _int(options, "topicPartitions", None)
+    if count is None:
+        return None
+    try:
+        return validate_partitions(count)
+    except ConfigError as e:
+        raise ConfigError(f"option 'topicPartitions': {e}") from None

@@ -4,6 +4,9 @@ A partition is read with ``XRANGE`` in chunks, packed and parsed without redis-p
 callbacks (an entry stays the parser's flat ``[field, value, ...]`` list). Raw rows are
 built column by column: the fields are gathered into lists of bytes, and UTF-8 checking,
 the ``published_at`` timestamps and the type filter are Arrow kernels.
+
+On a partitioned topic the ``id`` names the partition (``"3:<ms>-<seq>"``, as
+``Message.id`` does) and a last column ``partition`` holds its index.
 """
 
 from __future__ import annotations
@@ -22,21 +25,25 @@ XRANGE_CHUNK = 2000
 _STANDARD = (b"type", b"data")  # what every streamq producer writes first
 
 
-def read_range(opts: ReadOptions, lo: str, hi: str) -> Iterator[Any]:
-    """Rows of ``(lo, hi]``: Arrow batches for raw rows, tuples for typed ones."""
-    client = connect(opts.url, opts.stream)
+def read_range(
+    opts: ReadOptions, lo: str, hi: str, stream: str | None = None, partition: int | None = None
+) -> Iterator[Any]:
+    """Rows of ``(lo, hi]`` of ``stream`` (default: the option's), which is partition
+    ``partition`` of a partitioned topic: Arrow batches for raw rows, tuples for typed ones."""
+    stream = stream or opts.stream
+    client = connect(opts.url, stream)
     try:
         model = opts.model()
         cursor = f"({lo}" if lo != "0-0" else "-"
         while True:
-            command = resp.pack("XRANGE", opts.stream, cursor, hi, "COUNT", str(XRANGE_CHUNK))
+            command = resp.pack("XRANGE", stream, cursor, hi, "COUNT", str(XRANGE_CHUNK))
             (rows,) = resp.execute_sync(client, command, 1)
             if not rows:
                 return
             if model is None:
-                yield arrow_batch(rows, opts.type)
+                yield arrow_batch(rows, opts.type, partition)
             else:
-                yield from typed_rows(rows, opts.type, model)
+                yield from typed_rows(rows, opts.type, model, partition)
             if len(rows) < XRANGE_CHUNK:
                 return
             cursor = "(" + _text(rows[-1][0])
@@ -67,8 +74,9 @@ def _meta(raw: bytes | None) -> list[tuple[str, str]] | None:
     return [(str(k), str(v)) for k, v in values.items()]
 
 
-def arrow_batch(rows: list[Any], type_filter: str | None) -> Any:
-    """Columns id, type, data, meta, published_at of ``rows`` (those of ``type_filter``)."""
+def arrow_batch(rows: list[Any], type_filter: str | None, partition: int | None = None) -> Any:
+    """Columns id, type, data, meta, published_at of ``rows`` (those of ``type_filter``),
+    and ``partition`` for a partition of a partitioned topic."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -82,18 +90,21 @@ def arrow_batch(rows: list[Any], type_filter: str | None) -> Any:
     id_column = _text_column(ids)
     millis = pc.cast(pc.list_element(pc.split_pattern(id_column, "-"), 0), pa.int64())
     meta_type = pa.map_(pa.string(), pa.string())
-    batch = pa.RecordBatch.from_arrays(
-        [
-            id_column,
-            _text_column(types),
-            _text_column(datas),
-            pa.array([_meta(m) for m in metas], meta_type)
-            if any(metas)
-            else pa.nulls(len(metas), meta_type),
-            pc.cast(pc.multiply(millis, 1000), pa.timestamp("us", tz="UTC")),
-        ],
-        names=["id", "type", "data", "meta", "published_at"],
-    )
+    columns = [
+        id_column if partition is None else pc.binary_join_element_wise(
+            f"{partition}:", id_column, ""
+        ),
+        _text_column(types),
+        _text_column(datas),
+        pa.array([_meta(m) for m in metas], meta_type) if any(metas)
+        else pa.nulls(len(metas), meta_type),
+        pc.cast(pc.multiply(millis, 1000), pa.timestamp("us", tz="UTC")),
+    ]  # fmt: skip
+    names = ["id", "type", "data", "meta", "published_at"]
+    if partition is not None:
+        columns.append(pa.array([partition] * len(ids), pa.int32()))
+        names.append("partition")
+    batch = pa.RecordBatch.from_arrays(columns, names=names)
     if type_filter is not None:
         batch = batch.filter(pc.fill_null(pc.equal(batch.column(1), type_filter), False))
     return batch
@@ -112,9 +123,14 @@ def _text_column(values: list[bytes | None]) -> Any:
         )
 
 
-def typed_rows(rows: list[Any], type_name: str | None, model: Any) -> Iterator[tuple[Any, ...]]:
-    """Rows with ``data`` validated by ``model`` and spread into its fields' columns."""
+def typed_rows(
+    rows: list[Any], type_name: str | None, model: Any, partition: int | None = None
+) -> Iterator[tuple[Any, ...]]:
+    """Rows with ``data`` validated by ``model`` and spread into its fields' columns (and
+    the partition last, for a partition of a partitioned topic)."""
     wanted = type_name.encode() if type_name else None
+    qualifier = "" if partition is None else f"{partition}:"
+    extra = () if partition is None else (partition,)
     names = list(model.model_fields)
     for entry_id, flat in rows:
         kind, data, meta = _fields(flat)
@@ -125,16 +141,18 @@ def typed_rows(rows: list[Any], type_name: str | None, model: Any) -> Iterator[t
             value = model.model_validate_json(data if data is not None else b"null")
         except ValueError as e:
             raise MessageFormatError(
-                f"entry {text_id} of type {type_name!r} does not fit {model.__name__}: {e}; "
+                f"entry {qualifier}{text_id} of type {type_name!r} does not fit "
+                f"{model.__name__}: {e}; "
                 "read without option('model') to see raw rows"
             ) from e
         dumped = value.model_dump(mode="python")
         published = datetime.fromtimestamp(int(text_id.partition("-")[0]) / 1000, tz=UTC)
         pairs = _meta(meta)
         yield (
-            text_id,
+            qualifier + text_id,
             type_name,
             *[dumped[n] for n in names],
             dict(pairs) if pairs else None,
             published,
+            *extra,
         )

@@ -13,6 +13,8 @@ from pydantic import BaseModel
 ENTRY_SCHEMA = (
     "id string, type string, data string, meta map<string,string>, published_at timestamp"
 )
+# a partitioned topic's rows also say their partition (a plain stream's schema is unchanged)
+PARTITIONED_ENTRY_SCHEMA = ENTRY_SCHEMA + ", partition int"
 
 
 def spark_type(annotation: Any) -> Any:
@@ -58,11 +60,12 @@ def model_struct(model: type[BaseModel]) -> Any:
     )
 
 
-def typed_schema(model: type[BaseModel]) -> Any:
-    """id, type, the model's fields as columns, meta, published_at."""
+def typed_schema(model: type[BaseModel], partitioned: bool = False) -> Any:
+    """id, type, the model's fields as columns, meta, published_at (and partition, on a
+    partitioned topic)."""
     from pyspark.sql import types as T
 
-    reserved = {"id", "type", "meta", "published_at"}
+    reserved = {"id", "type", "meta", "published_at", *(["partition"] if partitioned else [])}
     clash = reserved & set(model.model_fields)
     if clash:
         from ..errors import ConfigError
@@ -75,4 +78,6 @@ def typed_schema(model: type[BaseModel]) -> Any:
     fields.extend(model_struct(model).fields)
     fields.append(T.StructField("meta", T.MapType(T.StringType(), T.StringType()), True))
     fields.append(T.StructField("published_at", T.TimestampType(), True))
+    if partitioned:
+        fields.append(T.StructField("partition", T.IntegerType(), False))
     return T.StructType(fields)

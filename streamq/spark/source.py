@@ -9,7 +9,9 @@ from pyspark.sql.datasource import DataSource
 from ..errors import ConfigError
 from .options import ReadOptions, WriteOptions
 from .reading import StreamqBatchReader, StreamqStreamReader
-from .schema import ENTRY_SCHEMA, typed_schema
+from .routing import check_key_column
+from .schema import ENTRY_SCHEMA, PARTITIONED_ENTRY_SCHEMA, typed_schema
+from .topic import SparkTopic, resolve_topic
 from .writing import StreamqBatchWriter, StreamqStreamWriter
 
 
@@ -26,15 +28,36 @@ class StreamqDataSource(DataSource):  # type: ignore[misc]
         return ReadOptions.parse(self.options, self.models)
 
     def schema(self) -> Any:
+        """The rows' schema; a partitioned topic's rows have a last column ``partition``
+        (the topic is looked up in Redis: a plain stream's schema stays as it always was)."""
         opts = self._read_options()
+        topic = resolve_topic(opts.url, opts.stream, opts.topic_partitions)
         model = opts.model()
-        return typed_schema(model) if model is not None else ENTRY_SCHEMA
+        if model is not None:
+            return typed_schema(model, topic.partitioned)
+        return PARTITIONED_ENTRY_SCHEMA if topic.partitioned else ENTRY_SCHEMA
+
+    def _read_topic(self, opts: ReadOptions, schema: Any) -> SparkTopic:
+        topic = resolve_topic(opts.url, opts.stream, opts.topic_partitions)
+        if topic.partitioned and "partition" not in schema.fieldNames():
+            raise ConfigError(
+                f"topic {opts.stream!r} has {topic.count} partitions, but the DataFrame was "
+                "defined when it had none (or with a schema of its own): load() it again"
+            )
+        return topic
 
     def reader(self, schema: Any) -> StreamqBatchReader:
-        return StreamqBatchReader(self._read_options())
+        opts = self._read_options()
+        return StreamqBatchReader(opts, self._read_topic(opts, schema))
 
     def streamReader(self, schema: Any) -> StreamqStreamReader:
-        return StreamqStreamReader(self._read_options())
+        opts = self._read_options()
+        return StreamqStreamReader(opts, self._read_topic(opts, schema))
+
+    def _write_topic(self, schema: Any) -> tuple[WriteOptions, SparkTopic]:
+        opts = WriteOptions.parse(self.options)
+        check_key_column(opts, schema)
+        return opts, resolve_topic(opts.url, opts.stream, opts.topic_partitions)
 
     def writer(self, schema: Any, overwrite: bool) -> StreamqBatchWriter:
         if overwrite:
@@ -42,9 +65,11 @@ class StreamqDataSource(DataSource):  # type: ignore[misc]
                 "streamq streams are append-only: mode('overwrite') is refused; use "
                 "mode('append'), or terminate the topic first if you mean to replace it"
             )
-        return StreamqBatchWriter(WriteOptions.parse(self.options), schema.fieldNames())
+        opts, topic = self._write_topic(schema)
+        return StreamqBatchWriter(opts, schema.fieldNames(), topic)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> StreamqStreamWriter:
         if overwrite:
             raise ConfigError("streamq streams are append-only: outputMode complete is refused")
-        return StreamqStreamWriter(WriteOptions.parse(self.options), schema.fieldNames())
+        opts, topic = self._write_topic(schema)
+        return StreamqStreamWriter(opts, schema.fieldNames(), topic)

@@ -8,6 +8,9 @@ Writes use Spark's Arrow writers (batch writes on pyspark >= 4.0, streaming writ
 >= 4.1): rows arrive as column batches and are encoded by Arrow kernels
 (``arrow_encoding.py``); streaming writes on pyspark 4.0 take rows one by one.
 
+On a partitioned topic each row goes to one partition stream: by its key with option
+``keyColumn``, else in turn (see ``routing.py``); chunks are packed per partition.
+
 Delivery: at-least-once. A Spark task that fails and is retried sends its partition again,
 so every message carries ``meta["streamq_producer_id"] = <job>:<batch>:<partition>:<row>``,
 the same on every attempt of a deterministic input: consumers can drop duplicates by it.
@@ -40,6 +43,8 @@ from ..message import validate_type_name
 from ..wire import resp
 from .arrow_encoding import PRODUCER_ID, encode_batch
 from .options import WriteOptions
+from .routing import RowRouter
+from .topic import SparkTopic, TopicClients
 
 _ENTRY_COLUMNS = {"id", "published_at"}
 
@@ -117,79 +122,101 @@ def _json_text(text: str | None) -> bytes:
     return raw
 
 
-Chunks = Callable[[RowEncoder, str], Iterator[tuple[bytes, int]]]
+# (packed XADDs, how many, the partition they go to)
+Chunk = tuple[bytes, int, int]
+Chunks = Callable[[RowEncoder, RowRouter, str], Iterator[Chunk]]
 
 
 def write_rows(
-    opts: WriteOptions, columns: list[str], job: str, rows: Iterator[Any]
+    opts: WriteOptions, columns: list[str], job: str, rows: Iterator[Any], topic: SparkTopic
 ) -> WrittenCount:
     """The row path (streaming writes on pyspark 4.0, which has no Arrow stream writer)."""
 
-    def chunks(encoder: RowEncoder, prefix: str) -> Iterator[tuple[bytes, int]]:
-        chunk: list[dict[bytes | str, bytes | str]] = []
+    def chunks(encoder: RowEncoder, router: RowRouter, prefix: str) -> Iterator[Chunk]:
+        pending: dict[int, list[dict[bytes | str, bytes | str]]] = {}
         for n, row in enumerate(rows):
+            index = router.of_row(row, n)
+            chunk = pending.setdefault(index, [])
             chunk.append(encoder.encode(row, f"{prefix}:{n}"))
             if len(chunk) == opts.chunk:
-                yield resp.pack_xadds(opts.stream, chunk)
-                chunk = []
-        if chunk:
-            yield resp.pack_xadds(opts.stream, chunk)
+                yield *resp.pack_xadds(topic.streams[index], chunk), index
+                pending[index] = []
+        for index, chunk in pending.items():
+            if chunk:
+                yield *resp.pack_xadds(topic.streams[index], chunk), index
 
-    return _send(opts, columns, job, chunks)
+    return _send(opts, columns, job, chunks, topic)
 
 
 def write_arrow(
-    opts: WriteOptions, columns: list[str], job: str, batches: Iterator[Any]
+    opts: WriteOptions, columns: list[str], job: str, batches: Iterator[Any], topic: SparkTopic
 ) -> WrittenCount:
     """The Arrow path: whole column batches encoded by Arrow kernels, sent in chunks."""
 
-    def chunks(encoder: RowEncoder, prefix: str) -> Iterator[tuple[bytes, int]]:
+    def chunks(encoder: RowEncoder, router: RowRouter, prefix: str) -> Iterator[Chunk]:
         first = 0
         for batch in batches:
-            for start in range(0, batch.num_rows, opts.chunk):
-                part = batch.slice(start, opts.chunk)
-                yield encode_batch(part, encoder, opts.stream, prefix, first), part.num_rows
-                first += part.num_rows
+            for index, rows, numbers in router.split(batch, first):
+                stream = topic.streams[index]
+                for start in range(0, rows.num_rows, opts.chunk):
+                    part = rows.slice(start, opts.chunk)
+                    some = numbers.slice(start, opts.chunk)
+                    yield (
+                        encode_batch(part, encoder, stream, prefix, numbers=some),
+                        len(some),
+                        index,
+                    )
+            first += batch.num_rows
 
-    return _send(opts, columns, job, chunks)
+    return _send(opts, columns, job, chunks, topic)
 
 
-def _send(opts: WriteOptions, columns: list[str], job: str, chunks: Chunks) -> WrittenCount:
-    """Send this task's packed chunks (pipelined XADDs) and count the rows."""
-    from .offsets import connect
-
+def _send(
+    opts: WriteOptions, columns: list[str], job: str, chunks: Chunks, topic: SparkTopic
+) -> WrittenCount:
+    """Send this task's packed chunks (pipelined XADDs, each to its partition's stream) and
+    count the rows."""
     partition, query, batch = _task_ids()
     prefix = f"{query or job}:{batch or 0}:{partition}"
-    client = connect(opts.url, opts.stream)
+    router = RowRouter(opts, columns, topic.count, partition)
+    clients = TopicClients(opts.url, topic)
     count = 0
     try:
-        for packed, rows in chunks(RowEncoder(opts, columns), prefix):
-            resp.execute_sync(client, packed, rows)
+        for packed, rows, index in chunks(RowEncoder(opts, columns), router, prefix):
+            resp.execute_sync(clients.clients[index], packed, rows)
             count += rows
     finally:
-        client.close()
+        clients.close()
     return WrittenCount(partition, count)
 
 
 class StreamqBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
-    def __init__(self, opts: WriteOptions, columns: list[str]) -> None:
+    def __init__(
+        self, opts: WriteOptions, columns: list[str], topic: SparkTopic | None = None
+    ) -> None:
+        self.topic = topic or SparkTopic(opts.stream, 1)
         RowEncoder(opts, columns)  # validate on the driver, before any task runs
+        RowRouter(opts, columns, self.topic.count, 0)
         self.opts, self.columns = opts, columns
         self.job = uuid.uuid4().hex[:12]
 
     def write(self, iterator: Iterator[Any]) -> WrittenCount:
-        return write_arrow(self.opts, self.columns, self.job, iterator)
+        return write_arrow(self.opts, self.columns, self.job, iterator, self.topic)
 
 
 class StreamqStreamWriter(_StreamWriterBase):  # type: ignore[misc]
-    def __init__(self, opts: WriteOptions, columns: list[str]) -> None:
+    def __init__(
+        self, opts: WriteOptions, columns: list[str], topic: SparkTopic | None = None
+    ) -> None:
+        self.topic = topic or SparkTopic(opts.stream, 1)
         RowEncoder(opts, columns)
+        RowRouter(opts, columns, self.topic.count, 0)
         self.opts, self.columns = opts, columns
         self.job = uuid.uuid4().hex[:12]
 
     def write(self, iterator: Iterator[Any]) -> WrittenCount:
         write = write_arrow if _STREAM_ARROW else write_rows
-        return write(self.opts, self.columns, self.job, iterator)
+        return write(self.opts, self.columns, self.job, iterator, self.topic)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         pass  # entries are visible as soon as XADD returns

@@ -25,7 +25,9 @@ import functools
 import json
 import zlib
 from dataclasses import dataclass
+from typing import cast
 
+import redis
 import redis.asyncio as aioredis
 
 from ..errors import ConfigError, InvalidMessageIdError
@@ -141,3 +143,32 @@ async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
     with translated(topic):
         recorded = await client.hget(Keys(topic).partitions, "count")
     return 1 if recorded is None else int(recorded)
+
+
+def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
+    """The partition count recorded for ``topic``, None for a plain stream (a blocking
+    ``client`` on the topic's own slot: Spark, scripts)."""
+    with translated(topic):
+        recorded = client.hget(Keys(topic).partitions, "count")
+    return None if recorded is None else int(cast("bytes | str", recorded))
+
+
+def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int) -> None:
+    """The blocking twin of :func:`check_partition_count` (same record, same errors)."""
+    validate_partitions(partitions)
+    key = Keys(topic).partitions
+    with translated(topic):
+        if partitions > 1 and client.hget(key, "count") is None:
+            if client.exists(topic):
+                raise ConfigError(
+                    f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
+                    "cannot become partitioned (publish to a new topic name instead)"
+                )
+            if client.hsetnx(key, "count", partitions):
+                client.hset(key, "names", json.dumps(list(partition_streams(topic, partitions))))
+    recorded = recorded_partitions_sync(client, topic)
+    if recorded is not None and recorded != partitions:
+        raise ConfigError(
+            f"topic {topic!r} has {recorded} partitions (recorded in {key!r}), "
+            f"not {partitions}: pass partitions={recorded}"
+        )

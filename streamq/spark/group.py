@@ -1,0 +1,51 @@
+"""The pipeline's own consumer group (option ``group``), kept on each stream the source reads.
+
+Spark never reads through the group (nothing is ever pending in it): the group's
+last-delivered ID is moved to each end Spark has durably processed, so that
+``XINFO GROUPS``/``topic_info()`` show the pipeline's lag and cleanup waits for it. On a
+partitioned topic there is one such group on every partition stream, each moved to that
+partition's end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import DataLossError
+from ..ids import StreamId
+from ..wire.client import text as _text
+from .offsets import offset
+
+LAG_SCAN = 10_000
+
+
+def ensure_group(client: Any, stream: str, group: str, starting: str) -> dict[str, Any]:
+    """Create the pipeline's group on ``stream`` at the starting position (``earliest``,
+    ``latest`` or an entry ID) and return its position as an offset: an existing group's
+    position wins (the checkpoint, when there is one, wins over both)."""
+    import redis
+
+    start = {"latest": "$", "earliest": "0"}.get(starting, starting)
+    try:
+        client.xgroup_create(stream, group, id=start, mkstream=True)
+    except redis.ResponseError as e:
+        if not str(e).startswith("BUSYGROUP"):
+            raise
+    for info in client.xinfo_groups(stream):
+        if _text(info["name"]) == group:
+            read = info.get("entries-read")
+            position = StreamId.parse(_text(info["last-delivered-id"]))
+            return offset(position, int(read) if read is not None else None)
+    raise DataLossError(f"group {group!r} vanished from {stream!r} while the query started")
+
+
+def advance_group(client: Any, stream: str, group: str, finish: StreamId) -> None:
+    """Set the group's last-delivered ID on ``stream`` to ``finish``."""
+    command: list[Any] = ["XGROUP", "SETID", stream, group, str(finish)]
+    after = client.xrange(stream, min=f"({finish}", max="+", count=LAG_SCAN)
+    if len(after) < LAG_SCAN:
+        # ENTRIESREAD keeps XINFO GROUPS' lag exact (= entries after the committed end);
+        # with a larger backlog Redis reports the lag as unknown instead.
+        added = int(client.xinfo_stream(stream)["entries-added"])
+        command += ["ENTRIESREAD", max(added - len(after), 0)]
+    client.execute_command(*command)

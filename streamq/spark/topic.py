@@ -1,0 +1,116 @@
+"""The topic a Spark job reads or writes: a plain stream, or the partitions of a partitioned
+topic; and the offsets of the Spark source for either.
+
+The partition count comes from the topic's record (``streamq:{T}:partitions``, written by a
+``MessageQueue(partitions=N)``), or from option ``topicPartitions`` (which creates the
+record if absent, and must agree with it if present). No record and no option: a plain
+stream, exactly as before partitioned topics existed.
+
+Offsets: a plain stream's offset is ``{"id": "<ms>-<seq>", "n": ...}`` (unchanged, so old
+checkpoints go on working); a partitioned topic's holds one such offset per partition,
+``{"0": {"id": ..., "n": ...}, "1": {...}, ...}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..topic.partitions import (
+    check_partition_count_sync,
+    partition_streams,
+    recorded_partitions_sync,
+)
+from .offsets import connect
+
+Offset = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SparkTopic:
+    """``name`` with ``count`` partitions (1: a plain stream)."""
+
+    name: str
+    count: int
+
+    @property
+    def partitioned(self) -> bool:
+        return self.count > 1
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return partition_streams(self.name, self.count)
+
+    def encode(self, offsets: Sequence[Mapping[str, Any]]) -> Offset:
+        """One offset per partition -> the offset Spark keeps in its checkpoint."""
+        if not self.partitioned:
+            return dict(offsets[0])
+        return {str(i): dict(o) for i, o in enumerate(offsets)}
+
+    def decode(self, value: Mapping[str, Any] | None) -> list[Mapping[str, Any] | None]:
+        """Spark's offset -> one offset per partition (None: the beginning of each).
+
+        Raises ConfigError for an offset of the other kind (a checkpoint written for a
+        plain stream read as a partitioned topic, or another partition count).
+        """
+        if not value:
+            return [None] * self.count
+        if not self.partitioned:
+            if "id" not in value:
+                raise ConfigError(
+                    f"the checkpoint holds offsets of a partitioned topic ({sorted(value)}), "
+                    f"but {self.name!r} is a plain stream: use a new checkpointLocation"
+                )
+            return [value]
+        expected = [str(i) for i in range(self.count)]
+        if sorted(value, key=_numeric) != expected:
+            raise ConfigError(
+                f"the checkpoint holds offsets of {_describe(value)}, but {self.name!r} has "
+                f"{self.count} partitions: use a new checkpointLocation"
+            )
+        return [value[key] for key in expected]
+
+
+def _numeric(key: str) -> tuple[int, str]:
+    return (int(key), key) if key.isdigit() else (-1, key)
+
+
+def _describe(value: Mapping[str, Any]) -> str:
+    return "a plain stream" if "id" in value else f"{len(value)} partitions"
+
+
+def resolve_topic(url: str, name: str, requested: int | None) -> SparkTopic:
+    """The topic ``name`` as recorded, or as ``requested`` by option ``topicPartitions``
+    (recorded now if it was not). Raises ConfigError when the two disagree."""
+    client = connect(url, name)
+    try:
+        if requested is None:
+            return SparkTopic(name, recorded_partitions_sync(client, name) or 1)
+        try:
+            check_partition_count_sync(client, name, requested)
+        except ConfigError as e:
+            raise ConfigError(f"option 'topicPartitions': {e}") from e
+        return SparkTopic(name, requested)
+    finally:
+        client.close()
+
+
+class TopicClients:
+    """Blocking clients for each partition stream, over one set of connections."""
+
+    def __init__(self, url: str, topic: SparkTopic) -> None:
+        from ..wire.client import connect_sync
+
+        self._deployment = connect_sync(url)
+        self.streams = topic.streams
+        self.clients = [self._deployment.client_for(s) for s in self.streams]
+
+    def __iter__(self) -> Any:
+        return iter(zip(self.clients, self.streams, strict=True))
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        self._deployment.close()
