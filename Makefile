@@ -10,7 +10,7 @@ REDIS8_PORT ?= 6482
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
-        test-spark test-pyspark40 test-redis7 test-redis8 test-soak bench lint fmt typecheck clean redis-up \
+        test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
         demo-dashboard browser-deps demo-service
 
@@ -106,6 +106,13 @@ define suite_on_server
 	STREAMQ_REDIS_URL=redis://127.0.0.1:$(2)/0 $(PYTEST) -q; rc=$$?; \
 	kill $$(cat $$DIR/pid); sleep 0.5; rm -rf $$DIR; exit $$rc
 endef
+
+# The whole suite (Spark included) with $STREAMQ_REDIS_URL on an embedded Redis Cluster of
+# three masters (tools/on_cluster.py gives the URL of one node; streamq finds the others).
+# Tests of what is single-node by nature (ACL users per node, a non-cluster server) skip,
+# saying why.
+test-cluster: setup browser-deps
+	$(PY) tools/on_cluster.py -- $(PYTEST) -q
 
 # The whole suite against Debian's redis-server 7.0.
 test-redis7: setup

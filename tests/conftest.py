@@ -58,6 +58,25 @@ def sync_client(url: str, stream: str) -> redis.Redis:
     return connect_sync(url).client_for(stream, owner=True)
 
 
+def each_master(url: str) -> list[redis.Redis]:
+    """Blocking clients of every master (the URL's node alone when not a cluster): for
+    what a server keeps per node, such as ACL users, which a test must set on each."""
+    deployment = connect_sync(url)
+    with deployment.client_for("probe") as probe:
+        probe.ping()  # learns whether this is a cluster, and its slot table
+    state = deployment.state
+    addresses = state.table.masters() if state.cluster else [state.address]
+    options = deployment.seed.connection_kwargs
+    deployment.close()
+    clients = []
+    for host, port in addresses:
+        pool = redis.ConnectionPool(**{**options, "host": host, "port": port})
+        client = redis.Redis(connection_pool=pool)
+        client.auto_close_connection_pool = True  # closing the client closes its pool
+        clients.append(client)
+    return clients
+
+
 QueueFactory = Callable[..., MessageQueue]
 
 

@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
-import redis.asyncio as aioredis
 
 from streamq import App, AuthenticationFailedError, ConfigError, Message, MessageQueue, StartFrom
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.wire.client import connect
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -70,13 +70,13 @@ async def test_an_app_runs_its_queues_together_and_stops_them_together(
 
 async def test_entering_an_app_opens_every_queue(redis_url: str, streams: list[str]) -> None:
     app = two_queue_app(redis_url, streams, {})
-    client = aioredis.Redis.from_url(redis_url)
+    deployment = connect(redis_url)  # on a cluster the two streams may be on two masters
     try:
         async with app:
-            groups = [await client.xinfo_groups(s) for s in streams]
+            groups = [await deployment.client_for(s).xinfo_groups(s) for s in streams]
             assert [[g["name"] for g in gs] for gs in groups] == [[b"billing"], [b"mailer"]]
     finally:
-        await client.aclose()
+        await deployment.aclose()
 
 
 async def test_running_serves_an_asgi_lifespan(redis_url: str, streams: list[str]) -> None:
@@ -102,7 +102,10 @@ async def test_running_serves_an_asgi_lifespan(redis_url: str, streams: list[str
     with anyio.fail_after(20):
         async with lifespan(api):
             await app.queues[0].publish("order", 5)
-            await wait_for(lambda: seen.get("orders") == [5], what="the order handled")
+            await app.queues[1].publish("email", 6)
+            # both queues reading (a queue may start reading a little after the other)
+            await wait_for(lambda: seen.get("orders") == [5] and seen.get("emails") == [6],
+                           what="the order and the email handled")  # fmt: skip
             transport = httpx.ASGITransport(app=api)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
                 response = await http.get("/ready")
@@ -121,10 +124,14 @@ async def test_one_queue_failing_stops_the_others_and_raises(
     for mq in (good, bad):
         mq.handler("x")(_ignore)
     app = App(good, bad)
-    with anyio.fail_after(20), pytest.raises(AuthenticationFailedError):
-        await app.run()
-    assert good.done.is_set() and good.stop_reason == "stopped"
-    assert app.stop_reason == "error"
+    try:
+        with anyio.fail_after(20), pytest.raises(AuthenticationFailedError):
+            await app.run()
+        assert good.done.is_set() and good.stop_reason == "stopped"
+        assert app.stop_reason == "error"
+    finally:  # run() opened them and leaves them open, as MessageQueue.run() does
+        for mq in (good, bad):
+            await mq.aclose()
 
 
 async def _ignore(msg: Message[int]) -> None:

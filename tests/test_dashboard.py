@@ -24,6 +24,7 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 from streamq.dashboard import create_app
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import acl_rules
+from tests.conftest import each_master, sync_client
 from tests.dashboard_helpers import (
     TOKEN,
     dashboard_client,
@@ -48,10 +49,18 @@ def web(redis_url: str) -> Iterator[Web]:
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
+def r(redis_url: str, stream: str) -> Iterator[redis.Redis]:
+    """A raw client for the test stream's keys (on a cluster: its slot's master)."""
+    with sync_client(redis_url, stream) as client:
+        yield client
+
+
+def acl_on_every_master(url: str, *args: str) -> None:
+    """``ACL args...`` on every master: users are kept per node, and a dashboard on a
+    cluster connects to each (the topics list scans every master)."""
+    for node in each_master(url):
+        with node:
+            node.execute_command("ACL", *args)
 
 
 # -- pages ------------------------------------------------------------------------------
@@ -62,7 +71,8 @@ def test_topics_page_lists_streams_with_groups_and_their_figures(
     topic_with_pending(redis_url, r, stream)  # 5 more; billing and audit from the start
     r.hset(Keys(stream).stopped, "1-1", "")
     lonely = f"{stream}-no-group"
-    r.xadd(lonely, {"type": "x", "data": "1"})
+    lonely_client = sync_client(redis_url, lonely)  # another stream: maybe another slot
+    lonely_client.xadd(lonely, {"type": "x", "data": "1"})
     try:
         page = web.get("/")
         assert page.status_code == 200
@@ -75,7 +85,8 @@ def test_topics_page_lists_streams_with_groups_and_their_figures(
         assert lonely not in names, "a stream without consumer groups is listed"
         assert not any(n.startswith("streamq:{") for n in names), "streamq's own keys listed"
     finally:
-        r.delete(lonely)
+        lonely_client.delete(lonely)
+        lonely_client.close()
 
 
 def test_topic_page_shows_groups_consumers_and_oldest_pending_age(
@@ -213,11 +224,9 @@ def test_html_from_redis_is_shown_as_text(
     assert "&lt;img src=x onerror=alert(1)&gt;\\u202egnp.exe" in pages[1]
 
 
-def test_no_page_shows_the_password_of_the_redis_url(
-    r: redis.Redis, redis_url: str, stream: str
-) -> None:
+def test_no_page_shows_the_password_of_the_redis_url(redis_url: str, stream: str) -> None:
     user, password = f"dash-{uuid.uuid4().hex[:6]}", f"pw-{uuid.uuid4().hex}"
-    r.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all")
+    acl_on_every_master(redis_url, "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all")
     try:
         make_dead_letters(redis_url, stream, [1])
         url = redis_url.replace("redis://", f"redis://{user}:{password}@")
@@ -234,7 +243,7 @@ def test_no_page_shows_the_password_of_the_redis_url(
             assert unreachable.status_code == 503 and "cannot reach" in unreachable.text
             assert password not in unreachable.text
     finally:
-        r.execute_command("ACL", "DELUSER", user)
+        acl_on_every_master(redis_url, "DELUSER", user)
 
 
 def test_an_operator_limited_to_one_topic_sees_it_and_not_the_others(
@@ -244,11 +253,11 @@ def test_an_operator_limited_to_one_topic_sees_it_and_not_the_others(
     read are counted as hidden, not an error."""
     topic_with_pending(redis_url, r, stream)
     other = f"{stream}-other"
-    r.xgroup_create(other, "g", id="$", mkstream=True)
+    other_client = sync_client(redis_url, other)  # another stream: maybe another slot
+    other_client.xgroup_create(other, "g", id="$", mkstream=True)
     user, password = f"op-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
-    r.execute_command(
-        "ACL", "SETUSER", user, *acl_rules(stream, operator=True, password=password), "+scan"
-    )
+    rules = acl_rules(stream, operator=True, password=password)
+    acl_on_every_master(redis_url, "SETUSER", user, *rules, "+scan")
     url = redis_url.replace("redis://", f"redis://{user}:{password}@")
     try:
         with dashboard_client(url) as web:
@@ -261,8 +270,9 @@ def test_an_operator_limited_to_one_topic_sees_it_and_not_the_others(
                          "/topic/stopped", "/topic/terminate"):  # fmt: skip
                 assert web.get(path, params={"stream": stream}).status_code == 200, path
     finally:
-        r.execute_command("ACL", "DELUSER", user)
-        r.delete(other)
+        acl_on_every_master(redis_url, "DELUSER", user)
+        other_client.delete(other)
+        other_client.close()
 
 
 def test_security_headers_and_host_check(web: Web) -> None:
@@ -326,4 +336,6 @@ def test_demo_serves_the_dashboard_over_live_traffic(redis_url: str) -> None:
             process.wait()
     assert process.returncode == 0, err
     assert "demo topics terminated" in out
-    assert not redis.Redis.from_url(redis_url).exists(*topics)
+    for topic in topics:  # one at a time: on a cluster they may be on different slots
+        with sync_client(redis_url, topic) as client:
+            assert not client.exists(topic), f"demo topic {topic} left behind"

@@ -14,6 +14,7 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 
 from streamq.dashboard import create_app
 from streamq.wire.keys import Keys
+from tests.conftest import sync_client
 from tests.dashboard_helpers import (
     TOKEN,
     csrf_of,
@@ -37,10 +38,10 @@ def web(redis_url: str) -> Iterator[Web]:
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
+def r(redis_url: str, stream: str) -> Iterator[redis.Redis]:
+    """A raw client for the test stream's keys (on a cluster: its slot's master)."""
+    with sync_client(redis_url, stream) as client:
+        yield client
 
 
 # -- the write token --------------------------------------------------------------------

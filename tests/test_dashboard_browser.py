@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
 pytest.importorskip(
@@ -28,6 +27,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
 from streamq.wire.keys import Keys
+from tests.conftest import sync_client
 from tests.dashboard_helpers import TOKEN, make_dead_letters, publish, serving
 
 pytestmark = pytest.mark.slow
@@ -85,7 +85,8 @@ def test_open_topics_open_a_topic_and_watch_the_lag_change(
     page: Page, site: str, redis_url: str, stream: str, tmp_path: Path
 ) -> None:
     publish(redis_url, stream, 3)
-    redis.Redis.from_url(redis_url).xgroup_create(stream, "billing", id="0")
+    with sync_client(redis_url, stream) as r:
+        r.xgroup_create(stream, "billing", id="0")
     page.goto(site + "/")
     expect(page.locator("h1")).to_have_text("Topics")
     page.locator("#topics").get_by_role("link", name=stream, exact=True).click()
@@ -107,7 +108,7 @@ def test_replay_a_dead_letter_with_the_token(
     page: Page, site: str, redis_url: str, stream: str, tmp_path: Path
 ) -> None:
     make_dead_letters(redis_url, stream, [{"order": 42}])
-    r = redis.Redis.from_url(redis_url)
+    r = sync_client(redis_url, stream)
     page.goto(f"{site}/topic/dead-letters?stream={stream}")
     expect(page.locator("article.letter")).to_have_count(1)
     expect(page.locator("article.letter .reason")).to_contain_text("cannot handle {'order': 42}")
@@ -122,6 +123,7 @@ def test_replay_a_dead_letter_with_the_token(
     expect(page.locator("article.letter")).to_have_count(0)
     assert r.xlen(Keys(stream).dead_letters) == 0
     assert r.xrevrange(stream, count=1)[0][1][b"data"] == b'{"order":42}'
+    r.close()
     assert is_png(tmp_path / "dead-letters.png")
 
 
@@ -129,7 +131,8 @@ def test_pages_are_readable_without_javascript(
     browser: Browser, site: str, redis_url: str, stream: str
 ) -> None:
     publish(redis_url, stream, 2)
-    redis.Redis.from_url(redis_url).xgroup_create(stream, "billing", id="0")
+    with sync_client(redis_url, stream) as r:
+        r.xgroup_create(stream, "billing", id="0")
     context = browser.new_context(java_script_enabled=False)
     try:
         tab = context.new_page()

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from streamq import Message, Publisher, Reject, RetryPolicy, tracing
-from tests.conftest import QueueFactory, wait_for
+from tests.conftest import QueueFactory, sync_client, wait_for
 
 otel = pytest.importorskip("opentelemetry.sdk.trace", reason="the tracing tests need the SDK")
 from opentelemetry import trace  # noqa: E402
@@ -160,11 +160,10 @@ async def test_a_batch_is_one_span_linked_to_each_message(
 def test_the_sync_publisher_injects_the_context_too(
     redis_url: str, stream: str, exporter: InMemorySpanExporter
 ) -> None:
-    import redis
-
     with caller(exporter).start_as_current_span("job") as span, Publisher(redis_url, stream) as p:
         p.publish("job", 1)
-    (entry,) = redis.Redis.from_url(redis_url).xrange(stream)
+    with sync_client(redis_url, stream) as client:
+        (entry,) = client.xrange(stream)
     trace_id = format(span.get_span_context().trace_id, "032x")
     assert trace_id in entry[1][b"meta"].decode()
 
