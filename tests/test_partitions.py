@@ -10,7 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamq import ConfigError, InvalidMessageIdError, Message, MessageQueue, Reject, StartFrom
+from streamq import (
+    ConfigError,
+    InvalidMessageIdError,
+    Message,
+    MessageQueue,
+    NotReplicatedError,
+    Reject,
+    StartFrom,
+)
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
 from streamq.wire.client import connect_sync
@@ -179,3 +187,23 @@ async def test_partitions_spread_over_the_cluster_masters(streamq_cluster_url: s
     finally:
         for stream in (*partition_streams(name, 6), name):
             delete_stream_keys(streamq_cluster_url, stream)
+
+
+async def test_a_durable_publish_not_replicated_names_the_partition_of_its_entry(
+    where: str, topic: str
+) -> None:
+    mq = queue(where, topic)
+    seen: list[str] = []
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        seen.append(msg.id)
+
+    async with mq:  # no replica anywhere here: WAIT reaches 0 of 1
+        with pytest.raises(NotReplicatedError) as caught:
+            await mq.publish("ok", 1, key="customer-7", replicas=1, timeout=0.01)
+        entry_id = caught.value.entry_id
+        assert PartitionedId.parse(entry_id, 4).partition == partition_for_key("customer-7", 4)
+        async with mq.running():
+            await wait_for(lambda: bool(seen), what="the unconfirmed entry handled")
+    assert seen == [entry_id], "the error's entry_id is not the ID the consumer sees"
