@@ -12,7 +12,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
         test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
-        demo-dashboard browser-deps demo-service
+        demo-dashboard browser-deps demo-service demo-cluster
 
 setup: $(STAMP)
 
@@ -63,6 +63,11 @@ browser-deps: setup
 # `streamq run` with 2 workers, metrics and health; a worker SIGKILLed and back; SIGTERM drains
 demo-service: setup
 	$(PY) -m demos.service
+
+# A topic of 6 partitions over an embedded cluster (3 masters, 1 replica each), two consumer
+# processes, a master killed mid-run: per-key order kept, nothing lost (exit 1 otherwise).
+demo-cluster: setup
+	$(PY) -m demos.cluster
 
 test: setup browser-deps
 	$(PYTEST) -q

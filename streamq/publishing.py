@@ -82,7 +82,7 @@ class PublishOperations:
         if replicas:
             wait = seconds(timeout, "timeout")
             return self._named(
-                partition, await self._publish_durably(stream, fields, replicas, wait)
+                partition, await self._publish_durably(stream, fields, replicas, wait, partition)
             )
         client = self.client_for(stream)
 
@@ -93,7 +93,7 @@ class PublishOperations:
         return self._named(partition, await ride_through(self.deployment, xadd))
 
     async def _publish_durably(
-        self, stream: str, fields: Fields, replicas: int, wait: float
+        self, stream: str, fields: Fields, replicas: int, wait: float, partition: int = 0
     ) -> str:
         positive(replicas, "replicas")
         client = self.client_for(stream)
@@ -108,6 +108,7 @@ class PublishOperations:
 
         entry_id, reached = await ride_through(self.deployment, xadd_and_wait)
         if reached < replicas:
+            entry_id = self._named(partition, entry_id)  # as publish would have returned it
             raise NotReplicatedError(
                 f"entry {entry_id} reached {reached} of {replicas} replica(s) within {wait:g}s; "
                 "it is in the stream, but a failover now could lose it",

@@ -28,6 +28,12 @@ DEMOS = {
     ],
     "stop_message": ["billing saw [1, 3, 2], audit saw [1, 3, 2]"],
     "cleanup": ["cleanup removed 40", "removed 50 more, length 10"],
+    "cluster": [  # its own embedded cluster (3 masters, 3 replicas), whatever the URL
+        "6 partitions per node",
+        "took over its slots",
+        "restarted, now a replica",
+        "nothing lost: every published order handled; per-key order kept",
+    ],
     "microservice": [
         "sync view published 3 emails",
         "'consuming': True",

@@ -4,13 +4,23 @@ cluster's masters."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
-from streamq import ConfigError, InvalidMessageIdError, Message, MessageQueue, Reject, StartFrom
+from streamq import (
+    ConfigError,
+    InvalidMessageIdError,
+    Message,
+    MessageQueue,
+    NotReplicatedError,
+    Reject,
+    StartFrom,
+)
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
 from streamq.wire.client import connect_sync
@@ -221,3 +231,48 @@ async def test_metrics_have_a_series_per_partition(where: str, topic: str) -> No
     for stream, count in per_partition.items():
         assert f'streamq_stream_length{{stream="{stream}"}} {float(count)}' in text
         assert f'streamq_group_lag{{group="g",stream="{stream}"}} {float(count)}' in text
+
+
+async def test_a_durable_publish_not_replicated_names_the_partition_of_its_entry(
+    where: str, topic: str
+) -> None:
+    mq = queue(where, topic)
+    seen: list[str] = []
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        seen.append(msg.id)
+
+    async with mq:  # no replica anywhere here: WAIT reaches 0 of 1
+        with pytest.raises(NotReplicatedError) as caught:
+            await mq.publish("ok", 1, key="customer-7", replicas=1, timeout=0.01)
+        entry_id = caught.value.entry_id
+        assert PartitionedId.parse(entry_id, 4).partition == partition_for_key("customer-7", 4)
+        async with mq.running():
+            await wait_for(lambda: bool(seen), what="the unconfirmed entry handled")
+    assert seen == [entry_id], "the error's entry_id is not the ID the consumer sees"
+
+
+async def test_every_partition_is_read_to_the_end_when_the_budget_runs_full(
+    where: str, topic: str
+) -> None:
+    # The readers of 6 partitions share a budget of 12 in flight: they wait for room
+    # together, over and over; none may be left waiting when room comes back.
+    tight = dataclasses.replace(TEST_TIMINGS, max_in_flight=12, read_count=8, concurrency=4)
+    mq = queue(where, topic, partitions=6, config=tight)
+    total, handled, everything = 3000, set[str](), anyio.Event()
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        handled.add(msg.id)
+        if len(handled) == total:
+            everything.set()
+
+    async with mq:
+        ids = await mq.publish_many("ok", range(total))
+        with anyio.move_on_after(30):  # a stalled reader would also hang the stop: cancel
+            async with mq.running():
+                await everything.wait()
+    assert handled == set(ids), (
+        f"{len(set(ids) - handled)} of {total} never handled: a partition's reader stalled"
+    )

@@ -58,7 +58,8 @@ class Budget:
 
     async def wait_for_room(self, stopping: Callable[[], bool]) -> None:
         while self.room() < self.low_water and not stopping():
-            self._room_event = anyio.Event()
+            if self._room_event.is_set():  # a new one only once the last was used: the
+                self._room_event = anyio.Event()  # partitions' readers wait on the same one
             self._waiting = True
             await self._room_event.wait()
 
