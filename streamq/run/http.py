@@ -93,6 +93,8 @@ class _QueueView:
     def __init__(self, report: Mapping[str, Any]) -> None:
         self.stream, self.group = str(report["stream"]), str(report["group"])
         self.consumer, self.url = str(report["consumer"]), str(report["url"])
+        # a partitioned topic's partition streams (a plain stream: itself)
+        self.streams = tuple(str(s) for s in report.get("streams") or [self.stream])
         self._stats: dict[str, Any] = report.get("stats") or {}
 
     def stats(self) -> dict[str, Any]:

@@ -148,7 +148,10 @@ class StatusReporter:
 
     @staticmethod
     def _identity(mq: MessageQueue) -> dict[str, Any]:
-        return {"stream": mq.stream, "group": mq.group, "consumer": mq.consumer}
+        return {
+            "stream": mq.stream, "group": mq.group, "consumer": mq.consumer,
+            "streams": list(mq.streams),
+        }  # fmt: skip
 
 
 if __name__ == "__main__":
