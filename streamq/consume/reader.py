@@ -106,8 +106,8 @@ class Reader:
 
     async def read_new(self) -> list[RawEntry]:
         capacity = self._capacity
-        count = min(capacity.room(), self._read_count, capacity.read_limit)
-        reply = None
+        count = min(capacity.room(), self._read_count, capacity.read_size())
+        reply, rows = None, []
         capacity.reserve(count)
         try:
             with anyio.CancelScope() as scope:
@@ -115,14 +115,13 @@ class Reader:
                 if not self._stopping():
                     with translated(self.id.stream, self.id.group):
                         reply = await self._acker.send_along(self._connection, self._command(count))
+            if reply:  # None: BLOCK timed out
+                # as sent (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
+                rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
         finally:
             self._scope = None
-            capacity.release(count)
-        if not reply:  # None: BLOCK timed out
-            return []
-        # as sent by the server (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
-        rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-        return RawEntry.from_reply(rows)
+            capacity.release_read(count, len(rows))
+        return RawEntry.from_reply(rows) if rows else []
 
     def _command(self, count: int) -> bytes:
         i = self.id
