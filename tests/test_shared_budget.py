@@ -1,12 +1,17 @@
-"""The in-flight budget shared by a partitioned topic's readers: when room comes back,
-every reader waiting for it wakes (one wait must not orphan another's)."""
+"""The in-flight budget shared by a partitioned topic's readers and handler slots: when room
+comes back every reader waiting for it wakes (one wait must not orphan another's); a busy
+partition reads big without holding that room while blocked."""
 
 from __future__ import annotations
 
+import os
+
 import anyio
 import pytest
+import redis.asyncio as aioredis
 
 from streamq.consume.capacity import Budget, Capacity, Slots
+from streamq.wire import resp
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -97,3 +102,22 @@ async def test_a_reader_waiting_wakes_when_another_reads_nothing_and_gives_its_r
             await woke.wait()
         tg.cancel_scope.cancel()
     assert woke.is_set(), "the waiting reader was not woken when room came back"
+
+
+async def test_the_read_after_a_full_one_does_not_block_on_a_stream_another_drained(
+    redis_url: str,
+) -> None:
+    # It may hold more than a fair share of the room: blocking, it would hold it for the
+    # whole block time while the other partitions wait.
+    stream = f"test-{os.urandom(4).hex()}"
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.xgroup_create(stream, "g", id="0", mkstream=True)
+        with anyio.fail_after(5):
+            (reply,) = await resp.execute(
+                client, resp.pack_xreadgroup("g", "c", stream, ">", 128, None), 1
+            )
+        assert not reply, reply
+    finally:
+        await client.delete(stream)
+        await client.aclose()

@@ -125,7 +125,11 @@ class Reader:
 
     def _command(self, count: int) -> bytes:
         i = self.id
-        return resp.pack_xreadgroup(i.group, i.consumer, i.stream, ">", count, self._block_ms)
+        # After a full read this one asks for more than a fair share of the room (see
+        # Capacity.read_size), so it does not block: if another consumer took what was
+        # waiting it comes back empty at once instead of holding that room for the block.
+        block = None if self._capacity.busy else self._block_ms
+        return resp.pack_xreadgroup(i.group, i.consumer, i.stream, ">", count, block)
 
     async def recover_own_pending(self) -> None:
         """Re-process this consumer's own pending entries (ID 0) before reading new ones."""
