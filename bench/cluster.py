@@ -4,13 +4,14 @@ A topic of 6 partitions on an embedded cluster of 3 masters (no replicas), prefi
 the workload (not timed), consumed by 1 and by 2 consumer processes (bench/cluster_consumer.py,
 a no-op handler, the default settings as ``consume_single``). The clock starts when the
 processes, connected and ready, are told to go, and stops when every partition's group
-has no lag and nothing pending (acked), polled every few milliseconds.
+has no lag and nothing pending (all acked), polled every 10 ms.
 
-The yardsticks run in the same process, interleaved round by round with the cluster runs:
-``consume_single`` and ``raw_redispy`` of bench/run.py on one embedded server. Each figure
-carries ``ratio_to_consume_single`` (and ``ratio_to_raw``) as the median over rounds of the
-figure divided by the yardstick of the same round; the 2-process figure also
-``ratio_to_one_process``.
+The yardsticks run in the same process, interleaved round by round (5 rounds) with the
+cluster runs: ``consume_single`` and ``raw_redispy`` of bench/run.py on one embedded
+server. Each figure carries ``ratio_to_consume_single`` (and ``ratio_to_raw``): the median
+over rounds of the figure divided by the yardstick of the same round; the 2-process figure
+also ``ratio_to_one_process``; and ``cpu_us_per_msg``, the CPU time the consumer processes
+and the cluster's servers spent per message (what bounds 2 processes on a 2-core machine).
 """
 
 from __future__ import annotations
@@ -39,17 +40,21 @@ from .run import best_of, consume_single, emit, paired_ratio, raw_redispy
 from .workload import fresh_stream, payload, queue
 
 PARTITIONS, MASTERS = 6, 3
-POLL = 0.005  # seconds between two checks of "all acked"
+POLL = 0.01  # seconds between two checks of "all acked"
 RUN_TIMEOUT = 120.0  # a stalled consumer fails the figure instead of hanging make bench
 
 
-async def all_acked(mq: MessageQueue) -> bool:
-    """Every partition's group read to the end (lag 0) and nothing pending."""
+async def all_acked(mq: MessageQueue, done: set[str]) -> bool:
+    """Every partition's group read to the end (lag 0) and nothing pending. A partition
+    found so is added to ``done`` and not asked again (nothing is added while it runs)."""
     for stream in mq.streams:
+        if stream in done:
+            continue
         client: aioredis.Redis = mq.client_for(stream)
         (group,) = [g for g in await client.xinfo_groups(stream) if g["name"] == b"bench"]
         if group["lag"] != 0 or group["pending"] != 0:
             return False
+        done.add(stream)
     return True
 
 
@@ -134,7 +139,8 @@ async def cluster_consume(url: str, n: int, processes: int, servers: list[int]) 
                 assert process.stdin is not None
                 await process.stdin.send(b"go\n")
             with anyio.fail_after(RUN_TIMEOUT):
-                while not await all_acked(mq):  # noqa: ASYNC110  # the state is in Redis
+                done: set[str] = set()
+                while not await all_acked(mq, done):  # noqa: ASYNC110  # the state is in Redis
                     await anyio.sleep(POLL)
             elapsed = time.perf_counter() - t0
             used = consumer_cpu.used(), server_cpu.used()
@@ -177,7 +183,7 @@ async def main(single_url: str, cluster_urls: list[str], n: int, rounds: int) ->
 def cli() -> None:
     parser = argparse.ArgumentParser(description="streamq cluster benchmarks (JSON lines)")
     parser.add_argument("--msgs", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each figure")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each figure")
     args = parser.parse_args()
     single_url = env_url()
     server = None
