@@ -136,6 +136,7 @@ redis-up: setup
 
 bench: setup
 	$(PY) -m bench.run
+	$(PY) -m bench.cluster
 
 lint: setup
 	$(PY) -m ruff check streamq tests bench demos handlers

@@ -1,12 +1,17 @@
-"""The in-flight budget shared by a partitioned topic's readers: when room comes back,
-every reader waiting for it wakes (one wait must not orphan another's)."""
+"""The in-flight budget shared by a partitioned topic's readers and handler slots: when room
+comes back every reader waiting for it wakes (one wait must not orphan another's); a busy
+partition reads big without holding that room while blocked."""
 
 from __future__ import annotations
 
+import os
+
 import anyio
 import pytest
+import redis.asyncio as aioredis
 
-from streamq.consume.capacity import Budget, Capacity
+from streamq.consume.capacity import Budget, Capacity, Slots
+from streamq.wire import resp
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -32,3 +37,87 @@ async def test_every_reader_waiting_on_a_shared_budget_wakes_when_room_returns()
             lambda: len(woke) == 3, timeout=2,
             what="all 3 readers to wake (a reader left waiting on an orphaned event?)",
         )  # fmt: skip
+
+
+async def test_handler_slots_hold_at_most_their_total_and_pass_on_in_order() -> None:
+    slots = Slots(2)
+    running, most, order = 0, 0, []
+    release = anyio.Event()
+
+    async def handler(index: int) -> None:
+        nonlocal running, most
+        async with slots:
+            order.append(index)
+            running += 1
+            most = max(most, running)
+            await release.wait()
+            running -= 1
+
+    async with anyio.create_task_group() as tg:
+        for index in range(5):
+            tg.start_soon(handler, index)
+        await anyio.wait_all_tasks_blocked()
+        assert (running, order) == (2, [0, 1]), "more (or fewer) than 2 handlers got a slot"
+        release.set()
+    assert (most, order, slots.free) == (2, [0, 1, 2, 3, 4], 2)
+
+
+async def test_a_cancelled_wait_for_a_slot_neither_takes_nor_loses_one() -> None:
+    slots = Slots(1)
+    async with slots:
+        with anyio.move_on_after(0.05):
+            async with slots:
+                pytest.fail("a second holder of a single slot")
+    assert slots.free == 1, "the cancelled waiter kept or lost the slot"
+    async with slots:
+        assert slots.free == 0
+
+
+def test_a_busy_partition_reads_as_much_as_there_is_room_for_an_idle_one_its_share() -> None:
+    budget = Budget(max_in_flight=256, read_count=128, readers=6)
+    busy, idle = Capacity(256, 128, budget), Capacity(256, 128, budget)
+    busy.reserve(21)
+    busy.release_read(21, got=21)  # came back full: entries are waiting
+    idle.reserve(21)
+    idle.release_read(21, got=3)
+    assert idle.read_size() == 256 // 12
+    assert busy.read_size() >= 128, "a busy partition still reads its small share"
+
+
+async def test_a_reader_waiting_wakes_when_another_reads_nothing_and_gives_its_room_back() -> None:
+    budget = Budget(max_in_flight=4, read_count=4, readers=2)
+    busy, waiting = Capacity(4, 4, budget), Capacity(4, 4, budget)
+    busy.reserve(4)  # a read holding all the room blocks on an empty partition
+    woke = anyio.Event()
+
+    async def reader() -> None:
+        await waiting.wait_for_room(lambda: False)
+        woke.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        await anyio.wait_all_tasks_blocked()
+        busy.release_read(4, got=0)  # nothing read: no entry will finish to wake anyone
+        with anyio.move_on_after(2):
+            await woke.wait()
+        tg.cancel_scope.cancel()
+    assert woke.is_set(), "the waiting reader was not woken when room came back"
+
+
+async def test_the_read_after_a_full_one_does_not_block_on_a_stream_another_drained(
+    redis_url: str,
+) -> None:
+    # It may hold more than a fair share of the room: blocking, it would hold it for the
+    # whole block time while the other partitions wait.
+    stream = f"test-{os.urandom(4).hex()}"
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.xgroup_create(stream, "g", id="0", mkstream=True)
+        with anyio.fail_after(5):
+            (reply,) = await resp.execute(
+                client, resp.pack_xreadgroup("g", "c", stream, ">", 128, None), 1
+            )
+        assert not reply, reply
+    finally:
+        await client.delete(stream)
+        await client.aclose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -54,7 +55,7 @@ class Batcher:
     """Collects entries per type and hands full (or timed-out) batches to ``flush``."""
 
     def __init__(
-        self, defaults: BatchConfig, flush: FlushBatch, limiter: anyio.CapacityLimiter
+        self, defaults: BatchConfig, flush: FlushBatch, limiter: AbstractAsyncContextManager[None]
     ) -> None:
         self._defaults = defaults
         self._flush = flush

@@ -106,8 +106,8 @@ class Reader:
 
     async def read_new(self) -> list[RawEntry]:
         capacity = self._capacity
-        count = min(capacity.room(), self._read_count, capacity.read_limit)
-        reply = None
+        count = min(capacity.room(), self._read_count, capacity.read_size())
+        reply, rows = None, []
         capacity.reserve(count)
         try:
             with anyio.CancelScope() as scope:
@@ -115,18 +115,21 @@ class Reader:
                 if not self._stopping():
                     with translated(self.id.stream, self.id.group):
                         reply = await self._acker.send_along(self._connection, self._command(count))
+            if reply:  # None: BLOCK timed out
+                # as sent (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
+                rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
         finally:
             self._scope = None
-            capacity.release(count)
-        if not reply:  # None: BLOCK timed out
-            return []
-        # as sent by the server (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
-        rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-        return RawEntry.from_reply(rows)
+            capacity.release_read(count, len(rows))
+        return RawEntry.from_reply(rows) if rows else []
 
     def _command(self, count: int) -> bytes:
         i = self.id
-        return resp.pack_xreadgroup(i.group, i.consumer, i.stream, ">", count, self._block_ms)
+        # After a full read this one asks for more than a fair share of the room (see
+        # Capacity.read_size), so it does not block: if another consumer took what was
+        # waiting it comes back empty at once instead of holding that room for the block.
+        block = None if self._capacity.busy else self._block_ms
+        return resp.pack_xreadgroup(i.group, i.consumer, i.stream, ">", count, block)
 
     async def recover_own_pending(self) -> None:
         """Re-process this consumer's own pending entries (ID 0) before reading new ones."""

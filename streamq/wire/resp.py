@@ -49,11 +49,12 @@ def pack_xack(stream: str, group: str, ids: list[str]) -> bytes:
 
 
 def pack_xreadgroup(
-    group: str, consumer: str, stream: str, start: str, count: int, block_ms: int
+    group: str, consumer: str, stream: str, start: str, count: int, block_ms: int | None
 ) -> bytes:
-    """``XREADGROUP GROUP g c COUNT n BLOCK ms STREAMS stream start``."""
+    """``XREADGROUP GROUP g c COUNT n [BLOCK ms] STREAMS stream start`` (no BLOCK: None)."""
+    block = () if block_ms is None else ("BLOCK", str(block_ms))
     return pack(
-        "XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), "BLOCK", str(block_ms),
+        "XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), *block,
         "STREAMS", stream, start,
     )  # fmt: skip
 
