@@ -18,6 +18,7 @@ from .publisher import xadd_chunks
 from .tracing import with_trace_context
 from .wire import resp
 from .wire.client import ride_through, translated
+from .wire.coalesce import Coalescer
 from .wire.routing import Deployment
 
 Fields = dict[bytes | str, bytes | str]
@@ -58,9 +59,20 @@ class PublishOperations:
 
         async def xadd() -> str:
             with translated(self.stream):
-                return str((await self.client.xadd(self.stream, fields)).decode())
+                return await self.coalescer.xadd(self.client, self.stream, fields)
 
         return await ride_through(self.deployment, xadd)
+
+    @property
+    def coalescer(self) -> Coalescer:
+        """Concurrent publishes share pipelined writes (:mod:`streamq.wire.coalesce`); one
+        coalescer per deployment (a reopened queue has new connections)."""
+        deployment = self.deployment
+        mine = self.__dict__.get("_coalescer")
+        if mine is None or mine[0] is not deployment:
+            mine = self.__dict__["_coalescer"] = (deployment, Coalescer())
+        coalescer: Coalescer = mine[1]
+        return coalescer
 
     async def _publish_durably(self, fields: Fields, replicas: int, wait: float) -> str:
         positive(replicas, "replicas")
