@@ -24,6 +24,13 @@ from .wire.routing import Deployment
 Fields = dict[bytes | str, bytes | str]
 
 
+def durable_wait(replicas: int, wait: float, *, fsync: bool) -> tuple[str | int, ...]:
+    """``WAIT replicas ms``, or with ``fsync`` ``WAITAOF 0 replicas ms`` (this master's own
+    fsync is not waited for: it may run without an append-only file)."""
+    ms = max(1, int(wait * 1000))
+    return ("WAITAOF", 0, replicas, ms) if fsync else ("WAIT", replicas, ms)
+
+
 class PublishOperations:
     """The publishing side of a queue on ``stream``."""
 
@@ -45,17 +52,22 @@ class PublishOperations:
         *,
         replicas: int = 0,
         timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
+        fsync: bool = False,
     ) -> str:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input.
 
         ``replicas``: return only once that many replicas have the entry (``WAIT``, at
         most ``timeout``), else raise NotReplicatedError (the entry was added): for
-        messages that must survive a failover of the master.
+        messages that must survive a failover of the master. ``fsync=True``: once that
+        many replicas have also written it to their append-only file (``WAITAOF``, Redis
+        >= 7.2 and Valkey; the replicas need ``appendonly yes`` and ``appendfsync
+        everysec`` or ``always``).
         """
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         if replicas:
-            return await self._publish_durably(fields, replicas, seconds(timeout, "timeout"))
+            wait = seconds(timeout, "timeout")
+            return await self._publish_durably(fields, replicas, wait, fsync=fsync)
 
         async def xadd() -> str:
             with translated(self.stream):
@@ -74,21 +86,25 @@ class PublishOperations:
         coalescer: Coalescer = mine[1]
         return coalescer
 
-    async def _publish_durably(self, fields: Fields, replicas: int, wait: float) -> str:
+    async def _publish_durably(
+        self, fields: Fields, replicas: int, wait: float, *, fsync: bool = False
+    ) -> str:
         positive(replicas, "replicas")
+        wait_command = durable_wait(replicas, wait, fsync=fsync)
 
         async def xadd_and_wait() -> tuple[str, int]:
             with translated(self.stream):
                 pipe = self.client.pipeline(transaction=False)
                 pipe.xadd(self.stream, fields)
-                pipe.execute_command("WAIT", replicas, max(1, int(wait * 1000)))
+                pipe.execute_command(*wait_command)
                 entry_id, reached = await pipe.execute()
-            return entry_id.decode(), int(reached)
+            return entry_id.decode(), int(reached[1] if fsync else reached)
 
         entry_id, reached = await ride_through(self.deployment, xadd_and_wait)
         if reached < replicas:
+            where = "written to the append-only file of" if fsync else "reached"
             raise NotReplicatedError(
-                f"entry {entry_id} reached {reached} of {replicas} replica(s) within {wait:g}s; "
+                f"entry {entry_id} {where} {reached} of {replicas} replica(s) within {wait:g}s; "
                 "it is in the stream, but a failover now could lose it",
                 entry_id=entry_id, replicas=reached,
             )  # fmt: skip
