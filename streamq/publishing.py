@@ -16,9 +16,10 @@ from .errors import NotReplicatedError
 from .message import encode_entry
 from .publisher import xadd_chunks
 from .tracing import with_trace_context
-from .wire import resp
+from .wire import idempotency, resp
 from .wire.client import ride_through, translated
 from .wire.coalesce import Coalescer
+from .wire.features import Features, probe
 from .wire.routing import Deployment
 
 Fields = dict[bytes | str, bytes | str]
@@ -53,6 +54,7 @@ class PublishOperations:
         replicas: int = 0,
         timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
         fsync: bool = False,
+        idempotency_key: str | None = None,
     ) -> str:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input.
 
@@ -62,18 +64,42 @@ class PublishOperations:
         many replicas have also written it to their append-only file (``WAITAOF``, Redis
         >= 7.2 and Valkey; the replicas need ``appendonly yes`` and ``appendfsync
         everysec`` or ``always``).
+
+        ``idempotency_key``: at most one entry per key (within a window): publishing again
+        with a key already used returns the first entry's ID and adds nothing, so a
+        producer may retry a publish whose reply it lost (:mod:`streamq.wire.idempotency`:
+        ``XADD ... IDMP`` on Redis >= 8.6, a script elsewhere).
         """
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
+        key = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         if replicas:
             wait = seconds(timeout, "timeout")
-            return await self._publish_durably(fields, replicas, wait, fsync=fsync)
+            return await self._publish_durably(fields, replicas, wait, fsync=fsync, key=key)
 
         async def xadd() -> str:
             with translated(self.stream):
+                if key is not None:
+                    return await self._xadd_once(fields, key)
                 return await self.coalescer.xadd(self.client, self.stream, fields)
 
         return await ride_through(self.deployment, xadd)
+
+    async def _xadd_once(self, fields: Fields, key: str) -> str:
+        if (await self._server_features()).xadd_idmp:
+            options = idempotency.idmp_options(key)
+            return await self.coalescer.xadd(self.client, self.stream, fields, options)
+        return await idempotency.fallback_xadd(self.client, self.stream, key, fields)
+
+    async def _server_features(self) -> Features:
+        """What the server supports beyond Redis 7.0 (:mod:`streamq.wire.features`),
+        asked once per connection to a deployment."""
+        deployment = self.deployment
+        known = self.__dict__.get("_features")
+        if known is None or known[0] is not deployment:
+            known = self.__dict__["_features"] = (deployment, await probe(self.client))
+        found: Features = known[1]
+        return found
 
     @property
     def coalescer(self) -> Coalescer:
@@ -87,15 +113,16 @@ class PublishOperations:
         return coalescer
 
     async def _publish_durably(
-        self, fields: Fields, replicas: int, wait: float, *, fsync: bool = False
+        self, fields: Fields, replicas: int, wait: float, *, fsync: bool, key: str | None
     ) -> str:
         positive(replicas, "replicas")
         wait_command = durable_wait(replicas, wait, fsync=fsync)
 
         async def xadd_and_wait() -> tuple[str, int]:
             with translated(self.stream):
+                add = await self._xadd_command(fields, key)
                 pipe = self.client.pipeline(transaction=False)
-                pipe.xadd(self.stream, fields)
+                pipe.execute_command(*add)
                 pipe.execute_command(*wait_command)
                 entry_id, reached = await pipe.execute()
             return entry_id.decode(), int(reached[1] if fsync else reached)
@@ -109,6 +136,14 @@ class PublishOperations:
                 entry_id=entry_id, replicas=reached,
             )  # fmt: skip
         return entry_id
+
+    async def _xadd_command(self, fields: Fields, key: str | None) -> list[Any]:
+        """The XADD (or the idempotent fallback's EVAL) a durable publish pipelines."""
+        if key is not None and not (await self._server_features()).xadd_idmp:
+            return idempotency.fallback_command(self.stream, key, fields)
+        options = () if key is None else idempotency.idmp_options(key)
+        flat = [item for pair in fields.items() for item in pair]
+        return ["XADD", self.stream, *options, "*", *flat]
 
     async def publish_many(
         self,
