@@ -1,4 +1,9 @@
-"""A consumer process for the ``consumer_rss_mb`` figure: consume N entries, print max RSS."""
+"""Consumer processes for the RSS figures: consume N prefilled entries, print peak RSS (MB).
+
+``python -m bench.rss_consumer URL STREAM N`` runs a streamq consumer (``consumer_rss_mb``);
+with ``--raw`` a plain redis-py XREADGROUP + XACK loop (``raw_redispy_rss_mb``, the
+yardstick). The stream is prefilled by the parent, so neither figure counts the producing.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,28 @@ import sys
 
 import anyio
 
-from .workload import fresh_stream, noop_consumer, prefill, queue
 
+async def streamq_consumer(url: str, stream: str, n: int) -> None:
+    from .workload import noop_consumer, queue
 
-async def main(url: str, n: int) -> None:
-    stream = fresh_stream("rss")
-    await prefill(url, stream, n)
     mq = queue(url, stream)
     noop_consumer(mq, n)
     async with mq:
         await mq.run(handle_signals=False)
-        await mq.client.delete(stream)
+
+
+async def raw_consumer(url: str, stream: str, n: int) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    await client.xgroup_create(stream, "raw", id="0")
+    done = 0
+    while done < n:
+        reply = await client.xreadgroup("raw", "c", {stream: ">"}, count=100, block=1000)
+        ids = [entry_id for entry_id, _ in reply[0][1]]
+        await client.xack(stream, "raw", *ids)
+        done += len(ids)
+    await client.aclose()
 
 
 def peak_rss_mb() -> float:
@@ -34,5 +50,7 @@ def peak_rss_mb() -> float:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], int(sys.argv[2]))
+    consume = raw_consumer if "--raw" in sys.argv else streamq_consumer
+    url, stream, n = (a for a in sys.argv[1:] if a != "--raw")
+    anyio.run(consume, url, stream, int(n))
     print(peak_rss_mb())

@@ -14,7 +14,6 @@ import argparse
 import functools
 import json
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -27,6 +26,7 @@ from streamq.config import env_url
 from streamq.message import encode_entry
 from streamq.server import EmbeddedServer
 
+from . import consuming, publishing
 from .workload import Email, fresh_stream, noop_consumer, payload, prefill, queue
 
 
@@ -65,17 +65,6 @@ async def raw_xadd_pipelined(url: str, n: int) -> float:
     elapsed = time.perf_counter() - t0
     await client.delete(stream)
     await client.aclose()
-    return n / elapsed
-
-
-async def publish_single(url: str, n: int) -> float:
-    mq = queue(url, fresh_stream("pub1"))
-    t0 = time.perf_counter()
-    for i in range(n):
-        await mq.publish("email", payload(i))
-    elapsed = time.perf_counter() - t0
-    await mq.client.delete(mq.stream)
-    await mq.aclose()
     return n / elapsed
 
 
@@ -153,12 +142,18 @@ async def latency(url: str, rate: int, seconds: float) -> tuple[float, float]:
     return p50, p99
 
 
-def consumer_rss_mb(url: str, n: int) -> float:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.rss_consumer", url, str(n)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return float(out.stdout.strip().splitlines()[-1])
+async def consumer_rss_mb(url: str, n: int, *raw: str) -> float:
+    """Peak RSS of a consumer process (``--raw``: the plain redis-py loop) over ``n``
+    entries prefilled here."""
+    stream = fresh_stream("rss")
+    await prefill(url, stream, n)
+    out = await anyio.run_process(
+        [sys.executable, "-m", "bench.rss_consumer", *raw, url, stream, str(n)], check=True
+    )
+    client = aioredis.Redis.from_url(url)
+    await client.delete(stream)
+    await client.aclose()
+    return float(out.stdout.decode().strip().splitlines()[-1])
 
 
 async def best_of(rounds: int, runs: dict[str, Any]) -> dict[str, list[float]]:
@@ -197,8 +192,7 @@ async def main(url: str, n: int, quick: bool, rounds: int) -> None:
 
     for name, rates in consume.items():
         figure(name, n, rates)
-    n_single = 2000 if quick else 5000
-    figure("publish_single", n_single, [await publish_single(url, n_single)], vs=raw[-1:])
+    await publishing_figures(url, n, quick, rounds, figure)
     pub = await best_of(rounds, {
         "raw_xadd_pipelined": lambda: raw_xadd_pipelined(url, n),
         "publish_many": lambda: publish_many(url, n),
@@ -209,7 +203,56 @@ async def main(url: str, n: int, quick: bool, rounds: int) -> None:
     p50, p99 = await latency(url, 2000, 2.0 if quick else 5.0)
     emit(bench="latency_p50_ms", rate=2000, value=round(p50, 3))
     emit(bench="latency_p99_ms", rate=2000, value=round(p99, 3))
-    emit(bench="consumer_rss_mb", msgs=n, value=round(consumer_rss_mb(url, n), 1))
+    raw_rss = await consumer_rss_mb(url, n, "--raw")
+    emit(bench="raw_redispy_rss_mb", msgs=n, value=round(raw_rss, 1))
+    rss = await consumer_rss_mb(url, n)
+    emit(bench="consumer_rss_mb", msgs=n, value=round(rss, 1), ratio_to_raw=round(rss / raw_rss, 3))
+    await consuming_figures(url, n, quick, rounds, figure)
+
+
+Figure = Any  # figure(name, msgs, rates, vs=..., **extra) in main()
+
+
+async def in_thread(run: Any, url: str, n: int) -> float:
+    """A blocking figure, off the event loop (its threads are the point)."""
+    rate: float = await anyio.to_thread.run_sync(run, url, n)
+    return rate
+
+
+async def publishing_figures(url: str, n: int, quick: bool, rounds: int, figure: Figure) -> None:
+    """One by one, 200 tasks at once, 32 threads, durably: each next to plain redis-py."""
+    n_single = 2000 if quick else 5000
+    n_many = n // 5 if quick else n
+    pub = await best_of(rounds, {
+        "raw_xadd_single": lambda: publishing.raw_xadd_single(url, n_single),
+        "publish_single": lambda: publishing.publish_single(url, n_single),
+        "raw_xadd_concurrent": lambda: publishing.raw_xadd_concurrent(url, n_many),
+        "publish_concurrent": lambda: publishing.publish_concurrent(url, n_many),
+        "raw_xadd_threads": lambda: in_thread(publishing.raw_xadd_threads, url, n_many),
+        "publish_threads": lambda: in_thread(publishing.publish_threads, url, n_many),
+    })  # fmt: skip
+    for name, plain in (("single", n_single), ("concurrent", n_many), ("threads", n_many)):
+        yardstick = pub[f"raw_xadd_{name}"]
+        figure(f"raw_xadd_{name}", plain, yardstick, **{"ratio_to_raw_xadd": 1.0})
+        figure(f"publish_{name}", plain, pub[f"publish_{name}"],
+               ratio_to_raw_xadd=paired_ratio(pub[f"publish_{name}"], yardstick))  # fmt: skip
+    durable, plain = await publishing.durable_pair(n_single // 5)
+    emit(bench="publish_durable", msgs=n_single // 5, replicas=1, msgs_per_s=round(durable),
+         ratio_to_publish_single_same_cluster=round(durable / plain, 3))  # fmt: skip
+
+
+async def consuming_figures(url: str, n: int, quick: bool, rounds: int, figure: Figure) -> None:
+    """Two consumer processes against one; a dead consumer's entries picked up."""
+    procs = await best_of(rounds, {
+        "consume_1proc": lambda: consuming.consume_processes(url, n, 1),
+        "consume_2proc": lambda: consuming.consume_processes(url, n, 2),
+    })  # fmt: skip
+    figure("consume_1proc", n, procs["consume_1proc"])
+    figure("consume_2proc", n, procs["consume_2proc"], ratio_to_1proc=paired_ratio(
+        procs["consume_2proc"], procs["consume_1proc"]))  # fmt: skip
+    first, last = await consuming.claim_latency(url)
+    emit(bench="claim_latency_ms", msgs=200, claim_idle=1.0, claim_interval=0.5,
+         first=round(first, 1), value=round(last, 1))  # fmt: skip
 
 
 def spark_figures(url: str, n: int) -> None:

@@ -1,8 +1,14 @@
-"""streamq: typed message handlers over Redis Streams consumer groups."""
+"""streamq: typed message handlers over Redis Streams consumer groups.
+
+The embedded servers and :class:`App` are imported when first used (``streamq.App``,
+``from streamq import EmbeddedServer``): a plain consumer or publisher does not load them.
+"""
 
 from __future__ import annotations
 
-from .app import App
+import importlib as _importlib
+import typing as _typing
+
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .errors import (
     AuthenticationFailedError,
@@ -26,15 +32,36 @@ from .ids import StreamId
 from .message import Message
 from .publisher import Publisher
 from .queue import MessageQueue
-from .server.cluster import EmbeddedCluster
-from .server.sentinel import EmbeddedSentinel
-from .server.single import EmbeddedServer
 from .signals import PartialFailure, Reject, Retry
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
 from .topic.deadletter import DeadLetter
 
+if _typing.TYPE_CHECKING:
+    from .app import App
+    from .server.cluster import EmbeddedCluster
+    from .server.sentinel import EmbeddedSentinel
+    from .server.single import EmbeddedServer
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "App": ".app",
+    "EmbeddedCluster": ".server.cluster",
+    "EmbeddedSentinel": ".server.sentinel",
+    "EmbeddedServer": ".server.single",
+}
+
+
+def __getattr__(name: str) -> object:
+    """The names of :data:`_LAZY`, imported on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamq' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = (
     "App",

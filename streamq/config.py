@@ -9,7 +9,6 @@ read from the environment is converted by the caller, who knows its unit.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -225,6 +224,8 @@ def consumer_config(
 
 def _unknown_message(name: str) -> str:
     valid = ("retry", "batch", "cleanup", "config", "cluster", *CONSUMER_SETTINGS)
+    import difflib  # only for this message: not loaded by every consumer
+
     close = difflib.get_close_matches(name, valid, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown MessageQueue argument {name!r}{hint}. Valid: {', '.join(valid)}"

@@ -11,6 +11,7 @@ from .message import encode_entry
 from .tracing import with_trace_context
 from .wire import resp
 from .wire.client import connect_sync, ride_through_sync, translated
+from .wire.coalesce_sync import SyncCoalescer
 from .wire.keys import validate_stream_name
 
 
@@ -48,6 +49,7 @@ class Publisher:
         self.url, self.stream = url, stream
         self._deployment = connect_sync(url, cluster=cluster)
         self._client = self._deployment.client_for(stream)
+        self._coalescer = SyncCoalescer()  # threads publishing at once share writes
 
     def publish(self, message_type: str, data: Any, meta: Mapping[str, str] | None = None) -> str:
         """Add one message; return its entry ID."""
@@ -56,7 +58,7 @@ class Publisher:
 
         def xadd() -> str:
             with translated(self.stream):
-                return str(self._client.xadd(self.stream, fields).decode())
+                return self._coalescer.xadd(self._client, self.stream, fields)
 
         return ride_through_sync(self._deployment, xadd)
 
@@ -77,6 +79,7 @@ class Publisher:
         return ids
 
     def close(self) -> None:
+        self._coalescer.close()
         self._deployment.close()
 
     def __enter__(self) -> Publisher:

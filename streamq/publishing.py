@@ -16,12 +16,21 @@ from .errors import NotReplicatedError
 from .message import encode_entry
 from .topic.partitions import partition_for_key
 from .tracing import with_trace_context
-from .wire import resp
+from .wire import idempotency, resp
 from .wire.client import ride_through, translated
+from .wire.coalesce import Coalescer
+from .wire.features import Features, probe
 from .wire.routing import Deployment
 
 Fields = dict[bytes | str, bytes | str]
 Key = str | bytes
+
+
+def durable_wait(replicas: int, wait: float, *, fsync: bool) -> tuple[str | int, ...]:
+    """``WAIT replicas ms``, or with ``fsync`` ``WAITAOF 0 replicas ms`` (this master's own
+    fsync is not waited for: it may run without an append-only file)."""
+    ms = max(1, int(wait * 1000))
+    return ("WAITAOF", 0, replicas, ms) if fsync else ("WAIT", replicas, ms)
 
 
 class PublishOperations:
@@ -65,56 +74,119 @@ class PublishOperations:
         key: Key | None = None,
         replicas: int = 0,
         timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
+        fsync: bool = False,
+        idempotency_key: str | None = None,
     ) -> str:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input.
 
         ``key`` (str or bytes): on a partitioned topic, messages with the same key go to
         the same partition, in publish order; without one they take the partitions in
         turn. The ID names the partition (``"3:<ms>-<seq>"``) on a partitioned topic.
+
         ``replicas``: return only once that many replicas have the entry (``WAIT``, at
         most ``timeout``), else raise NotReplicatedError (the entry was added): for
-        messages that must survive a failover of the master.
+        messages that must survive a failover of the master. ``fsync=True``: once that
+        many replicas have also written it to their append-only file (``WAITAOF``, Redis
+        >= 7.2 and Valkey; the replicas need ``appendonly yes`` and ``appendfsync
+        everysec`` or ``always``).
+
+        ``idempotency_key``: at most one entry per key (within a window): publishing again
+        with a key already used returns the first entry's ID and adds nothing, so a
+        producer may retry a publish whose reply it lost (:mod:`streamq.wire.idempotency`:
+        ``XADD ... IDMP`` on Redis >= 8.6, a script elsewhere).
         """
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
+        once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         partition = self._partition(key)
         stream = self.streams[partition]
+        client = self.client_for(stream)
         if replicas:
             wait = seconds(timeout, "timeout")
-            return self._named(
-                partition, await self._publish_durably(stream, fields, replicas, wait, partition)
+            entry_id = await self._publish_durably(
+                client, stream, fields, replicas, wait, fsync=fsync, key=once, partition=partition
             )
-        client = self.client_for(stream)
+            return self._named(partition, entry_id)
 
         async def xadd() -> str:
             with translated(stream):
-                return str((await client.xadd(stream, fields)).decode())
+                if once is not None:
+                    return await self._xadd_once(client, stream, fields, once)
+                return await self.coalescer.xadd(client, stream, fields)
 
         return self._named(partition, await ride_through(self.deployment, xadd))
 
+    async def _xadd_once(
+        self, client: aioredis.Redis, stream: str, fields: Fields, key: str
+    ) -> str:
+        if (await self._server_features()).xadd_idmp:
+            options = idempotency.idmp_options(key)
+            return await self.coalescer.xadd(client, stream, fields, options)
+        return await idempotency.fallback_xadd(client, stream, key, fields)
+
+    async def _server_features(self) -> Features:
+        """What the server supports beyond Redis 7.0 (:mod:`streamq.wire.features`),
+        asked once per connection to a deployment."""
+        deployment = self.deployment
+        known = self.__dict__.get("_features")
+        if known is None or known[0] is not deployment:
+            known = self.__dict__["_features"] = (deployment, await probe(self.client))
+        found: Features = known[1]
+        return found
+
+    @property
+    def coalescer(self) -> Coalescer:
+        """Concurrent publishes share pipelined writes (:mod:`streamq.wire.coalesce`); one
+        coalescer per deployment (a reopened queue has new connections)."""
+        deployment = self.deployment
+        mine = self.__dict__.get("_coalescer")
+        if mine is None or mine[0] is not deployment:
+            mine = self.__dict__["_coalescer"] = (deployment, Coalescer())
+        coalescer: Coalescer = mine[1]
+        return coalescer
+
     async def _publish_durably(
-        self, stream: str, fields: Fields, replicas: int, wait: float, partition: int = 0
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        fields: Fields,
+        replicas: int,
+        wait: float,
+        *,
+        fsync: bool,
+        key: str | None,
+        partition: int,
     ) -> str:
         positive(replicas, "replicas")
-        client = self.client_for(stream)
+        wait_command = durable_wait(replicas, wait, fsync=fsync)
 
         async def xadd_and_wait() -> tuple[str, int]:
             with translated(stream):
+                add = await self._xadd_command(stream, fields, key)
                 pipe = client.pipeline(transaction=False)
-                pipe.xadd(stream, fields)
-                pipe.execute_command("WAIT", replicas, max(1, int(wait * 1000)))
+                pipe.execute_command(*add)
+                pipe.execute_command(*wait_command)
                 entry_id, reached = await pipe.execute()
-            return entry_id.decode(), int(reached)
+            return entry_id.decode(), int(reached[1] if fsync else reached)
 
         entry_id, reached = await ride_through(self.deployment, xadd_and_wait)
         if reached < replicas:
-            entry_id = self._named(partition, entry_id)  # as publish would have returned it
+            named = self._named(partition, entry_id)  # as publish would have returned it
+            where = "written to the append-only file of" if fsync else "reached"
             raise NotReplicatedError(
-                f"entry {entry_id} reached {reached} of {replicas} replica(s) within {wait:g}s; "
+                f"entry {named} {where} {reached} of {replicas} replica(s) within {wait:g}s; "
                 "it is in the stream, but a failover now could lose it",
-                entry_id=entry_id, replicas=reached,
+                entry_id=named, replicas=reached,
             )  # fmt: skip
         return entry_id
+
+    async def _xadd_command(self, stream: str, fields: Fields, key: str | None) -> list[Any]:
+        """The XADD (or the idempotent fallback's EVAL) a durable publish pipelines."""
+        if key is not None and not (await self._server_features()).xadd_idmp:
+            return idempotency.fallback_command(stream, key, fields)
+        options = () if key is None else idempotency.idmp_options(key)
+        flat = [item for pair in fields.items() for item in pair]
+        return ["XADD", stream, *options, "*", *flat]
 
     async def publish_many(
         self,

@@ -1,0 +1,39 @@
+"""A consumer process for ``consume_2proc``: python -m bench.consumer_proc URL STREAM NAME.
+
+Opens its queue and prints ``ready``; starts consuming at the line ``go`` on stdin and
+stops at the next line (or the end of stdin); prints how many messages it handled.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import anyio
+
+from streamq import Message, MessageQueue, StartFrom
+
+from .workload import Email
+
+
+async def main(url: str, stream: str, name: str) -> None:
+    mq = MessageQueue(url, stream=stream, group="bench", consumer=name, start=StartFrom.EARLIEST)
+    handled = 0
+
+    @mq.handler("email")
+    async def handle(msg: Message[Email]) -> None:
+        nonlocal handled
+        handled += 1
+
+    async with mq:
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)  # "go"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(mq.run, handle_signals=False))
+            await anyio.to_thread.run_sync(sys.stdin.readline)  # "stop"
+            await mq.stop()
+    print(handled, flush=True)
+
+
+if __name__ == "__main__":
+    anyio.run(main, *sys.argv[1:4])

@@ -1,0 +1,307 @@
+"""Coalesced publishing: concurrent XADDs to one destination share one pipelined write.
+
+A web service publishes from every request at once. Sent one command per round trip (what
+redis-py does with a pool of connections), each publish pays a full round trip and a pool
+check-out; 200 concurrent tasks managed ~9k/s. Here the publishes waiting for one
+destination (one stream's slot on one node) are written together: *the first caller
+flushes*. A caller that finds nobody writing sends at once, alone (a publisher awaiting one
+message at a time never waits for anyone); callers arriving while a write is in flight queue
+up, and when it completes the first of them takes the whole queue (up to ``MAX_BATCH``) into
+the next write. No background task is needed, so it works wherever ``publish()`` is called.
+
+Each caller gets its own entry ID, or its own error: an error reply (a wrong key type, a
+``MOVED`` slot) belongs to its entry alone; a lost connection fails the entries of that
+write. Queued callers past ``MAX_QUEUED`` wait for room (backpressure). The lane keeps one
+connection checked out of the pool (the read loop does the same): a pool check-out costs a
+lock, a timeout scope and a readiness probe per command, more than packing the XADD.
+
+Cancellation: a caller cancelled while queued leaves the queue (its entry is not sent); a
+caller whose entry is in flight is cancelled but the write goes on for the others (shielded,
+at most ``FLUSH_PATIENCE``), so one cancelled request never fails its neighbours.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import anyio
+import redis
+import redis.asyncio as aioredis
+
+from . import resp
+from .routing import RECONFIGURING
+
+MAX_BATCH = 1000  # XADDs per write: beyond this a write stops growing cheaper per entry
+MAX_QUEUED = 10_000  # publishes queued per destination before callers wait for room
+SMALL_WRITE = 16 * 1024  # bytes a write may be without a timeout (see KeptConnection)
+FLUSH_PATIENCE = 30.0  # seconds a write's replies may take before its entries fail
+MAX_HEADS = 1024  # packed command heads kept (one per stream and shape of entry)
+
+
+def xadd_head(stream: str, options: tuple[str, ...], field_count: int) -> bytes:
+    """``XADD stream [options] *`` as RESP, for an entry of ``field_count`` fields."""
+    count = 3 + len(options) + 2 * field_count
+    words = b"".join(resp.bulk(word) for word in (stream, *options, "*"))
+    return b"*%d\r\n$4\r\nXADD\r\n%s" % (count, words)
+
+
+def pack_fields(head: bytes, fields: dict[bytes | str, bytes | str]) -> bytes:
+    """``head`` followed by the field-value pairs (one format per pair: this runs per publish)."""
+    parts = [head]
+    for key, value in fields.items():
+        k = key if type(key) is bytes else key.encode()  # type: ignore[union-attr]
+        v = value if type(value) is bytes else value.encode()  # type: ignore[union-attr]
+        parts.append(b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
+    return b"".join(parts)
+
+
+def pack_xadd(
+    stream: str, fields: dict[bytes | str, bytes | str], options: tuple[str, ...] = ()
+) -> bytes:
+    """``XADD stream [options] * field value ...`` as RESP."""
+    return pack_fields(xadd_head(stream, options, len(fields)), fields)
+
+
+def outcome(reply: Any) -> str:
+    """An XADD reply as the entry ID, or the error it carries raised."""
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+def destination(client: Any) -> Any:
+    """What makes two clients write to the same place: the pool they draw from, or for
+    streamq's routed clients (:class:`~streamq.wire.routing.SlotPool`, made afresh per
+    ``client_for``) their deployment and slot or node."""
+    pool = client.connection_pool
+    router = getattr(pool, "router", None)
+    if router is None:
+        return pool
+    return (id(router), pool.slot, getattr(pool, "address", None))
+
+
+QUEUED, LEADING, SENT = 0, 1, 2
+
+
+class _Waiter:
+    """One queued publish: its packed command, and where its reply is left."""
+
+    __slots__ = ("event", "packed", "reply", "state")
+
+    def __init__(self, packed: bytes) -> None:
+        self.packed = packed
+        self.event = anyio.Event()
+        self.state = QUEUED
+        self.reply: Any = None
+
+
+class KeptConnection:
+    """One connection kept checked out by a lane (as the read loop keeps its own), given
+    back after a failure or a reply saying the cluster moved the slot; the next write takes
+    one from the pool again, which finds the slot's master.
+
+    Its writes skip redis-py's per-write timeout: redis-py 8 gives every connection a 5 s
+    ``socket_timeout``, and a write under a timeout runs in a task of its own
+    (``asyncio.wait_for``), a fifth of a lone publish's CPU. A write of a few kilobytes
+    lands in the socket buffer at once; the read of its replies keeps the timeout, so a
+    server that stopped answering is still noticed. Larger writes keep the timeout.
+    """
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._pool = client.connection_pool
+        self._connection: Any = None
+
+    async def execute(self, packed: bytes, replies: int, *, bounded: bool = False) -> list[Any]:
+        """Send ``packed``, read ``replies`` replies (error replies as exception objects).
+
+        ``bounded``: the caller bounds the whole exchange with its own deadline, so the
+        replies are read without redis-py's per-read timeout (one timer per reply).
+        """
+        if self._connection is None:
+            self._connection = await self._pool.get_connection()
+        elif _closed_by_server(self._connection):
+            await self._connection.disconnect()  # the write below connects it again
+        connection = self._connection
+        timeout = connection.socket_timeout
+        try:
+            if connection.is_connected and (bounded or len(packed) <= SMALL_WRITE):
+                connection.socket_timeout = None  # for the write
+            await connection.send_packed_command([packed], check_health=False)
+            connection.socket_timeout = None if bounded else timeout
+            results = await _read_replies(connection, replies)
+        except BaseException:
+            connection.socket_timeout = timeout
+            with anyio.CancelScope(shield=True):
+                await connection.disconnect()  # its replies may be out of step
+            await self.release()
+            raise
+        connection.socket_timeout = timeout
+        if any(isinstance(result, RECONFIGURING) for result in results):
+            await self.release()
+        return results
+
+    async def release(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with anyio.CancelScope(shield=True):
+                await self._pool.release(connection)
+
+
+def _closed_by_server(connection: Any) -> bool:
+    """Whether the server closed this idle connection (its idle ``timeout``, ``CLIENT
+    KILL``, a restart): the pool would have noticed on check-out (redis-py probes every
+    connection it hands out); a kept connection looks at its stream reader, for free."""
+    reader = getattr(connection, "_reader", None)
+    return reader is not None and reader.at_eof()
+
+
+async def _read_replies(connection: Any, replies: int) -> list[Any]:
+    results = []
+    for _ in range(replies):
+        try:
+            results.append(await connection.read_response())
+        except redis.ResponseError as e:
+            results.append(e)
+    return results
+
+
+class Lane:
+    """The publishes to one destination, written by whoever's turn it is."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._connection = KeptConnection(client)
+        self._queue: deque[_Waiter] = deque()
+        self._busy = False  # a write is in flight, or a leader was named to start one
+        self._room: anyio.Event | None = None
+
+    @property
+    def queued(self) -> int:
+        """Publishes waiting for the write in flight to complete."""
+        return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a write is in flight (or about to be)."""
+        return self._busy
+
+    async def send(self, packed: bytes) -> Any:
+        """Send one packed XADD; return its reply (an exception object for an error reply)."""
+        if not self._busy and not self._queue:
+            return await self._send_alone(packed)
+        while len(self._queue) >= MAX_QUEUED:
+            await self._wait_for_room()
+        waiter = _Waiter(packed)
+        self._queue.append(waiter)
+        try:
+            await waiter.event.wait()
+            if waiter.state == LEADING:
+                await self._flush()
+        except BaseException:
+            self._abandon(waiter)
+            raise
+        return waiter.reply
+
+    async def _send_alone(self, packed: bytes) -> Any:
+        """Nobody is writing: send at once. Only this caller's entry is at stake, so a
+        cancellation may cut the connection as usual."""
+        self._busy = True
+        try:
+            (reply,) = await self._connection.execute(packed, 1)
+        finally:
+            self._hand_over()
+        return reply
+
+    async def _flush(self) -> None:
+        """Write the head of the queue (this leader's entry first) and share the replies."""
+        batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+        for waiter in batch:
+            waiter.state = SENT
+        self._make_room()
+        replies: list[Any] | None = None
+        try:
+            with anyio.move_on_after(FLUSH_PATIENCE, shield=True):
+                packed = b"".join(waiter.packed for waiter in batch)
+                replies = await self._connection.execute(packed, len(batch), bounded=True)
+            if replies is None:
+                replies = [redis.TimeoutError(f"no reply within {FLUSH_PATIENCE:g}s")] * len(batch)
+        except Exception as e:  # a lost connection: every entry of the write shares it
+            replies = [e] * len(batch)
+        finally:
+            if replies is None:  # not an Exception (KeyboardInterrupt...): tell the others
+                replies = [redis.ConnectionError("the publishing task was interrupted")] * len(
+                    batch
+                )
+            for waiter, reply in zip(batch, replies, strict=True):
+                waiter.reply = reply
+                waiter.event.set()
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The write is done: the first queued caller, if any, leads the next one."""
+        if self._queue:
+            head = self._queue[0]
+            head.state = LEADING
+            head.event.set()
+        else:
+            self._busy = False
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """A cancelled caller: out of the queue, and if it was to lead, the next one leads."""
+        if waiter.state == SENT:
+            return  # in a write already: the write goes on, its reply is dropped
+        self._queue.remove(waiter)
+        self._make_room()
+        if waiter.state == LEADING:
+            self._hand_over()
+
+    async def _wait_for_room(self) -> None:
+        if self._room is None:
+            self._room = anyio.Event()
+        await self._room.wait()
+
+    def _make_room(self) -> None:
+        if self._room is not None and len(self._queue) < MAX_QUEUED:
+            self._room.set()
+            self._room = None
+
+    async def aclose(self) -> None:
+        await self._connection.release()
+
+
+class Coalescer:
+    """Coalesced XADDs for one deployment: one :class:`Lane` per destination."""
+
+    def __init__(self) -> None:
+        self._lanes: dict[Any, Lane] = {}
+        self._heads: dict[tuple[str, tuple[str, ...], int], bytes] = {}  # packed once
+
+    async def xadd(
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        fields: dict[bytes | str, bytes | str],
+        options: tuple[str, ...] = (),
+    ) -> str:
+        """Add one entry to ``stream`` through ``client``; return its ID.
+
+        Raises what the server or the connection raised for this entry (redis-py's errors:
+        callers translate them, and retry transient ones as before).
+        """
+        key = destination(client)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = Lane(client)
+        shape = (stream, options, len(fields))
+        head = self._heads.get(shape)
+        if head is None:
+            if len(self._heads) >= MAX_HEADS:
+                self._heads.clear()
+            head = self._heads[shape] = xadd_head(*shape)
+        return outcome(await lane.send(pack_fields(head, fields)))
+
+    async def aclose(self) -> None:
+        """Give the lanes' connections back to their pools."""
+        lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            await lane.aclose()

@@ -1,0 +1,68 @@
+"""Stream commands newer than Redis 7.0, asked of the server once (``COMMAND DOCS``).
+
+* ``XADD ... IDMP producer-id idempotent-id`` (Redis >= 8.6): the server drops an entry
+  whose idempotency ID it has seen, and returns the first one's ID.
+* ``XREADGROUP ... CLAIM min-idle-time`` (Redis >= 8.4): a read also takes over entries
+  idle that long in other consumers' pending lists.
+
+Valkey 9.1 (the embedded server) has neither: streamq's fallbacks are the tested default.
+The probe asks which arguments the server documents for the command, not its version, so a
+server that adds them later, or a fork that has them, is found too; a server without
+``COMMAND DOCS`` (before 7.0) or a user not allowed to run it gets the fallbacks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from . import resp
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    xadd_idmp: bool = False
+    xreadgroup_claim: bool = False
+
+
+async def probe(client: aioredis.Redis) -> Features:
+    """What the server behind ``client`` supports (one round trip)."""
+    try:
+        (docs,) = await resp.execute(client, resp.pack("COMMAND", "DOCS", "XADD", "XREADGROUP"), 1)
+    except redis.ResponseError:  # no COMMAND DOCS (Redis < 7.0), or NOPERM
+        return Features()
+    docs = _as_dict(docs)
+    return Features(
+        xadd_idmp=b"IDMP" in _tokens(docs.get(b"xadd")),
+        xreadgroup_claim=b"CLAIM" in _tokens(docs.get(b"xreadgroup")),
+    )
+
+
+def _as_dict(reply: Any) -> dict[Any, Any]:
+    """A RESP3 map as it is, a RESP2 flat list as a dict."""
+    if isinstance(reply, dict):
+        return reply
+    if isinstance(reply, list):
+        return dict(zip(reply[::2], reply[1::2], strict=False))
+    return {}
+
+
+def _tokens(doc: Any) -> set[bytes]:
+    """Every ``token`` of a command's documented arguments, at any depth, upper-cased."""
+    found: set[bytes] = set()
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            node = [item for pair in node.items() for item in pair]
+        if not isinstance(node, list):
+            continue
+        for key, value in itertools.pairwise(node):
+            if key in (b"token", "token") and isinstance(value, bytes | str):
+                found.add((value if isinstance(value, bytes) else value.encode()).upper())
+        stack.extend(item for item in node if isinstance(item, list | dict))
+    return found

@@ -1,0 +1,67 @@
+"""Idempotent publishing: ``publish(..., idempotency_key=k)`` adds at most one entry per key.
+
+A producer that lost the reply of a publish (a cut connection, a crash before it recorded
+the ID) cannot know whether the entry was added; publishing again with the same key is
+then safe: the first entry's ID comes back and nothing is added.
+
+* Redis >= 8.6 does it itself: ``XADD stream IDMP streamq <key> * ...`` (probed once, see
+  :mod:`.features`). The server remembers keys for its ``IDMP-DURATION`` (default 100 s)
+  and the last ``IDMP-MAXSIZE`` (default 100) keys per producer, all of streamq's
+  publishes being one producer; raise them with ``XCFGSET`` for longer retries.
+* Elsewhere (Valkey, older Redis) a script adds the entry and remembers the key for
+  ``WINDOW`` in ``streamq:{<stream>}:idmp:<key>`` (the stream's slot), atomically.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from ..errors import MessageFormatError
+from .keys import Keys
+
+PRODUCER = "streamq"  # the IDMP producer-id of every streamq publish
+WINDOW = 3600.0  # seconds the fallback remembers a key
+
+# KEYS: stream, the key's record. ARGV: window (ms), then field, value, ...
+IDEMPOTENT_XADD = """
+local seen = redis.call('GET', KEYS[2])
+if seen then return seen end
+local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
+return id
+"""
+
+
+def checked_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise MessageFormatError(f"idempotency_key must be a non-empty string, got {key!r}")
+    return key
+
+
+def idmp_options(key: str) -> tuple[str, ...]:
+    """The XADD options of the server's own idempotency (Redis >= 8.6)."""
+    return ("IDMP", PRODUCER, key)
+
+
+def record_key(stream: str, key: str) -> str:
+    return f"{Keys(stream).prefix}idmp:{key}"
+
+
+def fallback_command(stream: str, key: str, fields: dict[bytes | str, bytes | str]) -> list[Any]:
+    """The fallback as one ``EVAL`` (what a pipeline with ``WAIT`` sends)."""
+    flat = [item for pair in fields.items() for item in pair]
+    return ["EVAL", IDEMPOTENT_XADD, 2, stream, record_key(stream, key), int(WINDOW * 1000), *flat]
+
+
+async def fallback_xadd(
+    client: aioredis.Redis, stream: str, key: str, fields: dict[bytes | str, bytes | str]
+) -> str:
+    """The fallback for one publish (``EVALSHA``, the script loaded on first use)."""
+    flat = [item for pair in fields.items() for item in pair]
+    script = client.register_script(IDEMPOTENT_XADD)
+    entry_id = await script(
+        keys=[stream, record_key(stream, key)], args=[int(WINDOW * 1000), *flat]
+    )
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)

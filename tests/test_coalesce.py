@@ -1,0 +1,277 @@
+"""Coalesced publishing (streamq.wire.coalesce): concurrent publishes on one queue share
+pipelined writes on one connection, each caller gets its own ID or its own error, queued
+callers that are cancelled are not published, a cancelled writer does not fail the others,
+and the queue is bounded. The server's writes are held with ``CLIENT PAUSE ... WRITE`` to
+catch callers while they queue."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import anyio
+import pytest
+import redis
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+from streamq import Publisher, StreamId
+from streamq.wire import coalesce
+from streamq.wire.client import connect
+from streamq.wire.coalesce import Coalescer, destination
+from streamq.wire.coalesce_sync import SyncCoalescer
+from tests.conftest import QueueFactory, sync_client, wait_for
+
+pytestmark = pytest.mark.anyio
+
+TASKS = 200
+
+
+class Job(BaseModel):
+    i: int
+
+
+async def connections_received(client: aioredis.Redis) -> int:
+    return int((await client.info("stats"))["total_connections_received"])
+
+
+async def jobs(client: aioredis.Redis, stream: str) -> list[int]:
+    """The ``i`` of every entry of ``stream``, in stream order."""
+    return [Job.model_validate_json(f[b"data"]).i for _, f in await client.xrange(stream)]
+
+
+@pytest.fixture
+async def paused(client: aioredis.Redis) -> AsyncIterator[aioredis.Redis]:
+    """Yields the raw client; the test pauses the server's writes with it, and they are
+    resumed at the end whatever happens."""
+    try:
+        yield client
+    finally:
+        await client.execute_command("CLIENT", "UNPAUSE")
+
+
+async def pause_writes(client: aioredis.Redis) -> None:
+    await client.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+
+
+async def test_200_concurrent_publishes_use_one_connection_and_get_their_own_ids(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    ids: dict[int, str] = {}
+
+    async def publish(i: int) -> None:
+        ids[i] = await mq.publish("job", Job(i=i))
+
+    before = await connections_received(client)
+    async with anyio.create_task_group() as tg:
+        for i in range(TASKS):
+            tg.start_soon(publish, i)
+    opened = await connections_received(client) - before
+    assert opened == 1, f"{TASKS} concurrent publishes opened {opened} connections, not one"
+    assert len(set(ids.values())) == TASKS
+    in_id_order = sorted(ids, key=lambda i: StreamId.parse(ids[i]))
+    assert in_id_order == await jobs(client, mq.stream), "an ID is not its own message's"
+
+
+async def test_a_write_carries_every_publish_queued_behind_it(
+    make_queue: QueueFactory, paused: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    await mq.publish("job", Job(i=-1))  # the lane's connection is open before the pause
+    lane = next(iter(mq.coalescer._lanes.values()))
+    await pause_writes(paused)
+    ids: dict[int, str] = {}
+
+    async def publish(i: int) -> None:
+        ids[i] = await mq.publish("job", Job(i=i))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(publish, i)
+        await wait_for(lambda: lane.queued == 49, what="49 publishes queued behind the first")
+        await paused.execute_command("CLIENT", "UNPAUSE")
+    assert sorted(ids) == list(range(50)) and len(set(ids.values())) == 50
+    in_id_order = sorted(ids, key=lambda i: StreamId.parse(ids[i]))
+    assert await jobs(paused, mq.stream) == [-1, *in_id_order]
+
+
+async def test_each_caller_gets_its_own_error_in_a_shared_write(
+    redis_url: str, stream: str, paused: aioredis.Redis
+) -> None:
+    deployment = connect(redis_url)
+    client = deployment.client_for(stream)
+    coalescer = Coalescer()
+    await coalescer.xadd(client, stream, {"type": "job", "data": "{}"})
+    await pause_writes(paused)
+    outcomes: dict[int, Any] = {}
+
+    async def add(i: int) -> None:
+        bad = ("MAXLEN", "not-a-number") if i % 2 else ()
+        try:
+            outcomes[i] = await coalescer.xadd(client, stream, {"i": str(i)}, bad)
+        except redis.ResponseError as e:
+            outcomes[i] = e
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(add, i)
+        await anyio.sleep(0.1)
+        await paused.execute_command("CLIENT", "UNPAUSE")
+    await coalescer.aclose()
+    await deployment.aclose()
+    errors = {i for i, o in outcomes.items() if isinstance(o, redis.ResponseError)}
+    assert errors == set(range(1, 20, 2)), f"errors went to the wrong callers: {outcomes}"
+    rows = await paused.xrange(stream)
+    assert [f[b"i"] for _, f in rows[1:]] == [str(i).encode() for i in range(0, 20, 2)]
+
+
+async def test_cancelled_queued_callers_are_not_published_and_the_rest_are(
+    make_queue: QueueFactory, paused: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    await mq.publish("job", Job(i=-1))
+    lane = next(iter(mq.coalescer._lanes.values()))
+    await pause_writes(paused)
+    ids: dict[int, str] = {}
+
+    async def publish(i: int) -> None:
+        ids[i] = await mq.publish("job", Job(i=i))
+
+    async with anyio.create_task_group() as kept:
+        kept.start_soon(publish, 0)  # sent alone, held by the pause
+        await wait_for(lambda: lane.queued == 0 and lane.busy, what="the first write sent")
+        async with anyio.create_task_group() as doomed:
+            for i in range(1, 11):
+                doomed.start_soon(publish, 100 + i)
+            for i in range(1, 11):
+                kept.start_soon(publish, i)
+            await wait_for(lambda: lane.queued == 20, what="20 publishes queued")
+            doomed.cancel_scope.cancel()
+        assert lane.queued == 10, "cancelled callers stayed in the queue"
+        await paused.execute_command("CLIENT", "UNPAUSE")
+    assert sorted(ids) == list(range(11))
+    assert sorted(await jobs(paused, mq.stream)) == list(range(-1, 11))
+
+
+async def test_a_cancelled_leader_still_delivers_the_others_write(
+    make_queue: QueueFactory, paused: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    await mq.publish("job", Job(i=-1))
+    lane = next(iter(mq.coalescer._lanes.values()))
+    ids: dict[int, str] = {}
+
+    async def publish(i: int) -> None:
+        ids[i] = await mq.publish("job", Job(i=i))
+
+    lane._busy = True  # as if a write were in flight: callers queue behind it
+    async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as leader:
+            leader.start_soon(publish, 1)  # first in the queue: it writes the next batch
+            await wait_for(lambda: lane.queued == 1, what="the leader queued")
+            for i in range(2, 12):
+                tg.start_soon(publish, i)
+            await wait_for(lambda: lane.queued == 11, what="11 publishes queued")
+            await pause_writes(paused)
+            lane._hand_over()  # the write in flight is done: 1 leads the next one
+            await wait_for(lambda: lane.queued == 0, what="the leader took the queue")
+            leader.cancel_scope.cancel()  # while its write is held by the pause
+            await paused.execute_command("CLIENT", "UNPAUSE")
+    # the leader's own ID may have come back before the cancellation took (its write was
+    # shielded); the others' must have
+    assert set(range(2, 12)) <= set(ids), "the others' write failed with its leader"
+    assert sorted(await jobs(paused, mq.stream)) == [-1, *range(1, 12)], "the write was cut"
+    assert not lane.busy
+
+
+async def test_callers_wait_for_room_past_the_bound(
+    make_queue: QueueFactory, paused: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(coalesce, "MAX_QUEUED", 5)
+    mq = make_queue()
+    await mq.publish("job", Job(i=-1))
+    lane = next(iter(mq.coalescer._lanes.values()))
+    await pause_writes(paused)
+    done: list[int] = []
+
+    async def publish(i: int) -> None:
+        await mq.publish("job", Job(i=i))
+        done.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(publish, i)
+        await wait_for(lambda: lane.queued == 5, what="5 queued")
+        await anyio.sleep(0.1)
+        assert lane.queued == 5, "the queue grew past its bound"
+        await paused.execute_command("CLIENT", "UNPAUSE")
+    assert sorted(done) == list(range(20))
+    assert sorted(await jobs(paused, mq.stream)) == list(range(-1, 20))
+
+
+async def test_a_publish_after_the_server_closed_the_idle_connection_reconnects(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq = make_queue()
+    first = await mq.publish("job", Job(i=1))
+    lane = next(iter(mq.coalescer._lanes.values()))
+    kept = lane._connection._connection
+    await client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    await wait_for(lambda: kept._reader is None or kept._reader.at_eof(), what="the close seen")
+    second = await mq.publish("job", Job(i=2))  # on a new connection, as a pool would do
+    assert StreamId.parse(second) > StreamId.parse(first)
+    assert await jobs(client, mq.stream) == [1, 2]
+
+
+def test_destination_tells_slots_apart_and_clients_of_one_slot_together(redis_url: str) -> None:
+    deployment = connect(redis_url)
+    a1, a2, b = (deployment.client_for(s) for s in ("a", "a", "b"))
+    assert destination(a1) == destination(a2) != destination(b)
+
+
+# -- the sync Publisher across threads --------------------------------------------------
+
+
+def test_threads_publishing_at_once_share_one_connection(redis_url: str, stream: str) -> None:
+    threads, each = 32, 20
+    start = threading.Barrier(threads)
+    with sync_client(redis_url, stream) as raw:
+        before = int(raw.info("stats")["total_connections_received"])
+
+        def publish_from_thread(publisher: Publisher, n: int) -> list[str]:
+            start.wait(timeout=30)
+            return [publisher.publish("job", Job(i=n * each + k)) for k in range(each)]
+
+        with Publisher(redis_url, stream=stream) as publisher, ThreadPoolExecutor(threads) as pool:
+            futures = [pool.submit(publish_from_thread, publisher, n) for n in range(threads)]
+            ids = [i for future in futures for i in future.result(timeout=60)]
+        opened = int(raw.info("stats")["total_connections_received"]) - before
+        rows = raw.xrange(stream)
+    assert opened == 1, f"{threads} threads opened {opened} connections, not one"
+    assert len(set(ids)) == threads * each
+    assert sorted(Job.model_validate_json(f[b"data"]).i for _, f in rows) == list(
+        range(threads * each)
+    )
+
+
+def test_threads_get_their_own_errors(redis_url: str, stream: str) -> None:
+    with sync_client(redis_url, stream) as client:
+        coalescer = SyncCoalescer()
+
+        def add(i: int) -> object:
+            bad = ("MAXLEN", "not-a-number") if i % 2 else ()
+            try:
+                return coalescer.xadd(client, stream, {"i": str(i)}, bad)
+            except redis.ResponseError as e:
+                return e
+
+        with ThreadPoolExecutor(16) as pool:
+            outcomes = list(pool.map(add, range(200)))
+        coalescer.close()
+        assert {i for i, o in enumerate(outcomes) if isinstance(o, Exception)} == set(
+            range(1, 200, 2)
+        )
+        assert sorted(int(f[b"i"]) for _, f in client.xrange(stream)) == list(range(0, 200, 2))
