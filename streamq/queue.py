@@ -347,14 +347,17 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         if not was_open:
             await self._try_open()  # configuration errors raise here, not in a task group
-        async with anyio.create_task_group() as tg:
-            await tg.start(functools.partial(self.run, handle_signals=False))
-            try:
-                yield self
-            finally:
-                await self.stop()
-        if not was_open:
-            await self.aclose()
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(functools.partial(self.run, handle_signals=False))
+                try:
+                    yield self
+                finally:
+                    await self.stop()
+        finally:  # also when the block raised: the connections this call opened are closed
+            if not was_open:
+                with anyio.CancelScope(shield=True):
+                    await self.aclose()
 
     async def stop(self) -> None:
         """Stop consuming: stop reading, drain in-flight handlers within ``grace``.

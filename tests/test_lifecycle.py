@@ -188,3 +188,20 @@ async def test_control_channel_outage_is_logged_once(caplog: pytest.LogCaptureFi
     ]
     assert len(lost) == 1, [r.getMessage() for r in lost]
     assert len(back) == 1
+
+
+async def test_running_closes_what_it_opened_when_the_block_raises(
+    make_queue: QueueFactory,
+) -> None:
+    mq = make_queue()
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        pass
+
+    with pytest.raises(BaseException) as caught:  # noqa: PT011  # anyio may wrap it in a group
+        async with mq.running():
+            raise KeyError("the application failed")
+    assert "the application failed" in repr(caught.value)
+    assert mq._deployment is None, "running() left its connections open"
+    assert mq.health is not None and (await mq.health())["state"] == "closed"
