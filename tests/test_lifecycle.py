@@ -199,7 +199,7 @@ async def test_running_closes_what_it_opened_when_the_block_raises(
     async def job(msg: Message[int]) -> None:
         pass
 
-    with pytest.raises(BaseException) as caught:  # noqa: PT011  # anyio may wrap it in a group
+    with pytest.raises(BaseException) as caught:  # anyio may wrap it in a group
         async with mq.running():
             raise KeyError("the application failed")
     assert "the application failed" in repr(caught.value)
