@@ -15,7 +15,6 @@ from typing import Any, Never
 import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
-from redis.exceptions import RedisError
 
 from .config import (
     BatchConfig,
@@ -32,6 +31,7 @@ from .consume.context import inside_handler
 from .consume.partitioned import PartitionedConsumer
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
+from .health import health_report
 from .logs import run_as_consumer
 from .publishing import PublishOperations
 from .registration import HandlerRegistry
@@ -381,21 +381,14 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     async def health(self) -> dict[str, Any]:
         """For a readiness probe: ``ready`` (connected and consuming), ``connected``
         (PING), ``consuming`` (the consumer reads), ``state``, ``stop_reason``, this
-        group's ``pending`` and ``lag`` (None when unknown), ``error`` if any."""
+        group's ``pending`` and ``lag`` over every partition (None when unknown),
+        ``error`` if any."""
         consumer = self._consumer
-        report: dict[str, Any] = {
-            "connected": False,
-            "consuming": self._state is State.RUNNING and consumer is not None and consumer.reading,
-            "state": self._state.value, "stop_reason": self.stop_reason,
-            "pending": None, "lag": None,
-        }  # fmt: skip
-        if self._state is State.CLOSED:
-            return {**report, "ready": False, "error": "the queue is closed"}
-        try:
-            report["connected"] = bool(await self.client.ping())
-            status = await admin.group_status(self.client, self.stream, self.group)
-            report["pending"], report["lag"] = status
-        except (OSError, RedisError) as e:
-            report["error"] = str(e)
-        report["ready"] = report["connected"] and report["consuming"]
-        return report
+        running = self._state is State.RUNNING and consumer is not None and consumer.reading
+        parts = (
+            [] if self._state is State.CLOSED else [(self.client_for(s), s) for s in self.streams]
+        )
+        return await health_report(
+            parts, self.group, state=self._state.value, consuming=running,
+            stop_reason=self.stop_reason,
+        )  # fmt: skip

@@ -276,3 +276,17 @@ async def test_every_partition_is_read_to_the_end_when_the_budget_runs_full(
     assert handled == set(ids), (
         f"{len(set(ids) - handled)} of {total} never handled: a partition's reader stalled"
     )
+
+
+async def test_health_sums_the_group_over_partitions(where: str, topic: str) -> None:
+    mq = queue(where, topic)
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        pass
+
+    async with mq:
+        await mq.publish_many("ok", range(6))
+        report = await mq.health()
+    assert (report["connected"], report["pending"], report["lag"]) == (True, 0, 6), report
+    assert "error" not in report
