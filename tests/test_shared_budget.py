@@ -8,10 +8,10 @@ import os
 
 import anyio
 import pytest
-import redis.asyncio as aioredis
 
 from streamq.consume.capacity import Budget, Capacity, Slots
 from streamq.wire import resp
+from streamq.wire.client import connect
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -110,7 +110,8 @@ async def test_the_read_after_a_full_one_does_not_block_on_a_stream_another_drai
     # It may hold more than a fair share of the room: blocking, it would hold it for the
     # whole block time while the other partitions wait.
     stream = f"test-{os.urandom(4).hex()}"
-    client = aioredis.Redis.from_url(redis_url)
+    deployment = connect(redis_url)
+    client = deployment.client_for(stream)  # on a cluster: the stream's master
     try:
         await client.xgroup_create(stream, "g", id="0", mkstream=True)
         with anyio.fail_after(5):
@@ -120,4 +121,4 @@ async def test_the_read_after_a_full_one_does_not_block_on_a_stream_another_drai
         assert not reply, reply
     finally:
         await client.delete(stream)
-        await client.aclose()
+        await deployment.aclose()

@@ -242,7 +242,20 @@ class Deployment:
         raise self.state.nobody_answered(failures)
 
     def _client(self, pool: Any) -> aioredis.Redis:
-        return aioredis.Redis(connection_pool=cast(ConnectionPool, pool))
+        return FollowingRedis(connection_pool=cast(ConnectionPool, pool))
+
+
+class FollowingRedis(aioredis.Redis):  # type: ignore[misc]
+    """A redis-py client that follows one ``MOVED``: the reply says the command was not
+    run, and the slot table was corrected when it arrived, so the same command goes once
+    more, to the slot's new master. (Pipelines, scripts and hand-packed commands are
+    retried by their callers.)"""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **options)
+        except rx.MovedError:
+            return await super().execute_command(*args, **options)
 
 
 def _pool_options(seed: ConnectionPool) -> dict[str, Any]:

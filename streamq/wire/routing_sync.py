@@ -40,6 +40,16 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
     return RoutedConnection
 
 
+class FollowingRedis(redis.Redis):  # type: ignore[misc]
+    """The blocking twin of :class:`streamq.wire.routing.FollowingRedis`."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute_command(*args, **options)
+        except rx.MovedError:
+            return super().execute_command(*args, **options)
+
+
 class SyncDeployment:
     """The pools of one deployment, for blocking clients."""
 
@@ -73,7 +83,7 @@ class SyncDeployment:
         ``owner``: closing the client closes this deployment (a client made for one job).
         """
         pool = SyncSlotPool(self, slot_of(key), owner=owner)
-        client = redis.Redis(connection_pool=cast(ConnectionPool, pool))
+        client = FollowingRedis(connection_pool=cast(ConnectionPool, pool))
         client.auto_close_connection_pool = owner
         return client
 
