@@ -29,6 +29,7 @@ from ..errors import (
     RedisFailure,
     StreamNotFoundError,
 )
+from ..logs import ENTRY
 from ..message import RawEntry
 from ..topic.control import ControlListener, StoppedView, hold_message
 from ..topic.deadletter import DeadLetters
@@ -358,12 +359,21 @@ class Consumer:
             return
         route = self._router.get(entry.fields.get(b"type", b""))
         self._scopes[entry_id] = scope
+        dispatcher = self.dispatcher
         try:
-            if self._handler_slots is None:
-                await self._dispatch(route, entry)
-            else:  # one partition of several: handler slots shared with the others
+            if route is None:
+                await dispatcher.no_route(entry)
+            elif self._handler_slots is not None:  # a partition: slots shared with the others
                 async with self._handler_slots:
-                    await self._dispatch(route, entry)
+                    await dispatcher.handle_single(route, entry)
+            elif dispatcher.traced:
+                await dispatcher.handle_single(route, entry)
+            else:  # the hot path: the log context set here, no coroutine in between
+                token = ENTRY.set((entry_id, route.type_name, entry.delivery_count))
+                try:
+                    await dispatcher.handle_entry(route, entry)
+                finally:
+                    ENTRY.reset(token)
         except (RedisFailure, rx.RedisError, OSError) as e:
             log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
         except Exception as e:  # a bug in streamq: the entry is redelivered, the worker lives
@@ -372,12 +382,6 @@ class Consumer:
         finally:
             del self._scopes[entry_id]
             self.capacity.finish(entry_id)
-
-    async def _dispatch(self, route: Route | None, entry: RawEntry) -> None:
-        if route is None:
-            await self.dispatcher.no_route(entry)
-        else:
-            await self.dispatcher.handle_single(route, entry)
 
     async def _flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
         stopped = self._stopped.ids

@@ -199,11 +199,17 @@ class Dispatcher:
             raise reraise_unless_failure(e) from e
 
     # -- single entries -------------------------------------------------------------
+    @property
+    def traced(self) -> bool:
+        """Whether deliveries get trace spans (``[otel]`` with a tracer provider)."""
+        return self.observer.tracer is not None
+
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
         """Handle one entry in its log context (and trace span, with ``[otel]``)."""
-        await self.observer.single(self._handle_single(route, entry), entry, route.type_name)
+        await self.observer.single(self.handle_entry(route, entry), entry, route.type_name)
 
-    async def _handle_single(self, route: Route, entry: RawEntry) -> None:
+    async def handle_entry(self, route: Route, entry: RawEntry) -> None:
+        """Handle one entry; the caller has set its log context (:data:`streamq.logs.ENTRY`)."""
         if entry.delivery_count > 1 and await self.over_limit(entry):
             await self.dead_letter(entry, self._over_limit_reason(entry))
             return
