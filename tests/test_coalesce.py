@@ -168,18 +168,17 @@ async def test_a_cancelled_leader_still_delivers_the_others_write(
         ids[i] = await mq.publish("job", Job(i=i))
 
     lane._busy = True  # as if a write were in flight: callers queue behind it
-    async with anyio.create_task_group() as tg:
-        async with anyio.create_task_group() as leader:
-            leader.start_soon(publish, 1)  # first in the queue: it writes the next batch
-            await wait_for(lambda: lane.queued == 1, what="the leader queued")
-            for i in range(2, 12):
-                tg.start_soon(publish, i)
-            await wait_for(lambda: lane.queued == 11, what="11 publishes queued")
-            await pause_writes(paused)
-            lane._hand_over()  # the write in flight is done: 1 leads the next one
-            await wait_for(lambda: lane.queued == 0, what="the leader took the queue")
-            leader.cancel_scope.cancel()  # while its write is held by the pause
-            await paused.execute_command("CLIENT", "UNPAUSE")
+    async with anyio.create_task_group() as tg, anyio.create_task_group() as leader:
+        leader.start_soon(publish, 1)  # first in the queue: it writes the next batch
+        await wait_for(lambda: lane.queued == 1, what="the leader queued")
+        for i in range(2, 12):
+            tg.start_soon(publish, i)
+        await wait_for(lambda: lane.queued == 11, what="11 publishes queued")
+        await pause_writes(paused)
+        lane._hand_over()  # the write in flight is done: 1 leads the next one
+        await wait_for(lambda: lane.queued == 0, what="the leader took the queue")
+        leader.cancel_scope.cancel()  # while its write is held by the pause
+        await paused.execute_command("CLIENT", "UNPAUSE")
     # the leader's own ID may have come back before the cancellation took (its write was
     # shielded); the others' must have
     assert set(range(2, 12)) <= set(ids), "the others' write failed with its leader"

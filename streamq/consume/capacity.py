@@ -39,6 +39,7 @@ class Capacity:
 
     def release(self, n: int) -> None:
         self._reserved -= n
+        self.wake()  # a reader may be waiting for the room a claim pass held
 
     async def wait_for_room(self, stopping: Callable[[], bool]) -> None:
         """Until a worthwhile read fits, or ``stopping()``."""
