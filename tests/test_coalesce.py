@@ -17,7 +17,14 @@ import redis
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from streamq import Publisher, StreamId
+from streamq import (
+    EmbeddedServer,
+    MessageQueue,
+    Publisher,
+    RedisFailure,
+    ServerUnavailableError,
+    StreamId,
+)
 from streamq.wire import coalesce
 from streamq.wire.client import connect
 from streamq.wire.coalesce import Coalescer, destination
@@ -274,3 +281,22 @@ def test_threads_get_their_own_errors(redis_url: str, stream: str) -> None:
             range(1, 200, 2)
         )
         assert sorted(int(f[b"i"]) for _, f in client.xrange(stream)) == list(range(0, 200, 2))
+
+
+async def test_a_failed_publish_raises_streamqs_errors(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """The fast path's errors are translated as before: a key of another type is a
+    RedisFailure; a server that is gone, on a single node, a ServerUnavailableError at once."""
+    mq = make_queue()
+    await client.set(mq.stream, "not a stream")
+    with pytest.raises(RedisFailure, match="WRONGTYPE"):
+        await mq.publish("job", Job(i=1))
+    await client.delete(mq.stream)
+    with EmbeddedServer() as server:
+        gone = MessageQueue(server.url, stream="s")
+        await gone.publish("job", Job(i=1))  # the lane's connection is open
+        server.stop()
+        with anyio.fail_after(5), pytest.raises(ServerUnavailableError):
+            await gone.publish("job", Job(i=2))
+        await gone.aclose()

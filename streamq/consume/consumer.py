@@ -191,7 +191,7 @@ class Consumer:
         stats = self.stats
         report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
         report.update(
-            claimed=self.claimer.claimed_total,
+            claimed=self.claimer.claimed_total + self.reader.claimed_total,
             acked=self.acker.acked,
             in_flight=len(self.in_flight),
             handler_seconds=stats.handler_seconds.snapshot(),

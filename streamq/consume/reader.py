@@ -5,6 +5,10 @@ in the same write. Room for what it asks is reserved in the Capacity before each
 fetched entries never exceed ``max_in_flight``. After a lost connection it backs off and
 re-reads its own pending list (entries of a reply that was lost are not left waiting for
 ``claim_idle``).
+
+Where the server has ``XREADGROUP ... CLAIM`` (Redis >= 8.4, probed once), each read also
+takes over entries idle longer than ``claim_idle`` in any consumer's pending list: a dead
+consumer's entries are picked up by the next read instead of the next claim pass.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, S
 from ..message import RawEntry
 from ..wire import resp
 from ..wire.client import stream_rows, translated
+from ..wire.features import probe
 from .acks import Acker
 from .capacity import Capacity
 from .claiming import delivery_counts, entries_from_reply
@@ -68,6 +73,9 @@ class Reader:
         self._fail = fail
         self._read_count = config.read_count
         self._block_ms = int(config.block * 1000)
+        self._claim_idle_ms = int(config.claim_idle * 1000)
+        self._claiming: bool | None = None  # XREADGROUP ... CLAIM; None until probed
+        self.claimed_total = 0
         self._connection = resp.OwnConnection(client)  # the read loop's own connection
         self._scope: anyio.CancelScope | None = None
 
@@ -86,6 +94,9 @@ class Reader:
         backoff, recover = READ_ERROR_BACKOFF, True
         while not self._stopping():
             try:
+                if self._claiming is None:
+                    with translated(self.id.stream, self.id.group):
+                        self._claiming = (await probe(self._client)).xreadgroup_claim
                 if recover:
                     await self.recover_own_pending()
                     recover = False
@@ -121,7 +132,9 @@ class Reader:
         finally:
             self._scope = None
             capacity.release_read(count, len(rows))
-        return RawEntry.from_reply(rows) if rows else []
+        if not rows:
+            return []
+        return self._with_claimed(rows) if self._claiming else RawEntry.from_reply(rows)
 
     def _command(self, count: int) -> bytes:
         i = self.id
@@ -129,7 +142,29 @@ class Reader:
         # Capacity.read_size), so it does not block: if another consumer took what was
         # waiting it comes back empty at once instead of holding that room for the block.
         block = None if self._capacity.busy else self._block_ms
-        return resp.pack_xreadgroup(i.group, i.consumer, i.stream, ">", count, block)
+        if not self._claiming:
+            return resp.pack_xreadgroup(i.group, i.consumer, i.stream, ">", count, block)
+        blocking = () if block is None else ("BLOCK", str(block))
+        return resp.pack(
+            "XREADGROUP", "GROUP", i.group, i.consumer, "COUNT", str(count), *blocking,
+            "CLAIM", str(self._claim_idle_ms), "STREAMS", i.stream, ">",
+        )  # fmt: skip
+
+    def _with_claimed(self, rows: list[list[Any]]) -> list[RawEntry]:
+        """Entries of a read with CLAIM: ``[id, fields, idle_ms, times_delivered_before]``
+        (0 for a new entry). This consumer's own entries still being handled (their lease
+        lapsed) are left to their handler."""
+        in_flight = self._capacity.in_flight
+        entries = []
+        for entry, row in zip(RawEntry.from_reply([row[:2] for row in rows]), rows, strict=True):
+            delivered = row[3]
+            if delivered:
+                if entry.id in in_flight:
+                    continue
+                self.claimed_total += 1
+            entry.delivery_count = delivered + 1
+            entries.append(entry)
+        return entries
 
     async def recover_own_pending(self) -> None:
         """Re-process this consumer's own pending entries (ID 0) before reading new ones."""

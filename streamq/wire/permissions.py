@@ -45,9 +45,9 @@ CONNECT_COMMANDS = ("client|setinfo",)
 # What check_permissions itself sends; optional in an ACL (without them it is skipped).
 PROBE_COMMANDS = ("acl|whoami", "acl|dryrun")
 # What every client sends once to learn whether the server is a cluster node and which
-# node serves which slot (streamq.wire.routing). Refused, the server is taken for a
-# single node.
-DISCOVERY_COMMANDS = ("cluster|slots",)
+# node serves which slot (streamq.wire.routing), and which newer stream commands it has
+# (streamq.wire.features). Refused, the server is taken for a single node without them.
+DISCOVERY_COMMANDS = ("cluster|slots", "command|docs")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,61 @@
+"""``XREADGROUP ... CLAIM`` (Redis >= 8.4): a dead consumer's idle entries come with the next
+read, not the next claim pass. Skipped where the server lacks it (Valkey, the default test
+server: there the claim loop does it, tests/test_recovery.py); ``make test-redis8`` runs it."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from streamq import Message
+from streamq.consume.capacity import Capacity
+from streamq.wire.features import probe
+from tests.conftest import QueueFactory, pending_count, wait_for
+from tests.test_consume import run_until
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_reads_take_a_dead_consumers_idle_entries(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    if not (await probe(client)).xreadgroup_claim:
+        pytest.skip("the server has no XREADGROUP ... CLAIM (Redis >= 8.4)")
+    # the claim loop passes once at start (nothing idle yet), then not for 10 minutes
+    mq = make_queue(consumer="alive", claim_idle=0.3, claim_interval=600, block=0.1)
+    got: list[Message[int]] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        got.append(msg)
+
+    async with mq:
+        await mq.publish_many("job", list(range(10)))
+        await client.xreadgroup("g", "dead", {mq.stream: ">"}, count=10)
+        await mq.publish_many("job", [10, 11])
+        await run_until(mq, lambda: len(got) == 12, timeout=10)
+        by_data = {m.data: m.delivery_count for m in got}
+        assert by_data == {**dict.fromkeys(range(10), 2), 10: 1, 11: 1}, by_data
+        assert await pending_count(client, mq.stream, "g") == 0
+        assert mq.stats()["claimed"] == 10
+
+
+async def test_room_a_claim_pass_held_wakes_the_waiting_reader() -> None:
+    """A claim pass may hold all the room while the reader waits for some (a small
+    ``max_in_flight``); giving it back must wake the reader, or it waits forever."""
+    capacity = Capacity(max_in_flight=8, read_count=8)
+    capacity.reserve(8)  # the claimer's XAUTOCLAIM in flight
+    woke = anyio.Event()
+
+    async def reader() -> None:
+        await capacity.wait_for_room(lambda: False)
+        woke.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        await wait_for(lambda: capacity.budget._waiting, what="the reader waiting for room")
+        assert not woke.is_set()
+        capacity.release(8)  # the pass claimed nothing
+        with anyio.fail_after(2):
+            await woke.wait()
