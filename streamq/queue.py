@@ -36,6 +36,7 @@ from .logs import run_as_consumer
 from .publishing import PublishOperations
 from .registration import HandlerRegistry
 from .stop_signals import owns_signals, watch_stop_signals
+from .task_groups import task_group_around_block
 from .topic import admin
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
@@ -340,7 +341,8 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         Returns at once once the consumer is started (or, with the server unreachable,
         retrying in the background); configuration errors raise here. Leaving the block
         stops the consumer, whatever state it reached, and closes the queue if this call
-        opened it.
+        opened it. An error raised by the block comes out as itself (not in an
+        ``ExceptionGroup``).
         """
         was_open = self._state is State.OPEN
         if not was_open and not len(self.router):
@@ -348,7 +350,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         if not was_open:
             await self._try_open()  # configuration errors raise here, not in a task group
         try:
-            async with anyio.create_task_group() as tg:
+            async with task_group_around_block() as tg:
                 await tg.start(functools.partial(self.run, handle_signals=False))
                 try:
                     yield self

@@ -186,3 +186,13 @@ async def test_running_never_hangs_on_an_unreachable_server() -> None:
             health = await app.health()
             assert health["ready"] is False and health["queues"][0]["connected"] is False
     assert app.queues[0].done.is_set()
+
+
+async def test_the_blocks_own_error_comes_out_of_running_as_itself(
+    redis_url: str, streams: list[str]
+) -> None:
+    app = two_queue_app(redis_url, streams, {})
+    with anyio.fail_after(20), pytest.raises(KeyError, match="the application failed"):
+        async with app.running():
+            raise KeyError("the application failed")
+    assert all(mq.done.is_set() and mq._deployment is None for mq in app.queues)
