@@ -6,12 +6,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+from dataclasses import replace
 
 import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import Message, RetryPolicy
+from streamq import Message, MessageQueue, RetryPolicy
 from streamq.logs import configure_logging
 from tests.conftest import QueueFactory, wait_for
 
@@ -126,3 +127,77 @@ def test_a_bad_log_format_names_the_choices() -> None:
 
     with pytest.raises(ConfigError, match="text, json"):
         configure_logging("INFO", "yaml")
+
+
+def logged_traceback(records: list[logging.LogRecord], starts: str) -> str:
+    record = next(r for r in records if r.getMessage().startswith(starts))
+    assert record.exc_info is not None, f"{starts!r} logged without a traceback"
+    return logging.Formatter().formatException(record.exc_info)
+
+
+async def run_until_failed(mq: MessageQueue, type_name: str) -> None:
+    async with mq, anyio.create_task_group() as tg:
+        await mq.publish_many(type_name, [1, 2])
+        await tg.start(mq.run)
+        await wait_for(lambda: mq.stats()["failed"] == 2, what="both deliveries failed")
+        await mq.stop()
+
+
+RETRIED = RetryPolicy(attempts=3, backoff=0.01, jitter=0.01, max_deliveries=2)
+
+
+@pytest.mark.parametrize(
+    ("max_deliveries", "starts"), [(2, "handler failed"), (1, "dead-lettering")]
+)
+async def test_a_failed_handler_is_logged_with_its_own_traceback_once(
+    make_queue: QueueFactory, caplog: pytest.LogCaptureFixture, max_deliveries: int, starts: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="streamq")
+    mq = make_queue(retry=replace(RETRIED, max_deliveries=max_deliveries))
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        raise ValueError("job is broken")
+
+    await run_until_failed(mq, "job")
+    text = logged_traceback(caplog.records, starts)
+    assert text.count("Traceback (most recent call last)") == 1, text
+    assert "During handling" not in text and "tenacity" not in text, text
+    assert text.count('raise ValueError("job is broken")') == 1, text
+    assert text.rstrip().endswith("ValueError: job is broken"), text
+
+
+async def test_a_handlers_own_exception_chain_is_logged_as_it_is(
+    make_queue: QueueFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="streamq")
+    mq = make_queue(retry=RETRIED)
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        try:
+            {}["missing"]
+        except KeyError:
+            raise ValueError("job is broken")  # noqa: B904 - the implicit chain is the case
+
+    await run_until_failed(mq, "job")
+    text = logged_traceback(caplog.records, "handler failed")
+    assert text.count("Traceback (most recent call last)") == 2, text
+    assert text.count("During handling") == 1 and "KeyError: 'missing'" in text, text
+    assert "tenacity" not in text, text
+
+
+async def test_a_failed_batch_is_logged_with_the_handlers_own_traceback_once(
+    make_queue: QueueFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="streamq")
+    mq = make_queue(retry=RETRIED)
+
+    @mq.batch_handler("job", size=2, timeout=0.05)
+    async def jobs(msgs: list[Message[int]]) -> None:
+        raise ValueError("batch is broken")
+
+    await run_until_failed(mq, "job")
+    text = logged_traceback(caplog.records, "handler failed")
+    assert text.count("Traceback (most recent call last)") == 1, text
+    assert "During handling" not in text and "tenacity" not in text, text

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -24,7 +25,7 @@ from .acks import Acker
 from .context import Place
 from .failures import describe, reraise_unless_failure
 from .observe import Observer
-from .retrying import retrying
+from .retrying import last_failure, retrying
 from .router import Route, Router
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
@@ -221,20 +222,19 @@ class Dispatcher:
         func = route.single
         assert func is not None
         started = perf_counter()
+        failure: Exception | None = None
         try:
             if route.single_is_async and self.handler_timeout is None:
                 await func(message)  # type: ignore[misc]  # async: checked at registration
             else:
                 await self._call_once(func, route.single_is_async, message)
-        except Exception as first:
-            error = await self._after_failure(route, message, first, started)
+        except Exception as e:
+            failure = e
         except BaseException as escaped:  # the hot path calls the handler directly
-            error = await self._after_failure(
-                route, message, reraise_unless_failure(escaped), started
-            )
-        else:
-            self.stats.handler_seconds.observe(perf_counter() - started)
-            error = None
+            failure = reraise_unless_failure(escaped)
+        self.stats.handler_seconds.observe(perf_counter() - started)
+        # retried outside the `except` clauses: a retry's error is not chained to the first
+        error = None if failure is None else await self._after_failure(route, message, failure)
         if error is not None:
             await self._settle(entry, error)
             return
@@ -244,9 +244,8 @@ class Dispatcher:
             await self.settled([entry])
 
     async def _after_failure(
-        self, route: Route, message: Message[Any], first: Exception, started: float
+        self, route: Route, message: Message[Any], first: Exception
     ) -> BaseException | None:
-        self.stats.handler_seconds.observe(perf_counter() - started)
         if isinstance(first, HandlerSignal):
             return first
         assert route.single is not None
@@ -260,13 +259,7 @@ class Dispatcher:
             return first
         log.info("handler raised %s; retrying in process", describe(first))
         self.stats.retried += 1
-        try:
-            async for attempt in self._retrying.copy():
-                with attempt:
-                    await self._call_once(func, is_async, arg)
-        except Exception as e:
-            return e
-        return None
+        return await last_failure(self._retrying, partial(self._call_once, func, is_async, arg))
 
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -32,3 +34,26 @@ def retrying(
         ),
         reraise=True,
     )
+
+
+async def last_failure(
+    retrying: AsyncRetrying, call: Callable[[], Awaitable[object]]
+) -> Exception | None:
+    """Call ``call`` under a copy of ``retrying``: None once a call succeeds, else the last
+    call's exception with the traceback it was raised with (tenacity re-raises it through
+    its own frames, which would be logged with it)."""
+    failure: Exception | None = None
+    traceback = None
+    try:
+        async for attempt in retrying.copy():
+            with attempt:
+                try:
+                    await call()
+                except Exception as e:
+                    failure, traceback = e, e.__traceback__
+                    raise
+    except Exception as e:
+        if e is not failure:
+            raise
+        return e.with_traceback(traceback)
+    return None
