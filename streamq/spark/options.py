@@ -13,6 +13,7 @@ from ..errors import ConfigError, InvalidMessageIdError
 from ..ids import StreamId
 from ..message import validate_type_name
 from ..topic.partitions import validate_partitions
+from ..wire.keys import validate_stream_name
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -55,7 +56,7 @@ def _stream(options: Mapping[str, str]) -> str:
     stream = options.get("stream")
     if not stream:
         raise ConfigError("option 'stream' is required, e.g. .option('stream', 'task-stream')")
-    return stream
+    return validate_stream_name(stream, "option 'stream'")  # braces: as MessageQueue refuses
 
 
 def load_model(path: str) -> Any:

@@ -2,7 +2,8 @@
 
 ``type`` comes from option ``type`` or the column ``typeColumn`` (default ``type``);
 ``data`` is the JSON string in ``dataColumn`` if given, else a JSON object of the other
-columns; ``meta`` is the map column ``metaColumn`` (default ``meta``) if present.
+columns; ``meta`` is the map column ``metaColumn`` (default ``meta``) if present, its
+values as strings and its null values left out.
 
 Writes use Spark's Arrow writers (batch writes on pyspark >= 4.0, streaming writes on
 >= 4.1): rows arrive as column batches and are encoded by Arrow kernels
@@ -99,10 +100,15 @@ class RowEncoder:
             data = pydantic_core.to_json(
                 {n: _plain(row[i]) for n, i in zip(names, index, strict=True)}
             )
-        meta = dict(row[self.meta_index] or {}) if self.meta_index >= 0 else {}
+        meta = _meta(row[self.meta_index]) if self.meta_index >= 0 else {}
         meta[PRODUCER_ID] = producer_id
-        meta_json = pydantic_core.to_json({str(k): str(v) for k, v in meta.items()})
-        return {b"type": type_field, b"data": data, b"meta": meta_json}
+        return {b"type": type_field, b"data": data, b"meta": pydantic_core.to_json(meta)}
+
+
+def _meta(column: Any) -> dict[str, str]:
+    """A meta map cell (a dict in rows, key-value pairs from Arrow) as strings; a null
+    value means no value, so its key is left out (publishing takes strings only)."""
+    return {str(k): str(v) for k, v in dict(column or {}).items() if v is not None}
 
 
 def _plain(value: Any) -> Any:
