@@ -165,7 +165,7 @@ async def log_in(request: Request) -> Response:
         raise HTTPException(403, "this dashboard is read-only (started without a token)")
     if not same_origin(request):
         raise HTTPException(403, "refused: the form was sent from another origin")
-    if not isinstance(token, str) or not access.token_matches(token):
+    if not access.check_token(request, token if isinstance(token, str) else ""):
         context = {"next": next_path, "error": "That is not the write token."}
         return page(request, "login.html", context, status_code=403)
     response = RedirectResponse(next_path, status_code=303)
