@@ -198,6 +198,8 @@ def test_dead_letters_of_every_partition_are_replayed_and_purged(
 
 def test_terminate_a_partitioned_topic(web: Web, redis_url: str, topic: str) -> None:
     partitioned_topic(redis_url, topic)
+    form = web.get("/topic/terminate", params={"stream": topic}).text
+    assert f"the stream of each of its {PARTITIONS} partitions" in form
     auth = {"Authorization": f"Bearer {TOKEN}"}
     done = web.post("/topic/terminate", data={"stream": topic, "confirm": topic}, headers=auth)
     assert done.status_code == 200 and done.text == f"terminated {topic}"
