@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from html.parser import HTMLParser
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -22,9 +22,11 @@ from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
 from streamq.dashboard.samples import SampleStore
 from streamq.dashboard.server import bind, url_of, uvicorn_server
-from streamq.testing import TEST_TIMINGS
-from tests.conftest import wait_for
+from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.topic.partitions import partition_streams
+from tests.conftest import each_master, wait_for
 
+T = TypeVar("T")
 TOKEN = "test-write-token-0123456789"
 
 
@@ -88,17 +90,19 @@ def make_dead_letters(
     group: str = "workers",
     reject: bool = False,
     foreign: list[dict[str, str]] | None = None,
+    partitions: int = 1,
 ) -> None:
     """Publish ``items`` and let a real consumer of ``group`` fail on each once: every one
     ends as a dead letter (ValueError with its traceback, or Reject). ``foreign``: raw
     entries added first, as another client could write them; each must be dead-lettered
-    too (as malformed)."""
+    too (as malformed). ``partitions``: of a partitioned topic (items go round)."""
     foreign = foreign or []
 
     async def run() -> None:
         mq = MessageQueue(
             url, stream=stream, group=group, consumer="dead-letterer", start=StartFrom.EARLIEST,
             config=TEST_TIMINGS, retry=RetryPolicy(attempts=1, backoff=0, jitter=0, max_deliveries=1),
+            partitions=partitions,
         )  # fmt: skip
 
         @mq.handler(message_type)
@@ -119,9 +123,52 @@ def make_dead_letters(
 
                 await wait_for(all_dead, what=f"{expected} dead letters")
 
-    # in a thread of its own: the caller's thread may run an event loop (Playwright's)
+    in_own_thread(run)
+
+
+def in_own_thread(work: Callable[[], Awaitable[T]]) -> T:
+    """``anyio.run(work)`` in a thread of its own: the caller's thread may run an event
+    loop (Playwright's)."""
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(anyio.run, run).result()
+        return pool.submit(anyio.run, work).result()
+
+
+def partitioned_topic(
+    url: str, topic: str, *, partitions: int = 3, entries: int = 9, read: int = 1
+) -> list[str]:
+    """A topic of ``partitions`` partitions with ``entries`` entries published in turn
+    (the same number in each) and group ``billing``; consumer ``c1`` read ``read`` entries
+    of each partition (pending). Return the IDs (``"<i>:<ms>-<seq>"``) as published."""
+
+    async def run() -> list[str]:
+        mq = MessageQueue(
+            url, stream=topic, group="billing", consumer="c1", start=StartFrom.EARLIEST,
+            partitions=partitions,
+        )  # fmt: skip
+        async with mq:
+            ids = await mq.publish_many("job", list(range(entries)))
+            if read:
+                for stream in mq.streams:
+                    await mq.client_for(stream).xreadgroup(
+                        "billing", "c1", {stream: ">"}, count=read
+                    )
+            return ids
+
+    return in_own_thread(run)
+
+
+def forget_topic(url: str, topic: str, partitions: int) -> None:
+    """Delete a partitioned topic's streams, their keys and the topic's record."""
+    for stream in (*partition_streams(topic, partitions), topic):
+        delete_stream_keys(url, stream)
+
+
+def acl_on_every_master(url: str, *args: str) -> None:
+    """``ACL args...`` on every master: users are kept per node, and a dashboard on a
+    cluster connects to each (the topics list scans every master)."""
+    for node in each_master(url):
+        with node:
+            node.execute_command("ACL", *args)
 
 
 class _Tables(HTMLParser):

@@ -24,9 +24,10 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 from streamq.dashboard import create_app
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import acl_rules
-from tests.conftest import each_master, sync_client
+from tests.conftest import sync_client
 from tests.dashboard_helpers import (
     TOKEN,
+    acl_on_every_master,
     dashboard_client,
     make_dead_letters,
     publish,
@@ -55,14 +56,6 @@ def r(redis_url: str, stream: str) -> Iterator[redis.Redis]:
         yield client
 
 
-def acl_on_every_master(url: str, *args: str) -> None:
-    """``ACL args...`` on every master: users are kept per node, and a dashboard on a
-    cluster connects to each (the topics list scans every master)."""
-    for node in each_master(url):
-        with node:
-            node.execute_command("ACL", *args)
-
-
 # -- pages ------------------------------------------------------------------------------
 def test_topics_page_lists_streams_with_groups_and_their_figures(
     web: Web, r: redis.Redis, redis_url: str, stream: str
@@ -78,9 +71,11 @@ def test_topics_page_lists_streams_with_groups_and_their_figures(
         assert page.status_code == 200
         header = table(page.text, "topics")[0]
         assert header == ["Topic", "Length", "Groups", "Lag", "Pending", "Dead letters",
-                          "Stopped IDs"]  # fmt: skip
-        # lag: workers 5, billing 3, audit 6; pending: billing's 3
-        assert row_starting(page.text, "topics", stream) == [stream, "6", "3", "14", "3", "1", "1"]
+                          "Stopped IDs", "Partitions", "Nodes"]  # fmt: skip
+        # lag: workers 5, billing 3, audit 6; pending: billing's 3; one stream, one node
+        row = row_starting(page.text, "topics", stream)
+        assert row[:8] == [stream, "6", "3", "14", "3", "1", "1", "1"]
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", row[8]), f"node: {row[8]!r}"
         names = [row[0] for row in table(page.text, "topics")[1:]]
         assert lonely not in names, "a stream without consumer groups is listed"
         assert not any(n.startswith("streamq:{") for n in names), "streamq's own keys listed"

@@ -4,6 +4,7 @@ dashboard) and leaving the data as it was; with the token, each does what it say
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -13,6 +14,8 @@ import redis
 pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
 
 from streamq.dashboard import create_app
+from streamq.dashboard.app import LOOPBACK_HOSTS
+from streamq.dashboard.throttle import LoginThrottle
 from streamq.wire.keys import Keys
 from tests.conftest import sync_client
 from tests.dashboard_helpers import (
@@ -123,6 +126,68 @@ def test_login_with_a_wrong_token_is_refused_and_the_session_cookie_is_strict(we
     assert "write access" in page and TOKEN not in page
     assert web.post("/logout", data={"csrf": csrf_of(page)}).status_code == 303
     assert "Log in with the token" in web.get("/").text
+
+
+# -- guessing the token -----------------------------------------------------------------
+@pytest.fixture
+def throttled_site(redis_url: str) -> Iterator[str]:
+    """A dashboard that refuses an address after 3 wrong tokens within 3 s."""
+    app = create_app(redis_url, token=TOKEN, allowed_hosts=LOOPBACK_HOSTS)
+    app.state.access.throttle = LoginThrottle(max_failures=3, window=3.0)
+    with serving(app) as base:
+        yield base
+
+
+def from_address(base: str, address: str) -> httpx.Client:
+    """A client of ``base`` whose connections come from the loopback ``address``."""
+    transport = httpx.HTTPTransport(local_address=address)
+    return httpx.Client(base_url=base, transport=transport, timeout=30)
+
+
+def test_wrong_tokens_from_one_address_get_429_for_a_while(throttled_site: str) -> None:
+    with from_address(throttled_site, "127.0.0.1") as guesser:
+        for _ in range(3):
+            assert guesser.post("/login", data={"token": "guess"}).status_code == 403
+        refused = guesser.post("/login", data={"token": "guess"})
+        assert refused.status_code == 429 and "too many wrong tokens" in refused.text
+        wait = int(refused.headers["retry-after"])
+        assert 1 <= wait <= 3
+        right = guesser.post("/login", data={"token": TOKEN})
+        assert right.status_code == 429 and not guesser.cookies, "a throttled login succeeded"
+        bearer = guesser.post("/topic/stop", data={"stream": "s", "id": "1-0"},
+                              headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        assert bearer.status_code == 429
+        with from_address(throttled_site, "127.0.0.2") as other:
+            assert other.post("/login", data={"token": TOKEN}).status_code == 303
+        time.sleep(wait)
+        assert guesser.post("/login", data={"token": TOKEN}).status_code == 303
+
+
+def test_wrong_bearer_tokens_count_as_guesses_too(throttled_site: str) -> None:
+    wrong = {"Authorization": "Bearer not-the-token"}
+    with from_address(throttled_site, "127.0.0.1") as script:
+        for _ in range(3):
+            response = script.post("/topic/stop", data={"stream": "s", "id": "1-0"}, headers=wrong)
+            assert response.status_code == 403
+        assert script.post("/login", data={"token": TOKEN}).status_code == 429
+
+
+def test_the_throttle_forgets_old_failures_and_successful_addresses() -> None:
+    now = [1000.0]
+    throttle = LoginThrottle(max_failures=2, window=60.0, max_addresses=2, clock=lambda: now[0])
+    throttle.failed("a")
+    now[0] += 30
+    throttle.failed("a")
+    assert throttle.retry_after("a") == 30  # until the first failure is 60 s old
+    now[0] += 30
+    assert throttle.retry_after("a") is None
+    throttle.failed("b")
+    throttle.failed("b")
+    throttle.succeeded("b")
+    assert throttle.retry_after("b") is None
+    for address in ("c", "c", "d", "d", "e"):  # at most 2 addresses remembered
+        throttle.failed(address)
+    assert throttle.retry_after("c") is None and throttle.retry_after("d") == 60
 
 
 # -- actions with the token -------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium (Debian's ``chromium``, driven by Playwright
 with ``executable_path`` set to it; no downloaded browser): open the topics, open a topic,
-watch its lag change after publishing, replay a dead letter with the token, screenshots.
+watch its lag change after publishing, a partitioned topic's partitions, replay a dead
+letter with the token, screenshots.
 
 ``make test`` installs chromium and playwright when they are missing; these tests skip,
 saying why, only where that was impossible.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +30,14 @@ from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
 from streamq.wire.keys import Keys
 from tests.conftest import sync_client
-from tests.dashboard_helpers import TOKEN, make_dead_letters, publish, serving
+from tests.dashboard_helpers import (
+    TOKEN,
+    forget_topic,
+    make_dead_letters,
+    partitioned_topic,
+    publish,
+    serving,
+)
 
 pytestmark = pytest.mark.slow
 # Chromium as root needs no sandbox; the rest keeps it off a closed network's hosts.
@@ -102,6 +111,31 @@ def test_open_topics_open_a_topic_and_watch_the_lag_change(
     shot = tmp_path / "topic.png"
     page.screenshot(path=str(shot), full_page=True)
     assert is_png(shot), "the screenshot is not a PNG of a rendered page"
+
+
+def test_a_partitioned_topic_shows_its_partitions_and_their_lag(
+    page: Page, site: str, redis_url: str, tmp_path: Path
+) -> None:
+    topic = f"test-{uuid.uuid4().hex[:12]}"
+    try:
+        partitioned_topic(redis_url, topic)  # 3 partitions of 3 entries; 1 of each read
+        page.goto(site + "/")
+        listed = page.locator("#topics tr", has=page.get_by_role("link", name=topic, exact=True))
+        expect(listed).to_have_count(1)
+        listed.get_by_role("link", name=topic, exact=True).click()
+        expect(page.locator("#partition-count")).to_have_text("3")
+        partitions = page.locator("#partitions tbody tr")
+        expect(partitions).to_have_count(3)
+        expect(page.locator("#total-lag")).to_have_text("6")
+        partitioned_topic(redis_url, topic, entries=6, read=0)  # 2 more in each
+        expect(page.locator("#total-lag")).to_have_text("12", timeout=LIVE_TIMEOUT_MS)
+        expect(partitions.nth(1).locator("td").nth(4)).to_have_text("4")  # partition 1's lag
+        expect(page.locator("#chart canvas").first).to_be_visible()
+        shot = tmp_path / "partitions.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert is_png(shot), "the screenshot is not a PNG of a rendered page"
+    finally:
+        forget_topic(redis_url, topic, 3)
 
 
 def test_replay_a_dead_letter_with_the_token(

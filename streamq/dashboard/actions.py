@@ -2,9 +2,10 @@
 snapshot), purge them, terminate a topic, log in and out.
 
 Each action first checks the write token (:meth:`Access.require_write`, 403 otherwise),
-then calls the same topic operation ``MessageQueue`` offers. A browser is sent back to the
-page it came from (303) with the outcome as a message; a script (``Authorization:
-Bearer``) gets the outcome as plain text, 200 or 4xx. Destructive actions (purge,
+then calls the same topic operation ``MessageQueue`` offers (through
+:class:`~.view.TopicView`: on a partitioned topic an ID names its partition). A browser
+is sent back to the page it came from (303) with the outcome as a message; a script
+(``Authorization: Bearer``) gets the outcome as plain text, 200 or 4xx. Destructive actions (purge,
 terminate) also need the topic's name typed into the form.
 """
 
@@ -18,13 +19,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from ..errors import ConfigError, InvalidMessageIdError, MessageNotFoundError
-from ..topic import control
-from ..topic.deadletter import DeadLetters
 from ..wire.client import translated
-from .pages import client_of
+from .pages import view_of
 from .render import href, page
 from .samples import SampleStore
 from .security import Access, safe_next, same_origin
+from .view import TopicView
 
 # Outcomes an operator can cause by hand (a stale page, a typo): shown, not a server error.
 EXPECTED_FAILURES = (MessageNotFoundError, InvalidMessageIdError, ConfigError)
@@ -65,9 +65,12 @@ def outcome(request: Request, back: str, text: str, *, status: int = 200) -> Res
     return PlainTextResponse(text, status_code=status)
 
 
-async def _act(request: Request, back: str, operation: Callable[[], Awaitable[str]]) -> Response:
+async def _act(
+    request: Request, stream: str, back: str, operation: Callable[[TopicView], Awaitable[str]]
+) -> Response:
+    """Run ``operation`` on the topic ``stream``; show what it says, or why it failed."""
     try:
-        text = await operation()
+        text = await operation(await view_of(request, stream))
     except EXPECTED_FAILURES as e:
         status = 404 if isinstance(e, MessageNotFoundError) else 400
         return outcome(request, back, str(e), status=status)
@@ -79,44 +82,43 @@ async def stop(request: Request) -> Response:
     stream, entry_id = field(form, "stream", strip=False), field(form, "id")
     back = safe_next(optional_field(form, "back"), href("/topic/stopped", stream=stream))
 
-    async def run() -> str:
-        groups = await control.stop_message(client_of(request, stream), stream, entry_id)
+    async def run(view: TopicView) -> str:
+        groups = await view.stop_message(entry_id)
         return f"stopped {entry_id} (taken from {groups} group(s)' pending entries)"
 
-    return await _act(request, back, run)
+    return await _act(request, stream, back, run)
 
 
 async def resume(request: Request) -> Response:
     form = await authorised_form(request)
     stream, entry_id = field(form, "stream", strip=False), field(form, "id")
 
-    async def run() -> str:
-        groups = await control.resume_message(client_of(request, stream), stream, entry_id)
+    async def run(view: TopicView) -> str:
+        groups = await view.resume_message(entry_id)
         return f"resumed {entry_id} (given back to {groups} group(s))"
 
-    return await _act(request, href("/topic/stopped", stream=stream), run)
+    return await _act(request, stream, href("/topic/stopped", stream=stream), run)
 
 
 async def replay(request: Request) -> Response:
     form = await authorised_form(request)
     stream, letter_id = field(form, "stream", strip=False), field(form, "id")
 
-    async def run() -> str:
-        new_id = await DeadLetters(client_of(request, stream), stream).replay(letter_id)
+    async def run(view: TopicView) -> str:
+        (new_id,) = await view.replay_dead_letter(letter_id)
         return f"replayed dead letter {letter_id} as {new_id}"
 
-    return await _act(request, href("/topic/dead-letters", stream=stream), run)
+    return await _act(request, stream, href("/topic/dead-letters", stream=stream), run)
 
 
 async def replay_all(request: Request) -> Response:
     form = await authorised_form(request)
     stream = field(form, "stream", strip=False)
 
-    async def run() -> str:
-        new_ids = await DeadLetters(client_of(request, stream), stream).replay_all()
-        return f"replayed {len(new_ids)} dead letter(s)"
+    async def run(view: TopicView) -> str:
+        return f"replayed {len(await view.replay_dead_letter())} dead letter(s)"
 
-    return await _act(request, href("/topic/dead-letters", stream=stream), run)
+    return await _act(request, stream, href("/topic/dead-letters", stream=stream), run)
 
 
 async def purge(request: Request) -> Response:
@@ -126,12 +128,10 @@ async def purge(request: Request) -> Response:
     if form.get("confirm") != stream:
         return outcome(request, back, "not purged: type the topic's name to confirm", status=400)
 
-    async def run() -> str:
-        return (
-            f"purged {await DeadLetters(client_of(request, stream), stream).purge()} dead letter(s)"
-        )
+    async def run(view: TopicView) -> str:
+        return f"purged {await view.purge_dead_letters()} dead letter(s)"
 
-    return await _act(request, back, run)
+    return await _act(request, stream, back, run)
 
 
 async def terminate(request: Request) -> Response:
@@ -143,11 +143,13 @@ async def terminate(request: Request) -> Response:
             request, back, "not terminated: type the topic's name to confirm", status=400
         )
     keep = form.get("keep_dead_letters") == "on"
-    with translated(stream):
-        exists = await client_of(request, stream).exists(stream)
-    if not exists:
-        return outcome(request, "/", f"not terminated: there is no stream {stream!r}", status=404)
-    await control.terminate_topic(client_of(request, stream), stream, keep_dead_letters=keep)
+    view = await view_of(request, stream)
+    if not view.partitioned:  # a partitioned topic exists while its partitions are recorded
+        with translated(stream):
+            if not await view.client.exists(stream):
+                message = f"not terminated: there is no stream {stream!r}"
+                return outcome(request, "/", message, status=404)
+    await view.terminate_topic(keep_dead_letters=keep)
     store: SampleStore = request.app.state.samples
     store.forget(stream)
     kept = " (dead letters kept)" if keep else ""
@@ -163,7 +165,7 @@ async def log_in(request: Request) -> Response:
         raise HTTPException(403, "this dashboard is read-only (started without a token)")
     if not same_origin(request):
         raise HTTPException(403, "refused: the form was sent from another origin")
-    if not isinstance(token, str) or not access.token_matches(token):
+    if not access.check_token(request, token if isinstance(token, str) else ""):
         context = {"next": next_path, "error": "That is not the write token."}
         return page(request, "login.html", context, status_code=403)
     response = RedirectResponse(next_path, status_code=303)

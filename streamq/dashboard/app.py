@@ -111,7 +111,9 @@ ROUTES = [
 
 async def http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
-    return error_page(request, error.status_code, error.detail)
+    response = error_page(request, error.status_code, error.detail)
+    response.headers.update(error.headers or {})  # Retry-After of a 429
+    return response
 
 
 async def failure(request: Request, error: Exception) -> Response:

@@ -7,27 +7,23 @@ name may hold ``/``, ``?`` or ``#``, which a path segment would mangle.
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..topic.admin import TopicInfo, topic_info
+from ..topic.admin import TopicInfo
 from ..wire.routing import Deployment
+from .paging import dead_letter_page, parse_cursor, pending_page
 from .render import page
 from .samples import SampleStore, chart_series
 from .security import safe_next
-from .topics import dead_letter_page, list_topics, parse_cursor, pending_page
+from .topics import list_topics
+from .view import TopicView, open_view
 
 
 def deployment_of(request: Request) -> Deployment:
     deployment: Deployment = request.app.state.deployment
     return deployment
-
-
-def client_of(request: Request, stream: str) -> aioredis.Redis:
-    """A client for ``stream``'s keys (on a cluster: its slot's master)."""
-    return deployment_of(request).client_for(stream)
 
 
 def stream_param(request: Request) -> str:
@@ -38,13 +34,20 @@ def stream_param(request: Request) -> str:
     return stream
 
 
-async def existing_topic(request: Request) -> TopicInfo:
-    """The topic named in the query; 404 if neither it nor anything of it exists."""
+async def view_of(request: Request, stream: str) -> TopicView:
+    """The topic ``stream`` (plain, or partitioned as recorded) to read or operate."""
+    return await open_view(deployment_of(request), stream)
+
+
+async def existing_topic(request: Request) -> tuple[TopicView, TopicInfo]:
+    """The topic named in the query and its figures; 404 if neither it nor anything of it
+    exists."""
     stream = stream_param(request)
-    info = await topic_info(client_of(request, stream), stream)
+    view = await view_of(request, stream)
+    info = await view.topic_info()
     if not info.exists and not info.dead_letters and not info.stopped_ids:
         raise HTTPException(404, f"there is no stream {stream!r}")
-    return info
+    return view, info
 
 
 async def topics(request: Request) -> Response:
@@ -53,53 +56,55 @@ async def topics(request: Request) -> Response:
 
 
 async def topic(request: Request) -> Response:
-    info = await existing_topic(request)
-    return page(request, "topic.html", await _live_context(request, info))
+    view, info = await existing_topic(request)
+    return page(request, "topic.html", await _live_context(request, view, info))
 
 
 async def topic_live(request: Request) -> Response:
-    """The part of the topic page that the page polls: figures, groups, chart data."""
-    info = await existing_topic(request)
-    return page(request, "_live.html", await _live_context(request, info), fragment=True)
+    """The part of the topic page that the page polls: figures, groups, partitions, chart
+    data."""
+    view, info = await existing_topic(request)
+    context = await _live_context(request, view, info)
+    return page(request, "_live.html", context, fragment=True)
 
 
-async def _live_context(request: Request, info: TopicInfo) -> dict[str, object]:
+async def _live_context(request: Request, view: TopicView, info: TopicInfo) -> dict[str, object]:
     store: SampleStore = request.app.state.samples
-    samples = await store.refresh(client_of(request, info.stream), info.stream)
-    return {"info": info, "series": chart_series(samples)}
+    samples = await store.refresh(view)
+    return {"info": info, "view": view, "series": chart_series(samples)}
 
 
 async def pending(request: Request) -> Response:
-    info = await existing_topic(request)
+    view, info = await existing_topic(request)
     group = request.query_params.get("group") or (info.groups[0].name if info.groups else "")
     if group and group not in {g.name for g in info.groups}:
         raise HTTPException(404, f"topic {info.stream!r} has no consumer group {group!r}")
-    after = parse_cursor(request.query_params.get("after"))
+    after = parse_cursor(view, request.query_params.get("after"))
     consumer = request.query_params.get("consumer") or None
     rows = None
     if group:
-        rows = await pending_page(
-            client_of(request, info.stream), info.stream, group, after=after, consumer=consumer
-        )
-    context = {"info": info, "group": group, "consumer": consumer, "after": after, "rows": rows}
+        rows = await pending_page(view, group, after=after, consumer=consumer)
+    context = {"info": info, "view": view, "group": group, "consumer": consumer,
+               "after": after, "rows": rows}  # fmt: skip
     return page(request, "pending.html", context)
 
 
 async def dead_letters(request: Request) -> Response:
-    info = await existing_topic(request)
-    after = parse_cursor(request.query_params.get("after"))
-    letters = await dead_letter_page(client_of(request, info.stream), info.stream, after=after)
-    return page(request, "dead_letters.html", {"info": info, "letters": letters, "after": after})
+    view, info = await existing_topic(request)
+    after = parse_cursor(view, request.query_params.get("after"))
+    letters = await dead_letter_page(view, after=after)
+    context = {"info": info, "view": view, "letters": letters, "after": after}
+    return page(request, "dead_letters.html", context)
 
 
 async def stopped(request: Request) -> Response:
-    info = await existing_topic(request)
-    return page(request, "stopped.html", {"info": info})
+    view, info = await existing_topic(request)
+    return page(request, "stopped.html", {"info": info, "view": view})
 
 
 async def terminate_form(request: Request) -> Response:
-    info = await existing_topic(request)
-    return page(request, "terminate.html", {"info": info})
+    view, info = await existing_topic(request)
+    return page(request, "terminate.html", {"info": info, "view": view})
 
 
 async def login_form(request: Request) -> Response:

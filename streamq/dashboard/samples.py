@@ -6,16 +6,17 @@ the last :data:`RING_SIZE` samples kept in this process. So the chart covers the
 since someone first opened the topic, and is empty again after a restart: it is a view of
 now, not a metrics store (Prometheus is, see :mod:`streamq.metrics`).
 
-A sample is two commands: XINFO STREAM (``entries-added``: what was ever published) and
-XINFO GROUPS (each group's lag, pending count and ``entries-read``). Rates come from the
-difference between consecutive samples, so a gap in polling shows as an average, not a
-spike.
+A sample is two commands per stream: XINFO STREAM (``entries-added``: what was ever
+published) and XINFO GROUPS (each group's lag, pending count and ``entries-read``); a
+partitioned topic's sample is the sum over its partitions. Rates come from the difference
+between consecutive samples, so a gap in polling shows as an average, not a spike.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ..wire.client import translated
+from .view import TopicView
 
 MIN_INTERVAL = 1.0
 RING_SIZE = 300  # ten minutes at one sample every two seconds
@@ -54,11 +56,38 @@ async def take_sample(client: aioredis.Redis, stream: str) -> Sample | None:
     reads = [_entries_read(g, added) for g in groups]
     return Sample(
         at=time.time(),
-        lag=None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags),
+        lag=_sum_known(lags),
         pending=sum(int(g["pending"]) for g in groups),
         added=added,
-        read=None if any(r is None for r in reads) else sum(r or 0 for r in reads),
+        read=_sum_known(reads),
     )
+
+
+async def sample_topic(view: TopicView) -> Sample | None:
+    """A sample of the topic now (summed over its partitions); None if no stream of it
+    exists."""
+    samples = []
+    for index in range(view.partitions):
+        stream, client = view.part(index)
+        sample = await take_sample(client, stream)
+        if sample is not None:
+            samples.append(sample)
+    return summed(samples) if samples else None
+
+
+def summed(samples: Sequence[Sample]) -> Sample:
+    """Samples of a topic's partitions as one (a figure unknown in one is unknown)."""
+    return Sample(
+        at=max(s.at for s in samples),
+        lag=_sum_known([s.lag for s in samples]),
+        pending=sum(s.pending for s in samples),
+        added=_sum_known([s.added for s in samples]),
+        read=_sum_known([s.read for s in samples]),
+    )
+
+
+def _sum_known(values: Sequence[int | None]) -> int | None:
+    return None if any(v is None for v in values) else sum(v or 0 for v in values)
 
 
 def _entries_read(group: dict[str, Any], added: int | None) -> int | None:
@@ -88,12 +117,12 @@ class SampleStore:
         self.min_interval = min_interval
         self._lock = anyio.Lock()
 
-    async def refresh(self, client: aioredis.Redis, stream: str) -> list[Sample]:
+    async def refresh(self, view: TopicView) -> list[Sample]:
         """Take a sample unless the last one is fresh; return the topic's samples."""
         async with self._lock:  # two pages polling at once add one sample, in order
-            ring = self._ring(stream)
+            ring = self._ring(view.stream)
             if not ring or time.time() - ring[-1].at >= self.min_interval:
-                sample = await take_sample(client, stream)
+                sample = await sample_topic(view)
                 if sample is not None:
                     ring.append(sample)
             return list(ring)

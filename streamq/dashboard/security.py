@@ -22,6 +22,9 @@ restart of the dashboard or after :data:`SESSION_LIFETIME`. Why a CSRF token on 
 localhost (a dev server, a notebook) counts as the same site and its forms would carry the
 cookie; it cannot read the dashboard's pages (another origin), so it cannot know the CSRF
 token. As a last layer, a POST whose ``Origin`` header names another origin is refused.
+
+Wrong tokens (at login or as a Bearer header) are counted per client address: after a few
+within a minute that address gets 429 for a while (:mod:`.throttle`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+
+from .throttle import LoginThrottle
 
 COOKIE = "streamq_dashboard_session"
 SESSION_LIFETIME = 12 * 3600.0
@@ -98,6 +103,7 @@ class Access:
             raise ValueError("the write token must not be empty (None makes it read-only)")
         self.token = token
         self.sessions = Sessions()
+        self.throttle = LoginThrottle()
 
     @property
     def writable(self) -> bool:
@@ -105,6 +111,23 @@ class Access:
 
     def token_matches(self, given: str) -> bool:
         return self.token is not None and same_secret(given, self.token)
+
+    def check_token(self, request: Request, given: str) -> bool:
+        """Whether ``given`` is the write token, counting a wrong one against the client's
+        address; raise 429 (with ``Retry-After``) while that address is throttled."""
+        address = request.client.host if request.client else "unknown"
+        wait = self.throttle.retry_after(address)
+        if wait is not None:
+            raise HTTPException(
+                429,
+                f"too many wrong tokens from this address: try again in {wait} s",
+                headers={"Retry-After": str(wait)},
+            )
+        if self.token_matches(given):
+            self.throttle.succeeded(address)
+            return True
+        self.throttle.failed(address)
+        return False
 
     def session(self, request: Request) -> Session | None:
         """The request's live session, if its cookie names one."""
@@ -115,7 +138,7 @@ class Access:
 
     def bearer_ok(self, request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(given.strip())
+        return scheme.lower() == "bearer" and self.check_token(request, given.strip())
 
     def require_write(self, request: Request, form: FormData) -> None:
         """Return if this POST may change data; else raise a 403 saying why."""

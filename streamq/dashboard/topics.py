@@ -1,51 +1,60 @@
-"""What the dashboard reads from Redis beyond the topic operations: which streams are
-topics, and pages of pending entries and dead letters.
+"""Which streams are topics: the topics page's listing.
 
 A topic is a stream with at least one consumer group. streamq's own keys
 (``streamq:{<stream>}:...``, the dead-letter stream among them) are streams too and are
-skipped. Everything else comes from the same operations ``MessageQueue`` offers
-(:func:`streamq.topic.admin.topic_info`, :class:`streamq.topic.deadletter.DeadLetters`),
-called with the dashboard's one client rather than through a queue, because opening a
-queue would create its consumer group.
+skipped. A partitioned topic ``T`` is stored as the streams ``T:p<i>.<s>``
+(:mod:`streamq.topic.partitions`): a stream so named is taken as a partition only if
+``streamq:{T}:partitions`` records a count whose partition ``i`` is that very name, and the
+topic is listed once, with the totals of its partitions. Figures come from the same
+operations ``MessageQueue`` offers, through :class:`~.view.TopicView`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
-import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ..errors import RedisFailure
-from ..ids import StreamId
-from ..topic.admin import TopicInfo, topic_info
-from ..topic.deadletter import DeadLetter, DeadLetters
-from ..wire.client import text, translated
+from ..topic.admin import TopicInfo
+from ..topic.partitions import partition_streams, recorded_partitions
+from ..wire.client import translated
 from ..wire.routing import Deployment
+from .view import TopicView
 
 T = TypeVar("T")
 
 OWN_KEYS = b"streamq:{"
 MAX_TOPICS = 500
 SCAN_BATCH = 1000
-PENDING_PAGE = 50
-DEAD_LETTER_PAGE = 20
+PARTITION_NAME = re.compile(r"(?P<topic>.+):p(?P<index>[0-9]+)\.[0-9]+", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTopic:
+    """A topic of the listing: its figures, partition count and the nodes serving it."""
+
+    info: TopicInfo
+    partitions: int
+    nodes: list[str]
 
 
 @dataclass(frozen=True, slots=True)
 class TopicList:
-    topics: list[TopicInfo]
+    topics: list[ListedTopic]
     truncated: bool  # more than MAX_TOPICS streams with groups exist
     skipped: int  # streams whose names are not UTF-8 (not addressable from a page)
     hidden: int = 0  # streams the server's ACL does not let this user read
 
 
 async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicList:
-    """Every stream with a consumer group (up to ``limit``), sorted by name; on a cluster
+    """Every topic with a consumer group (up to ``limit``), sorted by name; on a cluster
     the streams of every master."""
-    topics: list[TopicInfo] = []
+    finder = _TopicFinder(deployment)
+    topics: list[ListedTopic] = []
     skipped, hidden, truncated = 0, 0, False
     with translated("*"):
         async for raw in _every_stream(deployment):
@@ -56,7 +65,10 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
             except UnicodeDecodeError:
                 skipped += 1
                 continue
-            info = await _readable_topic_info(deployment.client_for(name), name)
+            view = await finder.topic_of(name)
+            if view is None:  # a partition of a topic met already
+                continue
+            info = await unless_forbidden(view.topic_info())
             if info is None:
                 hidden += 1
                 continue
@@ -65,8 +77,46 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
             if len(topics) == limit:
                 truncated = True
                 break
-            topics.append(info)
-    return TopicList(sorted(topics, key=lambda t: t.stream), truncated, skipped, hidden)
+            topics.append(ListedTopic(info, view.partitions, view.nodes()))
+    topics.sort(key=lambda t: t.info.stream)
+    return TopicList(topics, truncated, skipped, hidden)
+
+
+class _TopicFinder:
+    """The topic of each stream name met: the stream itself, or the partitioned topic it
+    is a partition of (each partitioned topic once)."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self._recorded: dict[str, int] = {}
+        self._met: set[str] = set()
+
+    async def topic_of(self, name: str) -> TopicView | None:
+        """The view of ``name``'s topic; None if it is a partitioned topic met before."""
+        view = await self._partitioned_topic_of(name) or TopicView(self.deployment, name)
+        if not view.partitioned:
+            return view
+        if view.stream in self._met:
+            return None
+        self._met.add(view.stream)
+        return view
+
+    async def _partitioned_topic_of(self, name: str) -> TopicView | None:
+        match = PARTITION_NAME.fullmatch(name)
+        if match is None:
+            return None
+        topic, index = match["topic"], int(match["index"])
+        partitions = await self._partitions_of(topic)
+        if partitions <= index or partition_streams(topic, partitions)[index] != name:
+            return None  # a stream merely named like a partition
+        return TopicView(self.deployment, topic, partitions)
+
+    async def _partitions_of(self, topic: str) -> int:
+        if topic not in self._recorded:
+            client = self.deployment.client_for(topic)
+            recorded = await unless_forbidden(recorded_partitions(client, topic))
+            self._recorded[topic] = recorded or 1
+        return self._recorded[topic]
 
 
 async def _every_stream(deployment: Deployment) -> AsyncIterator[bytes]:
@@ -76,11 +126,11 @@ async def _every_stream(deployment: Deployment) -> AsyncIterator[bytes]:
             yield raw
 
 
-async def _readable_topic_info(client: aioredis.Redis, stream: str) -> TopicInfo | None:
-    """``topic_info``, or None if the ACL lets this user see the name (SCAN lists every
-    key) but not read the stream: an operator limited to some streams lists those."""
+async def unless_forbidden(work: Awaitable[T]) -> T | None:
+    """What ``work`` gives, or None if the ACL lets this user see a name (SCAN lists every
+    key) but not read it: an operator limited to some streams lists those."""
     try:
-        return await topic_info(client, stream)
+        return await work
     except RedisFailure as e:
         if isinstance(e.__cause__, rx.NoPermissionError):
             return None
@@ -91,74 +141,3 @@ def total_lag(info: TopicInfo) -> int | None:
     """The lag of all groups together; None if a group's lag is unknown to the server."""
     lags = [g.lag for g in info.groups]
     return None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingEntry:
-    id: str
-    consumer: str
-    idle_ms: int
-    deliveries: int
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[T]):
-    """One page of rows and the cursor of the next page (None: this is the last)."""
-
-    rows: list[T]
-    next_after: str | None
-
-
-def parse_cursor(after: str | None) -> str | None:
-    """A page cursor from the query string: an entry ID, or None for the first page.
-
-    Raises InvalidMessageIdError for anything else.
-    """
-    if not after:
-        return None
-    return str(StreamId.parse(after))
-
-
-async def pending_page(
-    client: aioredis.Redis,
-    stream: str,
-    group: str,
-    *,
-    after: str | None = None,
-    consumer: str | None = None,
-    count: int = PENDING_PAGE,
-) -> Page[PendingEntry]:
-    """Pending entries of ``group`` after the ID ``after`` (XPENDING's extended form),
-    oldest first, optionally only ``consumer``'s."""
-    start = "-" if after is None else "(" + after
-    with translated(stream, group):
-        rows = await client.xpending_range(
-            stream, group, min=start, max="+", count=count + 1, consumername=consumer or None
-        )
-    entries = [
-        PendingEntry(
-            id=text(row["message_id"]),
-            consumer=text(row["consumer"]),
-            idle_ms=int(row["time_since_delivered"]),
-            deliveries=int(row["times_delivered"]),
-        )
-        for row in rows
-    ]
-    return _paged(entries, count, lambda e: e.id)
-
-
-async def dead_letter_page(
-    client: aioredis.Redis, stream: str, *, after: str | None = None, count: int = DEAD_LETTER_PAGE
-) -> Page[DeadLetter]:
-    """Dead letters of ``stream`` after the letter ID ``after``, oldest first."""
-    start = "-" if after is None else "(" + after
-    letters = await DeadLetters(client, stream).list(count + 1, start)
-    return _paged(letters, count, lambda d: d.id)
-
-
-def _paged(rows: list[T], count: int, cursor: Callable[[T], str]) -> Page[T]:
-    """``rows`` fetched with one extra: a full page and the cursor of its last row."""
-    if len(rows) <= count:
-        return Page(rows, None)
-    shown = rows[:count]
-    return Page(shown, cursor(shown[-1]))

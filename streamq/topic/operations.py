@@ -58,20 +58,24 @@ class TopicOperations:
         return [(i, s, self.client_for(s)) for i, s in enumerate(self.streams)]
 
     # -- control --------------------------------------------------------------------
-    async def stop_message(self, entry_id: str) -> None:
-        """Stop one entry for every consumer of every group until resumed.
+    async def stop_message(self, entry_id: str) -> int:
+        """Stop one entry for every consumer of every group until resumed; return how many
+        groups' pending entries it was taken from.
 
         Raises MessageNotFoundError if the entry does not exist.
         """
         index, raw, client = self._locate(entry_id)
-        await control.stop_message(client, self.streams[index], raw)
+        groups = await control.stop_message(client, self.streams[index], raw)
         self.stopped_view(index).ids.add(raw)
+        return groups
 
-    async def resume_message(self, entry_id: str) -> None:
-        """Resume a stopped entry: it is handled once more, with its original ID."""
+    async def resume_message(self, entry_id: str) -> int:
+        """Resume a stopped entry: it is handled once more, with its original ID. Return
+        how many groups it was given back to."""
         index, raw, client = self._locate(entry_id)
-        await control.resume_message(client, self.streams[index], raw)
+        groups = await control.resume_message(client, self.streams[index], raw)
         self.stopped_view(index).ids.discard(raw)
+        return groups
 
     async def stopped_messages(self) -> list[str]:
         return [

@@ -1,0 +1,141 @@
+"""Pages of pending entries and dead letters, over every partition of a topic.
+
+Rows come partition by partition (0, 1, ...), oldest first within each: entries of
+different partitions are not ordered with each other. Each row's ID is shown as the topic's
+operations take it (``"<i>:<ms>-<seq>"`` on a partitioned topic), and a page's cursor is
+its last row's ID: the next page goes on after it in its partition, then the partitions
+after that one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Generic, Protocol, TypeVar
+
+import redis.asyncio as aioredis
+
+from ..errors import GroupNotFoundError
+from ..topic.deadletter import DeadLetter, DeadLetters
+from ..topic.partitions import PartitionedId
+from ..wire.client import text, translated
+from .view import TopicView
+
+
+class _Row(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+T = TypeVar("T")
+R = TypeVar("R", bound=_Row)
+
+PENDING_PAGE = 50
+DEAD_LETTER_PAGE = 20
+
+# what one partition gives: (client, stream, start as XRANGE takes it, count) -> rows
+Fetch = Callable[[aioredis.Redis, str, str, int], Awaitable[list[R]]]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    id: str
+    consumer: str
+    idle_ms: int
+    deliveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of rows and the cursor of the next page (None: this is the last)."""
+
+    rows: list[T]
+    next_after: str | None
+
+
+def parse_cursor(view: TopicView, after: str | None) -> str | None:
+    """A page cursor from the query string: an entry ID of the topic (naming its
+    partition on a partitioned topic), or None for the first page.
+
+    Raises InvalidMessageIdError for anything else.
+    """
+    if not after:
+        return None
+    where = PartitionedId.parse(after, view.partitions)
+    return view.qualified(where.partition, where.entry_id)
+
+
+async def pending_page(
+    view: TopicView,
+    group: str,
+    *,
+    after: str | None = None,
+    consumer: str | None = None,
+    count: int = PENDING_PAGE,
+) -> Page[PendingEntry]:
+    """Pending entries of ``group`` after the ID ``after`` (XPENDING's extended form),
+    oldest first in each partition, optionally only ``consumer``'s."""
+
+    async def fetch(client: aioredis.Redis, stream: str, start: str, n: int) -> list[PendingEntry]:
+        try:
+            return await _pending(client, stream, group, start, n, consumer)
+        except GroupNotFoundError:  # a group made by hand on some partitions only
+            return []
+
+    def qualified(index: int, entry: PendingEntry) -> PendingEntry:
+        return replace(entry, id=view.qualified(index, entry.id))
+
+    return await _over_partitions(view, after, count, fetch, qualified)
+
+
+async def _pending(
+    client: aioredis.Redis, stream: str, group: str, start: str, count: int, consumer: str | None
+) -> list[PendingEntry]:
+    with translated(stream, group):
+        rows = await client.xpending_range(
+            stream, group, min=start, max="+", count=count, consumername=consumer or None
+        )
+    return [
+        PendingEntry(
+            id=text(row["message_id"]),
+            consumer=text(row["consumer"]),
+            idle_ms=int(row["time_since_delivered"]),
+            deliveries=int(row["times_delivered"]),
+        )
+        for row in rows
+    ]
+
+
+async def dead_letter_page(
+    view: TopicView, *, after: str | None = None, count: int = DEAD_LETTER_PAGE
+) -> Page[DeadLetter]:
+    """Dead letters of the topic after the letter ID ``after``, oldest first in each
+    partition."""
+
+    async def fetch(client: aioredis.Redis, stream: str, start: str, n: int) -> list[DeadLetter]:
+        return await DeadLetters(client, stream).list(n, start)
+
+    return await _over_partitions(view, after, count, fetch, view.qualified_letter)
+
+
+async def _over_partitions(
+    view: TopicView,
+    after: str | None,
+    count: int,
+    fetch: Fetch[R],
+    qualified: Callable[[int, R], R],
+) -> Page[R]:
+    """Up to ``count`` rows after ``after``, fetched with one extra to know whether a next
+    page exists; ``qualified`` names each row's partition in its ID."""
+    where = None if after is None else PartitionedId.parse(after, view.partitions)
+    rows: list[R] = []
+    for index in range(0 if where is None else where.partition, view.partitions):
+        stream, client = view.part(index)
+        start = "-"
+        if where is not None and index == where.partition:
+            start = "(" + where.entry_id
+        fetched = await fetch(client, stream, start, count + 1 - len(rows))
+        rows += [qualified(index, row) for row in fetched]
+        if len(rows) > count:
+            return Page(rows[:count], rows[count - 1].id)
+    return Page(rows, None)
