@@ -11,11 +11,13 @@ and streamq's hand-packed RESP (:mod:`streamq.wire.resp`), all run on it unchang
 
 The connections report what they see (:class:`RoutedConnection`): a ``MOVED`` reply moves
 the slot in the table at once and a full refresh follows before the next command; an
-unreachable node, ``CLUSTERDOWN`` or ``TRYAGAIN`` (a failover, a slot being migrated)
-refresh it too. The command itself fails as a transient error (``ServerUnavailableError``)
-and is retried by the caller: the read loops with their backoff, one-shot operations
-through :func:`streamq.wire.client.ride_through`. ``ASK`` (a slot half-migrated) is
-waited out the same way: the migration ends with the slot moved, and then ``MOVED``.
+unreachable node, ``CLUSTERDOWN`` or ``TRYAGAIN`` (a failover, a multi-key command on a slot
+half-migrated) refresh it too. The command itself fails as a transient error
+(``ServerUnavailableError``) and is retried by the caller: the read loops with their
+backoff, one-shot operations through :func:`streamq.wire.client.ride_through` (a plain
+command follows one ``MOVED`` itself, :mod:`streamq.wire.following`). ``ASK`` (a key of a
+slot being migrated is on the target already) is followed at once, by every command, the
+hand-packed ones too (:mod:`streamq.wire.asking`): the table stays as it is.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ from redis import exceptions as rx
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 
 from ..errors import ConfigError
+from .following import FollowingRedis
 from .slots import NOT_A_CLUSTER, Address, SlotTable, slot_of
 
 log = logging.getLogger(__name__)
 
 # Error replies of a cluster that is changing: a slot moved (MOVED) or moving (ASK,
 # TRYAGAIN), a failover under way (CLUSTERDOWN, MASTERDOWN). redis-py raises each as its
-# own class (the text no longer starts with the code).
+# own class (the text no longer starts with the code; MovedError is an AskError).
 RECONFIGURING: tuple[type[rx.ResponseError], ...] = (
     rx.AskError, rx.TryAgainError, rx.ClusterDownError,
 )  # fmt: skip
@@ -49,6 +52,7 @@ class RouterState:
         self.cluster = cluster  # None until detected
         self.table = SlotTable()
         self.stale = cluster is not False
+        self.scripts: dict[str, Any] = {}  # SHA -> text of the scripts registered (ASK)
 
     def note_reply(self, error: rx.ResponseError) -> None:
         """An error reply seen on a connection: maybe the slot table is out of date."""
@@ -57,8 +61,8 @@ class RouterState:
         if isinstance(error, rx.MovedError):
             self.table.move(error.slot_id, (error.host, error.port))
             self.stale = True
-        elif isinstance(error, RECONFIGURING):
-            self.stale = True
+        elif isinstance(error, rx.TryAgainError | rx.ClusterDownError):
+            self.stale = True  # (an ASK leaves the slot where it is until MOVED)
 
     def note_unreachable(self) -> None:
         """A node did not answer: after a failover another one serves its slots."""
@@ -243,19 +247,6 @@ class Deployment:
 
     def _client(self, pool: Any) -> aioredis.Redis:
         return FollowingRedis(connection_pool=cast(ConnectionPool, pool))
-
-
-class FollowingRedis(aioredis.Redis):  # type: ignore[misc]
-    """A redis-py client that follows one ``MOVED``: the reply says the command was not
-    run, and the slot table was corrected when it arrived, so the same command goes once
-    more, to the slot's new master. (Pipelines, scripts and hand-packed commands are
-    retried by their callers.)"""
-
-    async def execute_command(self, *args: Any, **options: Any) -> Any:
-        try:
-            return await super().execute_command(*args, **options)
-        except rx.MovedError:
-            return await super().execute_command(*args, **options)
 
 
 def _pool_options(seed: ConnectionPool) -> dict[str, Any]:
