@@ -235,6 +235,23 @@ async def test_a_master_killed_under_load_loses_nothing_acknowledged(
     assert replicated.master_of_slot(slot_of(first)).port != victim.port
 
 
+async def test_a_queue_opened_while_its_master_fails_waits_for_the_replica(
+    replicated: EmbeddedCluster, replicated_stream: str
+) -> None:
+    victim = replicated.master_of_slot(slot_of(replicated_stream))
+    survivor = next(n for n in replicated.nodes if n.role == "master" and n.port != victim.port)
+    replicated.kill_node(victim.port)
+    try:
+        mq = queue(survivor.url, replicated_stream)
+        with anyio.fail_after(30):
+            async with mq:  # the group is made once a replica took over the slot
+                entry_id = await mq.publish("ok", 1)
+                assert (await mq.topic_info()).length == 1, entry_id
+        assert replicated.master_of_slot(slot_of(replicated_stream)).port != victim.port
+    finally:
+        await anyio.to_thread.run_sync(replicated.restart_node, victim.port)
+
+
 class Migration:
     """A slot moved by hand from its master to another, as ``redis-cli --cluster reshard``
     does: IMPORTING on the target, MIGRATING on the source, every key of the slot moved with

@@ -23,6 +23,7 @@ hand-packed ones too (:mod:`streamq.wire.asking`): the table stays as it is.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 import anyio
@@ -47,8 +48,13 @@ RECONFIGURING: tuple[type[rx.ResponseError], ...] = (
 class RouterState:
     """What a router knows, without I/O: shared by the asyncio and the sync router."""
 
-    def __init__(self, address: Address, cluster: bool | None) -> None:
-        self.address = address
+    def __init__(
+        self, address: Address, cluster: bool | None, seeds: Sequence[Address] = ()
+    ) -> None:
+        """``seeds``: more nodes of the cluster to ask for the slot map (:mod:`.seeds`)."""
+        if seeds and cluster is False:
+            raise ConfigError("cluster=False, but the URL names several nodes (of a cluster)")
+        self.address, self.seeds = address, list(seeds)
         self.cluster = cluster  # None until detected
         self.table = SlotTable()
         self.stale = cluster is not False
@@ -70,8 +76,9 @@ class RouterState:
             self.stale = True
 
     def candidates(self, known: list[Address]) -> list[Address]:
-        """Whom to ask for the slot table: the URL's node, then every node seen."""
-        return list(dict.fromkeys([self.address, *self.table.masters(), *known]))
+        """Whom to ask for the slot table: the URL's node, every master seen, the URL's
+        other nodes, then every node seen."""
+        return list(dict.fromkeys([self.address, *self.table.masters(), *self.seeds, *known]))
 
     def detected(self, reply: Any, asked: Address) -> None:
         self.table.load(reply, asked)
@@ -97,6 +104,8 @@ class RouterState:
     def single_node(self, why: str) -> None:
         if self.cluster:
             raise ConfigError(f"cluster=True but the server is not a cluster node: {why}")
+        if self.seeds:
+            raise ConfigError(f"the URL names several nodes, but they are no cluster: {why}")
         self.cluster, self.stale = False, False
 
 
@@ -138,14 +147,21 @@ class Deployment:
     """The pools of one deployment and the slot table that picks among them."""
 
     def __init__(
-        self, seed: ConnectionPool, *, cluster: bool | None = None, owner: Any = None
+        self,
+        seed: ConnectionPool,
+        *,
+        cluster: bool | None = None,
+        owner: Any = None,
+        seeds: Sequence[Address] = (),
     ) -> None:
         """``owner``: a client that owns ``seed`` and more (a Sentinel client and its
         connections to the sentinels), closed instead of the pool; given, the deployment
-        is a Sentinel service's master (found again after a failover)."""
+        is a Sentinel service's master (found again after a failover). ``seeds``: other
+        nodes of the cluster than ``seed``'s."""
         kwargs = seed.connection_kwargs
         self._owner = owner
-        self.state = RouterState((str(kwargs.get("host")), int(kwargs.get("port") or 0)), cluster)
+        address = (str(kwargs.get("host")), int(kwargs.get("port") or 0))
+        self.state = RouterState(address, cluster, seeds)
         seed.connection_class = routed_connection_class(seed.connection_class, self.state)
         self.seed = seed
         self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}

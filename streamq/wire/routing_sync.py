@@ -10,6 +10,7 @@ hand-packed ones in :func:`streamq.wire.resp.execute_sync`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
@@ -79,14 +80,18 @@ class SyncDeployment:
     """The pools of one deployment, for blocking clients."""
 
     def __init__(
-        self, seed: ConnectionPool, *, cluster: bool | None = None, owner: Any = None
+        self,
+        seed: ConnectionPool,
+        *,
+        cluster: bool | None = None,
+        owner: Any = None,
+        seeds: Sequence[Address] = (),
     ) -> None:
-        """``owner``: a client that owns ``seed`` and more (a Sentinel client and its
-        connections to the sentinels), closed instead of the pool; given, the deployment
-        is a Sentinel service's master (found again after a failover)."""
+        """As :class:`streamq.wire.routing.Deployment`."""
         kwargs = seed.connection_kwargs
         self._owner = owner
-        self.state = RouterState((str(kwargs.get("host")), int(kwargs.get("port") or 0)), cluster)
+        address = (str(kwargs.get("host")), int(kwargs.get("port") or 0))
+        self.state = RouterState(address, cluster, seeds)
         seed.connection_class = routed_connection_class(seed.connection_class, self.state)
         self.seed = seed
         self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}
