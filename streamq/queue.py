@@ -46,7 +46,7 @@ from .topic.partitions import (
     recorded_partitions,
     validate_partitions,
 )
-from .wire.client import connect
+from .wire.client import connect, ride_through
 from .wire.keys import validate_stream_name
 from .wire.permissions import check_permissions
 from .wire.routing import Deployment
@@ -211,6 +211,9 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         """Connect, check the server's permissions and create the group if needed (the
         start position applies at creation). A closed queue may be opened again.
 
+        On a cluster or a Sentinel service, a server that cannot be reached is waited
+        for as a publish waits (up to 30 s: a failover under way).
+
         Raises ConfigError (missing permissions), AuthenticationFailedError,
         ServerUnavailableError, QueueStateError if the queue is already open.
         """
@@ -218,7 +221,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             raise QueueStateError(f"this MessageQueue is already {self._state.value}")
         self._state = State.NEW  # a closed queue reopens with a fresh client
         try:
-            await self._prepare()
+            await ride_through(self.deployment, self._prepare)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._close_client()

@@ -4,6 +4,7 @@ consumer are ridden through with nothing lost."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 
@@ -20,10 +21,13 @@ from streamq import (
     NotReplicatedError,
     Publisher,
     Reject,
+    ServerUnavailableError,
     StartFrom,
 )
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.partitions import partition_streams
+from streamq.wire.client import connect_sync
+from streamq.wire.keys import Keys
 from streamq.wire.slots import SlotTable, slot_of
 from tests.conftest import wait_for
 
@@ -231,26 +235,139 @@ async def test_a_master_killed_under_load_loses_nothing_acknowledged(
     assert replicated.master_of_slot(slot_of(first)).port != victim.port
 
 
-async def test_a_slot_migrated_under_a_running_consumer_is_waited_out(
+async def test_a_queue_opened_while_its_master_fails_waits_for_the_replica(
     replicated: EmbeddedCluster, replicated_stream: str
 ) -> None:
-    slot = slot_of(replicated_stream)
-    source = replicated.master_of_slot(slot)
-    target, third = [n for n in replicated.nodes if n.role == "master" and n.port != source.port]
-    load = Load(third.url, replicated_stream)
+    victim = replicated.master_of_slot(slot_of(replicated_stream))
+    survivor = next(n for n in replicated.nodes if n.role == "master" and n.port != victim.port)
+    replicated.kill_node(victim.port)
+    try:
+        mq = queue(survivor.url, replicated_stream)
+        with anyio.fail_after(30):
+            async with mq:  # the group is made once a replica took over the slot
+                entry_id = await mq.publish("ok", 1)
+                assert (await mq.topic_info()).length == 1, entry_id
+        assert replicated.master_of_slot(slot_of(replicated_stream)).port != victim.port
+    finally:
+        await anyio.to_thread.run_sync(replicated.restart_node, victim.port)
 
-    def migrate() -> None:
+
+class Migration:
+    """A slot moved by hand from its master to another, as ``redis-cli --cluster reshard``
+    does: IMPORTING on the target, MIGRATING on the source, every key of the slot moved with
+    MIGRATE (:meth:`begin`); then the slot given to the target on every master (:meth:`finish`)."""
+
+    def __init__(self, cluster: EmbeddedCluster, slot: int) -> None:
+        self.cluster, self.slot = cluster, slot
+        self.source = cluster.master_of_slot(slot)
+        others = [n for n in cluster.nodes if n.role == "master" and n.port != self.source.port]
+        self.target, self.third = others
+
+    def begin(self) -> list[bytes]:
+        """The slot half-migrated, all its keys on the target; returns the keys moved."""
+        slot, source, target = self.slot, self.source, self.target
         with redis.Redis.from_url(source.url) as src, redis.Redis.from_url(target.url) as dst:
             dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
             src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
-            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
-            assert replicated_stream.encode() in keys, keys
+            keys: list[bytes] = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10_000)
             src.migrate("127.0.0.1", target.port, keys, 0, 5000)
-            for node in replicated.nodes:
-                if node.role == "master":
-                    with redis.Redis.from_url(node.url) as each:
-                        each.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
-        replicated.wait_ready()
+            assert src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        return keys
+
+    def migrating(self) -> bool:
+        """Whether the source still says the slot is migrating to the target."""
+        with redis.Redis.from_url(self.source.url) as src:
+            nodes = src.execute_command("CLUSTER", "NODES").decode()
+        return f"[{self.slot}->-{self.target.node_id}]" in nodes
+
+    def finish(self) -> None:
+        for node in self.cluster.nodes:
+            if node.role == "master":
+                with redis.Redis.from_url(node.url) as each:
+                    each.execute_command(
+                        "CLUSTER", "SETSLOT", self.slot, "NODE", self.target.node_id
+                    )
+        self.cluster.wait_ready()
+
+
+async def test_a_slot_migrated_under_a_running_consumer_is_waited_out(
+    replicated: EmbeddedCluster, replicated_stream: str
+) -> None:
+    migration = Migration(replicated, slot_of(replicated_stream))
+    load = Load(migration.third.url, replicated_stream)
+
+    def migrate() -> None:
+        assert replicated_stream.encode() in migration.begin()
+        migration.finish()
 
     await run_under_load(load, migrate)
-    assert replicated.master_of_slot(slot).port == target.port
+    assert replicated.master_of_slot(migration.slot).port == migration.target.port
+
+
+def same_slot(stream: str) -> str:
+    """Another stream name whose keys share ``stream``'s slot."""
+    slot = slot_of(stream)
+    return next(name for n in itertools.count() if slot_of(name := f"{stream}-{n}") == slot)
+
+
+async def test_a_slot_being_migrated_is_served_without_waiting_then_moved(
+    replicated: EmbeddedCluster, replicated_stream: str
+) -> None:
+    """Mid-migration the old master answers ASK for the keys it no longer holds: every
+    operation asks the target (ASKING) and completes while the slot is still migrating."""
+    migration = Migration(replicated, slot_of(replicated_stream))
+    url, doomed = migration.third.url, same_slot(replicated_stream)
+    mq, other = queue(url, replicated_stream), queue(url, doomed, consumer="c2")
+    handled: list[str] = []
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        handled.append(msg.id)
+
+    @mq.handler("poison")
+    async def poison(msg: Message[int]) -> None:
+        raise Reject("never")
+
+    async with mq, other, mq.running():
+        published = await mq.publish_many("ok", range(10))
+        await other.publish("ok", 0)
+        await wait_for(lambda: set(published) <= set(handled), what="handled before")
+        await mq.stop_message(published[0])  # handled: only the stopped hash has it
+        moved = await anyio.to_thread.run_sync(migration.begin)
+        names = (replicated_stream, doomed, Keys(replicated_stream).stopped)
+        assert {name.encode() for name in names} <= set(moved)
+        with anyio.fail_after(15):  # nothing waits for the end of the migration
+            published.append(await mq.publish("ok", 10))
+            published += await mq.publish_many("ok", range(11, 20))
+            published += await anyio.to_thread.run_sync(publish_sync, url, replicated_stream)
+            await mq.publish("poison", 0)
+            await wait_for(lambda: set(published) <= set(handled), what="handled during")
+            await wait_for(lambda: mq.stats().get("dead_lettered") == 1, what="a dead letter")
+            await mq.stop_message(published[-1])  # a script on two keys, both moved
+            await mq.resume_message(published[-1])
+            assert len(await mq.replay_dead_letter()) == 1
+            await wait_for(lambda: mq.stats().get("dead_lettered") == 2, what="replayed")
+            mq.set_cleanup_policy(CleanupPolicy(min_retention=0, max_stream_length=0))
+            await mq.cleanup()
+            # Redis Cluster's rule: keys on neither node (the doomed topic's own keys, never
+            # made) fail a command on several keys with TRYAGAIN until the migration ends
+            with pytest.raises(ServerUnavailableError, match="TryAgain"):
+                await other.terminate_topic()
+            assert await anyio.to_thread.run_sync(migration.migrating)
+        await anyio.to_thread.run_sync(migration.finish)
+        published += await mq.publish_many("ok", range(20, 30))  # MOVED, followed
+        await other.terminate_topic()
+        await wait_for(lambda: set(published) <= set(handled), what="handled after")
+        assert mq.deployment.node_of(replicated_stream) == f"127.0.0.1:{migration.target.port}"
+        assert (await mq.topic_info()).pending == 0
+        assert (await other.topic_info()).exists is False
+        assert not mq.done.is_set(), f"consumer stopped: {mq.stop_reason}"
+
+
+def publish_sync(url: str, stream: str) -> list[str]:
+    """Blocking clients mid-migration: the Publisher (hand-packed), a plain command."""
+    with Publisher(url, stream=stream) as publisher:
+        ids = [publisher.publish("ok", 100), *publisher.publish_many("ok", range(101, 105))]
+    with connect_sync(url).client_for(stream, owner=True) as client:
+        assert client.xrange(stream, ids[0], ids[0])[0][0].decode() == ids[0]
+    return ids

@@ -25,6 +25,8 @@ from streamq import (
 )
 from streamq.config import ConsumerConfig
 from streamq.message import RawEntry, encode_entry
+from streamq.wire import resp
+from streamq.wire.asking import ASKING, asking_each, split_commands
 from tests.conftest import QueueFactory, pending_count, wait_for
 
 
@@ -249,3 +251,14 @@ async def test_non_string_meta_from_a_foreign_producer_is_dead_lettered_with_the
 
 async def _dead_letters(mq: MessageQueue, n: int) -> bool:
     return (await mq.topic_info()).dead_letters >= n
+
+
+def test_hand_packed_writes_split_into_their_commands() -> None:
+    """What is sent again after ASK: each command of a write, byte for byte."""
+    xadds, count = resp.pack_xadds("s", [{"type": "t", "data": "x\r\n$3"}, {b"a": b""}])
+    xack = resp.pack_xack("s", "g", ["1-0", "2-0"])
+    read = resp.pack_xreadgroup("g", "c", "s", ">", 10, 5)
+    commands = split_commands(xadds + xack + read)
+    assert count == 2 and len(commands) == 4
+    assert b"".join(commands[:2]) == xadds and commands[2:] == [xack, read]
+    assert asking_each(commands[2:]) == ASKING + xack + ASKING + read

@@ -111,9 +111,12 @@ async def terminate_topic(
     pipe = client.pipeline(transaction=True)
     pipe.set(terminated_mark(keys), "1", px=TERMINATED_MARK_TTL_MS)
     pipe.delete(*doomed)
-    pipe.spublish(keys.control, json.dumps({"op": "terminate"}))
     with translated(stream):
         await pipe.execute()
+        # The notice comes after, not inside, the transaction: a cluster node runs a
+        # transaction that publishes to a shard channel without its checks for a slot
+        # being migrated (the keys already moved would stay, a mark left behind).
+        await client.spublish(keys.control, json.dumps({"op": "terminate"}))
 
 
 async def was_terminated(client: aioredis.Redis, stream: str) -> bool:

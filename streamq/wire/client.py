@@ -29,6 +29,7 @@ from ..errors import (
 from . import sentinel
 from .routing import RECONFIGURING, Deployment
 from .routing_sync import SyncDeployment
+from .seeds import split_seeds
 from .sentinel import is_sentinel_url
 
 T = TypeVar("T")
@@ -98,12 +99,15 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
     """The deployment at ``url``: a single node, or any node of a cluster (``cluster=None``
     detects which on first use; ``True``/``False`` say it). Replies are raw bytes; retries
     are done by streamq's loops. A ``redis+sentinel://`` URL names the master of a
-    Sentinel service instead (found again after a failover; see :mod:`.sentinel`)."""
+    Sentinel service instead (found again after a failover; see :mod:`.sentinel`); one
+    with comma-separated ``host:port`` pairs names several nodes of a cluster (see
+    :mod:`.seeds`)."""
     if is_sentinel_url(url):
         client = sentinel.async_client(url, max_connections=MAX_CONNECTIONS, pool_timeout=POOL_WAIT)
         return Deployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
-    pool = aioredis.BlockingConnectionPool.from_url(url, **POOL_OPTIONS)
-    return Deployment(pool, cluster=cluster)
+    first, seeds = split_seeds(url)
+    pool = aioredis.BlockingConnectionPool.from_url(first, **POOL_OPTIONS)
+    return Deployment(pool, cluster=cluster, seeds=seeds)
 
 
 def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
@@ -111,8 +115,9 @@ def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
     if is_sentinel_url(url):
         client = sentinel.sync_client(url)
         return SyncDeployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
-    pool = redis.BlockingConnectionPool.from_url(url, **POOL_OPTIONS)
-    return SyncDeployment(pool, cluster=cluster)
+    first, seeds = split_seeds(url)
+    pool = redis.BlockingConnectionPool.from_url(first, **POOL_OPTIONS)
+    return SyncDeployment(pool, cluster=cluster, seeds=seeds)
 
 
 def _not_a_cluster(cluster: bool | None) -> bool:

@@ -99,7 +99,8 @@ class _Waiter:
 class KeptConnection:
     """One connection kept checked out by a lane (as the read loop keeps its own), given
     back after a failure or a reply saying the cluster moved the slot; the next write takes
-    one from the pool again, which finds the slot's master.
+    one from the pool again, which finds the slot's master. Entries answered ASK (their slot
+    is being migrated) are sent to the node named at once (:func:`resp.follow_asks`).
 
     Its writes skip redis-py's per-write timeout: redis-py 8 gives every connection a 5 s
     ``socket_timeout``, and a write under a timeout runs in a task of its own
@@ -138,7 +139,9 @@ class KeptConnection:
             raise
         connection.socket_timeout = timeout
         if any(isinstance(result, RECONFIGURING) for result in results):
-            await self.release()
+            results = await resp.follow_asks(self._pool, packed, results)  # ASK: at once
+            if any(isinstance(result, RECONFIGURING) for result in results):
+                await self.release()  # MOVED...: the next write finds the new master
         return results
 
     async def release(self) -> None:

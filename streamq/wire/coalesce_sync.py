@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 
+from . import resp
 from .coalesce import MAX_BATCH, MAX_HEADS, MAX_QUEUED, destination, outcome, pack_fields, xadd_head
 from .routing import RECONFIGURING
 
@@ -60,7 +61,9 @@ class SyncKeptConnection:
             self.release()
             raise
         if any(isinstance(result, RECONFIGURING) for result in results):
-            self.release()
+            results = resp.follow_asks_sync(self._pool, packed, results)  # ASK: at once
+            if any(isinstance(result, RECONFIGURING) for result in results):
+                self.release()  # MOVED...: the next write finds the new master
         return results
 
     def release(self) -> None:

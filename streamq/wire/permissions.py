@@ -47,7 +47,9 @@ PROBE_COMMANDS = ("acl|whoami", "acl|dryrun")
 # What every client sends once to learn whether the server is a cluster node and which
 # node serves which slot (streamq.wire.routing), and which newer stream commands it has
 # (streamq.wire.features). Refused, the server is taken for a single node without them.
-DISCOVERY_COMMANDS = ("cluster|slots", "command|docs")
+# And ASKING, which a cluster client sends before a command on a slot being migrated
+# (streamq.wire.asking); refused, such commands wait until the migration ends.
+DISCOVERY_COMMANDS = ("asking", "cluster|slots", "command|docs")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,9 @@ XACK of 100 IDs that packing is most of the client's CPU. Packing here is one jo
 replies are read with redis-py's own parser (hiredis when installed) on the same
 connection, but without redis-py's per-command reply callbacks: an XREADGROUP reply stays
 the parser's nested lists instead of becoming one dict per entry that we would rebuild.
+
+Commands answered ``ASK`` (their slot is being migrated, :mod:`streamq.wire.asking`) are
+sent once more to the node named, each after ``ASKING`` (:func:`follow_asks`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import anyio
 import redis
 import redis.asyncio as aioredis
 
+from .asking import asked_writes, put_answers
 from .routing import RECONFIGURING
 
 
@@ -69,14 +73,8 @@ async def execute(
     any other failure drops the connection.
     """
     pool = client.connection_pool
-    connection = await pool.get_connection()
-    try:
-        results = await _exchange(connection, packed, replies)
-    except BaseException:
-        await _drop(connection)
-        raise
-    finally:
-        await pool.release(connection)
+    results = await _exchange_on(pool, packed, replies)
+    results = await follow_asks(pool, packed, results)
     if raise_errors:
         _raise_first_error(results)
     return results
@@ -98,8 +96,9 @@ class OwnConnection:
     async def execute(self, packed: bytes, replies: int, *, raise_errors: bool = True) -> list[Any]:
         """Like :func:`execute`, on this task's own connection.
 
-        A reply saying that the cluster moved the key's slot gives the connection back:
-        the next command takes one from the slot's (new) master.
+        Commands answered ASK are sent to the node named (the connection is kept: the
+        slot is still its node's). A reply saying that the cluster moved the key's slot
+        gives the connection back: the next command takes one from the slot's (new) master.
         """
         if self._connection is None:
             self._connection = await self._pool.get_connection()
@@ -112,7 +111,9 @@ class OwnConnection:
             await self.release()
             raise
         if any(isinstance(result, RECONFIGURING) for result in results):
-            await self.release()
+            results = await follow_asks(self._pool, packed, results)
+            if any(isinstance(result, RECONFIGURING) for result in results):
+                await self.release()
         if raise_errors:
             _raise_first_error(results)
         return results
@@ -123,6 +124,26 @@ class OwnConnection:
         if connection is not None:
             with anyio.CancelScope(shield=True):
                 await self._pool.release(connection)
+
+
+async def follow_asks(pool: Any, packed: bytes, results: list[Any]) -> list[Any]:
+    """``results`` of ``packed`` (sent through ``pool``) with each ASK reply replaced by
+    the reply of its command sent to the node named, after ``ASKING`` (one write per node)."""
+    for target, write, positions in asked_writes(pool, packed, results):
+        put_answers(results, positions, await _exchange_on(target, write, 2 * len(positions)))
+    return results
+
+
+async def _exchange_on(pool: Any, packed: bytes, replies: int) -> list[Any]:
+    """:func:`_exchange` on a connection taken from ``pool`` for it."""
+    connection = await pool.get_connection()
+    try:
+        return await _exchange(connection, packed, replies)
+    except BaseException:
+        await _drop(connection)
+        raise
+    finally:
+        await pool.release(connection)
 
 
 async def _exchange(connection: Any, packed: bytes, replies: int) -> list[Any]:
@@ -145,6 +166,19 @@ async def _drop(connection: Any) -> None:
 def execute_sync(client: redis.Redis, packed: bytes, replies: int) -> list[Any]:
     """The same for a synchronous client (Spark executors)."""
     pool = client.connection_pool
+    results = follow_asks_sync(pool, packed, _exchange_sync(pool, packed, replies))
+    _raise_first_error(results)
+    return results
+
+
+def follow_asks_sync(pool: Any, packed: bytes, results: list[Any]) -> list[Any]:
+    """The blocking twin of :func:`follow_asks`."""
+    for target, write, positions in asked_writes(pool, packed, results):
+        put_answers(results, positions, _exchange_sync(target, write, 2 * len(positions)))
+    return results
+
+
+def _exchange_sync(pool: Any, packed: bytes, replies: int) -> list[Any]:
     connection = pool.get_connection()
     try:
         connection.send_packed_command([packed])
@@ -159,7 +193,6 @@ def execute_sync(client: redis.Redis, packed: bytes, replies: int) -> list[Any]:
         raise
     finally:
         pool.release(connection)
-    _raise_first_error(results)
     return results
 
 

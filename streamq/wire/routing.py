@@ -11,16 +11,19 @@ and streamq's hand-packed RESP (:mod:`streamq.wire.resp`), all run on it unchang
 
 The connections report what they see (:class:`RoutedConnection`): a ``MOVED`` reply moves
 the slot in the table at once and a full refresh follows before the next command; an
-unreachable node, ``CLUSTERDOWN`` or ``TRYAGAIN`` (a failover, a slot being migrated)
-refresh it too. The command itself fails as a transient error (``ServerUnavailableError``)
-and is retried by the caller: the read loops with their backoff, one-shot operations
-through :func:`streamq.wire.client.ride_through`. ``ASK`` (a slot half-migrated) is
-waited out the same way: the migration ends with the slot moved, and then ``MOVED``.
+unreachable node, ``CLUSTERDOWN`` or ``TRYAGAIN`` (a failover, a multi-key command on a slot
+half-migrated) refresh it too. The command itself fails as a transient error
+(``ServerUnavailableError``) and is retried by the caller: the read loops with their
+backoff, one-shot operations through :func:`streamq.wire.client.ride_through` (a plain
+command follows one ``MOVED`` itself, :mod:`streamq.wire.following`). ``ASK`` (a key of a
+slot being migrated is on the target already) is followed at once, by every command, the
+hand-packed ones too (:mod:`streamq.wire.asking`): the table stays as it is.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 import anyio
@@ -29,13 +32,14 @@ from redis import exceptions as rx
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 
 from ..errors import ConfigError
+from .following import FollowingRedis
 from .slots import NOT_A_CLUSTER, Address, SlotTable, slot_of
 
 log = logging.getLogger(__name__)
 
 # Error replies of a cluster that is changing: a slot moved (MOVED) or moving (ASK,
 # TRYAGAIN), a failover under way (CLUSTERDOWN, MASTERDOWN). redis-py raises each as its
-# own class (the text no longer starts with the code).
+# own class (the text no longer starts with the code; MovedError is an AskError).
 RECONFIGURING: tuple[type[rx.ResponseError], ...] = (
     rx.AskError, rx.TryAgainError, rx.ClusterDownError,
 )  # fmt: skip
@@ -44,11 +48,17 @@ RECONFIGURING: tuple[type[rx.ResponseError], ...] = (
 class RouterState:
     """What a router knows, without I/O: shared by the asyncio and the sync router."""
 
-    def __init__(self, address: Address, cluster: bool | None) -> None:
-        self.address = address
+    def __init__(
+        self, address: Address, cluster: bool | None, seeds: Sequence[Address] = ()
+    ) -> None:
+        """``seeds``: more nodes of the cluster to ask for the slot map (:mod:`.seeds`)."""
+        if seeds and cluster is False:
+            raise ConfigError("cluster=False, but the URL names several nodes (of a cluster)")
+        self.address, self.seeds = address, list(seeds)
         self.cluster = cluster  # None until detected
         self.table = SlotTable()
         self.stale = cluster is not False
+        self.scripts: dict[str, Any] = {}  # SHA -> text of the scripts registered (ASK)
 
     def note_reply(self, error: rx.ResponseError) -> None:
         """An error reply seen on a connection: maybe the slot table is out of date."""
@@ -57,8 +67,8 @@ class RouterState:
         if isinstance(error, rx.MovedError):
             self.table.move(error.slot_id, (error.host, error.port))
             self.stale = True
-        elif isinstance(error, RECONFIGURING):
-            self.stale = True
+        elif isinstance(error, rx.TryAgainError | rx.ClusterDownError):
+            self.stale = True  # (an ASK leaves the slot where it is until MOVED)
 
     def note_unreachable(self) -> None:
         """A node did not answer: after a failover another one serves its slots."""
@@ -66,8 +76,9 @@ class RouterState:
             self.stale = True
 
     def candidates(self, known: list[Address]) -> list[Address]:
-        """Whom to ask for the slot table: the URL's node, then every node seen."""
-        return list(dict.fromkeys([self.address, *self.table.masters(), *known]))
+        """Whom to ask for the slot table: the URL's node, every master seen, the URL's
+        other nodes, then every node seen."""
+        return list(dict.fromkeys([self.address, *self.table.masters(), *self.seeds, *known]))
 
     def detected(self, reply: Any, asked: Address) -> None:
         self.table.load(reply, asked)
@@ -93,6 +104,8 @@ class RouterState:
     def single_node(self, why: str) -> None:
         if self.cluster:
             raise ConfigError(f"cluster=True but the server is not a cluster node: {why}")
+        if self.seeds:
+            raise ConfigError(f"the URL names several nodes, but they are no cluster: {why}")
         self.cluster, self.stale = False, False
 
 
@@ -134,14 +147,21 @@ class Deployment:
     """The pools of one deployment and the slot table that picks among them."""
 
     def __init__(
-        self, seed: ConnectionPool, *, cluster: bool | None = None, owner: Any = None
+        self,
+        seed: ConnectionPool,
+        *,
+        cluster: bool | None = None,
+        owner: Any = None,
+        seeds: Sequence[Address] = (),
     ) -> None:
         """``owner``: a client that owns ``seed`` and more (a Sentinel client and its
         connections to the sentinels), closed instead of the pool; given, the deployment
-        is a Sentinel service's master (found again after a failover)."""
+        is a Sentinel service's master (found again after a failover). ``seeds``: other
+        nodes of the cluster than ``seed``'s."""
         kwargs = seed.connection_kwargs
         self._owner = owner
-        self.state = RouterState((str(kwargs.get("host")), int(kwargs.get("port") or 0)), cluster)
+        address = (str(kwargs.get("host")), int(kwargs.get("port") or 0))
+        self.state = RouterState(address, cluster, seeds)
         seed.connection_class = routed_connection_class(seed.connection_class, self.state)
         self.seed = seed
         self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}
@@ -243,19 +263,6 @@ class Deployment:
 
     def _client(self, pool: Any) -> aioredis.Redis:
         return FollowingRedis(connection_pool=cast(ConnectionPool, pool))
-
-
-class FollowingRedis(aioredis.Redis):  # type: ignore[misc]
-    """A redis-py client that follows one ``MOVED``: the reply says the command was not
-    run, and the slot table was corrected when it arrived, so the same command goes once
-    more, to the slot's new master. (Pipelines, scripts and hand-packed commands are
-    retried by their callers.)"""
-
-    async def execute_command(self, *args: Any, **options: Any) -> Any:
-        try:
-            return await super().execute_command(*args, **options)
-        except rx.MovedError:
-            return await super().execute_command(*args, **options)
 
 
 def _pool_options(seed: ConnectionPool) -> dict[str, Any]:

@@ -1,19 +1,24 @@
 """The synchronous twin of :mod:`streamq.wire.routing` (Publisher, metrics, Spark executors).
 
 Same rules — a client bound to a key's slot, the slot table learnt on first use and
-refreshed after ``MOVED``, ``CLUSTERDOWN``, ``TRYAGAIN`` or an unreachable node — with
-blocking I/O and a thread lock (a :class:`streamq.Publisher` is shared by threads).
+refreshed after ``MOVED``, ``CLUSTERDOWN``, ``TRYAGAIN`` or an unreachable node, ``ASK``
+followed at once — with blocking I/O and a thread lock (a :class:`streamq.Publisher` is
+shared by threads). Blocking code uses no redis-py pipelines: commands follow ASK here,
+hand-packed ones in :func:`streamq.wire.resp.execute_sync`.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
 from redis import exceptions as rx
+from redis.client import Pipeline
 from redis.connection import AbstractConnection, ConnectionPool
 
+from .asking import answers, asked_node, is_ask, with_script
 from .routing import RouterState
 from .slots import Address, slot_of
 
@@ -41,27 +46,52 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
 
 
 class FollowingRedis(redis.Redis):  # type: ignore[misc]
-    """The blocking twin of :class:`streamq.wire.routing.FollowingRedis`."""
+    """The blocking twin of :class:`streamq.wire.following.FollowingRedis` (commands)."""
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
+            return self._asking_when_told(args, options)
+        except rx.MovedError:  # not run; the slot table is corrected: once more
+            return self._asking_when_told(args, options)
+
+    def _asking_when_told(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        try:
             return super().execute_command(*args, **options)
-        except rx.MovedError:
-            return super().execute_command(*args, **options)
+        except rx.AskError as e:
+            if not is_ask(e):
+                raise
+            router = self.connection_pool.router
+            pipe = Pipeline(router.pool_at(asked_node(e)), self.response_callbacks, False, None)
+            pipe.execute_command("ASKING")
+            pipe.execute_command(*with_script(args, router.state.scripts), **options)
+            (reply,) = answers(pipe.execute(raise_on_error=False))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def register_script(self, script: Any) -> Any:
+        """A script object, its text remembered for nodes that never loaded it."""
+        registered = super().register_script(script)
+        self.connection_pool.router.state.scripts[registered.sha] = registered.script
+        return registered
 
 
 class SyncDeployment:
     """The pools of one deployment, for blocking clients."""
 
     def __init__(
-        self, seed: ConnectionPool, *, cluster: bool | None = None, owner: Any = None
+        self,
+        seed: ConnectionPool,
+        *,
+        cluster: bool | None = None,
+        owner: Any = None,
+        seeds: Sequence[Address] = (),
     ) -> None:
-        """``owner``: a client that owns ``seed`` and more (a Sentinel client and its
-        connections to the sentinels), closed instead of the pool; given, the deployment
-        is a Sentinel service's master (found again after a failover)."""
+        """As :class:`streamq.wire.routing.Deployment`."""
         kwargs = seed.connection_kwargs
         self._owner = owner
-        self.state = RouterState((str(kwargs.get("host")), int(kwargs.get("port") or 0)), cluster)
+        address = (str(kwargs.get("host")), int(kwargs.get("port") or 0))
+        self.state = RouterState(address, cluster, seeds)
         seed.connection_class = routed_connection_class(seed.connection_class, self.state)
         self.seed = seed
         self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}
@@ -99,7 +129,7 @@ class SyncDeployment:
         if owner is None:
             state.stale = True
             raise rx.ConnectionError(f"no master serves slot {slot} now (failover under way?)")
-        return self._pool_at(owner)
+        return self.pool_at(owner)
 
     def pool_of(self, connection: Any) -> ConnectionPool:
         if not self.state.cluster:
@@ -113,7 +143,7 @@ class SyncDeployment:
         if self._owner is not None:
             self._owner.close()
 
-    def _pool_at(self, address: Address) -> ConnectionPool:
+    def pool_at(self, address: Address) -> ConnectionPool:
         pool = self._pools.get(address)
         if pool is None:
             kwargs = {**self.seed.connection_kwargs, "host": address[0], "port": address[1]}
@@ -129,7 +159,7 @@ class SyncDeployment:
         failures: list[str] = []
         for address in self.state.candidates(list(self._pools)):
             try:
-                reply = _cluster_slots(self._pool_at(address))
+                reply = _cluster_slots(self.pool_at(address))
             except (rx.RedisError, OSError) as e:
                 if self.state.failed(address, e, failures):
                     return
