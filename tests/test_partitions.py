@@ -5,6 +5,7 @@ cluster's masters."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections import defaultdict
 from collections.abc import Iterator
@@ -22,7 +23,12 @@ from streamq import (
     StartFrom,
 )
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
-from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
+from streamq.topic.partitions import (
+    PartitionedId,
+    check_partition_count_sync,
+    partition_for_key,
+    partition_streams,
+)
 from streamq.wire.client import connect_sync
 from streamq.wire.keys import Keys
 from streamq.wire.slots import SLOTS, slot_of
@@ -290,3 +296,25 @@ async def test_health_sums_the_group_over_partitions(where: str, topic: str) -> 
         report = await mq.health()
     assert (report["connected"], report["pending"], report["lag"]) == (True, 0, 6), report
     assert "error" not in report
+
+
+async def test_the_record_gets_its_names_after_an_open_that_failed_between_two_writes(
+    where: str, topic: str
+) -> None:
+    """The count and the names are two writes: an open that died between them (a failover)
+    must not leave the record without its names for good."""
+    key = Keys(topic).partitions
+    expected = partition_streams(topic, 4)
+    async with queue(where, topic) as mq:
+        assert json.loads(await mq.client.hget(key, "names")) == list(expected)
+        await mq.client.hdel(key, "names")
+    async with queue(where, topic) as mq:
+        assert json.loads(await mq.client.hget(key, "names")) == list(expected)
+        await mq.client.hdel(key, "names")
+    deployment = connect_sync(where)
+    try:
+        client = deployment.client_for(topic)
+        check_partition_count_sync(client, topic, 4)
+        assert json.loads(client.hget(key, "names")) == list(expected)
+    finally:
+        deployment.close()

@@ -121,15 +121,16 @@ async def check_partition_count(client: aioredis.Redis, topic: str, partitions: 
                     f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
                     "cannot become partitioned (publish to a new topic name instead)"
                 )
-            if await client.hsetnx(key, "count", partitions):
-                names = json.dumps(list(partition_streams(topic, partitions)))
-                await client.hset(key, "names", names)
+            await client.hsetnx(key, "count", partitions)
             recorded = await client.hget(key, "count")
     if recorded is not None and int(recorded) != partitions:
         raise ConfigError(
             f"topic {topic!r} has {int(recorded)} partitions (recorded in {key!r}), "
             f"not {partitions}: pass partitions={int(recorded)}"
         )
+    if partitions > 1:  # also after an open that failed between the two writes
+        with translated(topic):
+            await client.hsetnx(key, "names", _names(topic, partitions))
 
 
 async def forget_partitions(client: aioredis.Redis, topic: str) -> None:
@@ -164,11 +165,18 @@ def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int)
                     f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
                     "cannot become partitioned (publish to a new topic name instead)"
                 )
-            if client.hsetnx(key, "count", partitions):
-                client.hset(key, "names", json.dumps(list(partition_streams(topic, partitions))))
+            client.hsetnx(key, "count", partitions)
     recorded = recorded_partitions_sync(client, topic)
     if recorded is not None and recorded != partitions:
         raise ConfigError(
             f"topic {topic!r} has {recorded} partitions (recorded in {key!r}), "
             f"not {partitions}: pass partitions={recorded}"
         )
+    if partitions > 1:  # also after an open that failed between the two writes
+        with translated(topic):
+            client.hsetnx(key, "names", _names(topic, partitions))
+
+
+def _names(topic: str, partitions: int) -> str:
+    """The ``names`` field of the record: the partition streams as a JSON list."""
+    return json.dumps(list(partition_streams(topic, partitions)))

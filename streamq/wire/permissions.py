@@ -93,7 +93,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("open", "publish", "XADD", STREAM, "*", "type", "t", "data", "0"),
     _p("open", "read the topic's partition count", "HGET", PARTS, "count"),
     _p("partition", "record a new partitioned topic's count", "HSETNX", PARTS, "count", "2"),
-    _p("partition", "record a new partitioned topic's streams", "HSET", PARTS, "names", "[]"),
+    _p("partition", "record a new partitioned topic's streams", "HSETNX", PARTS, "names", "[]"),
     _p("consume", "read entries", "XREADGROUP", "GROUP", G, C, "COUNT", "1", "BLOCK", "1",
        "STREAMS", STREAM, ">"),
     _p("consume", "acknowledge entries; in scripts", "XACK", STREAM, G, ID),
