@@ -15,7 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy, ConfigError, Message, MessageQueue, Reject, Retry, StartFrom
-from streamq.testing import TEST_TIMINGS
+from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.topic.partitions import partition_streams
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import (
     PERMISSIONS,
@@ -257,8 +258,11 @@ async def test_documented_acls_run_a_queue_without_one_refusal(
     assert not [m for m in messages if "no permissions" in m or PASSWORD in m]
 
 
-async def _dead_again(mq: MessageQueue, entry_id: str) -> bool:
-    return [d.original_id for d in await mq.dead_letters()] == [entry_id]
+async def _dead_again(mq: MessageQueue, entry_id: str, *, replayed: bool = False) -> bool:
+    letters = await mq.dead_letters()
+    if replayed:  # the replayed entry has a new ID: its data tells it apart
+        return len(letters) == 1 and letters[0].original_id != entry_id
+    return [d.original_id for d in letters] == [entry_id]
 
 
 async def _cleaned(client: aioredis.Redis, stream: str) -> bool:
@@ -281,3 +285,60 @@ async def test_opening_a_queue_without_script_permissions_fails_naming_them(
         async with mq:
             pass
     assert "script|load" in str(caught.value)
+
+
+async def test_a_partitioned_topic_runs_with_its_generated_lines(
+    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser
+) -> None:
+    """The rules of a topic of 3 partitions name each partition stream: a service consumes,
+    retries and dead-letters on every partition, an operator publishes by key, stops,
+    resumes, replays and terminates; the server refuses nothing."""
+    service = await acl_user(acl_rules(stream, password=PASSWORD, partitions=3))
+    operator = await acl_user(acl_rules(stream, operator=True, password=PASSWORD, partitions=3))
+    options: dict[str, object] = {"stream": stream, "group": "g", "partitions": 3}
+    svc = MessageQueue(
+        user_url(redis_url, service), consumer="svc", start=StartFrom.EARLIEST,
+        config=TEST_TIMINGS, **options,  # type: ignore[arg-type]
+    )  # fmt: skip
+    ops = MessageQueue(user_url(redis_url, operator), consumer="ops", **options)  # type: ignore[arg-type]
+    handled: list[int] = []
+    tries: Counter[str] = Counter()
+
+    @svc.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        tries[msg.id] += 1
+        if msg.data % 4 == 1 and tries[msg.id] == 1:
+            raise Retry(delay=0.1)
+        if msg.data == 3:
+            raise Reject("poison")
+        handled.append(msg.data)
+
+    try:
+        async with svc, ops:
+            ids = await ops.publish_many("job", list(range(12)), key=lambda n: f"k{n}")
+            assert {i.split(":")[0] for i in ids} == {"0", "1", "2"}, ids
+            await ops.stop_message(ids[11])
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(svc.run)
+                await wait_for(lambda: len(handled) == 10, what="10 of 12 handled")
+                await ops.resume_message(ids[11])
+                await wait_for(lambda: 11 in handled, what="the resumed entry handled")
+                (letter,) = await ops.dead_letters()
+                assert letter.original_id == ids[3]
+                await ops.replay_dead_letter()
+                await wait_for(lambda: _dead_again(ops, ids[3], replayed=True), what="dead again")
+                await ops.terminate_topic()
+                with anyio.fail_after(10):
+                    await svc.done.wait()
+        assert svc.stop_reason == "topic_terminated"
+        assert await refusals(client, service, operator) == []
+    finally:
+        for name in partition_streams(stream, 3):
+            delete_stream_keys(redis_url, name)
+
+
+def test_the_rules_of_a_partitioned_topic_name_each_partition_and_no_pattern() -> None:
+    rules = acl_rules("orders", partitions=2)
+    for name in partition_streams("orders", 2):
+        assert f"~{name}" in rules and f"&{Keys(name).control}" in rules
+    assert not [r for r in rules if r.startswith(("~", "&")) and r.endswith("p*")]

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ..errors import AuthenticationFailedError, ConfigError, RedisFailure
+from ..topic.partitions import partition_streams
 from .client import text, translated
 from .keys import Keys
 
@@ -183,8 +184,15 @@ def _glob_escape(name: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in name)
 
 
-def selectors(stream: str) -> list[str]:
-    """The key and channel rules for ``stream``: the stream, its own keys, its channel."""
+def selectors(stream: str, partitions: int = 1) -> list[str]:
+    """The key and channel rules for ``stream``: the stream, its own keys, its channel; for
+    a topic of several ``partitions``, those of each partition stream too (named one by
+    one: a pattern such as ``orders:p*`` would also grant other topics' streams)."""
+    streams = [stream, *(partition_streams(stream, partitions) if partitions > 1 else ())]
+    return [rule for name in streams for rule in _stream_selectors(name)]
+
+
+def _stream_selectors(stream: str) -> list[str]:
     escaped = _glob_escape(stream)
     return [f"~{escaped}", f"~streamq:{{{escaped}}}:*", f"&{_glob_escape(Keys(stream).control)}"]
 
@@ -196,8 +204,10 @@ def acl_rules(
     password: str | None = None,
     probe: bool = True,
     newer: bool = False,
+    partitions: int = 1,
 ) -> list[str]:
-    """The ``ACL SETUSER`` rules (after the user name) for a service or an operator.
+    """The ``ACL SETUSER`` rules (after the user name) for a service or an operator of
+    ``stream`` (a topic of ``partitions``: its partition streams too).
 
     ``probe`` (default) adds the commands :func:`check_permissions` sends when a queue
     opens, so it can run (without them it is skipped, and each refused probe shows in
@@ -210,16 +220,22 @@ def acl_rules(
     names += [*(PROBE_COMMANDS if probe else ())]
     secret = [] if password is None else [f">{password}"]
     # reset: no password, keys, channels or commands (-@all), then only these
-    return ["reset", "on", *secret, "resetchannels", *selectors(stream)] + [
+    return ["reset", "on", *secret, "resetchannels", *selectors(stream, partitions)] + [
         f"+{name}" for name in sorted(names)
     ]
 
 
 def acl_setuser(
-    user: str, stream: str, *, operator: bool = False, password: str = "<password>"
+    user: str,
+    stream: str,
+    *,
+    operator: bool = False,
+    password: str = "<password>",
+    partitions: int = 1,
 ) -> str:
-    """The ``ACL SETUSER`` line (one stream) as the README shows it."""
-    return " ".join(["ACL SETUSER", user, *acl_rules(stream, operator=operator, password=password)])
+    """The ``ACL SETUSER`` line (one topic) as the README shows it."""
+    rules = acl_rules(stream, operator=operator, password=password, partitions=partitions)
+    return " ".join(["ACL SETUSER", user, *rules])
 
 
 # -- the check ------------------------------------------------------------------------
