@@ -20,7 +20,6 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
 from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
@@ -127,7 +126,7 @@ class Claimer:
             except (GroupNotFoundError, StreamNotFoundError) as e:
                 await self._on_group_lost(e)
                 return
-            except (RedisFailure, rx.RedisError, OSError) as e:
+            except RedisFailure as e:
                 log.warning("claim pass failed, retrying in %.1fs: %s", CLAIM_ERROR_BACKOFF, e)
                 await anyio.sleep(CLAIM_ERROR_BACKOFF)
                 continue
@@ -152,7 +151,7 @@ class Claimer:
                 await self.renew_leases(older_than=period)
             except (GroupNotFoundError, StreamNotFoundError):
                 return
-            except (RedisFailure, rx.RedisError, OSError) as e:
+            except RedisFailure as e:
                 log.warning("lease renewal failed: %s", e)
 
     # -- steps ----------------------------------------------------------------------
@@ -231,8 +230,9 @@ class Claimer:
             idle = int(info.get("idle", 0))  # "inactive" is -1 for never-active consumers
             if name != self.consumer and int(info["pending"]) == 0 and idle > self._ghost_idle_ms:
                 ghosts.append(name)
-        for name in ghosts:
-            await self._client.xgroup_delconsumer(self.stream, self.group, name)
+        with translated(self.stream, self.group):
+            for name in ghosts:
+                await self._client.xgroup_delconsumer(self.stream, self.group, name)
         if ghosts:
             log.info("deleted %d idle consumers without pending entries: %s", len(ghosts), ghosts)
         return ghosts

@@ -21,8 +21,8 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
+from ..errors import StreamNotFoundError
 from ..wire.client import translated
 
 MIN_INTERVAL = 1.0
@@ -41,14 +41,12 @@ class Sample:
 
 async def take_sample(client: aioredis.Redis, stream: str) -> Sample | None:
     """A sample of ``stream`` now; None if the stream does not exist."""
-    with translated(stream):
-        try:
+    try:
+        with translated(stream):
             info = await client.xinfo_stream(stream)
             groups = await client.xinfo_groups(stream)
-        except rx.ResponseError as e:
-            if "no such key" in str(e).lower():
-                return None
-            raise
+    except StreamNotFoundError:
+        return None
     added = _optional_int(info.get("entries-added"))
     lags = [_optional_int(g.get("lag")) for g in groups]
     reads = [_entries_read(g, added) for g in groups]

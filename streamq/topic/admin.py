@@ -6,9 +6,14 @@ import time
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
-from ..errors import ConfigError, GroupNotFoundError, InvalidMessageIdError
+from ..errors import (
+    ConfigError,
+    GroupExistsError,
+    GroupNotFoundError,
+    InvalidMessageIdError,
+    StreamNotFoundError,
+)
 from ..ids import StreamId
 from ..wire.client import text as _text
 from ..wire.client import translated
@@ -18,13 +23,11 @@ from .control import stopped_ids
 
 async def ensure_group(client: aioredis.Redis, stream: str, group: str, start: str) -> bool:
     """Create ``group`` at ``start`` (creating the stream too); False if it existed."""
-    with translated(stream, group):
-        try:
+    try:
+        with translated(stream, group):
             await client.xgroup_create(stream, group, id=start, mkstream=True)
-        except rx.ResponseError as e:
-            if str(e).startswith("BUSYGROUP"):
-                return False
-            raise
+    except GroupExistsError:
+        return False
     return True
 
 
@@ -32,7 +35,9 @@ async def group_status(
     client: aioredis.Redis, stream: str, group: str
 ) -> tuple[int | None, int | None]:
     """``group``'s (pending, lag); None where unknown (no such group, lag not computable)."""
-    for info in await client.xinfo_groups(stream):
+    with translated(stream, group):
+        groups = await client.xinfo_groups(stream)
+    for info in groups:
         if _text(info["name"]) == group:
             lag = info.get("lag")
             return int(info["pending"]), None if lag is None else int(lag)
@@ -46,15 +51,11 @@ async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -
             entry_id = str(StreamId.parse(entry_id))
         except InvalidMessageIdError as e:
             raise ConfigError(f"seek: {e}") from e
-    with translated(stream, group):
-        try:
+    try:
+        with translated(stream, group):
             await client.xgroup_setid(stream, group, entry_id)
-        except rx.ResponseError as e:
-            if "NOGROUP" in str(e) or "no such key" in str(e).lower():
-                raise GroupNotFoundError(
-                    f"cannot seek: group {group!r} of {stream!r} missing"
-                ) from e
-            raise
+    except (GroupNotFoundError, StreamNotFoundError) as e:
+        raise GroupNotFoundError(f"cannot seek: group {group!r} of {stream!r} missing") from e
 
 
 @dataclass(frozen=True, slots=True)

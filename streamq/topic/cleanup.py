@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
 from ..config import CleanupPolicy
-from ..errors import InvalidMessageIdError, StreamqError
+from ..errors import InvalidMessageIdError, StreamqError, UnknownCommandError
 from ..ids import StreamId
 from ..wire.client import text as _text
 from ..wire.client import translated
@@ -89,11 +88,10 @@ async def has_xdelex(client: aioredis.Redis, stream: str = "probe") -> bool:
     """
     probe = Keys(stream).prefix + "xdelex-probe"
     try:  # on a key that does not exist: answers [-1] and writes nothing
-        await client.execute_command("XDELEX", probe, "ACKED", "IDS", 1, "0-1")
-    except rx.ResponseError as e:
-        if "unknown command" in str(e).lower():
-            return False
-        raise
+        with translated(stream):
+            await client.execute_command("XDELEX", probe, "ACKED", "IDS", 1, "0-1")
+    except UnknownCommandError:
+        return False
     return True
 
 
@@ -235,7 +233,7 @@ class Cleaner:
             try:
                 report = await self.run_once()
                 log.debug("cleanup pass on %s: %s", self._stream, report)
-            except (StreamqError, rx.RedisError, OSError) as e:
+            except StreamqError as e:
                 log.warning("cleanup pass failed, next in %.0fs: %s", CLEANUP_ERROR_BACKOFF, e)
                 await anyio.sleep(CLEANUP_ERROR_BACKOFF)
 
