@@ -3,6 +3,8 @@ says (matched in one place, wire/client.py), against the real server."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 import redis.asyncio as aioredis
 from redis import exceptions as rx
@@ -16,7 +18,8 @@ from streamq import (
 )
 from streamq.topic.admin import ensure_group, seek
 from streamq.topic.cleanup import has_xdelex
-from streamq.wire.client import translated
+from streamq.wire import replies, resp
+from streamq.wire.client import connect, translated
 from tests.conftest import QueueFactory
 
 pytestmark = pytest.mark.anyio
@@ -74,3 +77,90 @@ def test_an_error_translated_twice_keeps_its_first_translation() -> None:
 def test_connection_failures_are_server_unavailable(error: Exception) -> None:
     with pytest.raises(ServerUnavailableError, match="cannot reach the server"), translated("s"):
         raise error
+
+
+# -- reply shapes: wire/replies.py, both protocols, as sent and parsed by redis-py -------
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+async def speaking(
+    request: pytest.FixtureRequest, redis_url: str, stream: str
+) -> AsyncIterator[aioredis.Redis]:
+    """A client of the test stream's keys speaking RESP2 or RESP3."""
+    sep = "&" if "?" in redis_url else "?"
+    deployment = connect(f"{redis_url}{sep}protocol={request.param}")
+    yield deployment.client_for(stream)
+    await deployment.aclose()
+
+
+async def test_entries_read_as_sent_and_parsed(speaking: aioredis.Redis, stream: str) -> None:
+    client = speaking
+    await client.xgroup_create(stream, "g", id="0", mkstream=True)
+    first = await client.xadd(stream, {"type": "a", "data": "1"})
+    second = await client.xadd(stream, {"type": "b", "data": "2", "meta": "{}"})
+    command = resp.pack_xreadgroup("g", "c", stream, ">", 10, None)
+    (reply,) = await resp.execute(client, command, 1)
+    got = replies.entries(replies.read_rows(reply))
+    assert [(e.id, e.fields) for e in got] == [
+        (first.decode(), {b"type": b"a", b"data": b"1"}),
+        (second.decode(), {b"type": b"b", b"data": b"2", b"meta": b"{}"}),
+    ]
+    (empty,) = await resp.execute(client, command, 1)
+    assert replies.read_rows(empty) == []
+
+    await client.xdel(stream, first)  # pending, then deleted: no fields any more
+    parsed = await client.xreadgroup("g", "c", {stream: "0"}, count=10)
+    live, deleted = replies.live_and_deleted(replies.stream_rows(parsed))
+    assert [e.id for e in live] == [second.decode()] and deleted == [first.decode()]
+    assert replies.stream_rows(await client.xreadgroup("g", "c", {stream: ">"}, count=1)) == []
+
+    cursor, rows = replies.autoclaim_page(await client.xautoclaim(stream, "g", "d", 0, "0-0"))
+    assert cursor == "0-0" and [e.id for e in replies.live_and_deleted(rows)[0]] == [
+        second.decode()
+    ]
+
+
+async def test_pending_and_info_rows(speaking: aioredis.Redis, stream: str) -> None:
+    client = speaking
+    await client.xgroup_create(stream, "g", id="0", mkstream=True)
+    added = [(await client.xadd(stream, {"type": "a", "data": str(i)})).decode() for i in range(3)]
+    await client.xreadgroup("g", "c", {stream: ">"}, count=2)
+
+    pending = replies.pending_rows(await client.xpending_range(stream, "g", "-", "+", 10))
+    assert [(p.id, p.consumer, p.deliveries) for p in pending] == [
+        (added[0], "c", 1),
+        (added[1], "c", 1),
+    ]
+    assert replies.oldest_pending_id(await client.xpending(stream, "g")) == added[0]
+
+    (group,) = replies.groups(await client.xinfo_groups(stream))
+    assert (group.name, group.pending, group.last_delivered_id) == ("g", 2, added[1])
+    assert group.lag in (1, None) and group.entries_read in (2, None)  # None before Redis 7
+    (consumer,) = replies.consumers(await client.xinfo_consumers(stream, "g"))
+    assert (consumer.name, consumer.pending) == ("c", 2) and consumer.idle_ms >= 0
+
+    summary = replies.stream_summary(await client.xinfo_stream(stream))
+    assert (summary.length, summary.first_id, summary.last_id) == (3, added[0], added[2])
+    assert summary.last_generated_id == added[2] and summary.entries_added in (3, None)
+
+
+def test_standard_fields_in_any_layout() -> None:
+    assert replies.standard_fields([b"type", b"t", b"data", b"d"]) == (b"t", b"d", None)
+    assert replies.standard_fields([b"type", b"t", b"data", b"d", b"meta", b"m"]) == (
+        b"t",
+        b"d",
+        b"m",
+    )
+    assert replies.standard_fields([b"data", b"d", b"x", b"y", b"type", b"t"]) == (
+        b"t",
+        b"d",
+        None,
+    )
+
+
+def test_claimed_entries_carry_their_earlier_deliveries() -> None:
+    """``XREADGROUP ... CLAIM`` rows (Redis >= 8.4; the live path is test_claim_read.py)."""
+    rows = [
+        [b"1-0", [b"type", b"a", b"data", b"1"], 0, 0],
+        [b"2-0", [b"type", b"b", b"data", b"2", b"meta", b"{}"], 5000, 3],
+    ]
+    got = [(e.id, e.fields.get(b"meta"), before) for e, before in replies.claimed_entries(rows)]
+    assert got == [("1-0", None, 0), ("2-0", b"{}", 3)]

@@ -22,7 +22,8 @@ from ..errors import RedisFailure
 from ..ids import StreamId
 from ..topic.admin import TopicInfo, topic_info
 from ..topic.deadletter import DeadLetter, DeadLetters
-from ..wire.client import text, translated
+from ..wire import replies
+from ..wire.client import translated
 from ..wire.routing import Deployment
 
 T = TypeVar("T")
@@ -93,12 +94,7 @@ def total_lag(info: TopicInfo) -> int | None:
     return None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags)
 
 
-@dataclass(frozen=True, slots=True)
-class PendingEntry:
-    id: str
-    consumer: str
-    idle_ms: int
-    deliveries: int
+PendingEntry = replies.Pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,16 +131,7 @@ async def pending_page(
         rows = await client.xpending_range(
             stream, group, min=start, max="+", count=count + 1, consumername=consumer or None
         )
-    entries = [
-        PendingEntry(
-            id=text(row["message_id"]),
-            consumer=text(row["consumer"]),
-            idle_ms=int(row["time_since_delivered"]),
-            deliveries=int(row["times_delivered"]),
-        )
-        for row in rows
-    ]
-    return _paged(entries, count, lambda e: e.id)
+    return _paged(replies.pending_rows(rows), count, lambda e: e.id)
 
 
 async def dead_letter_page(

@@ -29,8 +29,9 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..ids import StreamId
-from ..wire.client import text, translated
+from ..wire.client import translated
 from ..wire.keys import Keys
+from ..wire.replies import text
 from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
 
 log = logging.getLogger(__name__)

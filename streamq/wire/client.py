@@ -3,7 +3,7 @@
 Every client streamq uses comes from :func:`connect` (asyncio) or :func:`connect_sync`
 (blocking): a deployment of one node or a Redis Cluster (:mod:`streamq.wire.routing`), which
 gives clients bound to the slot of a stream's keys. Errors leave the boundary as the
-streamq tree (:func:`translated`).
+streamq tree (:func:`translated`); replies are read through :mod:`.replies`.
 """
 
 from __future__ import annotations
@@ -48,30 +48,6 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED ", "ASK ", "CLUSTERDOWN",
 )  # fmt: skip
-
-
-def text(value: bytes | str) -> str:
-    """A reply field as text (replies are bytes; decode_responses is off for speed).
-
-    Names that are not UTF-8 (a group created by another client) keep their bytes as
-    ``\\xNN`` escapes instead of failing.
-    """
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
-
-
-def stream_rows(reply: Any) -> list[Any]:
-    """The entries of a one-stream XREAD/XREADGROUP reply from redis-py, either protocol.
-
-    redis-py's default (and ``?protocol=2``): ``[[stream, rows]]``; ``?protocol=3``:
-    ``{stream: [rows]}``; no entries: None or empty. (Replies read raw, without redis-py's
-    callbacks, have yet other shapes: see ``Consumer._read_new``.)
-    """
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        (value,) = reply.values()
-        return value[0] if value else []
-    return reply[0][1]  # type: ignore[no-any-return]
 
 
 # Connections per client. A caller past the limit waits for a free connection (up to

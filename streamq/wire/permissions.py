@@ -22,8 +22,9 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ..errors import AuthenticationFailedError, ConfigError, RedisFailure
-from .client import text, translated
+from .client import translated
 from .keys import Keys
+from .replies import text
 
 log = logging.getLogger(__name__)
 
