@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DataLossError
+from ..errors import DataLossError, GroupExistsError
 from ..ids import StreamId
 from ..wire import replies
+from ..wire.client import translated
 from .offsets import offset
 
 LAG_SCAN = 10_000
@@ -23,14 +24,12 @@ def ensure_group(client: Any, stream: str, group: str, starting: str) -> dict[st
     """Create the pipeline's group on ``stream`` at the starting position (``earliest``,
     ``latest`` or an entry ID) and return its position as an offset: an existing group's
     position wins (the checkpoint, when there is one, wins over both)."""
-    import redis
-
     start = {"latest": "$", "earliest": "0"}.get(starting, starting)
     try:
-        client.xgroup_create(stream, group, id=start, mkstream=True)
-    except redis.ResponseError as e:
-        if not str(e).startswith("BUSYGROUP"):
-            raise
+        with translated(stream, group):
+            client.xgroup_create(stream, group, id=start, mkstream=True)
+    except GroupExistsError:
+        pass
     for info in replies.groups(client.xinfo_groups(stream)):
         if info.name == group:
             return offset(StreamId.parse(info.last_delivered_id), info.entries_read)
