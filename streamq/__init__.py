@@ -15,6 +15,7 @@ from .errors import (
     ConfigError,
     ConsumerError,
     DataLossError,
+    GroupExistsError,
     GroupNotFoundError,
     HandlerCrashError,
     HandlerError,
@@ -27,6 +28,7 @@ from .errors import (
     ServerUnavailableError,
     StreamNotFoundError,
     StreamqError,
+    UnknownCommandError,
 )
 from .ids import StreamId
 from .message import Message
@@ -78,6 +80,7 @@ __all__ = (
     "EmbeddedCluster",
     "EmbeddedSentinel",
     "EmbeddedServer",
+    "GroupExistsError",
     "GroupInfo",
     "GroupNotFoundError",
     "HandlerCrashError",
@@ -101,4 +104,5 @@ __all__ = (
     "StreamNotFoundError",
     "StreamqError",
     "TopicInfo",
+    "UnknownCommandError",
 )

@@ -16,8 +16,11 @@ Every error streamq raises derives from :class:`StreamqError`::
     └── RedisFailure                      a Redis reply translated at the boundary
         ├── ServerUnavailableError (ConnectionError)
         ├── AuthenticationFailedError     the server refused the URL's credentials
+        ├── NotReplicatedError            a durable publish no replica confirmed
         ├── StreamNotFoundError (LookupError)
-        └── GroupNotFoundError (LookupError)
+        ├── GroupNotFoundError (LookupError)
+        ├── GroupExistsError              the group to create exists (``BUSYGROUP``)
+        └── UnknownCommandError           the server lacks the command (older Redis, Valkey)
 
 Handler *signals* (``Retry``, ``Reject``, ``PartialFailure``) are not errors and live in
 :mod:`streamq.signals`.
@@ -98,3 +101,11 @@ class StreamNotFoundError(RedisFailure, LookupError):
 
 class GroupNotFoundError(RedisFailure, LookupError):
     """The consumer group (or its stream) does not exist (Redis ``NOGROUP``)."""
+
+
+class GroupExistsError(RedisFailure):
+    """The consumer group to create already exists (Redis ``BUSYGROUP``)."""
+
+
+class UnknownCommandError(RedisFailure):
+    """The server does not know the command (a newer one, on an older Redis or Valkey)."""

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
+from .errors import RedisFailure
 from .topic import admin
+from .wire.client import translated
 
 
 async def health_report(
@@ -28,9 +29,11 @@ async def health_report(
     if state == "closed":
         return {**report, "ready": False, "error": "the queue is closed"}
     try:
-        report["connected"] = bool(await parts[0][0].ping())
+        client, stream = parts[0]
+        with translated(stream, group):
+            report["connected"] = bool(await client.ping())
         report["pending"], report["lag"] = await _group_totals(parts, group)
-    except (OSError, RedisError) as e:
+    except RedisFailure as e:
         report["error"] = str(e)
     report["ready"] = report["connected"] and report["consuming"]
     return report

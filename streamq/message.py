@@ -144,19 +144,6 @@ class RawEntry:
     fields: dict[bytes, bytes]
     delivery_count: int = 1
 
-    @classmethod
-    def from_reply(cls, rows: list[list[Any]]) -> list[RawEntry]:
-        """Entries of a raw (uncallbacked) XREADGROUP ``>`` reply: ``[[id, [f, v, ...]], ...]``."""
-        entries = []
-        for entry_id, flat in rows:
-            if len(flat) == 4:  # type and data, the usual entry: a literal is twice as fast
-                fields = {flat[0]: flat[1], flat[2]: flat[3]}
-            else:
-                pairs = iter(flat)
-                fields = dict(zip(pairs, pairs, strict=True))
-            entries.append(cls(entry_id.decode(), fields))
-        return entries
-
     @property
     def type(self) -> str | None:
         raw = self.fields.get(_FIELD_TYPE)

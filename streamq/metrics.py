@@ -119,6 +119,8 @@ class QueueCollector:
         yield from (length, dead, pending, lag, oldest)
 
     def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:
+        from .ids import StreamId
+        from .wire import replies
         from .wire.client import connect_sync
         from .wire.keys import Keys
 
@@ -132,16 +134,18 @@ class QueueCollector:
         if not client.exists(stream):
             return
         now_ms = time.time() * 1000
-        for group in client.xinfo_groups(stream):
-            name = group["name"].decode()
-            pending.add_metric([stream, name], int(group["pending"]))
-            if group.get("lag") is not None:
-                lag.add_metric([stream, name], int(group["lag"]))
+        for group in replies.groups(client.xinfo_groups(stream)):
+            name = group.name
+            pending.add_metric([stream, name], group.pending)
+            if group.lag is not None:
+                lag.add_metric([stream, name], group.lag)
             age = 0.0
-            if int(group["pending"]):
-                first = client.xpending_range(stream, name, min="-", max="+", count=1)
+            if group.pending:
+                first = replies.pending_rows(
+                    client.xpending_range(stream, name, min="-", max="+", count=1)
+                )
                 if first:
-                    age = max(now_ms - int(first[0]["message_id"].decode().split("-")[0]), 0) / 1000
+                    age = max(now_ms - StreamId.parse(first[0].id).ms, 0) / 1000
             oldest.add_metric([stream, name], age)
 
 

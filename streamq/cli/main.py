@@ -28,6 +28,7 @@ from redis import exceptions as rx
 
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import (
+    AuthenticationFailedError,
     ConfigError,
     GroupNotFoundError,
     InvalidMessageIdError,
@@ -39,8 +40,9 @@ from ..errors import (
 from ..ids import StreamId
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
-from ..wire.client import stream_rows, translated
+from ..wire.client import translated
 from ..wire.keys import Keys
+from ..wire.replies import pending_rows, stream_rows
 from .dashboard import add_dashboard_arguments, cmd_dashboard
 from .render import (
     one_line,
@@ -136,13 +138,14 @@ async def cmd_pending(args: argparse.Namespace) -> str:
         await _require_one_stream(mq)
         try:
             with translated(mq.stream, args.group):
-                rows = await mq.client.xpending_range(
+                reply = await mq.client.xpending_range(
                     mq.stream, args.group, min="-", max="+", count=args.count
                 )
         except GroupNotFoundError:
             raise CliError(
                 f"consumer group {args.group!r} does not exist in stream {args.stream!r}"
             ) from None
+        rows = pending_rows(reply)
         return render_pending(rows) if rows else f"no pending entries in group {args.group!r}"
 
 
@@ -379,16 +382,10 @@ def _causes(error: BaseException) -> list[BaseException]:
 
 
 def _refused_credentials(error: BaseException) -> bool:
-    # Until streamq translates it at the boundary (AuthenticationFailedError), an auth
-    # failure arrives as "cannot reach the server" with redis-py's error as its cause.
-    for e in _causes(error):
-        if type(e).__name__ == "AuthenticationFailedError":
-            return True
-        if isinstance(e, rx.AuthenticationError):
-            return True
-        if isinstance(e, rx.ResponseError) and str(e).startswith(("WRONGPASS", "NOAUTH")):
-            return True
-    return False
+    # an untranslated redis-py error (the boundary translates WRONGPASS/NOAUTH) says so too
+    return any(
+        isinstance(e, AuthenticationFailedError | rx.AuthenticationError) for e in _causes(error)
+    )
 
 
 def _root(error: BaseException) -> str:

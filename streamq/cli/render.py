@@ -17,6 +17,7 @@ from typing import Any
 
 from ..topic.admin import TopicInfo
 from ..topic.deadletter import DeadLetter, keep_start
+from ..wire.replies import Pending, text
 
 # C0 and C1 controls and DEL (Unicode category Cc), the line and paragraph separators, and
 # the bidirectional formatting characters ("Trojan Source").
@@ -44,9 +45,7 @@ def terminal_safe(text: str) -> str:
     return text.translate(_MULTI_LINE)
 
 
-def decoded(raw: bytes | str) -> str:
-    """A reply value as text; bytes that are not UTF-8 shown as ``\\x..`` escapes."""
-    return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+decoded = text  # a reply value as text; bytes that are not UTF-8 as ``\\x..`` escapes
 
 
 def age(ms: int | None) -> str:
@@ -93,11 +92,11 @@ def render_info(info: TopicInfo) -> str:
     return "\n".join(lines)
 
 
-def render_pending(rows: Iterable[Mapping[str, Any]]) -> str:
+def render_pending(rows: Iterable[Pending]) -> str:
     lines = [f"{'id':<24} {'consumer':<24} {'idle':>10} {'deliveries':>10}"]
     lines.extend(
-        f"{one_line(decoded(row['message_id'])):<24} {one_line(decoded(row['consumer'])):<24} "
-        f"{age(int(row['time_since_delivered'])):>10} {row['times_delivered']:>10}"
+        f"{one_line(row.id):<24} {one_line(row.consumer):<24} "
+        f"{age(row.idle_ms):>10} {row.deliveries:>10}"
         for row in rows
     )
     return "\n".join(lines)

@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
+from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..wire import resp
-from ..wire.client import is_transient
+from ..wire.client import translated
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,12 @@ class Acker:
         except BaseException:
             self.give_back(ids)
             raise
-        if isinstance(acked, rx.ResponseError):
-            self.give_back(ids)  # run() retries them, or drops them on NOGROUP
+        if isinstance(acked, Exception):  # an error reply, read in place of XACK's count
+            self.give_back(ids)  # run() retries them, or drops them if the group is gone
         else:
             self.acked += len(ids)
-        if isinstance(reply, rx.ResponseError):
-            raise reply
+        if isinstance(reply, Exception):
+            raise reply  # the caller's translated() makes it streamq's
         return reply
 
     def give_back(self, ids: list[str]) -> None:
@@ -100,11 +100,11 @@ class Acker:
                     continue
             try:
                 await self.flush()
-            except (rx.RedisError, OSError) as e:
-                if not is_transient(e) and "NOGROUP" in str(e):
-                    log.warning("ack dropped: group %r is gone (%s)", self._group, e)
-                    self._pending.clear()
-                    continue
+            except (GroupNotFoundError, StreamNotFoundError) as e:
+                log.warning("ack dropped: group %r is gone (%s)", self._group, e)
+                self._pending.clear()
+                self._wakeup.set()  # closing: run() returns now that the backlog is empty
+            except RedisFailure as e:
                 log.warning("ack flush failed, retrying in %.1fs: %s", ACK_RETRY_BACKOFF, e)
                 await anyio.sleep(ACK_RETRY_BACKOFF)
                 self._wakeup.set()
@@ -124,7 +124,8 @@ class Acker:
     async def _xack(self, ids: list[str]) -> None:
         """XACK with the command packed here: redis-py's generic packing of ~100 IDs per
         command cost a fifth of the consumer's CPU; this is one join."""
-        await resp.execute(self._client, resp.pack_xack(self._stream, self._group, ids), 1)
+        with translated(self._stream, self._group):
+            await resp.execute(self._client, resp.pack_xack(self._stream, self._group, ids), 1)
 
     def close(self) -> None:
         """Ask :meth:`run` to return once the backlog is flushed."""

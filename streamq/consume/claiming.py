@@ -16,17 +16,15 @@ import heapq
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
 from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..ids import StreamId
 from ..message import RawEntry
-from ..wire.client import text as _text
+from ..wire import replies
 from ..wire.client import translated
 from ..wire.scripts import RENEW_LEASES
 from .capacity import Capacity
@@ -48,28 +46,15 @@ async def delivery_counts(
     low, high = min(ids, key=StreamId.parse), max(ids, key=StreamId.parse)
     page = max(2 * len(ids), 100)
     while True:
-        rows = await client.xpending_range(
-            stream, group, min=low, max=high, count=page, consumername=consumer
+        rows = replies.pending_rows(
+            await client.xpending_range(
+                stream, group, min=low, max=high, count=page, consumername=consumer
+            )
         )
-        for row in rows:
-            entry_id = _text(row["message_id"])
-            if entry_id in wanted:
-                counts[entry_id] = int(row["times_delivered"])
+        counts.update((row.id, row.deliveries) for row in rows if row.id in wanted)
         if len(counts) == len(wanted) or len(rows) < page:
             return counts
-        low = "(" + _text(rows[-1]["message_id"])
-
-
-def entries_from_reply(rows: Sequence[Any]) -> tuple[list[RawEntry], list[str]]:
-    """Split XREADGROUP/XCLAIM rows into live entries and IDs whose entry was deleted."""
-    live: list[RawEntry] = []
-    gone: list[str] = []
-    for entry_id, fields in rows:
-        if fields:
-            live.append(RawEntry(_text(entry_id), fields))
-        else:
-            gone.append(_text(entry_id))
-    return live, gone
+        low = "(" + rows[-1].id
 
 
 Enqueue = Callable[[list[RawEntry]], Awaitable[None]]
@@ -127,7 +112,7 @@ class Claimer:
             except (GroupNotFoundError, StreamNotFoundError) as e:
                 await self._on_group_lost(e)
                 return
-            except (RedisFailure, rx.RedisError, OSError) as e:
+            except RedisFailure as e:
                 log.warning("claim pass failed, retrying in %.1fs: %s", CLAIM_ERROR_BACKOFF, e)
                 await anyio.sleep(CLAIM_ERROR_BACKOFF)
                 continue
@@ -152,7 +137,7 @@ class Claimer:
                 await self.renew_leases(older_than=period)
             except (GroupNotFoundError, StreamNotFoundError):
                 return
-            except (RedisFailure, rx.RedisError, OSError) as e:
+            except RedisFailure as e:
                 log.warning("lease renewal failed: %s", e)
 
     # -- steps ----------------------------------------------------------------------
@@ -166,7 +151,7 @@ class Claimer:
             lost = await self.renew_script(
                 keys=[self.stream], args=[self.group, self.consumer, *ids]
             )
-        lost_ids = [_text(i) for i in lost]
+        lost_ids = [replies.text(i) for i in lost]
         if lost_ids:
             log.warning("lease lost for %d entries now owned by another consumer", len(lost_ids))
         return lost_ids
@@ -183,8 +168,8 @@ class Claimer:
                     )
             finally:
                 self._capacity.release(room)
-            cursor = _text(reply[0])
-            entries, _ = entries_from_reply(reply[1])
+            cursor, rows = replies.autoclaim_page(reply)
+            entries, _ = replies.live_and_deleted(rows)
             total += await self._take(entries)
             if cursor == "0-0":
                 break
@@ -216,7 +201,7 @@ class Claimer:
                 rows = await self._client.xclaim(
                     self.stream, self.group, self.consumer, min_idle, [entry.id]
                 )
-            entries, _ = entries_from_reply(rows)
+            entries, _ = replies.live_and_deleted(rows)
             await self._take(entries)
 
     async def delete_ghost_consumers(self) -> list[str]:
@@ -224,15 +209,18 @@ class Claimer:
         if self._ghost_idle_ms <= 0:
             return []
         with translated(self.stream, self.group):
-            consumers = await self._client.xinfo_consumers(self.stream, self.group)
-        ghosts = []
-        for info in consumers:
-            name = _text(info["name"])
-            idle = int(info.get("idle", 0))  # "inactive" is -1 for never-active consumers
-            if name != self.consumer and int(info["pending"]) == 0 and idle > self._ghost_idle_ms:
-                ghosts.append(name)
-        for name in ghosts:
-            await self._client.xgroup_delconsumer(self.stream, self.group, name)
+            consumers = replies.consumers(
+                await self._client.xinfo_consumers(self.stream, self.group)
+            )
+        # idle, not inactive: "inactive" is -1 for never-active consumers
+        ghosts = [
+            c.name
+            for c in consumers
+            if c.name != self.consumer and c.pending == 0 and c.idle_ms > self._ghost_idle_ms
+        ]
+        with translated(self.stream, self.group):
+            for name in ghosts:
+                await self._client.xgroup_delconsumer(self.stream, self.group, name)
         if ghosts:
             log.info("deleted %d idle consumers without pending entries: %s", len(ghosts), ghosts)
         return ghosts

@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
-from redis import exceptions as rx
 
 from ..config import BatchConfig, ConsumerConfig, RetryPolicy
 from ..errors import (
@@ -374,7 +373,7 @@ class Consumer:
                     await dispatcher.handle_entry(route, entry)
                 finally:
                     ENTRY.reset(token)
-        except (RedisFailure, rx.RedisError, OSError) as e:
+        except RedisFailure as e:
             log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
         except Exception as e:  # a bug in streamq: the entry is redelivered, the worker lives
             log.error("processing %s failed (it stays pending): %s", entry_id, describe(e),
@@ -389,7 +388,7 @@ class Consumer:
         try:
             if live:
                 await self.dispatcher.handle_batch(route, live)
-        except (RedisFailure, rx.RedisError, OSError) as e:
+        except RedisFailure as e:
             log.error("could not record a batch outcome (entries stay pending): %s", e)
         except Exception as e:  # a bug in streamq: the entries are redelivered
             log.error("processing a batch failed (entries stay pending): %s", describe(e),

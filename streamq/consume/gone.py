@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from ..errors import RedisFailure, ServerUnavailableError
 from ..topic.control import was_terminated
+from ..wire import replies
 from ..wire.client import translated
 
 log = logging.getLogger(__name__)
@@ -25,8 +26,8 @@ async def why_gone(client: aioredis.Redis, stream: str, group: str) -> str | Non
             return "topic_terminated"
         if not await client.exists(stream):
             return "stream_deleted"
-        groups = await client.xinfo_groups(stream)
-    if not any(g["name"] == group.encode() for g in groups):
+        groups = replies.groups(await client.xinfo_groups(stream))
+    if not any(g.name == group for g in groups):
         return "group_deleted"
     return None
 

@@ -24,12 +24,12 @@ import redis.asyncio as aioredis
 from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from ..message import RawEntry
-from ..wire import resp
-from ..wire.client import stream_rows, translated
+from ..wire import replies, resp
+from ..wire.client import translated
 from ..wire.features import probe
 from .acks import Acker
 from .capacity import Capacity
-from .claiming import delivery_counts, entries_from_reply
+from .claiming import delivery_counts
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +126,13 @@ class Reader:
                 if not self._stopping():
                     with translated(self.id.stream, self.id.group):
                         reply = await self._acker.send_along(self._connection, self._command(count))
-            if reply:  # None: BLOCK timed out
-                # as sent (no redis-py callback): RESP3 {stream: rows}, RESP2 [[stream, rows]]
-                rows = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+            rows = replies.read_rows(reply)
         finally:
             self._scope = None
             capacity.release_read(count, len(rows))
         if not rows:
             return []
-        return self._with_claimed(rows) if self._claiming else RawEntry.from_reply(rows)
+        return self._with_claimed(rows) if self._claiming else replies.entries(rows)
 
     def _command(self, count: int) -> bytes:
         i = self.id
@@ -151,13 +149,12 @@ class Reader:
         )  # fmt: skip
 
     def _with_claimed(self, rows: list[list[Any]]) -> list[RawEntry]:
-        """Entries of a read with CLAIM: ``[id, fields, idle_ms, times_delivered_before]``
-        (0 for a new entry). This consumer's own entries still being handled (their lease
+        """Entries of a read with CLAIM, each delivered before as often as the reply says
+        (0: a new entry). This consumer's own entries still being handled (their lease
         lapsed) are left to their handler."""
         in_flight = self._capacity.in_flight
         entries = []
-        for entry, row in zip(RawEntry.from_reply([row[:2] for row in rows]), rows, strict=True):
-            delivered = row[3]
+        for entry, delivered in replies.claimed_entries(rows):
             if delivered:
                 if entry.id in in_flight:
                     continue
@@ -174,7 +171,7 @@ class Reader:
             if not rows:
                 return
             start = rows[-1][0]
-            live, gone = entries_from_reply(rows)
+            live, gone = replies.live_and_deleted(rows)
             self._acker.ack_many(gone)  # deleted from the stream while pending: nothing to do
             with translated(self.id.stream, self.id.group):
                 counts = await delivery_counts(
@@ -199,4 +196,4 @@ class Reader:
                 )
         finally:
             capacity.release(count)
-        return stream_rows(reply)
+        return replies.stream_rows(reply)

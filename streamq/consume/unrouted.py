@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
+from ..errors import RedisFailure
 from ..wire.client import translated
 from ..wire.keys import Keys
 
@@ -58,6 +58,7 @@ class UnroutedDeliveries:
         if not entry_ids:
             return
         try:
-            await self._client.hdel(self._key, *[self.field(i) for i in entry_ids])
-        except (rx.RedisError, OSError) as e:
+            with translated(self._stream):
+                await self._client.hdel(self._key, *[self.field(i) for i in entry_ids])
+        except RedisFailure as e:
             log.warning("could not drop unrouted-delivery records (cleanup will): %s", e)

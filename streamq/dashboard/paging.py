@@ -18,7 +18,8 @@ import redis.asyncio as aioredis
 from ..errors import GroupNotFoundError
 from ..topic.deadletter import DeadLetter, DeadLetters
 from ..topic.partitions import PartitionedId
-from ..wire.client import text, translated
+from ..wire import replies
+from ..wire.client import translated
 from .view import TopicView
 
 
@@ -37,12 +38,7 @@ DEAD_LETTER_PAGE = 20
 Fetch = Callable[[aioredis.Redis, str, str, int], Awaitable[list[R]]]
 
 
-@dataclass(frozen=True, slots=True)
-class PendingEntry:
-    id: str
-    consumer: str
-    idle_ms: int
-    deliveries: int
+PendingEntry = replies.Pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +91,7 @@ async def _pending(
         rows = await client.xpending_range(
             stream, group, min=start, max="+", count=count, consumername=consumer or None
         )
-    return [
-        PendingEntry(
-            id=text(row["message_id"]),
-            consumer=text(row["consumer"]),
-            idle_ms=int(row["time_since_delivered"]),
-            deliveries=int(row["times_delivered"]),
-        )
-        for row in rows
-    ]
+    return replies.pending_rows(rows)
 
 
 async def dead_letter_page(

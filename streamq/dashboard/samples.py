@@ -18,12 +18,12 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
+from ..errors import StreamNotFoundError
+from ..wire import replies
 from ..wire.client import translated
 from .view import TopicView
 
@@ -43,21 +43,19 @@ class Sample:
 
 async def take_sample(client: aioredis.Redis, stream: str) -> Sample | None:
     """A sample of ``stream`` now; None if the stream does not exist."""
-    with translated(stream):
-        try:
-            info = await client.xinfo_stream(stream)
-            groups = await client.xinfo_groups(stream)
-        except rx.ResponseError as e:
-            if "no such key" in str(e).lower():
-                return None
-            raise
-    added = _optional_int(info.get("entries-added"))
-    lags = [_optional_int(g.get("lag")) for g in groups]
+    try:
+        with translated(stream):
+            info = replies.stream_summary(await client.xinfo_stream(stream))
+            groups = replies.groups(await client.xinfo_groups(stream))
+    except StreamNotFoundError:
+        return None
+    added = info.entries_added
+    lags = [g.lag for g in groups]
     reads = [_entries_read(g, added) for g in groups]
     return Sample(
         at=time.time(),
         lag=_sum_known(lags),
-        pending=sum(int(g["pending"]) for g in groups),
+        pending=sum(g.pending for g in groups),
         added=added,
         read=_sum_known(reads),
     )
@@ -90,17 +88,13 @@ def _sum_known(values: Sequence[int | None]) -> int | None:
     return None if any(v is None for v in values) else sum(v or 0 for v in values)
 
 
-def _entries_read(group: dict[str, Any], added: int | None) -> int | None:
+def _entries_read(group: replies.Group, added: int | None) -> int | None:
     """A group's ``entries-read``; the server leaves it null for a group that has read
     nothing since it was created at an ID, but then lag = added - read gives it."""
-    read, lag = _optional_int(group.get("entries-read")), _optional_int(group.get("lag"))
+    read, lag = group.entries_read, group.lag
     if read is None and lag is not None and added is not None:
         return added - lag
     return read
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 class SampleStore:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DataLossError
+from ..errors import DataLossError, GroupExistsError
 from ..ids import StreamId
-from ..wire.client import text as _text
+from ..wire import replies
+from ..wire.client import translated
 from .offsets import offset
 
 LAG_SCAN = 10_000
@@ -23,19 +24,15 @@ def ensure_group(client: Any, stream: str, group: str, starting: str) -> dict[st
     """Create the pipeline's group on ``stream`` at the starting position (``earliest``,
     ``latest`` or an entry ID) and return its position as an offset: an existing group's
     position wins (the checkpoint, when there is one, wins over both)."""
-    import redis
-
     start = {"latest": "$", "earliest": "0"}.get(starting, starting)
     try:
-        client.xgroup_create(stream, group, id=start, mkstream=True)
-    except redis.ResponseError as e:
-        if not str(e).startswith("BUSYGROUP"):
-            raise
-    for info in client.xinfo_groups(stream):
-        if _text(info["name"]) == group:
-            read = info.get("entries-read")
-            position = StreamId.parse(_text(info["last-delivered-id"]))
-            return offset(position, int(read) if read is not None else None)
+        with translated(stream, group):
+            client.xgroup_create(stream, group, id=start, mkstream=True)
+    except GroupExistsError:
+        pass
+    for info in replies.groups(client.xinfo_groups(stream)):
+        if info.name == group:
+            return offset(StreamId.parse(info.last_delivered_id), info.entries_read)
     raise DataLossError(f"group {group!r} vanished from {stream!r} while the query started")
 
 
@@ -46,6 +43,6 @@ def advance_group(client: Any, stream: str, group: str, finish: StreamId) -> Non
     if len(after) < LAG_SCAN:
         # ENTRIESREAD keeps XINFO GROUPS' lag exact (= entries after the committed end);
         # with a larger backlog Redis reports the lag as unknown instead.
-        added = int(client.xinfo_stream(stream)["entries-added"])
+        added = replies.stream_summary(client.xinfo_stream(stream)).entries_added or 0
         command += ["ENTRIESREAD", max(added - len(after), 0)]
     client.execute_command(*command)

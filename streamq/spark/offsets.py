@@ -16,7 +16,7 @@ from pyspark.sql.datasource import InputPartition
 
 from ..errors import DataLossError
 from ..ids import MAX_SEQ, StreamId
-from ..wire.client import text as _text
+from ..wire import replies
 from .options import ReadOptions
 
 log = logging.getLogger(__name__)
@@ -85,15 +85,14 @@ class StreamState:
 def stream_state(client: Any, stream: str) -> StreamState:
     if not client.exists(stream):
         return StreamState(ZERO, None, None, 0, 0)
-    info = client.xinfo_stream(stream)
-    first = info.get("first-entry")
-    deleted = info.get("max-deleted-entry-id")
+    info = replies.stream_summary(client.xinfo_stream(stream))
+    first, deleted = info.first_id, info.max_deleted_id
     return StreamState(
-        last=StreamId.parse(_text(info["last-generated-id"])),
-        first=StreamId.parse(_text(first[0])) if first else None,
-        max_deleted=StreamId.parse(_text(deleted)) if deleted is not None else None,
-        added=int(info.get("entries-added", 0)),
-        length=int(info["length"]),
+        last=StreamId.parse(info.last_generated_id),
+        first=StreamId.parse(first) if first is not None else None,
+        max_deleted=StreamId.parse(deleted) if deleted is not None else None,
+        added=info.entries_added or 0,
+        length=info.length,
     )
 
 

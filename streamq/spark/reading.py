@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from ..errors import ConfigError
 from ..ids import StreamId
 from ..topic.partitions import recorded_partitions_sync
-from ..wire.client import text as _text
+from ..wire.replies import text as _text
 from .group import advance_group, ensure_group
 from .offsets import (
     ZERO,

@@ -17,12 +17,12 @@ from typing import Any
 
 from ..errors import MessageFormatError
 from ..wire import resp
-from ..wire.client import text as _text
+from ..wire.replies import standard_fields
+from ..wire.replies import text as _text
 from .offsets import connect
 from .options import ReadOptions
 
 XRANGE_CHUNK = 2000
-_STANDARD = (b"type", b"data")  # what every streamq producer writes first
 
 
 def read_range(
@@ -51,15 +51,6 @@ def read_range(
         client.close()
 
 
-def _fields(flat: list[bytes]) -> tuple[bytes | None, bytes | None, bytes | None]:
-    """(type, data, meta) of an entry's flat field list."""
-    if len(flat) in (4, 6) and (flat[0], flat[2]) == _STANDARD:
-        return flat[1], flat[3], flat[5] if len(flat) == 6 and flat[4] == b"meta" else None
-    pairs = iter(flat)
-    fields = dict(zip(pairs, pairs, strict=True))
-    return fields.get(b"type"), fields.get(b"data"), fields.get(b"meta")
-
-
 def _meta(raw: bytes | None) -> list[tuple[str, str]] | None:
     if not raw:
         return None
@@ -82,7 +73,7 @@ def arrow_batch(rows: list[Any], type_filter: str | None, partition: int | None 
 
     ids, types, datas, metas = [], [], [], []
     for entry_id, flat in rows:
-        kind, data, meta = _fields(flat)
+        kind, data, meta = standard_fields(flat)
         ids.append(entry_id)
         types.append(kind)
         datas.append(data)
@@ -133,7 +124,7 @@ def typed_rows(
     extra = () if partition is None else (partition,)
     names = list(model.model_fields)
     for entry_id, flat in rows:
-        kind, data, meta = _fields(flat)
+        kind, data, meta = standard_fields(flat)
         if wanted is not None and kind != wanted:
             continue
         text_id = _text(entry_id)

@@ -6,11 +6,16 @@ import time
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
-from ..errors import ConfigError, GroupNotFoundError, InvalidMessageIdError
+from ..errors import (
+    ConfigError,
+    GroupExistsError,
+    GroupNotFoundError,
+    InvalidMessageIdError,
+    StreamNotFoundError,
+)
 from ..ids import StreamId
-from ..wire.client import text as _text
+from ..wire import replies
 from ..wire.client import translated
 from ..wire.keys import Keys
 from .control import stopped_ids
@@ -18,13 +23,11 @@ from .control import stopped_ids
 
 async def ensure_group(client: aioredis.Redis, stream: str, group: str, start: str) -> bool:
     """Create ``group`` at ``start`` (creating the stream too); False if it existed."""
-    with translated(stream, group):
-        try:
+    try:
+        with translated(stream, group):
             await client.xgroup_create(stream, group, id=start, mkstream=True)
-        except rx.ResponseError as e:
-            if str(e).startswith("BUSYGROUP"):
-                return False
-            raise
+    except GroupExistsError:
+        return False
     return True
 
 
@@ -32,10 +35,11 @@ async def group_status(
     client: aioredis.Redis, stream: str, group: str
 ) -> tuple[int | None, int | None]:
     """``group``'s (pending, lag); None where unknown (no such group, lag not computable)."""
-    for info in await client.xinfo_groups(stream):
-        if _text(info["name"]) == group:
-            lag = info.get("lag")
-            return int(info["pending"]), None if lag is None else int(lag)
+    with translated(stream, group):
+        groups = replies.groups(await client.xinfo_groups(stream))
+    for info in groups:
+        if info.name == group:
+            return info.pending, info.lag
     return None, None
 
 
@@ -46,15 +50,11 @@ async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -
             entry_id = str(StreamId.parse(entry_id))
         except InvalidMessageIdError as e:
             raise ConfigError(f"seek: {e}") from e
-    with translated(stream, group):
-        try:
+    try:
+        with translated(stream, group):
             await client.xgroup_setid(stream, group, entry_id)
-        except rx.ResponseError as e:
-            if "NOGROUP" in str(e) or "no such key" in str(e).lower():
-                raise GroupNotFoundError(
-                    f"cannot seek: group {group!r} of {stream!r} missing"
-                ) from e
-            raise
+    except (GroupNotFoundError, StreamNotFoundError) as e:
+        raise GroupNotFoundError(f"cannot seek: group {group!r} of {stream!r} missing") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,45 +123,44 @@ async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
         stopped = await stopped_ids(client, stream)
         if not await client.exists(stream):
             return TopicInfo(stream, False, 0, None, None, [], dead, stopped)
-        info = await client.xinfo_stream(stream)
-        groups = [await _group_info(client, stream, g) for g in await client.xinfo_groups(stream)]
-    first, last = info.get("first-entry"), info.get("last-entry")
+        info = replies.stream_summary(await client.xinfo_stream(stream))
+        rows = replies.groups(await client.xinfo_groups(stream))
+        groups = [await _group_info(client, stream, row) for row in rows]
     return TopicInfo(
         stream=stream,
         exists=True,
-        length=int(info["length"]),
-        first_id=_text(first[0]) if first else None,
-        last_id=_text(info["last-generated-id"]) if last is None else _text(last[0]),
+        length=info.length,
+        first_id=info.first_id,
+        last_id=info.last_id,
         groups=groups,
         dead_letters=dead,
         stopped_ids=stopped,
     )
 
 
-async def _group_info(client: aioredis.Redis, stream: str, raw: dict[str, object]) -> GroupInfo:
-    name = _text(raw["name"])  # type: ignore[arg-type]
-    assert name is not None
-    pending = int(raw["pending"])  # type: ignore[call-overload]
+async def _group_info(client: aioredis.Redis, stream: str, group: replies.Group) -> GroupInfo:
+    name = group.name
     oldest_id, oldest_age = None, None
-    if pending:
-        rows = await client.xpending_range(stream, name, min="-", max="+", count=1)
+    if group.pending:
+        rows = replies.pending_rows(
+            await client.xpending_range(stream, name, min="-", max="+", count=1)
+        )
         if rows:
-            oldest_id = _text(rows[0]["message_id"])
-            oldest_age = max(int(time.time() * 1000) - StreamId.parse(oldest_id or "0").ms, 0)
+            oldest_id = rows[0].id
+            oldest_age = max(int(time.time() * 1000) - StreamId.parse(oldest_id).ms, 0)
     consumers = [
         ConsumerInfo(
-            name=_text(c["name"]),
-            pending=int(c["pending"]),
-            idle_ms=int(c.get("inactive", c.get("idle", 0))),
+            name=c.name,
+            pending=c.pending,
+            idle_ms=c.idle_ms if c.inactive_ms is None else c.inactive_ms,
         )
-        for c in await client.xinfo_consumers(stream, name)
+        for c in replies.consumers(await client.xinfo_consumers(stream, name))
     ]
-    lag = raw.get("lag")
     return GroupInfo(
         name=name,
-        last_delivered_id=_text(raw["last-delivered-id"]),  # type: ignore[arg-type]
-        pending=pending,
-        lag=int(lag) if lag is not None else None,  # type: ignore[call-overload]
+        last_delivered_id=group.last_delivered_id,
+        pending=group.pending,
+        lag=group.lag,
         oldest_pending_id=oldest_id,
         oldest_pending_age_ms=oldest_age,
         consumers=consumers,

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
 from ..config import CleanupPolicy
-from ..errors import InvalidMessageIdError, StreamqError
+from ..errors import InvalidMessageIdError, StreamqError, UnknownCommandError
 from ..ids import StreamId
-from ..wire.client import text as _text
+from ..wire import replies
 from ..wire.client import translated
 from ..wire.keys import Keys
 from ..wire.scripts import RELEASE_LOCK
@@ -65,20 +64,19 @@ class GroupBounds:
 
 async def group_bounds(client: aioredis.Redis, stream: str) -> GroupBounds | None:
     """The groups' bounds from one snapshot; None when the stream has no group."""
-    groups = await client.xinfo_groups(stream)
+    groups = replies.groups(await client.xinfo_groups(stream))
     if not groups:
         return None
     read_point = safe = StreamId(2**64, 0)
     for group in groups:
-        name = _text(group["name"])
-        limit = StreamId.parse(_text(group["last-delivered-id"])).next()
+        limit = StreamId.parse(group.last_delivered_id).next()
         read_point = min(read_point, limit)
-        if int(group["pending"]) > 0:
-            summary = await client.xpending(stream, name)
-            if summary["min"] is not None:  # None: everything was acked since XINFO
-                limit = min(limit, StreamId.parse(_text(summary["min"])))
+        if group.pending > 0:
+            oldest = replies.oldest_pending_id(await client.xpending(stream, group.name))
+            if oldest is not None:  # None: everything was acked since XINFO
+                limit = min(limit, StreamId.parse(oldest))
         safe = min(safe, limit)
-    return GroupBounds(read_point, safe, tuple(_text(g["name"]) for g in groups))
+    return GroupBounds(read_point, safe, tuple(g.name for g in groups))
 
 
 async def has_xdelex(client: aioredis.Redis, stream: str = "probe") -> bool:
@@ -89,11 +87,10 @@ async def has_xdelex(client: aioredis.Redis, stream: str = "probe") -> bool:
     """
     probe = Keys(stream).prefix + "xdelex-probe"
     try:  # on a key that does not exist: answers [-1] and writes nothing
-        await client.execute_command("XDELEX", probe, "ACKED", "IDS", 1, "0-1")
-    except rx.ResponseError as e:
-        if "unknown command" in str(e).lower():
-            return False
-        raise
+        with translated(stream):
+            await client.execute_command("XDELEX", probe, "ACKED", "IDS", 1, "0-1")
+    except UnknownCommandError:
+        return False
     return True
 
 
@@ -164,7 +161,7 @@ class Cleaner:
             rows = await self._client.xrange(self._stream, min=start, max=f"({bound}", count=count)
             if not rows:
                 break
-            ids = [StreamId.parse(_text(entry_id)) for entry_id, _ in rows]
+            ids = [StreamId.parse(replies.text(entry_id)) for entry_id, _ in rows]
             start = f"({ids[-1]}"
             spared = keep | await self._pending_between(check_pending, ids[0], ids[-1])
             doomed = [i for i in ids if i not in spared]
@@ -191,13 +188,15 @@ class Cleaner:
         for group in groups:
             start = str(low)
             while True:
-                page = await self._client.xpending_range(
-                    self._stream, group, min=start, max=str(high), count=self.policy.batch_size
+                page = replies.pending_rows(
+                    await self._client.xpending_range(
+                        self._stream, group, min=start, max=str(high), count=self.policy.batch_size
+                    )
                 )
-                pending.update(StreamId.parse(_text(p["message_id"])) for p in page)
+                pending.update(StreamId.parse(p.id) for p in page)
                 if len(page) < self.policy.batch_size:
                     break
-                start = f"({_text(page[-1]['message_id'])}"
+                start = f"({page[-1].id}"
         return pending
 
     async def _delete_if_acked(self, ids: list[StreamId]) -> int:
@@ -213,7 +212,7 @@ class Cleaner:
         """Drop unrouted-delivery records of entries every group has acknowledged."""
         if self._dry_run:
             return
-        fields = [_text(f) for f in await self._client.hkeys(self._keys.unrouted)]
+        fields = [replies.text(f) for f in await self._client.hkeys(self._keys.unrouted)]
         settled = [f for f in fields if _record_id(f) < safe]
         if settled:
             await self._client.hdel(self._keys.unrouted, *settled)
@@ -235,7 +234,7 @@ class Cleaner:
             try:
                 report = await self.run_once()
                 log.debug("cleanup pass on %s: %s", self._stream, report)
-            except (StreamqError, rx.RedisError, OSError) as e:
+            except StreamqError as e:
                 log.warning("cleanup pass failed, next in %.0fs: %s", CLEANUP_ERROR_BACKOFF, e)
                 await anyio.sleep(CLEANUP_ERROR_BACKOFF)
 

@@ -21,12 +21,17 @@ from typing import Literal
 
 import anyio
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
-from ..errors import InvalidMessageIdError, MessageNotFoundError
+from ..errors import (
+    InvalidMessageIdError,
+    MessageNotFoundError,
+    RedisFailure,
+    ServerUnavailableError,
+)
 from ..ids import StreamId
-from ..wire.client import text, translated
+from ..wire.client import translated
 from ..wire.keys import Keys
+from ..wire.replies import text
 from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
 
 log = logging.getLogger(__name__)
@@ -54,8 +59,9 @@ class StoppedView:
     def __contains__(self, entry_id: object) -> bool:
         return entry_id in self.ids
 
-    async def resync(self, client: aioredis.Redis, keys: Keys) -> None:
-        raw = await client.hkeys(keys.stopped)
+    async def resync(self, client: aioredis.Redis, stream: str) -> None:
+        with translated(stream):
+            raw = await client.hkeys(Keys(stream).stopped)
         self.ids = {text(k) for k in raw}
 
 
@@ -95,7 +101,8 @@ async def hold_message(client: aioredis.Redis, stream: str, group: str, entry_id
 
 
 async def stopped_ids(client: aioredis.Redis, stream: str) -> list[str]:
-    raw = await client.hkeys(Keys(stream).stopped)
+    with translated(stream):
+        raw = await client.hkeys(Keys(stream).stopped)
     ids = [text(k) for k in raw]
     return sorted(ids, key=StreamId.parse)
 
@@ -120,7 +127,8 @@ async def terminate_topic(
 
 
 async def was_terminated(client: aioredis.Redis, stream: str) -> bool:
-    return bool(await client.exists(terminated_mark(Keys(stream))))
+    with translated(stream):
+        return bool(await client.exists(terminated_mark(Keys(stream))))
 
 
 async def _announce(client: aioredis.Redis, keys: Keys, op: str, entry_id: str) -> None:
@@ -175,6 +183,7 @@ class ControlListener:
         on_terminate: Callable[[], Awaitable[None]],
     ) -> None:
         self._client = client
+        self._stream = stream
         self._keys = Keys(stream)
         self._view = view
         self._resync_interval = resync_interval
@@ -187,16 +196,17 @@ class ControlListener:
         started, backoff = False, LISTENER_BACKOFF
         while True:
             try:
-                async with self._client.pubsub() as pubsub:
-                    await pubsub.ssubscribe(self._keys.control)
-                    await self._view.resync(self._client, self._keys)
-                    self._connected()
-                    backoff = LISTENER_BACKOFF
-                    if not started:
-                        started = True
-                        task_status.started()
-                    await self._follow(pubsub)
-            except (rx.RedisError, OSError) as e:
+                with translated(self._stream):
+                    async with self._client.pubsub() as pubsub:
+                        await pubsub.ssubscribe(self._keys.control)
+                        await self._view.resync(self._client, self._stream)
+                        self._connected()
+                        backoff = LISTENER_BACKOFF
+                        if not started:
+                            started = True
+                            task_status.started()
+                        await self._follow(pubsub)
+            except RedisFailure as e:
                 self._disconnected(e, backoff)
                 if not started:
                     started = True
@@ -226,16 +236,16 @@ class ControlListener:
             if message is not None and message["type"] == "sunsubscribe":
                 # A cluster node drops its sharded subscribers when the channel's slot
                 # moves (reshard, failover): subscribe again, on the slot's new master.
-                raise rx.ConnectionError("the server ended the control subscription")
+                raise ServerUnavailableError("the server ended the control subscription")
             if message is not None and message["type"] in ("smessage", "message"):
                 try:
                     await self._apply(message["data"])
-                except (rx.RedisError, OSError):
+                except RedisFailure:
                     raise  # reconnect
                 except Exception:  # a notice must never end the listener
                     log.exception("could not apply a control notice; ignored")
             if anyio.current_time() >= resync_at:
-                await self._view.resync(self._client, self._keys)
+                await self._view.resync(self._client, self._stream)
                 resync_at = anyio.current_time() + self._resync_interval
 
     async def _apply(self, data: bytes | str) -> None:
@@ -247,7 +257,8 @@ class ControlListener:
             await self._on_terminate()
             return
         assert notice.entry_id is not None
-        stopped = bool(await self._client.hexists(self._keys.stopped, notice.entry_id))
+        with translated(self._stream):
+            stopped = bool(await self._client.hexists(self._keys.stopped, notice.entry_id))
         if notice.op == "stop" and stopped:
             self._view.ids.add(notice.entry_id)
             self._on_stop(notice.entry_id)

@@ -3,7 +3,7 @@
 Every client streamq uses comes from :func:`connect` (asyncio) or :func:`connect_sync`
 (blocking): a deployment of one node or a Redis Cluster (:mod:`streamq.wire.routing`), which
 gives clients bound to the slot of a stream's keys. Errors leave the boundary as the
-streamq tree (:func:`translated`).
+streamq tree (:func:`translated`); replies are read through :mod:`.replies`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from redis import exceptions as rx
 from ..errors import (
     AuthenticationFailedError,
     ConfigError,
+    GroupExistsError,
     GroupNotFoundError,
     RedisFailure,
     ServerUnavailableError,
     StreamNotFoundError,
+    UnknownCommandError,
 )
 from . import sentinel
 from .routing import RECONFIGURING, Deployment
@@ -47,30 +49,6 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED ", "ASK ", "CLUSTERDOWN",
 )  # fmt: skip
-
-
-def text(value: bytes | str) -> str:
-    """A reply field as text (replies are bytes; decode_responses is off for speed).
-
-    Names that are not UTF-8 (a group created by another client) keep their bytes as
-    ``\\xNN`` escapes instead of failing.
-    """
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
-
-
-def stream_rows(reply: Any) -> list[Any]:
-    """The entries of a one-stream XREAD/XREADGROUP reply from redis-py, either protocol.
-
-    redis-py's default (and ``?protocol=2``): ``[[stream, rows]]``; ``?protocol=3``:
-    ``{stream: [rows]}``; no entries: None or empty. (Replies read raw, without redis-py's
-    callbacks, have yet other shapes: see ``Consumer._read_new``.)
-    """
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        (value,) = reply.values()
-        return value[0] if value else []
-    return reply[0][1]  # type: ignore[no-any-return]
 
 
 # Connections per client. A caller past the limit waits for a free connection (up to
@@ -174,32 +152,63 @@ def is_transient(error: BaseException) -> bool:
 
 @contextmanager
 def translated(stream: str, group: str | None = None) -> Iterator[None]:
-    """Translate redis-py errors into the streamq tree (``raise ... from e``)."""
+    """Translate redis-py errors into the streamq tree (``raise ... from e``); streamq's
+    own errors (from an inner boundary) pass as they are."""
     try:
         yield
-    except rx.ResponseError as e:
-        text = str(e)
-        if text.startswith("NOGROUP"):
-            raise GroupNotFoundError(
-                f"consumer group {group!r} or stream {stream!r} does not exist ({text})"
-            ) from e
-        if "no such key" in text.lower() or text.startswith("UNBLOCKED the stream key"):
-            # Redis 7 wakes a blocked XREADGROUP with "UNBLOCKED the stream key no longer
-            # exists" when the stream is deleted; Valkey answers NOGROUP on the next read.
-            raise StreamNotFoundError(f"stream {stream!r} does not exist ({text})") from e
-        if text.startswith(("WRONGPASS", "NOAUTH")):
-            raise AuthenticationFailedError(f"the server refused the credentials: {text}") from e
-        if isinstance(e, RECONFIGURING):
-            code = type(e).__name__.removesuffix("Error")
-            raise ServerUnavailableError(f"the cluster is reconfiguring ({code} {text})") from e
-        if is_transient(e):
-            raise ServerUnavailableError(f"server not ready: {text}") from e
-        raise RedisFailure(text) from e
-    except rx.AuthenticationError as e:
-        raise AuthenticationFailedError(f"the server refused the credentials: {e}") from e
-    except (rx.ConnectionError, rx.TimeoutError, ConnectionError, OSError) as e:
-        if "No connection available" in str(e):
-            raise ServerUnavailableError(
-                f"no free connection in the client's pool after {POOL_WAIT:g}s ({e})"
-            ) from e
-        raise ServerUnavailableError(f"cannot reach the server: {e}") from e
+    except RedisFailure:
+        raise
+    except (rx.RedisError, OSError) as e:
+        raise translate(e, stream, group) from e
+
+
+def translate(error: BaseException, stream: str, group: str | None = None) -> RedisFailure:
+    """The streamq error for a redis-py error or an OSError (raise it ``from error``); also
+    for an error reply read in place of a result (a pipeline, ``raise_errors=False``)."""
+    if isinstance(error, RedisFailure):
+        return error
+    if isinstance(error, rx.ResponseError):
+        return _reply_error(error, stream, group)
+    if isinstance(error, rx.AuthenticationError):
+        return AuthenticationFailedError(f"the server refused the credentials: {error}")
+    if isinstance(error, rx.ConnectionError | rx.TimeoutError | OSError):
+        if "No connection available" in str(error):
+            return ServerUnavailableError(
+                f"no free connection in the client's pool after {POOL_WAIT:g}s ({error})"
+            )
+        return ServerUnavailableError(f"cannot reach the server: {error}")
+    return RedisFailure(str(error))
+
+
+def _reply_error(error: rx.ResponseError, stream: str, group: str | None) -> RedisFailure:
+    """An error reply as streamq's error: the one place where reply text is matched."""
+    text = str(error)
+    if text.startswith("NOGROUP"):
+        return GroupNotFoundError(
+            f"consumer group {group!r} or stream {stream!r} does not exist ({text})"
+        )
+    if text.startswith("BUSYGROUP"):
+        return GroupExistsError(f"consumer group {group!r} of {stream!r} exists ({text})")
+    if _no_stream(text):
+        return StreamNotFoundError(f"stream {stream!r} does not exist ({text})")
+    if text.lower().startswith("unknown command"):
+        return UnknownCommandError(f"the server does not know the command ({text})")
+    if text.startswith(("WRONGPASS", "NOAUTH")):
+        return AuthenticationFailedError(f"the server refused the credentials: {text}")
+    if isinstance(error, RECONFIGURING):
+        code = type(error).__name__.removesuffix("Error")
+        return ServerUnavailableError(f"the cluster is reconfiguring ({code} {text})")
+    if is_transient(error):
+        return ServerUnavailableError(f"server not ready: {text}")
+    return RedisFailure(text)
+
+
+def _no_stream(text: str) -> bool:
+    # Redis 7 wakes a blocked XREADGROUP with "UNBLOCKED the stream key no longer exists"
+    # when the stream is deleted (Valkey answers NOGROUP on the next read); XGROUP SETID
+    # on a missing key says that the subcommand "requires the key to exist".
+    return (
+        "no such key" in text.lower()
+        or text.startswith("UNBLOCKED the stream key")
+        or "requires the key to exist" in text
+    )

@@ -21,6 +21,7 @@ import redis
 import redis.asyncio as aioredis
 
 from . import resp
+from .replies import as_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +36,11 @@ async def probe(client: aioredis.Redis) -> Features:
         (docs,) = await resp.execute(client, resp.pack("COMMAND", "DOCS", "XADD", "XREADGROUP"), 1)
     except redis.ResponseError:  # no COMMAND DOCS (Redis < 7.0), or NOPERM
         return Features()
-    docs = _as_dict(docs)
+    docs = as_dict(docs)
     return Features(
         xadd_idmp=b"IDMP" in _tokens(docs.get(b"xadd")),
         xreadgroup_claim=b"CLAIM" in _tokens(docs.get(b"xreadgroup")),
     )
-
-
-def _as_dict(reply: Any) -> dict[Any, Any]:
-    """A RESP3 map as it is, a RESP2 flat list as a dict."""
-    if isinstance(reply, dict):
-        return reply
-    if isinstance(reply, list):
-        return dict(zip(reply[::2], reply[1::2], strict=False))
-    return {}
 
 
 def _tokens(doc: Any) -> set[bytes]:

@@ -21,8 +21,9 @@ from streamq.errors import ConfigError
 from streamq.spark.topic import SparkTopic
 from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
-from streamq.wire.client import connect_sync, text
+from streamq.wire.client import connect_sync
 from streamq.wire.keys import Keys
+from streamq.wire.replies import text
 from tests.spark.test_spark_source import admission_control, stream_reader
 
 pytestmark = [
