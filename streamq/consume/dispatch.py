@@ -113,6 +113,7 @@ class Dispatcher:
         await self.dead_letters.write(
             entry, group=self.group, consumer=self.consumer, error=reason, exception=error
         )
+        self.acker.ack(entry.id)  # once the letter is written: a crash in between redelivers
         if entry.delivery_count > 1:
             await self.unrouted.forget([entry.id])
 
