@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TextIO
+from typing import Any, NamedTuple, Protocol, TextIO
 
 
 class ConsumerContext(NamedTuple):
@@ -39,8 +39,20 @@ class ConsumerContext(NamedTuple):
 EntryContext = tuple[str | list[str], str, int]
 
 
+class Entry(Protocol):
+    """An entry as the log context of its handling (a RawEntry): its fields are read when
+    a record is made, so setting it costs nothing per entry but the set."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def type(self) -> str | None: ...
+    @property
+    def delivery_count(self) -> int: ...
+
+
 CONSUMER: ContextVar[ConsumerContext | None] = ContextVar("streamq_log_consumer", default=None)
-ENTRY: ContextVar[EntryContext | None] = ContextVar("streamq_log_entry", default=None)
+ENTRY: ContextVar[EntryContext | Entry | None] = ContextVar("streamq_log_entry", default=None)
 
 # record attribute -> key in the JSON output
 FIELDS = {
@@ -72,7 +84,11 @@ def install_record_factory() -> None:
                 record.streamq_stream, record.streamq_group, record.streamq_consumer = consumer
                 entry = ENTRY.get()
                 if entry is not None:
-                    record.streamq_entry_id, record.streamq_type, record.streamq_delivery = entry
+                    record.streamq_entry_id, record.streamq_type, record.streamq_delivery = (
+                        entry
+                        if isinstance(entry, tuple)
+                        else (entry.id, entry.type, entry.delivery_count)
+                    )
             return record
 
         logging.setLogRecordFactory(factory)

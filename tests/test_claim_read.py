@@ -54,7 +54,7 @@ async def test_room_a_claim_pass_held_wakes_the_waiting_reader() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader)
-        await wait_for(lambda: capacity.budget._waiting, what="the reader waiting for room")
+        await wait_for(lambda: capacity.budget.waiting, what="the reader waiting for room")
         assert not woke.is_set()
         capacity.release(8)  # the pass claimed nothing
         with anyio.fail_after(2):

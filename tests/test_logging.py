@@ -66,6 +66,41 @@ async def test_consumer_records_carry_the_consumer_and_the_entry(
     assert fields(outside) == {}, "no context leaks out of the consumer's tasks"
 
 
+async def test_each_record_of_a_worker_carries_the_entry_it_is_about(
+    make_queue: QueueFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One worker handles a job, then an entry nobody here handles, then a job whose
+    handler leaves a task running: each record names its own entry, never the one before."""
+    caplog.set_level(logging.INFO)
+    mq = make_queue(concurrency=1)
+    done: list[int] = []
+
+    async def later() -> None:
+        await anyio.sleep(0.05)  # the worker has moved on to the next entry meanwhile
+        handler_log.info("later")
+        done.append(-1)
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        handler_log.info("job %s", msg.data)
+        if msg.data == 2:
+            tg.start_soon(later)
+        done.append(msg.data)
+
+    async with mq, anyio.create_task_group() as tg:
+        first = await mq.publish("job", 1)
+        other = (await mq.client.xadd(mq.stream, {"type": "other", "data": "0"})).decode()
+        second, third = await mq.publish_many("job", [2, 3])
+        await tg.start(mq.run)
+        await wait_for(lambda: len(done) == 4, what="the jobs and the late task")
+        await mq.stop()
+    by_message = {r.getMessage(): fields(r) for r in caplog.records}
+    assert [by_message[f"job {n}"]["entry_id"] for n in (1, 2, 3)] == [first, second, third]
+    unrouted = next(v for k, v in by_message.items() if k.startswith("no handler for type"))
+    assert (unrouted["entry_id"], unrouted["type"]) == (other, "other")
+    assert by_message["later"]["entry_id"] == second, "a task keeps its entry's context"
+
+
 async def test_batch_records_carry_the_batch_ids(
     make_queue: QueueFactory, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from streamq.consume.capacity import Budget, Capacity, Slots
+from streamq.message import RawEntry
 from streamq.wire import resp
 from streamq.wire.client import connect
 from tests.conftest import wait_for
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.anyio
 async def test_every_reader_waiting_on_a_shared_budget_wakes_when_room_returns() -> None:
     budget = Budget(max_in_flight=4, read_count=4, readers=3)
     partitions = [Capacity(4, 4, budget) for _ in range(3)]
-    partitions[0].in_flight = {f"1-{i}": 0.0 for i in range(4)}  # the budget is full
+    full = [RawEntry(f"1-{i}", {}) for i in range(4)]
+    partitions[0].admit(full, 0.0)  # the budget is full
     woke: list[int] = []
 
     async def reader(index: int) -> None:
@@ -32,7 +34,7 @@ async def test_every_reader_waiting_on_a_shared_budget_wakes_when_room_returns()
             tg.start_soon(reader, index)
         await anyio.wait_all_tasks_blocked()
         assert woke == [], "a reader went on with the budget full"
-        partitions[0].finish_many(list(partitions[0].in_flight))
+        partitions[0].finish_many([entry.id for entry in full])
         await wait_for(
             lambda: len(woke) == 3, timeout=2,
             what="all 3 readers to wake (a reader left waiting on an orphaned event?)",
@@ -122,3 +124,17 @@ async def test_the_read_after_a_full_one_does_not_block_on_a_stream_another_drai
     finally:
         await client.delete(stream)
         await deployment.aclose()
+
+
+def test_the_budget_counts_each_entry_in_flight_once_over_its_partitions() -> None:
+    budget = Budget(max_in_flight=10, read_count=4, readers=2)
+    first, second = Capacity(10, 4, budget), Capacity(10, 4, budget)
+    entries = [RawEntry(f"1-{i}", {}) for i in range(3)]
+    assert first.admit(entries, 0.0) == entries
+    assert first.admit(entries[:2], 1.0) == [], "entries already in flight were taken again"
+    second.admit([RawEntry("1-0", {})], 0.0)  # the same ID on another partition's stream
+    assert budget.room() == 10 - 4
+    first.finish("1-0")
+    first.finish("1-0")  # finished twice (a stopped entry): counted once
+    second.finish_many(["1-0", "9-9"])
+    assert (budget.room(), len(first.in_flight), len(second.in_flight)) == (10 - 2, 2, 0)

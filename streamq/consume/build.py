@@ -6,17 +6,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import anyio
 import redis.asyncio as aioredis
 
 from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy
 from ..topic.cleanup import Cleaner
-from ..topic.control import StoppedView
-from .capacity import SharedLimits
-from .consumer import Consumer
+from ..topic.control import ControlListener, StoppedView
+from ..topic.deadletter import DeadLetters
+from .acks import Acker
+from .batching import Batcher
+from .capacity import Capacity, SharedLimits
+from .claiming import Claimer
+from .consumer import Consumer, Parts
 from .context import Place
+from .dispatch import Dispatcher
 from .partitioned import PartitionedConsumer
-from .reader import Identity
+from .reader import Identity, Reader
 from .router import Router
+from .unrouted import UnroutedDeliveries
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +73,81 @@ def _consumer(
 ) -> Consumer:
     stream = topic.streams[index]
     client = client_for(stream)
+    identity = Identity(stream, topic.group, topic.consumer)
     background = []
     if policies.cleanup.enabled:
         background.append(Cleaner(client, stream, policies.cleanup).run_periodically)
+    # what a Message says of where it comes from: the topic, and the partition if any
+    place = Place(stream) if limits is None else Place(topic.name, index)
     return Consumer(
         client,
-        Identity(stream, topic.group, topic.consumer),
+        identity,
         router=router,
         config=policies.config,
-        retry=policies.retry,
-        batch=policies.batch,
         stopped=stopped,
+        wiring=lambda consumer: _parts(consumer, client, place, policies, stopped, limits),
         background=background,
-        place=None if limits is None else Place(topic.name, index),
-        limits=limits,
+    )
+
+
+def _parts(
+    consumer: Consumer,
+    client: aioredis.Redis,
+    place: Place,
+    policies: Policies,
+    stopped: StoppedView,
+    limits: SharedLimits | None,
+) -> Parts:
+    """The parts of ``consumer``: one in-flight table (in the Capacity) and one Acker,
+    handed to the parts that need them; the parts call back into the consumer."""
+    config, identity = policies.config, consumer.id
+    capacity = Capacity(config.max_in_flight, config.read_count, limits.budget if limits else None)
+    acker = Acker(client, identity.stream, identity.group)
+    claimer = Claimer(
+        client, stream=identity.stream, group=identity.group, consumer=identity.consumer,
+        config=config, capacity=capacity, enqueue=consumer.enqueue,
+        on_group_lost=consumer.group_lost,
+    )  # fmt: skip
+    reader = Reader(
+        client, identity, config=config, capacity=capacity, acker=acker,
+        enqueue=consumer.enqueue, stopping=consumer.stopping,
+        group_lost=consumer.group_lost, fail=consumer.fail,
+    )  # fmt: skip
+    listener = ControlListener(
+        client, identity.stream, stopped, resync_interval=config.stopped_resync,
+        on_stop=consumer.on_stop_notice, on_resume=lambda _id: claimer.wake(),
+        on_terminate=consumer.on_terminate_notice,
+    )  # fmt: skip
+    slots = limits.handlers if limits else None
+    batcher = Batcher(
+        policies.batch, consumer.flush_batch, slots or anyio.CapacityLimiter(config.concurrency)
+    )
+    dispatcher = _dispatcher(consumer, client, place, policies, acker, claimer)
+    return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots)
+
+
+def _dispatcher(
+    consumer: Consumer,
+    client: aioredis.Redis,
+    place: Place,
+    policies: Policies,
+    acker: Acker,
+    claimer: Claimer,
+) -> Dispatcher:
+    identity, config = consumer.id, policies.config
+    return Dispatcher(
+        router=consumer.router,
+        stream=identity.stream,
+        group=identity.group,
+        consumer=identity.consumer,
+        retry=policies.retry,
+        acker=acker,
+        dead_letters=DeadLetters(client, identity.stream),
+        unrouted=UnroutedDeliveries(client, identity.stream, identity.group),
+        schedule_retry=claimer.retry_later,
+        handler_timeout=config.handler_timeout,
+        thread_limiter=anyio.CapacityLimiter(config.concurrency),
+        stats=consumer.stats,
+        bisect_batches=policies.batch.bisect,
+        place=place,
     )

@@ -17,6 +17,8 @@ from types import TracebackType
 import anyio
 
 from ..config import ConsumerConfig
+from ..message import RawEntry
+from .inflight import InFlight
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ class Budget:
 
     def __init__(self, max_in_flight: int, read_count: int, readers: int = 1) -> None:
         self.max = max_in_flight
-        self.members: list[Capacity] = []
+        self.used = 0  # entries in flight over all the capacities sharing this budget
         # A blocking read holds its room while it waits; the readers together hold at most
         # half the limit, so the claimers have room to take over idle entries: each a fair
         # share of that half (but see Capacity.read_size for a busy partition's read).
@@ -87,38 +89,32 @@ class Budget:
         self.low_water = max(1, min(read_count, self.read_limit * 2) // 4)
         self.reserved = 0
         self._room_event = anyio.Event()
-        self._waiting = False
+        self.waiting = False  # a reader waits for room: finishing an entry wakes it
 
     def room(self) -> int:
-        members = self.members
-        used = (
-            len(members[0].in_flight)
-            if len(members) == 1
-            else sum(len(m.in_flight) for m in members)
-        )
-        return self.max - used - self.reserved
+        return self.max - self.used - self.reserved
 
     async def wait_for_room(self, stopping: Callable[[], bool]) -> None:
         while self.room() < self.low_water and not stopping():
             if self._room_event.is_set():  # a new one only once the last was used: the
                 self._room_event = anyio.Event()  # partitions' readers wait on the same one
-            self._waiting = True
+            self.waiting = True
             await self._room_event.wait()
 
     def wake(self) -> None:
-        if self._waiting:
-            self._waiting = False
+        if self.waiting:
+            self.waiting = False
             self._room_event.set()
 
 
 class Capacity:
-    """Entries of one stream fetched but not finished (ID -> when fetched), within a
-    :class:`Budget` (its own, or one shared with the topic's other partitions)."""
+    """Entries of one stream fetched but not finished (its :class:`InFlight` table, which
+    only it adds to and removes from), within a :class:`Budget` (its own, or one shared
+    with the topic's other partitions)."""
 
     def __init__(self, max_in_flight: int, read_count: int, budget: Budget | None = None) -> None:
-        self.in_flight: dict[str, float] = {}
+        self.in_flight = InFlight()
         self.budget = budget or Budget(max_in_flight, read_count)
-        self.budget.members.append(self)
         self.read_limit = self.budget.read_limit
         self.busy = False  # the last read came back full: more entries are waiting
 
@@ -153,14 +149,21 @@ class Capacity:
         """Until a worthwhile read fits, or ``stopping()``."""
         await self.budget.wait_for_room(stopping)
 
+    def admit(self, entries: Iterable[RawEntry], now: float) -> list[RawEntry]:
+        """Count fetched ``entries`` in flight; return those that were not already."""
+        admitted = self.in_flight.admit(entries, now)
+        self.budget.used += len(admitted)
+        return admitted
+
     def finish(self, entry_id: str) -> None:
-        self.in_flight.pop(entry_id, None)
-        self.budget.wake()
+        budget = self.budget
+        budget.used -= self.in_flight.remove(entry_id)
+        if budget.waiting:
+            budget.wake()
 
     def finish_many(self, entry_ids: Iterable[str]) -> None:
-        pop = self.in_flight.pop
-        for entry_id in entry_ids:
-            pop(entry_id, None)
+        remove = self.in_flight.remove
+        self.budget.used -= sum(remove(entry_id) for entry_id in entry_ids)
         self.budget.wake()
 
     def wake(self) -> None:

@@ -79,8 +79,7 @@ class Claimer:
         self._interval = config.claim_interval
         self._count = config.claim_count
         self._ghost_idle_ms = int(config.dead_consumer_idle * 1000)
-        self._capacity = capacity
-        self._in_flight = capacity.in_flight
+        self._capacity = capacity  # and its in-flight table
         self._enqueue = enqueue
         self._on_group_lost = on_group_lost
         self._wakeup = anyio.Event()
@@ -143,8 +142,7 @@ class Claimer:
     # -- steps ----------------------------------------------------------------------
     async def renew_leases(self, older_than: float) -> list[str]:
         """Reset the idle time of entries held longer than ``older_than`` seconds."""
-        now = anyio.current_time()
-        ids = [i for i, started in list(self._in_flight.items()) if now - started >= older_than]
+        ids = self._capacity.in_flight.held_since(anyio.current_time() - older_than)
         if not ids:
             return []
         with translated(self.stream, self.group):
@@ -176,7 +174,8 @@ class Claimer:
         return total
 
     async def _take(self, entries: list[RawEntry]) -> int:
-        entries = [e for e in entries if e.id not in self._in_flight]
+        in_flight = self._capacity.in_flight
+        entries = [e for e in entries if e.id not in in_flight]
         if not entries:
             return 0
         with translated(self.stream, self.group):

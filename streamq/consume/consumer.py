@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
-from ..config import BatchConfig, ConsumerConfig, RetryPolicy
+from ..config import ConsumerConfig
 from ..errors import (
     ConsumerError,
     GroupNotFoundError,
@@ -31,19 +32,18 @@ from ..errors import (
 from ..logs import ENTRY
 from ..message import RawEntry
 from ..topic.control import ControlListener, StoppedView, hold_message
-from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .batching import Batcher
-from .capacity import Capacity, SharedLimits
+from .capacity import Capacity, Slots
 from .claiming import Claimer
-from .context import Place, inside_handler
+from .context import inside_handler
 from .dispatch import Dispatcher
 from .failures import cancelled_by_streamq, describe
 from .gone import confirmed_gone
+from .inflight import Running
 from .reader import Identity, Reader
 from .router import Route, Router
 from .stats import Stats
-from .unrouted import UnroutedDeliveries
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,23 @@ ACK_FLUSH_TIMEOUT = 10.0
 GONE_CHECK_BACKOFF = 0.5
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The collaborators of one consumer, wired by :mod:`streamq.consume.build`."""
+
+    capacity: Capacity  # owns the in-flight table
+    acker: Acker  # every XACK of the consumer's entries
+    reader: Reader
+    claimer: Claimer
+    dispatcher: Dispatcher
+    batcher: Batcher
+    listener: ControlListener
+    handler_slots: Slots | None  # a partition's: shared with the topic's other partitions
+
+
 class Consumer:
-    """One running consumer of a group. Built and run by MessageQueue.run()."""
+    """One running consumer of a group. Built by :func:`streamq.consume.build.build_consumer`
+    and run by MessageQueue.run()."""
 
     def __init__(
         self,
@@ -63,28 +78,18 @@ class Consumer:
         *,
         router: Router,
         config: ConsumerConfig,
-        retry: RetryPolicy,
-        batch: BatchConfig,
         stopped: StoppedView,
+        wiring: Callable[[Consumer], Parts],
         background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
-        place: Place | None = None,
-        limits: SharedLimits | None = None,
     ) -> None:
-        """``place`` and ``limits``: for the consumer of one partition of a topic (its
-        index; the in-flight budget and handler slots shared with the other partitions)."""
+        """``wiring``: builds the parts, which call back into this consumer."""
         self._client = client
         self.id = identity
-        self._router = router
+        self.router = router
         self._config = config
         self._stopped = stopped
         self._background = background
-        self.capacity = Capacity(
-            config.max_in_flight, config.read_count, limits.budget if limits else None
-        )
-        self._handler_slots = limits.handlers if limits else None
-        self.in_flight = self.capacity.in_flight
-        self._scopes: dict[str, anyio.CancelScope] = {}
-        self._queue: WorkQueue[RawEntry] = WorkQueue()
+        self._queue: WorkQueue[tuple[RawEntry, Route | None]] = WorkQueue()
         self._claim_scope = anyio.CancelScope()
         self.stop_reason: str | None = None
         self.stop_requested = anyio.Event()
@@ -92,74 +97,27 @@ class Consumer:
         self.auto_stopped = False
         self.error: BaseException | None = None
         self.stats = Stats()
-        self.acker = Acker(client, identity.stream, identity.group)
-        self.dead_letters = DeadLetters(client, identity.stream)
-        self.reader = Reader(
-            client,
-            identity,
-            config=config,
-            capacity=self.capacity,
-            acker=self.acker,
-            enqueue=self.enqueue,
-            stopping=self._stopping,
-            group_lost=self._group_lost,
-            fail=self._fail,
-        )
-        self.claimer = Claimer(
-            client,
-            stream=identity.stream,
-            group=identity.group,
-            consumer=identity.consumer,
-            config=config,
-            capacity=self.capacity,
-            enqueue=self.enqueue,
-            on_group_lost=self._group_lost,
-        )
-        self.dispatcher = Dispatcher(
-            router=router,
-            stream=identity.stream,
-            group=identity.group,
-            consumer=identity.consumer,
-            retry=retry,
-            acker=self.acker,
-            dead_letters=self.dead_letters,
-            unrouted=UnroutedDeliveries(client, identity.stream, identity.group),
-            schedule_retry=self.claimer.retry_later,
-            handler_timeout=config.handler_timeout,
-            thread_limiter=anyio.CapacityLimiter(config.concurrency),
-            stats=self.stats,
-            bisect_batches=batch.bisect,
-            place=place,
-        )
-        batch_slots = self._handler_slots or anyio.CapacityLimiter(config.concurrency)
-        self.batcher = Batcher(batch, self._flush_batch, batch_slots)
-        self.listener = ControlListener(
-            client,
-            identity.stream,
-            stopped,
-            resync_interval=config.stopped_resync,
-            on_stop=self._on_stop_notice,
-            on_resume=lambda _id: self.claimer.wake(),
-            on_terminate=self._on_terminate_notice,
-        )
+        parts = wiring(self)
+        self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
+        self.claimer, self.dispatcher, self.batcher = parts.claimer, parts.dispatcher, parts.batcher
+        self.listener, self._handler_slots = parts.listener, parts.handler_slots
+        self._traced = self.dispatcher.traced
 
     async def enqueue(self, entries: list[RawEntry]) -> None:
-        """Hand fetched entries to the workers (stopped ones are set aside, not handled).
+        """Hand fetched entries to the workers, each with its route (stopped ones are set
+        aside, not handled; entries already in flight are skipped).
 
         Per entry this is a few dict operations: it runs for every entry read or claimed.
         """
         now = anyio.current_time()
-        in_flight, stopped = self.in_flight, self._stopped.ids
-        get_route = self._router.by_type_field.get
-        ready: list[RawEntry] = []
+        capacity, stopped = self.capacity, self._stopped.ids
+        get_route = self.router.by_type_field.get
+        ready: list[tuple[RawEntry, Route | None]] = []
         batched: dict[str, tuple[Route, list[RawEntry]]] = {}
-        for entry in entries:
-            entry_id = entry.id
-            if entry_id in in_flight:
+        for entry in capacity.admit(entries, now):
+            if stopped and entry.id in stopped and await self._hold(entry.id):
+                capacity.finish(entry.id)
                 continue
-            if stopped and entry_id in stopped and await self._hold(entry_id):
-                continue
-            in_flight[entry_id] = now
             route = get_route(entry.fields.get(b"type", b""))
             if route is not None and route.batch is not None:
                 same_type = batched.get(route.type_name)
@@ -167,7 +125,7 @@ class Consumer:
                     same_type = batched[route.type_name] = (route, [])
                 same_type[1].append(entry)
             else:
-                ready.append(entry)
+                ready.append((entry, route))
         for route, group in batched.values():
             self.batcher.add(route, group, now)  # batches skip the worker hand-off
             self.stats.received += len(group)
@@ -175,8 +133,7 @@ class Consumer:
         try:
             self._queue.put_many(ready)
         except anyio.ClosedResourceError:  # shutting down: they stay pending
-            for entry in ready:
-                self.in_flight.pop(entry.id, None)
+            capacity.finish_many([entry.id for entry, _ in ready])
 
     async def _hold(self, entry_id: str) -> bool:
         held = await hold_message(self._client, self.id.stream, self.id.group, entry_id)
@@ -192,13 +149,13 @@ class Consumer:
         report.update(
             claimed=self.claimer.claimed_total + self.reader.claimed_total,
             acked=self.acker.acked,
-            in_flight=len(self.in_flight),
+            in_flight=len(self.capacity.in_flight),
             handler_seconds=stats.handler_seconds.snapshot(),
             batch_size=stats.batch_size.snapshot(),
         )
         return report
 
-    def _stopping(self) -> bool:
+    def stopping(self) -> bool:
         return self.stop_reason is not None
 
     # -- stopping -------------------------------------------------------------------
@@ -213,7 +170,7 @@ class Consumer:
         self._claim_scope.cancel()
         self.capacity.wake()
 
-    async def _group_lost(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
+    async def group_lost(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
         i = self.id
         reason = await confirmed_gone(
             self._client, i.stream, i.group, hint=f"a read said: {error}", failure_means_gone=True
@@ -224,7 +181,7 @@ class Consumer:
         log.warning("auto-stop (%s): %s", reason, error)
         self.request_stop(reason, auto=True)
 
-    async def _on_terminate_notice(self) -> None:
+    async def on_terminate_notice(self) -> None:
         """A terminate notice is a hint: stop only if the topic really is gone."""
         i = self.id
         reason = await confirmed_gone(
@@ -234,13 +191,13 @@ class Consumer:
             log.warning("auto-stop (%s): terminate notice confirmed", reason)
             self.request_stop(reason, auto=True)
 
-    def _fail(self, error: RedisFailure) -> None:
+    def fail(self, error: RedisFailure) -> None:
         self.error = error
         self.request_stop("error", auto=True)
 
     def _died(self, part: str, error: BaseException) -> None:
         """A part of the consumer ended without being asked to: stop with reason 'error'."""
-        if self._stopping():
+        if self.stopping():
             return
         log.error("%s of consumer %s died: %s", part, self.id.consumer, describe(error),
                   exc_info=error)  # fmt: skip
@@ -251,11 +208,9 @@ class Consumer:
         )
         self.request_stop("error", auto=True)
 
-    def _on_stop_notice(self, entry_id: str) -> None:
-        scope = self._scopes.get(entry_id)
-        if scope is not None:
-            log.info("cancelling the running handler of stopped entry %s", entry_id)
-            scope.cancel()
+    def on_stop_notice(self, entry_id: str) -> None:
+        if self.capacity.in_flight.cancel(entry_id):
+            log.info("cancelled the running handler of stopped entry %s", entry_id)
 
     # -- running --------------------------------------------------------------------
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -314,7 +269,7 @@ class Consumer:
         if not work_done.is_set():
             log.warning(
                 "grace period over: cancelling %d unfinished entries (they stay pending)",
-                len(self.in_flight),
+                len(self.capacity.in_flight),
             )
             work_scope.cancel()
             await work_done.wait()
@@ -332,57 +287,68 @@ class Consumer:
                 # One scope serves many entries (a scope per entry costs more than a no-op
                 # handler); a stop notice cancels the scope of the worker running that
                 # entry, and the worker goes on with a fresh one.
-                with anyio.CancelScope() as scope:
-                    await self._work(scope)
+                with (
+                    anyio.CancelScope() as scope,
+                    self.capacity.in_flight.worker(scope) as running,
+                ):
+                    await self._work(running)
                     break
                 log.info("a handler was cancelled because its entry was stopped")
         except BaseException as e:
             if not (isinstance(e, anyio.get_cancelled_exc_class()) and cancelled_by_streamq()):
                 self._died("a worker", e)
             raise
-        if not self._stopping():
+        if not self.stopping():
             self._died("a worker", ConsumerError("a worker returned while reading went on"))
 
-    async def _work(self, scope: anyio.CancelScope) -> None:
+    async def _work(self, running: Running) -> None:
+        get = self._queue.get
         while True:
             try:
-                entry = await self._queue.get()
+                entry, route = await get()
             except anyio.EndOfStream:
                 return
-            await self._process(entry, scope)
+            await self._process(entry, route, running)
 
-    async def _process(self, entry: RawEntry, scope: anyio.CancelScope) -> None:
+    async def _process(self, entry: RawEntry, route: Route | None, running: Running) -> None:
         entry_id = entry.id
-        if entry_id in self._stopped:
+        stopped = self._stopped.ids
+        if stopped and entry_id in stopped:
             self.capacity.finish(entry_id)  # stopped while queued; the stop took it off the PEL
             return
-        route = self._router.get(entry.fields.get(b"type", b""))
-        self._scopes[entry_id] = scope
+        running.entry_id = entry_id
+        # The worker's log context until its next entry: not reset after (a reset per entry
+        # is a measurable cost), as the worker makes no records in between but about this one.
+        ENTRY.set(entry)
         dispatcher = self.dispatcher
         try:
             if route is None:
                 await dispatcher.no_route(entry)
-            elif self._handler_slots is not None:  # a partition: slots shared with the others
+            elif self._traced:
+                await self._handle_traced(route, entry)
+            elif self._handler_slots is None:  # the hot path: no coroutine in between
+                await dispatcher.handle_entry(route, entry)
+            else:  # a partition: handler slots shared with the other partitions
                 async with self._handler_slots:
-                    await dispatcher.handle_single(route, entry)
-            elif dispatcher.traced:
-                await dispatcher.handle_single(route, entry)
-            else:  # the hot path: the log context set here, no coroutine in between
-                token = ENTRY.set((entry_id, route.type_name, entry.delivery_count))
-                try:
                     await dispatcher.handle_entry(route, entry)
-                finally:
-                    ENTRY.reset(token)
         except RedisFailure as e:
             log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
         except Exception as e:  # a bug in streamq: the entry is redelivered, the worker lives
             log.error("processing %s failed (it stays pending): %s", entry_id, describe(e),
                       exc_info=e)  # fmt: skip
         finally:
-            del self._scopes[entry_id]
+            running.entry_id = None
             self.capacity.finish(entry_id)
 
-    async def _flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
+    async def _handle_traced(self, route: Route, entry: RawEntry) -> None:
+        """In a trace span (``[otel]``) and the log context, set and reset around it."""
+        if self._handler_slots is None:
+            await self.dispatcher.handle_single(route, entry)
+        else:
+            async with self._handler_slots:
+                await self.dispatcher.handle_single(route, entry)
+
+    async def flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
         stopped = self._stopped.ids
         live = [e for e in entries if e.id not in stopped] if stopped else entries
         try:

@@ -68,7 +68,9 @@ class Dispatcher:
         self.router = router
         self.stream, self.group, self.consumer = stream, group, consumer
         # what a Message says of where it comes from: the topic, and the partition if any
-        self.place = place or Place(stream)
+        place = place or Place(stream)
+        self._topic, self._partition = place.topic, place.partition or 0
+        self._id_prefix = None if place.partition is None else f"{place.partition}:"
         self.retry = retry
         self.acker = acker
         self.dead_letters = dead_letters
@@ -87,16 +89,16 @@ class Dispatcher:
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
         """Build the typed Message; raises whatever decoding or validation raised."""
-        place = self.place
+        prefix = self._id_prefix
         return Message(
-            entry.id if place.partition is None else f"{place.partition}:{entry.id}",
+            entry.id if prefix is None else prefix + entry.id,
             route.type_name,
             route.parse(entry.raw_data()),
             entry.decode_meta() if b"meta" in entry.fields else {},
             entry.delivery_count,
-            place.topic,
+            self._topic,
             self.group,
-            place.partition or 0,
+            self._partition,
         )
 
     async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:
@@ -114,6 +116,7 @@ class Dispatcher:
         await self.dead_letters.write(
             entry, group=self.group, consumer=self.consumer, error=reason, exception=error
         )
+        self.acker.ack(entry.id)  # once the letter is written: a crash in between redelivers
         if entry.delivery_count > 1:
             await self.unrouted.forget([entry.id])
 

@@ -43,9 +43,10 @@ class WorkQueue(Generic[T]):
     async def get(self) -> T:
         """The next entry; raises anyio.EndOfStream once closed and empty."""
         while True:
-            if self._items:
-                item = self._items.popleft()
-                if self._items:
+            items = self._items
+            if items:
+                item = items.popleft()
+                if items and self._idle and not self._waking:  # _wake_one, inlined: per entry
                     self._wake_one()
                 return item
             if self._closed:

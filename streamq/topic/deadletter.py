@@ -3,9 +3,9 @@
 A dead letter keeps the original ID, type, raw data and meta, the group and consumer that
 gave up, the error text and the number of deliveries, and, when the failure was an
 exception, its qualified class name (``error_type``) and a bounded traceback. Writing is
-XADD to the dead-letter stream *then* XACK of the original, in one pipeline in that order:
-a crash between the two leaves the entry pending (so it is dead-lettered twice at worst),
-never lost.
+XADD to the dead-letter stream; the consumer acknowledges the original through its acker
+only once that XADD has succeeded: a crash between the two leaves the entry pending (so it
+is dead-lettered twice at worst), never lost.
 
 Replaying removes the letter and publishes it again in one script, so a letter is replayed
 once even when two operators replay at the same time. Replaying all takes a snapshot: the
@@ -194,7 +194,8 @@ class DeadLetters:
         error: str,
         exception: BaseException | None = None,
     ) -> None:
-        """Dead-letter ``entry`` and acknowledge it, in that order, in one round trip.
+        """Dead-letter ``entry`` (it stays pending: the caller acknowledges it after this
+        returns, so that a failed write leaves it to be redelivered).
 
         ``exception``: the failure, if it was one; its class and traceback are kept in the
         letter and logged.
@@ -203,11 +204,8 @@ class DeadLetters:
         fields = dead_letter_fields(
             entry, group=group, consumer=consumer, error=error, exception=exception
         )
-        pipe = self._client.pipeline(transaction=False)
-        pipe.xadd(self.key, fields)
-        pipe.xack(self._stream, group, entry.id)
-        with translated(self._stream, group):
-            await pipe.execute()
+        with translated(self.key):
+            await self._client.xadd(self.key, fields)
 
     @staticmethod
     def _log(entry: RawEntry, error: str, exception: BaseException | None) -> None:
