@@ -302,6 +302,6 @@ async def test_on_redis_8_2_the_base_lines_lack_only_xdelex(
     user = await acl_user(acl_rules(stream, password=PASSWORD))
     with pytest.raises(ConfigError) as caught:
         await check_as(redis_url, user, stream)
-    header, missing, fix = str(caught.value).splitlines()  # one missing permission
+    _header, missing, fix = str(caught.value).splitlines()  # one missing permission
     assert missing.lstrip().startswith("- xdelex on ")
     assert fix.endswith("}:control +xdelex")
