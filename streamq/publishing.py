@@ -19,7 +19,7 @@ from .message import encode_entry
 from .topic.partitions import partition_for_key
 from .tracing import with_trace_context
 from .wire import idempotency, resp
-from .wire.client import ride_through, translated
+from .wire.client import blocking_timeout, ride_through, translated
 from .wire.coalesce import Coalescer
 from .wire.features import Features, probe
 from .wire.routing import Deployment
@@ -182,10 +182,11 @@ class PublishOperations:
         async def xadd_and_wait() -> tuple[str, int]:
             with translated(stream):
                 add = await self._xadd_command(stream, fields, key)
-                pipe = client.pipeline(transaction=False)
-                pipe.execute_command(*add)
-                pipe.execute_command(*wait_command)
-                entry_id, reached = await pipe.execute()
+                packed = resp.pack_command(add) + resp.pack_command(wait_command)
+                # WAIT holds its reply up to `wait`: more than the usual socket timeout
+                entry_id, reached = await resp.execute(
+                    client, packed, 2, read_timeout=blocking_timeout(wait)
+                )
             return entry_id.decode(), int(reached[1] if fsync else reached)
 
         entry_id, reached = await ride_through(self.deployment, xadd_and_wait)

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy, ConfigError, Message, MessageQueue, Reject, Retry, StartFrom
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.topic.cleanup import has_xdelex
 from streamq.topic.partitions import partition_streams
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import (
@@ -56,6 +57,13 @@ async def acl_user(client: aioredis.Redis) -> AsyncIterator[MakeUser]:
     yield make
     if made:
         await client.execute_command("ACL", "DELUSER", *made)
+
+
+@pytest.fixture
+async def newer(client: aioredis.Redis) -> bool:
+    """Whether the server has the commands the README says to add on newer servers
+    (``+xdelex`` on Redis >= 8.2, with ``+client|setinfo``): the documented ACL there."""
+    return await has_xdelex(client)
 
 
 def user_url(url: str, user: str) -> str:
@@ -114,17 +122,17 @@ def test_readme_shows_the_acl_lines_the_tests_prove() -> None:
 
 
 async def test_documented_acl_with_the_probe_commands_passes(
-    redis_url: str, stream: str, acl_user: MakeUser
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
 ) -> None:
-    service = await acl_user(acl_rules(stream, password=PASSWORD, probe=True))
+    service = await acl_user(acl_rules(stream, password=PASSWORD, newer=newer))
     await check_as(redis_url, service, stream)
     await check_as(redis_url, service, stream, consuming=False)
 
 
 async def test_missing_script_permissions_are_named_with_the_fix(
-    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser
+    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser, newer: bool
 ) -> None:
-    rules = acl_rules(stream, password=PASSWORD, probe=True)
+    rules = acl_rules(stream, password=PASSWORD, newer=newer)
     user = await acl_user(without(rules, "+evalsha", "+script|load"))
     with pytest.raises(ConfigError) as caught:
         await check_as(redis_url, user, stream)
@@ -142,10 +150,10 @@ async def test_missing_script_permissions_are_named_with_the_fix(
 
 
 async def test_missing_own_keys_and_channel_are_named(
-    redis_url: str, stream: str, acl_user: MakeUser
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
 ) -> None:
     keys = Keys(stream)
-    rules = acl_rules(stream, password=PASSWORD, probe=True)
+    rules = acl_rules(stream, password=PASSWORD, newer=newer)
     user = await acl_user(without(rules, f"~streamq:{{{stream}}}:*", f"&{keys.control}"))
     with pytest.raises(ConfigError) as caught:
         await check_as(redis_url, user, stream)
@@ -171,9 +179,9 @@ async def test_a_publisher_needs_only_what_opening_and_publishing_take(
 
 
 async def test_cleanup_commands_are_checked_only_when_asked(
-    redis_url: str, stream: str, acl_user: MakeUser
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
 ) -> None:
-    rules = acl_rules(stream, password=PASSWORD, probe=True)
+    rules = acl_rules(stream, password=PASSWORD, newer=newer)
     user = await acl_user(without(rules, "+xtrim", "+xdel"))
     await check_as(redis_url, user, stream, cleanup=False)
     with pytest.raises(ConfigError, match="xtrim on"):
@@ -185,7 +193,7 @@ async def test_a_user_that_may_not_dry_run_is_not_checked(
 ) -> None:
     """The probe is best effort: without ACL DRYRUN (or WHOAMI) it returns, logged at DEBUG."""
     caplog.set_level(logging.DEBUG, logger="streamq.wire.permissions")
-    no_dry_run = await acl_user(acl_rules(stream, password=PASSWORD))
+    no_dry_run = await acl_user(acl_rules(stream, password=PASSWORD, probe=False))
     no_whoami = await acl_user(["on", f">{PASSWORD}", "+acl|dryrun"])
     await check_as(redis_url, no_dry_run, stream)
     await check_as(redis_url, no_whoami, stream)
@@ -202,14 +210,15 @@ async def test_documented_acls_run_a_queue_without_one_refusal(
     client: aioredis.Redis,
     stream: str,
     acl_user: MakeUser,
+    newer: bool,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A service (SUBSCRIBE only) consumes, retries, renews leases, dead-letters, cleans
     up and auto-stops; an operator publishes, stops, resumes, replays and purges dead
     letters, and terminates the topic. The server refuses neither a single command."""
     caplog.set_level(logging.DEBUG)
-    service = await acl_user(acl_rules(stream, password=PASSWORD))
-    operator = await acl_user(acl_rules(stream, operator=True, password=PASSWORD))
+    service = await acl_user(acl_rules(stream, password=PASSWORD, newer=newer))
+    operator = await acl_user(acl_rules(stream, operator=True, password=PASSWORD, newer=newer))
     cleanup = CleanupPolicy(
         enabled=True, interval=0.2, max_stream_length=0, min_retention=0,
         dead_letter_retention=3600,
@@ -270,10 +279,10 @@ async def _cleaned(client: aioredis.Redis, stream: str) -> bool:
 
 
 async def test_opening_a_queue_without_script_permissions_fails_naming_them(
-    redis_url: str, stream: str, acl_user: MakeUser
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
 ) -> None:
     """Before, lease renewal and the cleanup lock failed later with warnings only."""
-    rules = acl_rules(stream, password=PASSWORD)
+    rules = acl_rules(stream, password=PASSWORD, newer=newer)
     user = await acl_user(without(rules, "+evalsha", "+script|load"))
     mq = MessageQueue(user_url(redis_url, user), stream=stream, group="g", consumer="c")
 
@@ -288,13 +297,14 @@ async def test_opening_a_queue_without_script_permissions_fails_naming_them(
 
 
 async def test_a_partitioned_topic_runs_with_its_generated_lines(
-    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser
+    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser, newer: bool
 ) -> None:
     """The rules of a topic of 3 partitions name each partition stream: a service consumes,
     retries and dead-letters on every partition, an operator publishes by key, stops,
     resumes, replays and terminates; the server refuses nothing."""
-    service = await acl_user(acl_rules(stream, password=PASSWORD, partitions=3))
-    operator = await acl_user(acl_rules(stream, operator=True, password=PASSWORD, partitions=3))
+    rules = {"password": PASSWORD, "partitions": 3, "newer": newer}
+    service = await acl_user(acl_rules(stream, **rules))  # type: ignore[arg-type]
+    operator = await acl_user(acl_rules(stream, operator=True, **rules))  # type: ignore[arg-type]
     options: dict[str, object] = {"stream": stream, "group": "g", "partitions": 3}
     svc = MessageQueue(
         user_url(redis_url, service), consumer="svc", start=StartFrom.EARLIEST,
@@ -342,3 +352,18 @@ def test_the_rules_of_a_partitioned_topic_name_each_partition_and_no_pattern() -
     for name in partition_streams("orders", 2):
         assert f"~{name}" in rules and f"&{Keys(name).control}" in rules
     assert not [r for r in rules if r.startswith(("~", "&")) and r.endswith("p*")]
+
+
+async def test_on_redis_8_2_the_base_lines_lack_only_xdelex(
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
+) -> None:
+    """The README's lines omit what older servers refuse in a rule; where the server has
+    XDELEX the check names it, and the fix is the one the README gives (add ``+xdelex``)."""
+    if not newer:
+        pytest.skip("the server has no XDELEX (Redis < 8.2, Valkey): the base lines suffice")
+    user = await acl_user(acl_rules(stream, password=PASSWORD))
+    with pytest.raises(ConfigError) as caught:
+        await check_as(redis_url, user, stream)
+    _header, missing, fix = str(caught.value).splitlines()  # one missing permission
+    assert missing.lstrip().startswith("- xdelex on ")
+    assert fix.endswith("}:control +xdelex")

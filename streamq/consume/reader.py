@@ -25,7 +25,7 @@ from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from ..message import RawEntry
 from ..wire import replies, resp
-from ..wire.client import translated
+from ..wire.client import blocking_timeout, translated
 from ..wire.features import probe
 from .acks import Acker
 from .capacity import Capacity
@@ -76,7 +76,8 @@ class Reader:
         self._claim_idle_ms = int(config.claim_idle * 1000)
         self._claiming: bool | None = None  # XREADGROUP ... CLAIM; None until probed
         self.claimed_total = 0
-        self._connection = resp.OwnConnection(client)  # the read loop's own connection
+        # the read loop's own connection; a reply may take the whole BLOCK and then some
+        self._connection = resp.OwnConnection(client, read_timeout=blocking_timeout(config.block))
         self._scope: anyio.CancelScope | None = None
 
     def cancel(self) -> None:

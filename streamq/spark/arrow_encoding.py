@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..message import TYPE_PATTERN
-from ..wire import resp
+from ..wire import idempotency, resp
+from .idempotent import IDMP_ROWS, PLAIN, WINDOW_MS, RowKeys
 
 if TYPE_CHECKING:
     from .writing import RowEncoder
@@ -37,23 +38,25 @@ def encode_batch(
     producer_prefix: str,
     first: int = 0,
     numbers: pa.Array | None = None,
+    keys: RowKeys = PLAIN,
 ) -> bytes:
-    """``XADD stream * type .. data .. meta ..`` for every row of ``batch``, packed.
+    """``XADD stream * type .. data .. meta ..`` for every row of ``batch``, packed (with
+    ``keys``: idempotent, see :mod:`.idempotent`).
 
     Row ``i`` gets producer id ``<producer_prefix>:<n>``, ``n`` being ``numbers[i]`` if
     given (rows picked out of a batch for one partition), else ``first + i``.
     """
     if numbers is None:
         numbers = _numbers(batch, first)
-    packed = _columnar(batch, encoder, stream, producer_prefix, numbers=numbers)
+    packed = _columnar(batch, encoder, stream, producer_prefix, numbers=numbers, keys=keys)
     if packed is not None:
         return packed
     rows = zip(*(column.to_pylist() for column in batch.columns), strict=True)
+    ns = numbers.to_pylist()
     fields = [
-        encoder.encode(row, f"{producer_prefix}:{n}")
-        for n, row in zip(numbers.to_pylist(), rows, strict=True)
+        encoder.encode(row, f"{producer_prefix}:{n}") for n, row in zip(ns, rows, strict=True)
     ]
-    return resp.pack_xadds(stream, fields)[0]
+    return keys.pack(stream, producer_prefix, ns, fields)
 
 
 def _numbers(batch: pa.RecordBatch, first: int) -> pa.Array:
@@ -67,6 +70,7 @@ def _columnar(
     producer_prefix: str,
     first: int = 0,
     numbers: pa.Array | None = None,
+    keys: RowKeys = PLAIN,
 ) -> bytes | None:
     """The vectorised encoding, or None when this batch needs the per-row path (row
     numbers as in :func:`encode_batch`)."""
@@ -88,14 +92,37 @@ def _columnar(
     meta = pc.binary_join_element_wise(
         '{"' + PRODUCER_ID + '":"' + producer_prefix + ":", pc.cast(rows, pa.string()), '"}', ""
     )
-    head = resp.bulk(b"XADD") + resp.bulk(stream) + resp.bulk(b"*")
     command = pc.binary_join_element_wise(
-        (b"*9\r\n" + head + resp.bulk(b"type")).decode(), *_bulk(type_values),
+        *_head(keys, stream, producer_prefix, rows),
+        resp.bulk(b"type").decode(), *_bulk(type_values),
         resp.bulk(b"data").decode(), *_bulk(data),
         resp.bulk(b"meta").decode(), *_bulk(meta), "",
     )  # fmt: skip
     everything = pa.ListArray.from_arrays([0, len(command)], pc.cast(command, pa.binary()))
     return pc.binary_join(everything, b"")[0].as_py()  # type: ignore[no-any-return]
+
+
+def _head(keys: RowKeys, stream: str, prefix: str, rows: pa.Array) -> list[Any]:
+    """Each row's command up to its 6 field arguments, as :meth:`RowKeys.head` makes it."""
+    if keys.mode == "plain":
+        return [_array_header(3) + _bulks("XADD", stream, "*")]
+    numbers = pc.cast(rows, pa.string())
+    if keys.mode == "idmp":
+        run = pc.cast(pc.divide(rows, IDMP_ROWS), pa.string())  # integer division
+        producer = pc.binary_join_element_wise(prefix + ":", run, "")
+        head = _array_header(6) + _bulks("XADD", stream, "IDMP")
+        return [head, *_bulk(producer), *_bulk(numbers), _bulks("*")]
+    record = pc.binary_join_element_wise(idempotency.record_key(stream, prefix + ":"), numbers, "")
+    head = _array_header(6) + _bulks("EVALSHA", keys.sha, "2", stream)
+    return [head, *_bulk(record), _bulks(str(WINDOW_MS))]
+
+
+def _array_header(head_args: int) -> str:
+    return f"*{head_args + 6}\r\n"  # and type, data, meta with their values
+
+
+def _bulks(*args: str) -> str:
+    return "".join(resp.bulk(a).decode() for a in args)
 
 
 def _type_values(batch: pa.RecordBatch, encoder: RowEncoder) -> Any:

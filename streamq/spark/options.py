@@ -176,6 +176,7 @@ class WriteOptions:
     chunk: int
     key_column: str | None = None  # rows with the same key go to the same partition
     topic_partitions: int | None = None
+    idempotent: str = "auto"  # "auto", "true", "false": see streamq.spark.idempotent
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -192,7 +193,15 @@ class WriteOptions:
             chunk=_int(options, "chunk", 1000) or 1000,
             key_column=options.get("keyColumn") or None,
             topic_partitions=_topic_partitions(options),
+            idempotent=_idempotent(options),
         )
+
+
+def _idempotent(options: Mapping[str, str]) -> str:
+    """Option ``idempotent``: ``auto`` (default), or true/false as :func:`_bool` reads them."""
+    if options.get("idempotent", "auto").lower() == "auto":
+        return "auto"
+    return "true" if _bool(options, "idempotent", True) else "false"
 
 
 def _topic_partitions(options: Mapping[str, str]) -> int | None:

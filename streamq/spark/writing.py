@@ -12,9 +12,12 @@ Writes use Spark's Arrow writers (batch writes on pyspark >= 4.0, streaming writ
 On a partitioned topic each row goes to one partition stream: by its key with option
 ``keyColumn``, else in turn (see ``routing.py``); chunks are packed per partition.
 
-Delivery: at-least-once. A Spark task that fails and is retried sends its partition again,
-so every message carries ``meta["streamq_producer_id"] = <job>:<batch>:<partition>:<row>``,
-the same on every attempt of a deterministic input: consumers can drop duplicates by it.
+Delivery: every message carries ``meta["streamq_producer_id"] =
+<job>:<batch>:<partition>:<row>``, the same on every attempt of a deterministic input. A
+Spark task that fails and is retried sends its partition again; with option
+``idempotent`` (``auto`` by default: on Redis >= 8.6) each row is added under its producer
+id and the retry adds nothing twice (:mod:`.idempotent`); otherwise consumers can drop
+duplicates by it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ..errors import ConfigError
 from ..message import validate_type_name
 from ..wire import resp
 from .arrow_encoding import PRODUCER_ID, encode_batch
+from .idempotent import RowKeys, row_keys
 from .options import WriteOptions
 from .routing import RowRouter
 from .topic import SparkTopic, TopicClients
@@ -130,7 +134,7 @@ def _json_text(text: str | None) -> bytes:
 
 # (packed XADDs, how many, the partition they go to)
 Chunk = tuple[bytes, int, int]
-Chunks = Callable[[RowEncoder, RowRouter, str], Iterator[Chunk]]
+Chunks = Callable[[RowEncoder, RowRouter, str, RowKeys], Iterator[Chunk]]
 
 
 def write_rows(
@@ -138,18 +142,23 @@ def write_rows(
 ) -> WrittenCount:
     """The row path (streaming writes on pyspark 4.0, which has no Arrow stream writer)."""
 
-    def chunks(encoder: RowEncoder, router: RowRouter, prefix: str) -> Iterator[Chunk]:
-        pending: dict[int, list[dict[bytes | str, bytes | str]]] = {}
+    def chunks(
+        encoder: RowEncoder, router: RowRouter, prefix: str, keys: RowKeys
+    ) -> Iterator[Chunk]:
+        pending: dict[int, list[tuple[int, dict[bytes | str, bytes | str]]]] = {}
+
+        def packed(index: int) -> Chunk:
+            numbers, entries = zip(*pending.pop(index), strict=True)
+            return keys.pack(topic.streams[index], prefix, numbers, entries), len(numbers), index
+
         for n, row in enumerate(rows):
             index = router.of_row(row, n)
             chunk = pending.setdefault(index, [])
-            chunk.append(encoder.encode(row, f"{prefix}:{n}"))
+            chunk.append((n, encoder.encode(row, f"{prefix}:{n}")))
             if len(chunk) == opts.chunk:
-                yield *resp.pack_xadds(topic.streams[index], chunk), index
-                pending[index] = []
-        for index, chunk in pending.items():
-            if chunk:
-                yield *resp.pack_xadds(topic.streams[index], chunk), index
+                yield packed(index)
+        for index in [i for i, chunk in pending.items() if chunk]:
+            yield packed(index)
 
     return _send(opts, columns, job, chunks, topic)
 
@@ -159,7 +168,9 @@ def write_arrow(
 ) -> WrittenCount:
     """The Arrow path: whole column batches encoded by Arrow kernels, sent in chunks."""
 
-    def chunks(encoder: RowEncoder, router: RowRouter, prefix: str) -> Iterator[Chunk]:
+    def chunks(
+        encoder: RowEncoder, router: RowRouter, prefix: str, keys: RowKeys
+    ) -> Iterator[Chunk]:
         first = 0
         for batch in batches:
             for index, rows, numbers in router.split(batch, first):
@@ -168,7 +179,7 @@ def write_arrow(
                     part = rows.slice(start, opts.chunk)
                     some = numbers.slice(start, opts.chunk)
                     yield (
-                        encode_batch(part, encoder, stream, prefix, numbers=some),
+                        encode_batch(part, encoder, stream, prefix, numbers=some, keys=keys),
                         len(some),
                         index,
                     )
@@ -188,7 +199,8 @@ def _send(
     clients = TopicClients(opts.url, topic)
     count = 0
     try:
-        for packed, rows, index in chunks(RowEncoder(opts, columns), router, prefix):
+        keys = row_keys(opts.idempotent, clients.clients)
+        for packed, rows, index in chunks(RowEncoder(opts, columns), router, prefix, keys):
             resp.execute_sync(clients.clients[index], packed, rows)
             count += rows
     finally:

@@ -30,13 +30,29 @@ class Features:
     xreadgroup_claim: bool = False
 
 
+_DOCS = resp.pack("COMMAND", "DOCS", "XADD", "XREADGROUP")
+
+
 async def probe(client: aioredis.Redis) -> Features:
     """What the server behind ``client`` supports (one round trip)."""
     try:
-        (docs,) = await resp.execute(client, resp.pack("COMMAND", "DOCS", "XADD", "XREADGROUP"), 1)
+        (docs,) = await resp.execute(client, _DOCS, 1)
     except redis.ResponseError:  # no COMMAND DOCS (Redis < 7.0), or NOPERM
         return Features()
-    docs = as_dict(docs)
+    return _features(docs)
+
+
+def probe_sync(client: redis.Redis) -> Features:
+    """:func:`probe` for a blocking client (Spark executors)."""
+    try:
+        (docs,) = resp.execute_sync(client, _DOCS, 1)
+    except redis.ResponseError:
+        return Features()
+    return _features(docs)
+
+
+def _features(reply: Any) -> Features:
+    docs = as_dict(reply)
     return Features(
         xadd_idmp=b"IDMP" in _tokens(docs.get(b"xadd")),
         xreadgroup_claim=b"CLAIM" in _tokens(docs.get(b"xreadgroup")),

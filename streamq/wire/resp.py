@@ -32,6 +32,11 @@ def pack(*args: bytes | str) -> bytes:
     return b"*%d\r\n%s" % (len(args), b"".join(bulk(a) for a in args))
 
 
+def pack_command(args: Iterable[bytes | str | int]) -> bytes:
+    """One command of mixed arguments (numbers as their decimal text)."""
+    return pack(*(a if isinstance(a, bytes | str) else str(a) for a in args))
+
+
 def pack_xadds(
     stream: str, entries: Iterable[Mapping[bytes | str, bytes | str]]
 ) -> tuple[bytes, int]:
@@ -64,16 +69,22 @@ def pack_xreadgroup(
 
 
 async def execute(
-    client: aioredis.Redis, packed: bytes, replies: int, *, raise_errors: bool = True
+    client: aioredis.Redis,
+    packed: bytes,
+    replies: int,
+    *,
+    raise_errors: bool = True,
+    read_timeout: float | None = None,
 ) -> list[Any]:
     """Send ``packed`` on one pooled connection and read ``replies`` replies.
 
     An error reply raises (redis.ResponseError) after all replies were read, so the
     connection stays in step, or with ``raise_errors=False`` is returned in its place;
-    any other failure drops the connection.
+    any other failure drops the connection. ``read_timeout``: how long each reply may take
+    (None: the connection's ``socket_timeout``).
     """
     pool = client.connection_pool
-    results = await _exchange_on(pool, packed, replies)
+    results = await _exchange_on(pool, packed, replies, read_timeout)
     results = await follow_asks(pool, packed, results)
     if raise_errors:
         _raise_first_error(results)
@@ -87,11 +98,16 @@ class OwnConnection:
     a readiness probe per command; a task that sends a command every few hundred
     microseconds keeps its connection instead. After a failure the connection is dropped
     and given back; the next command takes one from the pool again.
+
+    ``read_timeout``: how long each reply may take (a blocking read: its ``BLOCK`` and a
+    margin, :func:`~streamq.wire.client.blocking_timeout`); None: the connection's own
+    ``socket_timeout``, shorter than a long ``BLOCK``.
     """
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, *, read_timeout: float | None = None) -> None:
         self._pool = client.connection_pool
         self._connection: Any = None
+        self._read_timeout = read_timeout
 
     async def execute(self, packed: bytes, replies: int, *, raise_errors: bool = True) -> list[Any]:
         """Like :func:`execute`, on this task's own connection.
@@ -103,7 +119,7 @@ class OwnConnection:
         if self._connection is None:
             self._connection = await self._pool.get_connection()
         try:
-            results = await _exchange(self._connection, packed, replies)
+            results = await _exchange(self._connection, packed, replies, self._read_timeout)
         except BaseException:
             # dropped and given back: the next command takes a connection through the
             # pool, which finds the master again (a cluster's slot owner, Sentinel's master)
@@ -134,11 +150,13 @@ async def follow_asks(pool: Any, packed: bytes, results: list[Any]) -> list[Any]
     return results
 
 
-async def _exchange_on(pool: Any, packed: bytes, replies: int) -> list[Any]:
+async def _exchange_on(
+    pool: Any, packed: bytes, replies: int, read_timeout: float | None = None
+) -> list[Any]:
     """:func:`_exchange` on a connection taken from ``pool`` for it."""
     connection = await pool.get_connection()
     try:
-        return await _exchange(connection, packed, replies)
+        return await _exchange(connection, packed, replies, read_timeout)
     except BaseException:
         await _drop(connection)
         raise
@@ -146,12 +164,14 @@ async def _exchange_on(pool: Any, packed: bytes, replies: int) -> list[Any]:
         await pool.release(connection)
 
 
-async def _exchange(connection: Any, packed: bytes, replies: int) -> list[Any]:
+async def _exchange(
+    connection: Any, packed: bytes, replies: int, read_timeout: float | None = None
+) -> list[Any]:
     await connection.send_packed_command([packed])
     results = []
     for _ in range(replies):
-        try:
-            results.append(await connection.read_response())
+        try:  # read_timeout None: the connection's socket_timeout
+            results.append(await connection.read_response(timeout=read_timeout))
         except redis.ResponseError as e:
             results.append(e)
     return results

@@ -1,4 +1,5 @@
-"""One SparkSession for all Spark tests (local[1], small shuffles, no UI)."""
+"""One SparkSession for all Spark tests (one core, a failed task tried again once as
+on a cluster, small shuffles, no UI)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def spark() -> Iterator[Any]:
     import streamq.spark
 
     session = streamq.spark.local_session(
-        "local[1]", "streamq-tests", **{"spark.sql.shuffle.partitions": "1"}
+        "local[1,2]", "streamq-tests", **{"spark.sql.shuffle.partitions": "1"}
     )
     yield session
     session.stop()

@@ -18,6 +18,7 @@ import hiredis  # noqa: E402  (a dependency of redis[hiredis])
 
 from streamq.errors import MessageFormatError  # noqa: E402
 from streamq.spark import arrow_encoding  # noqa: E402
+from streamq.spark.idempotent import RowKeys  # noqa: E402
 from streamq.spark.options import WriteOptions  # noqa: E402
 from streamq.spark.writing import RowEncoder  # noqa: E402
 from streamq.wire import resp  # noqa: E402
@@ -65,6 +66,27 @@ def test_columnar_encoding_matches_the_row_path(monkeypatch: pytest.MonkeyPatch)
     got, want = commands(columnar), row_path(batch, encoder, "job:7:1", 10)
     assert [decoded(c) for c in got] == [decoded(c) for c in want]
     assert decoded(got[3])[2] == {"streamq_producer_id": "job:7:1:13"}
+
+
+@pytest.mark.parametrize(
+    "keys", [RowKeys("idmp"), RowKeys("script", "ab" * 20)], ids=["idmp", "script"]
+)
+def test_idempotent_commands_are_the_same_both_ways(keys: RowKeys) -> None:
+    """Rows 150..153 of a task: the same head (IDMP producer and ID, or the script's
+    record key) whether packed by Arrow kernels or row by row."""
+    batch = pa.RecordBatch.from_pydict({"n": [1, 2, 3, 4]})
+    encoder = RowEncoder(options(), batch.schema.names)
+    numbers = pa.array([150, 151, 152, 153], pa.int64())
+    columnar = arrow_encoding._columnar(batch, encoder, "s", "job:7:1", numbers=numbers, keys=keys)
+    assert columnar is not None
+    rows = [encoder.encode((n,), f"job:7:1:{150 + i}") for i, n in enumerate([1, 2, 3, 4])]
+    assert commands(columnar) == commands(keys.pack("s", "job:7:1", [150, 151, 152, 153], rows))
+    first = commands(columnar)[0]
+    if keys.mode == "idmp":  # producer: a run of 100 rows; ID: the row
+        assert first[:6] == [b"XADD", b"s", b"IDMP", b"job:7:1:1", b"150", b"*"]
+    else:  # the fallback script's record of the row's name, for an hour
+        assert first[:6] == [b"EVALSHA", b"ab" * 20, b"2", b"s", b"streamq:{s}:idmp:job:7:1:150",
+                             b"3600000"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
