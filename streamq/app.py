@@ -147,7 +147,7 @@ class App:
         try:
             async with anyio.create_task_group() as outer:
                 if owns_signals(handle_signals):
-                    outer.start_soon(watch_stop_signals, self)
+                    await outer.start(watch_stop_signals, self)
                 all_started = anyio.Event()
                 outer.start_soon(self._stop_all_when_requested, all_started)
                 async with anyio.create_task_group() as runs:

@@ -282,7 +282,8 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         ``run()`` is the process's main job: in the main thread and not inside a pytest test.
 
         Raises the underlying error if the consumer stopped on an unrecoverable one.
-        With ``tg.start(mq.run)``, readiness is reported once the consumer is built.
+        With ``tg.start(mq.run)``, readiness is reported once the consumer is built and,
+        when ``run()`` owns the signals, a SIGTERM is a graceful stop.
         """
         if not len(self.router):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
@@ -294,11 +295,11 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             self.done = anyio.Event()
         self.stop_reason, self.auto_stopped = None, False
         self._consumer = consumer = self._build_consumer()
-        task_status.started()
         try:
             async with anyio.create_task_group() as tg:
-                if owns_signals(handle_signals):
-                    tg.start_soon(watch_stop_signals, consumer)
+                if owns_signals(handle_signals):  # ready means a signal is a graceful stop
+                    await tg.start(watch_stop_signals, consumer)
+                task_status.started()
                 opened = opened or await self._open_until_ready(consumer)
                 if opened:  # every record of the consumer's tasks says which consumer it is
                     await run_as_consumer(consumer.run, self.stream, self.group, self.consumer)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import anyio
+from anyio.abc import TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,16 @@ def restore(handlers: Mapping[signal.Signals, Any]) -> None:
             signal.signal(signum, handler)
 
 
-async def watch_stop_signals(consumer: Stoppable) -> None:
+async def watch_stop_signals(
+    consumer: Stoppable, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     """The first signal asks ``consumer`` to stop; a second one is raised again with the
-    previous handlers back in place (the default ends the process at once)."""
+    previous handlers back in place (the default ends the process at once). Started (with
+    ``tg.start``) once the handlers are in place."""
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     try:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            task_status.started()
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if consumer.stop_reason is None:

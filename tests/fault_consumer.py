@@ -26,9 +26,9 @@ async def main(url: str, stream: str, consumer: str) -> None:
         await anyio.sleep(0.002)  # some work
         await mq.client.rpush(f"handled:{stream}", msg.id)
 
-    async with mq:
+    async with mq, anyio.create_task_group() as tg:
+        await tg.start(mq.run)  # ready: a SIGTERM from now on is a graceful stop
         print("ready", flush=True)
-        await mq.run()
     print(f"stopped: {mq.stop_reason}", flush=True)
 
 

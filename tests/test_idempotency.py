@@ -40,6 +40,19 @@ async def test_a_key_used_again_returns_the_first_entry_and_adds_nothing(
     assert [i.decode() for i, _ in await client.xrange(mq.stream)] == [first, other]
 
 
+async def test_a_retry_finds_its_key_after_hundreds_of_other_publishes(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """On Redis >= 8.6 the server remembers the last IDMP-MAXSIZE (100) keys per producer:
+    with one producer for every publish, a retry after 100 others added the entry again."""
+    mq = make_queue()
+    first = await mq.publish("job", {"n": 0}, idempotency_key="order-0")
+    for n in range(1, 400):
+        await mq.publish("job", {"n": n}, idempotency_key=f"order-{n}")
+    assert await mq.publish("job", {"n": 0}, idempotency_key="order-0") == first
+    assert await client.xlen(mq.stream) == 400
+
+
 async def test_concurrent_retries_of_one_key_add_one_entry(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:

@@ -168,6 +168,54 @@ def test_sigterm_stops_gracefully_and_a_second_one_exits_at_once(
             proc.stdout.close()
 
 
+READY_SERVICE = textwrap.dedent(
+    """
+    import anyio, sys
+    from streamq import Message, MessageQueue
+
+    mq = MessageQueue(sys.argv[1], stream=sys.argv[2], group="g", consumer="svc")
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        pass
+
+    async def main() -> None:
+        async with mq, anyio.create_task_group() as tg:
+            await tg.start(mq.run)
+            print("ready", flush=True)
+        print("stopped:", mq.stop_reason, flush=True)
+
+    anyio.run(main)
+    """
+)
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_signal_right_after_ready_is_a_graceful_stop(
+    redis_url: str, stream: str, attempt: int
+) -> None:
+    """Readiness (``tg.start(mq.run)``) is reported once SIGTERM is a graceful stop: it
+    was reported before run() installed its handlers, so a supervisor's SIGTERM sent on
+    "ready" could kill the process the default way (found by a fault test on Redis 8.6)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", READY_SERVICE, redis_url, stream],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, "SIGTERM right after ready killed the service"
+        assert proc.stdout.read().strip() == "stopped: signal"
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 async def test_control_channel_outage_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="streamq")
     with EmbeddedServer() as server:

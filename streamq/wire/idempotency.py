@@ -4,16 +4,19 @@ A producer that lost the reply of a publish (a cut connection, a crash before it
 the ID) cannot know whether the entry was added; publishing again with the same key is
 then safe: the first entry's ID comes back and nothing is added.
 
-* Redis >= 8.6 does it itself: ``XADD stream IDMP streamq <key> * ...`` (probed once, see
-  :mod:`.features`). The server remembers keys for its ``IDMP-DURATION`` (default 100 s)
-  and the last ``IDMP-MAXSIZE`` (default 100) keys per producer, all of streamq's
-  publishes being one producer; raise them with ``XCFGSET`` for longer retries.
+* Redis >= 8.6 does it itself: ``XADD stream IDMP streamq:<b> <key> * ...`` (probed once,
+  see :mod:`.features`). The server remembers keys for its ``IDMP-DURATION`` (default
+  100 s) and the last ``IDMP-MAXSIZE`` (default 100) keys per producer: the keys are spread
+  over :data:`PRODUCERS` producers by their CRC32 (``b``), so a retry still finds its key
+  after a few thousand other publishes, not only after 100. Raise both with ``XCFGSET`` for
+  longer retries.
 * Elsewhere (Valkey, older Redis) a script adds the entry and remembers the key for
   ``WINDOW`` in ``streamq:{<stream>}:idmp:<key>`` (the stream's slot), atomically.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -21,7 +24,7 @@ import redis.asyncio as aioredis
 from ..errors import MessageFormatError
 from .keys import Keys
 
-PRODUCER = "streamq"  # the IDMP producer-id of every streamq publish
+PRODUCERS = 64  # IDMP producer-ids ("streamq:0".."streamq:63") the keys are spread over
 WINDOW = 3600.0  # seconds the fallback remembers a key
 
 # KEYS: stream, the key's record. ARGV: window (ms), then field, value, ...
@@ -41,8 +44,9 @@ def checked_key(key: object) -> str:
 
 
 def idmp_options(key: str) -> tuple[str, ...]:
-    """The XADD options of the server's own idempotency (Redis >= 8.6)."""
-    return ("IDMP", PRODUCER, key)
+    """The XADD options of the server's own idempotency (Redis >= 8.6): the key under the
+    producer of its bucket, each producer remembering its own last ``IDMP-MAXSIZE`` keys."""
+    return ("IDMP", f"streamq:{zlib.crc32(key.encode()) % PRODUCERS}", key)
 
 
 def record_key(stream: str, key: str) -> str:

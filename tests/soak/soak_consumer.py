@@ -89,8 +89,9 @@ async def main(args: list[str]) -> None:
     mq = make_queue(url, stream, consumer, int(seed), float(fail_rate))
     async with mq, anyio.create_task_group() as tg:
         await tg.start(print_stats_on_sigusr1, mq)
-        print("ready", flush=True)
-        await mq.run()
+        async with anyio.create_task_group() as runs:
+            await runs.start(mq.run)  # ready: a SIGTERM from now on is a graceful stop
+            print("ready", flush=True)
         tg.cancel_scope.cancel()
     print(f"stopped: {mq.stop_reason}", flush=True)
 
