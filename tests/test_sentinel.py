@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from streamq import EmbeddedSentinel
 from streamq.server import free_port
 from streamq.wire.sentinel import async_client, sync_client
+from streamq.wire.timeouts import SOCKET_TIMEOUT
 
 T = TypeVar("T")
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError)  # MasterNotFoundError included
@@ -96,6 +97,22 @@ def test_a_sync_client_from_the_url_writes_and_reads_raw_bytes(streamq_sentinel_
 
 
 # -- failover ------------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_master_connections_have_the_socket_timeout_of_every_client(
+    streamq_sentinel_url: str,
+) -> None:
+    """As plain URLs' clients: a master that stops answering is a lost connection after
+    SOCKET_TIMEOUT, not a wait for ever (redis-py < 8 sets no timeout by default)."""
+    client = async_client(streamq_sentinel_url)
+    blocking = sync_client(streamq_sentinel_url)
+    try:
+        assert client.connection_pool.connection_kwargs["socket_timeout"] == SOCKET_TIMEOUT
+        assert blocking.connection_pool.connection_kwargs["socket_timeout"] == SOCKET_TIMEOUT
+    finally:
+        await client.aclose()
+        blocking.close()
+
+
 @pytest.fixture
 def fresh_set() -> Iterator[EmbeddedSentinel]:
     """A set of its own: these tests kill its master."""

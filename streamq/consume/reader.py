@@ -25,8 +25,9 @@ from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from ..message import RawEntry
 from ..wire import replies, resp
-from ..wire.client import blocking_timeout, translated
+from ..wire.client import translated
 from ..wire.features import probe
+from ..wire.timeouts import blocking_timeout
 from .acks import Acker
 from .capacity import Capacity
 from .claiming import delivery_counts

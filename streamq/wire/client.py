@@ -33,6 +33,7 @@ from .routing import RECONFIGURING, Deployment
 from .routing_sync import SyncDeployment
 from .seeds import split_seeds
 from .sentinel import is_sentinel_url
+from .timeouts import SOCKET_TIMEOUT
 
 T = TypeVar("T")
 
@@ -57,12 +58,6 @@ MAX_CONNECTIONS = 64
 POOL_WAIT = 30.0
 
 
-# How long a command's reply may take before its connection counts as lost (a server that
-# stopped answering). Set, not left to redis-py: 5 s since redis-py 8, none before. A
-# command that waits on the server by design (a blocking read, WAIT) is given its own wait
-# on top of this: blocking_timeout().
-SOCKET_TIMEOUT = 5.0
-
 # Every pool streamq makes: raw (bytes) replies, no redis-py retries (streamq's loops retry
 # with their own backoff), keepalive, and a bounded pool that waits for a free connection.
 POOL_OPTIONS: dict[str, Any] = dict(
@@ -74,12 +69,6 @@ POOL_OPTIONS: dict[str, Any] = dict(
     socket_keepalive=True,
     socket_timeout=SOCKET_TIMEOUT,
 )
-
-
-def blocking_timeout(wait: float) -> float:
-    """The read timeout of a command the server holds up to ``wait`` seconds by design
-    (``XREADGROUP ... BLOCK``, ``WAIT``): that wait, then the usual :data:`SOCKET_TIMEOUT`."""
-    return wait + SOCKET_TIMEOUT
 
 
 # How long a one-shot operation on a cluster keeps retrying while the cluster reconfigures

@@ -100,7 +100,7 @@ class OwnConnection:
     and given back; the next command takes one from the pool again.
 
     ``read_timeout``: how long each reply may take (a blocking read: its ``BLOCK`` and a
-    margin, :func:`~streamq.wire.client.blocking_timeout`); None: the connection's own
+    margin, :func:`~streamq.wire.timeouts.blocking_timeout`); None: the connection's own
     ``socket_timeout``, shorter than a long ``BLOCK``.
     """
 

@@ -45,6 +45,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ..errors import ConfigError
+from .timeouts import SOCKET_TIMEOUT
 
 __all__ = ("SentinelUrl", "async_client", "is_sentinel_url", "sync_client")
 
@@ -317,6 +318,7 @@ def async_client(
         decode_responses=False,
         retry=None,
         socket_keepalive=True,
+        socket_timeout=SOCKET_TIMEOUT,
         **parsed._master_options(),
     )
     return client
@@ -338,6 +340,7 @@ def sync_client(url: str) -> redis.Redis:
         decode_responses=False,
         retry=None,
         socket_keepalive=True,
+        socket_timeout=SOCKET_TIMEOUT,
         **parsed._master_options(),
     )
     return client
