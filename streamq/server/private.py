@@ -3,8 +3,8 @@ sentinel set's processes), which lives exactly as long as the Python process tha
 
 * In its own session and process group: Ctrl-C in a terminal (SIGINT to the foreground
   process group) is for the program, which stops its servers itself, in order.
-* Bound to this process's life (Linux: ``PR_SET_PDEATHSIG``, SIGTERM): a parent killed
-  with SIGKILL does not leave its servers running.
+* Bound to this process's life (Linux: ``PR_SET_PDEATHSIG``, SIGTERM, set by util-linux's
+  ``setpriv``): a parent killed with SIGKILL does not leave its servers running.
 
 ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends, not the process:
 a server started from a worker thread (``anyio.to_thread``'s end when idle) would be
@@ -15,17 +15,14 @@ starter and is not started here; its keeper binds Valkey to itself the same way.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
-import signal
+import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-
-PR_SET_PDEATHSIG = 1
 
 Process = subprocess.Popen[bytes]
 Request = tuple[Callable[[], Process], Future[Process]]
@@ -34,37 +31,29 @@ Request = tuple[Callable[[], Process], Future[Process]]
 def spawn_private(command: list[str]) -> Process:
     """Start ``command`` (stdio to /dev/null) in its own session, to be sent SIGTERM when
     this process dies (on Linux). Raises what ``subprocess.Popen`` raises."""
-    parent = os.getpid()
-    return _spawner().run(lambda: _popen(command, parent))
+    return _spawner().run(lambda: _popen(command))
 
 
-def _popen(command: list[str], parent: int) -> Process:
+def _popen(command: list[str]) -> Process:
     return subprocess.Popen(
-        command,
+        [*_DIE_WITH_PARENT, *command],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=_die_with(parent),
     )
 
 
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """The child's last step before exec: ask for SIGTERM at the parent's death, and exit
-    if the parent already died (after the fork, before the request). None off Linux."""
-    if sys.platform != "linux":
-        return None
-    try:  # looked up in the parent: the child only calls it
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
-        return None
+def _die_with_parent() -> list[str]:
+    """A prefix asking for SIGTERM at the parent's death (Linux, util-linux's ``setpriv``,
+    kept across the exec of the server); none elsewhere. Not a ``preexec_fn``: a child
+    forked with Python code to run before its exec, from a thread, broke a PySpark
+    session of the same process (its data sources were no longer found)."""
+    setpriv = shutil.which("setpriv") if sys.platform == "linux" else None
+    return [] if setpriv is None else [setpriv, "--pdeathsig", "TERM", "--"]
 
-    def bind() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:
-            os._exit(1)
 
-    return bind
+_DIE_WITH_PARENT = _die_with_parent()
 
 
 class _Spawner:

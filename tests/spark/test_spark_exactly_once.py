@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import streamq.spark
 from streamq.wire.client import connect_sync
 from streamq.wire.features import probe_sync
 from tests.conftest import sync_client
@@ -34,7 +35,9 @@ def r(redis_url: str, stream: str) -> Iterator[Any]:
 
 @pytest.fixture
 def small_batches(spark: Any) -> Iterator[None]:
-    """The writer gets (and sends) the rows 100 at a time, not all at once at the end."""
+    """The writer gets (and sends) the rows 100 at a time, not all at once at the end; the
+    data source registered (these tests may run first, or alone)."""
+    streamq.spark.register(spark)
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     before = spark.conf.get(key)
     spark.conf.set(key, str(BATCH))
@@ -98,12 +101,6 @@ def test_without_idempotency_the_retry_publishes_the_sent_rows_again(
     """What the test above guards against: the first attempt did send rows."""
     write_failing_once(spark, redis_url, stream, idempotent="false")
     counts = published(r, stream)
-    print(
-        "DEBUG",
-        sorted(Counter(counts.values()).items()),
-        [n for n, c in counts.items() if c > 1][:5],
-        [n for n, c in counts.items() if c > 1][-5:],
-    )
     assert set(counts) == set(range(ROWS))
     assert counts[0] == 2 and counts[FAIL_AT] == 1
 
