@@ -4,6 +4,7 @@ cluster's masters."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -22,6 +23,7 @@ from streamq import (
     Reject,
     StartFrom,
 )
+from streamq.consume.pool import WORKER_TASK
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.partitions import (
     PartitionedId,
@@ -318,3 +320,88 @@ async def test_the_record_gets_its_names_after_an_open_that_failed_between_two_w
         assert json.loads(client.hget(key, "names")) == list(expected)
     finally:
         deployment.close()
+
+
+def worker_tasks() -> int:
+    """The consumer worker tasks running in this process (named by streamq)."""
+    return sum(task.get_name() == WORKER_TASK for task in asyncio.all_tasks())
+
+
+async def test_a_partitioned_consumer_runs_one_pool_of_workers_for_every_partition(
+    where: str, topic: str
+) -> None:
+    config = dataclasses.replace(TEST_TIMINGS, concurrency=4)
+    mq = queue(where, topic, partitions=8, config=config)
+    total, handled, everything = 400, set[str](), anyio.Event()
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        handled.add(msg.id)
+        await anyio.sleep(0.001)
+        if len(handled) == total:
+            everything.set()
+
+    async with mq:
+        ids = await mq.publish_many("ok", range(total), key=str)
+        with anyio.fail_after(30):
+            async with mq.running():
+                await everything.wait()
+                workers = worker_tasks()
+    assert workers == 4, f"{workers} worker tasks for 8 partitions at concurrency 4"
+    assert handled == set(ids)
+    assert {PartitionedId.parse(i, 8).partition for i in handled} == set(range(8))
+    assert worker_tasks() == 0
+
+
+async def test_concurrency_one_over_partitions_never_runs_two_handlers_at_once(
+    where: str, topic: str
+) -> None:
+    config = dataclasses.replace(TEST_TIMINGS, concurrency=1)
+    mq = queue(where, topic, partitions=4, config=config)
+    total, running, most, handled, everything = 80, 0, 0, set[str](), anyio.Event()
+
+    @mq.handler("ok")
+    async def ok(msg: Message[int]) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await anyio.sleep(0.001)
+        running -= 1
+        handled.add(msg.id)
+        if len(handled) == total:
+            everything.set()
+
+    async with mq:
+        await mq.publish_many("ok", range(total), key=str)
+        with anyio.fail_after(30):
+            async with mq.running():
+                await everything.wait()
+    assert most == 1, f"{most} handlers ran at once at concurrency 1"
+    assert {PartitionedId.parse(i, 4).partition for i in handled} == set(range(4))
+
+
+async def test_a_stop_notice_cancels_only_its_entry_on_the_shared_workers(
+    where: str, topic: str
+) -> None:
+    config = dataclasses.replace(TEST_TIMINGS, concurrency=4)
+    mq = queue(where, topic, partitions=4, config=config)
+    started, cancelled, release = set[str](), list[str](), anyio.Event()
+
+    @mq.handler("slow")
+    async def slow(msg: Message[int]) -> None:
+        started.add(msg.id)
+        try:
+            await release.wait()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(msg.id)
+            raise
+
+    async with mq:
+        ids = await mq.publish_many("slow", range(4))  # one per partition, all running
+        async with mq.running():
+            await wait_for(lambda: started == set(ids), what="a handler per partition")
+            await mq.stop_message(ids[2])
+            await wait_for(lambda: cancelled == [ids[2]], what="the stopped one cancelled")
+            release.set()
+            await wait_for(lambda: mq.stats().get("acked") == 3, what="the others acked")
+    assert cancelled == [ids[2]]

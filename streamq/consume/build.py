@@ -58,7 +58,8 @@ def build_consumer(
         [
             _consumer(topic, i, client_for, router, policies, stopped[i], limits)
             for i in range(len(topic.streams))
-        ]
+        ],
+        limits.pool,
     )
 
 
@@ -101,7 +102,12 @@ def _parts(
     """The parts of ``consumer``: one in-flight table (in the Capacity) and one Acker,
     handed to the parts that need them; the parts call back into the consumer."""
     config, identity = policies.config, consumer.id
-    capacity = Capacity(config.max_in_flight, config.read_count, limits.budget if limits else None)
+    capacity = Capacity(
+        config.max_in_flight,
+        config.read_count,
+        limits.budget if limits else None,
+        limits.pool.workers if limits else None,
+    )
     acker = Acker(client, identity.stream, identity.group)
     claimer = Claimer(
         client, stream=identity.stream, group=identity.group, consumer=identity.consumer,
@@ -123,7 +129,8 @@ def _parts(
         policies.batch, consumer.flush_batch, slots or anyio.CapacityLimiter(config.concurrency)
     )
     dispatcher = _dispatcher(consumer, client, place, policies, acker, claimer)
-    return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots)
+    pool = limits.pool.entrance(consumer) if limits else None
+    return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots, pool)
 
 
 def _dispatcher(

@@ -18,21 +18,25 @@ import anyio
 
 from ..config import ConsumerConfig
 from ..message import RawEntry
-from .inflight import InFlight
+from .inflight import InFlight, Workers
+from .pool import SharedPool
 
 
 @dataclass(frozen=True, slots=True)
 class SharedLimits:
     """One process's limits over the consumers of a topic's partitions: entries in flight
-    (one budget) and handlers running at once (one limiter), whatever the partition."""
+    (one budget), handlers running at once (one limiter) and the workers running them (one
+    pool), whatever the partition."""
 
     budget: Budget
     handlers: Slots
+    pool: SharedPool
 
     @classmethod
     def for_partitions(cls, config: ConsumerConfig, partitions: int) -> SharedLimits:
         budget = Budget(config.max_in_flight, config.read_count, readers=partitions)
-        return cls(budget, Slots(config.concurrency))
+        pool = SharedPool(config.concurrency, partitions)
+        return cls(budget, Slots(config.concurrency), pool)
 
 
 class Slots:
@@ -112,8 +116,14 @@ class Capacity:
     only it adds to and removes from), within a :class:`Budget` (its own, or one shared
     with the topic's other partitions)."""
 
-    def __init__(self, max_in_flight: int, read_count: int, budget: Budget | None = None) -> None:
-        self.in_flight = InFlight()
+    def __init__(
+        self,
+        max_in_flight: int,
+        read_count: int,
+        budget: Budget | None = None,
+        workers: Workers | None = None,
+    ) -> None:
+        self.in_flight = InFlight(workers)
         self.budget = budget or Budget(max_in_flight, read_count)
         self.read_limit = self.budget.read_limit
         self.busy = False  # the last read came back full: more entries are waiting

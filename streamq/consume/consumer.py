@@ -6,6 +6,10 @@ Tasks of one running consumer (all owned by :meth:`Consumer.run`)::
     work      `concurrency` workers  <- WorkQueue <- read loop and claimer (enqueue)
               batch flushes          <- Batcher   <- (entries of batch-handled types)
 
+A partition of a partitioned topic runs no workers of its own: it enqueues into the
+topic's one :class:`~streamq.consume.pool.SharedPool` (through its ``PoolEntrance``), whose
+workers call its ``_process``; its work scope then waits for that pool to end.
+
 Shutdown order: stop reading and claiming, let the workers drain what was fetched within
 ``grace`` (then cancel them: their entries stay pending), flush partial batches, then flush
 the acks under a shielded scope.
@@ -36,11 +40,11 @@ from .acks import Acker
 from .batching import Batcher
 from .capacity import Capacity, Slots
 from .claiming import Claimer
-from .context import inside_handler
 from .dispatch import Dispatcher
-from .failures import cancelled_by_streamq, describe
+from .failures import describe
 from .gone import confirmed_gone
 from .inflight import Running
+from .pool import WORKER_TASK, PoolEntrance, run_worker
 from .reader import Identity, Reader
 from .router import Route, Router
 from .stats import Stats
@@ -65,6 +69,7 @@ class Parts:
     batcher: Batcher
     listener: ControlListener
     handler_slots: Slots | None  # a partition's: shared with the topic's other partitions
+    pool: PoolEntrance | None = None  # a partition's way into the topic's one worker pool
 
 
 class Consumer:
@@ -101,6 +106,10 @@ class Consumer:
         self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
         self.claimer, self.dispatcher, self.batcher = parts.claimer, parts.dispatcher, parts.batcher
         self.listener, self._handler_slots = parts.listener, parts.handler_slots
+        self._pool = parts.pool
+        self._intake: WorkQueue[tuple[RawEntry, Route | None]] | PoolEntrance = (
+            parts.pool or self._queue
+        )
         self._traced = self.dispatcher.traced
 
     async def enqueue(self, entries: list[RawEntry]) -> None:
@@ -131,7 +140,7 @@ class Consumer:
             self.stats.received += len(group)
         self.stats.received += len(ready)
         try:
-            self._queue.put_many(ready)
+            self._intake.put_many(ready)
         except anyio.ClosedResourceError:  # shutting down: they stay pending
             capacity.finish_many([entry.id for entry, _ in ready])
 
@@ -252,8 +261,11 @@ class Consumer:
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as work:
                     self.batcher.bind(work)
-                    for _ in range(self._config.concurrency):
-                        work.start_soon(self._worker)
+                    if self._pool is not None:  # a partition: the topic's workers
+                        work.start_soon(self._pool.pool.wait_done)
+                    else:
+                        for _ in range(self._config.concurrency):
+                            work.start_soon(self._worker, name=WORKER_TASK)
                     task_status.started(scope)
         finally:
             done.set()
@@ -262,7 +274,7 @@ class Consumer:
         self, work_scope: anyio.CancelScope, work_done: anyio.Event, acks_done: anyio.Event
     ) -> None:
         self.request_stop()
-        self._queue.close()
+        self._intake.close()
         self.batcher.close()
         with anyio.move_on_after(self._config.grace):
             await work_done.wait()
@@ -281,23 +293,7 @@ class Consumer:
 
     # -- working --------------------------------------------------------------------
     async def _worker(self) -> None:
-        inside_handler.set(True)
-        try:
-            while True:
-                # One scope serves many entries (a scope per entry costs more than a no-op
-                # handler); a stop notice cancels the scope of the worker running that
-                # entry, and the worker goes on with a fresh one.
-                with (
-                    anyio.CancelScope() as scope,
-                    self.capacity.in_flight.worker(scope) as running,
-                ):
-                    await self._work(running)
-                    break
-                log.info("a handler was cancelled because its entry was stopped")
-        except BaseException as e:
-            if not (isinstance(e, anyio.get_cancelled_exc_class()) and cancelled_by_streamq()):
-                self._died("a worker", e)
-            raise
+        await run_worker(self.capacity.in_flight.worker, self._work, self._died)
         if not self.stopping():
             self._died("a worker", ConsumerError("a worker returned while reading went on"))
 

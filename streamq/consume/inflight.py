@@ -8,13 +8,16 @@ parts of the consumer get it from there.
 
 Workers record what they run in their own :class:`Running` slot (one attribute store
 per entry, not a second per-entry table): a stop notice, which is rare, looks through the
-few workers instead.
+few workers instead. The slots live in a :class:`Workers` list: a plain stream's own, or
+the one pool shared by a partitioned topic's partitions, whose workers run entries of any
+partition (a slot names the table of the entry it runs, as entry IDs of two partitions
+may be equal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import anyio
 
@@ -22,22 +25,50 @@ from ..message import RawEntry
 
 
 class Running:
-    """What one worker is handling (``entry_id``, None between entries) and the cancel
-    scope it runs handlers under."""
+    """What one worker is handling (``entry_id``, None between entries, of ``table``) and
+    the cancel scope it runs handlers under."""
 
-    __slots__ = ("entry_id", "scope")
+    __slots__ = ("entry_id", "scope", "table")
 
-    def __init__(self, scope: anyio.CancelScope) -> None:
+    def __init__(self, scope: anyio.CancelScope, table: InFlight | None) -> None:
         self.entry_id: str | None = None
         self.scope = scope
+        self.table = table
+
+
+class Workers:
+    """The slots of the workers of one pool, to find who runs an entry."""
+
+    def __init__(self) -> None:
+        self._running: list[Running] = []
+
+    @contextmanager
+    def slot(self, scope: anyio.CancelScope, table: InFlight | None = None) -> Iterator[Running]:
+        """A worker's slot, known to :meth:`cancel` while the block runs. A shared pool's
+        worker sets ``table`` before each entry."""
+        running = Running(scope, table)
+        self._running.append(running)
+        try:
+            yield running
+        finally:
+            self._running.remove(running)
+
+    def cancel(self, table: InFlight, entry_id: str) -> bool:
+        """Cancel the handler running ``entry_id`` of ``table``; return whether one was."""
+        for running in self._running:
+            if running.entry_id == entry_id and running.table is table:
+                running.scope.cancel()
+                return True
+        return False
 
 
 class InFlight:
     """Entry ID -> when it was fetched; and the workers, to find who runs an entry."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: Workers | None = None) -> None:
+        """``workers``: a pool shared with other tables (a partitioned topic's)."""
         self._fetched: dict[str, float] = {}
-        self._workers: list[Running] = []
+        self.workers = workers or Workers()
 
     def __len__(self) -> int:
         return len(self._fetched)
@@ -64,20 +95,10 @@ class InFlight:
         """IDs of the entries fetched at or before ``before``."""
         return [entry_id for entry_id, at in self._fetched.items() if at <= before]
 
-    @contextmanager
-    def worker(self, scope: anyio.CancelScope) -> Iterator[Running]:
-        """A worker's slot, known to :meth:`cancel` while the block runs."""
-        running = Running(scope)
-        self._workers.append(running)
-        try:
-            yield running
-        finally:
-            self._workers.remove(running)
+    def worker(self, scope: anyio.CancelScope) -> AbstractContextManager[Running]:
+        """A slot of this table's own worker, known to :meth:`cancel` while it runs."""
+        return self.workers.slot(scope, self)
 
     def cancel(self, entry_id: str) -> bool:
         """Cancel the handler running ``entry_id``, if one is; return whether one was."""
-        for running in self._workers:
-            if running.entry_id == entry_id:
-                running.scope.cancel()
-                return True
-        return False
+        return self.workers.cancel(self, entry_id)

@@ -1,12 +1,15 @@
 """The consumer of a partitioned topic: one :class:`Consumer` per partition stream, run
-together as one.
+together as one, with one pool of workers.
 
 Each partition's consumer reads its own stream (one blocking XREADGROUP per partition:
 never a read across slots), claims, acks, dead-letters and follows stop/resume notices
 on that stream's slot. They share one process's limits (:class:`SharedLimits`): one
-in-flight budget and one set of handler slots, so ``max_in_flight`` and ``concurrency``
-hold for the topic as a whole. A stop stops them all; the first one to stop on its own
-(the topic terminated, an error) stops the others, and its reason is the topic's.
+in-flight budget, one set of handler slots, and one pool of ``concurrency`` workers
+(:class:`SharedPool`, run here) that process every partition's entries, so
+``max_in_flight`` and ``concurrency`` hold for the topic as a whole and idle workers do not
+grow with the partitions. A stop stops them all at once (the pool drains when every
+partition has stopped enqueueing); the first one to stop on its own (the topic
+terminated, an error) stops the others, and its reason is the topic's.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .consumer import Consumer
+from .pool import SharedPool
 
 
 class PartitionedConsumer:
     """Several partition consumers, seen from MessageQueue as one consumer."""
 
-    def __init__(self, parts: Sequence[Consumer]) -> None:
+    def __init__(self, parts: Sequence[Consumer], pool: SharedPool) -> None:
         self.parts = list(parts)
+        self._pool = pool
         self.stop_requested = anyio.Event()
         self.stop_reason: str | None = None
         self.auto_stopped = False
@@ -43,17 +48,20 @@ class PartitionedConsumer:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
+            # a dead worker stops the topic like a partition's own part dying
+            await tg.start(self._pool.run, self.parts[0]._died)
             for part in self.parts:
-                await tg.start(self._run_part, part)
+                await tg.start(part.run)
+                tg.start_soon(self._stop_all_with, part)
             task_status.started()
 
-    async def _run_part(self, part: Consumer, *, task_status: TaskStatus[None]) -> None:
-        try:
-            await part.run(task_status=task_status)
-        finally:
-            if self.stop_reason is None:  # this partition stopped first: all stop, so
-                self.error = part.error
-                self.request_stop(part.stop_reason or "stopped", auto=part.auto_stopped)
+    async def _stop_all_with(self, part: Consumer) -> None:
+        """Once ``part`` stops, all stop at once: the shared pool drains only when every
+        partition has stopped enqueueing."""
+        await part.stop_requested.wait()
+        if self.stop_reason is None:  # this partition stopped first: its reason is ours
+            self.error = part.error
+            self.request_stop(part.stop_reason or "stopped", auto=part.auto_stopped)
 
     def stats_report(self) -> dict[str, Any]:
         """The partitions' counters and gauges added up; histograms of the first (each
