@@ -15,20 +15,13 @@ For tests and local development of cluster features (``streamq server --cluster 
 
 from __future__ import annotations
 
-import atexit
-import logging
-import shutil
-import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
-from types import TracebackType
+from collections.abc import Sequence
 
 import redis
 
 from ..errors import ConfigError, ServerUnavailableError
 from .cluster_nodes import (
-    POLL_INTERVAL,
     SLOTS,
     ClusterNode,
     NodeProcess,
@@ -38,9 +31,8 @@ from .cluster_nodes import (
     slot_map_shape,
     view_problem,
 )
+from .process_set import ProcessSet
 from .single import PORT_ATTEMPTS, free_port
-
-log = logging.getLogger(__name__)
 
 ENV_CLUSTER_URL = "STREAMQ_CLUSTER_URL"
 READY_TIMEOUT = 30.0  # a loaded 2-core machine; an idle one is ready in ~2.5 s
@@ -48,7 +40,7 @@ NODE_TIMEOUT = 3.0  # cluster-node-timeout: how soon a dead master is failed ove
 BUS_PORT_OFFSET = 10000  # the usual cluster bus port, when the ports are chosen by the user
 
 
-class EmbeddedCluster:
+class EmbeddedCluster(ProcessSet):
     """A Redis Cluster of valkey-server processes owned by this Python process.
 
     Args:
@@ -63,6 +55,9 @@ class EmbeddedCluster:
         ServerUnavailableError: from :meth:`start`, when the cluster does not come up (the
             message carries the tail of every node's log).
     """
+
+    _kind = "embedded cluster"
+    _dir_prefix = "streamq-cluster-"
 
     def __init__(
         self,
@@ -79,12 +74,11 @@ class EmbeddedCluster:
         size = masters * (1 + replicas)
         if port is not None and not 0 < port <= 65535 - BUS_PORT_OFFSET - size + 1:
             raise ConfigError(f"port must leave room for {size} nodes and their bus ports")
+        super().__init__()
         self.masters, self.replicas = masters, replicas
         self._base_port = port
         self._node_timeout_ms = max(int(node_timeout * 1000), 100)
-        self._dir: Path | None = None
         self._nodes: list[NodeProcess] = []
-        self._atexit_registered = False
 
     # -- what users read -----------------------------------------------------------------
     @property
@@ -99,16 +93,6 @@ class EmbeddedCluster:
             if node.role == "master" and node.slots and self._owned(node.port).alive:
                 return node.url
         raise ServerUnavailableError("no master of the embedded cluster is running")
-
-    @property
-    def directory(self) -> Path | None:
-        """The private directory of the nodes' data and logs (None when stopped)."""
-        return self._dir
-
-    @property
-    def running(self) -> bool:
-        """True while at least one node process runs."""
-        return any(n.alive for n in self._nodes)
 
     @property
     def nodes(self) -> list[ClusterNode]:
@@ -134,40 +118,7 @@ class EmbeddedCluster:
                 return node
         raise ServerUnavailableError(f"no master serves slot {slot}")
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> EmbeddedCluster:
-        """Start every node, form the cluster and wait until it is ready."""
-        if self.running:
-            return self
-        began = time.monotonic()
-        self._dir = Path(tempfile.mkdtemp(prefix="streamq-cluster-"))
-        self._register_atexit()
-        try:
-            self._nodes = [self._new_node(i) for i in range(self.masters * (1 + self.replicas))]
-            self._launch_all()
-            self._form()
-            self.wait_ready()
-        except BaseException:
-            self.stop()  # interrupted or failed: leave no process behind
-            raise
-        log.info("embedded cluster ready in %.2f s: %s", time.monotonic() - began, self.urls)
-        return self
-
-    def stop(self) -> None:
-        """Kill every node and remove the directory (idempotent)."""
-        for node in self._nodes:  # all signalled first: they shut down in parallel
-            node.terminate()
-        for node in self._nodes:
-            node.reap()
-        self._nodes = []
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-    def close(self) -> None:
-        """The same as :meth:`stop` (as :meth:`EmbeddedServer.close`)."""
-        self.stop()
-
+    # -- lifecycle (start, stop, close: ProcessSet) ---------------------------------------
     def kill_node(self, port: int) -> None:
         """SIGKILL one node, as a crash would; its data and ports are kept for a restart."""
         self._owned(port).kill()
@@ -189,20 +140,14 @@ class EmbeddedCluster:
         a replica took over)."""
         self._wait_for(self._not_ready, timeout, "not ready")
 
-    def __enter__(self) -> EmbeddedCluster:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     # -- starting nodes ----------------------------------------------------------------
-    def _new_node(self, index: int) -> NodeProcess:
-        assert self._dir is not None
-        directory = self._dir / f"node-{index}"
-        directory.mkdir()
-        return NodeProcess(index, directory)
+    def _boot(self) -> None:
+        """Start every node, form the cluster and wait until it is ready."""
+        size = self.masters * (1 + self.replicas)
+        self._nodes = [NodeProcess(i, self._new_directory(f"node-{i}")) for i in range(size)]
+        self._launch_all()
+        self._form()
+        self.wait_ready()
 
     def _launch_all(self) -> None:
         # All processes first, then the waits: the nodes boot in parallel.
@@ -289,21 +234,6 @@ class EmbeddedCluster:
                 return f"replica on port {node.port} is not linked to its master yet"
         return None
 
-    def _wait_for(self, problem: Callable[[], str | None], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        reason: str | None = "not checked"
-        while time.monotonic() < deadline:
-            try:
-                reason = problem()
-            except (redis.RedisError, OSError) as e:
-                reason = f"{type(e).__name__}: {e}"
-            if reason is None:
-                return
-            time.sleep(POLL_INTERVAL)
-        raise ServerUnavailableError(
-            f"embedded cluster {what} after {timeout:.0f} s ({reason}):\n{self._logs()}"
-        )
-
     # -- helpers -------------------------------------------------------------
     def _owned(self, port: int) -> NodeProcess:
         for node in self._nodes:
@@ -311,10 +241,11 @@ class EmbeddedCluster:
                 return node
         raise ValueError(f"no node of this embedded cluster on port {port}")
 
-    def _logs(self) -> str:
-        return "\n".join(node.log_tail() for node in self._nodes)
+    def _processes(self) -> Sequence[NodeProcess]:
+        return self._nodes
 
-    def _register_atexit(self) -> None:
-        if not self._atexit_registered:
-            atexit.register(self.stop)
-            self._atexit_registered = True
+    def _forget(self) -> None:
+        self._nodes = []
+
+    def _address(self) -> object:
+        return self.urls

@@ -19,7 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .private import spawn_private
+from .private import reap, spawn_private
 from .single import STOP_TIMEOUT, binary_path
 
 SLOTS = 16384
@@ -209,11 +209,7 @@ class NodeProcess:
         """Wait for the process to end (SIGKILL after ``timeout``); forget it."""
         process, self.process = self.process, None
         if process is not None:
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            reap(process, timeout)
         self.drop_client()
 
     def kill(self) -> None:

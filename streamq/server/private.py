@@ -11,18 +11,25 @@ a server started from a worker thread (``anyio.to_thread``'s end when idle) woul
 stopped with that thread. So every private server is forked by one spawner thread that
 lives as long as the process. The shared server (:mod:`.shared`) is meant to outlive its
 starter and is not started here; its keeper binds Valkey to itself the same way.
+
+:class:`PrivateServer` is what every private server's Python side shares: ``with`` starts
+and closes it, and so does the end of this process once it has started.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import shutil
 import subprocess
 import sys
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future
+from types import TracebackType
+from typing import Self
 
 Process = subprocess.Popen[bytes]
 Request = tuple[Callable[[], Process], Future[Process]]
@@ -32,6 +39,15 @@ def spawn_private(command: list[str]) -> Process:
     """Start ``command`` (stdio to /dev/null) in its own session, to be sent SIGTERM when
     this process dies (on Linux). Raises what ``subprocess.Popen`` raises."""
     return _spawner().run(lambda: _popen(command))
+
+
+def reap(process: Process, timeout: float) -> None:
+    """Wait until ``process`` ends; SIGKILL it after ``timeout`` seconds."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _popen(command: list[str]) -> Process:
@@ -90,3 +106,32 @@ def _spawner() -> _Spawner:
         if _spawner_of_process is None or _spawner_of_process.pid != os.getpid():
             _spawner_of_process = _Spawner()
         return _spawner_of_process
+
+
+class PrivateServer(ABC):
+    """A private embedded server (one node, a cluster, a sentinel set) as its owner holds
+    it: ``with`` starts and closes it; :meth:`_close_at_exit` closes it at the latest when
+    this process exits."""
+
+    _closes_at_exit = False
+
+    @abstractmethod
+    def start(self) -> Self:
+        """Start the server's processes; wait until it serves."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop the server's processes and remove their directory (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _close_at_exit(self) -> None:
+        if not self._closes_at_exit:
+            atexit.register(self.close)
+            self._closes_at_exit = True

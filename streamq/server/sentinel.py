@@ -22,23 +22,16 @@ fixture, ``streamq server --sentinel``), and for failover tests (:meth:`kill_mas
 
 from __future__ import annotations
 
-import atexit
-import logging
-import shutil
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import TracebackType
 
 import redis
 
 from ..errors import ConfigError, ServerUnavailableError
-from .cluster_nodes import POLL_INTERVAL, NodeProcess
+from .cluster_nodes import NodeProcess
+from .process_set import ProcessSet
 from .single import PORT_ATTEMPTS, binary_path, free_port
-
-log = logging.getLogger(__name__)
 
 ENV_SENTINEL_URL = "STREAMQ_SENTINEL_URL"
 SERVICE_NAME = "streamq"
@@ -68,7 +61,7 @@ class SetProcess(NodeProcess):
         return self.answers(deadline)
 
 
-class EmbeddedSentinel:
+class EmbeddedSentinel(ProcessSet):
     """A master, its replicas and Sentinel processes, owned by this Python process.
 
     Args:
@@ -84,6 +77,9 @@ class EmbeddedSentinel:
         ServerUnavailableError: from :meth:`start`, when the set does not come up (the
             message carries the tail of every process's log).
     """
+
+    _kind = "embedded sentinel set"
+    _dir_prefix = "streamq-sentinel-"
 
     def __init__(
         self,
@@ -106,14 +102,13 @@ class EmbeddedSentinel:
             raise ConfigError(f"service_name must be a word without spaces, got {service_name!r}")
         if down_after <= 0 or failover_timeout <= 0:
             raise ConfigError("down_after and failover_timeout must be positive seconds")
+        super().__init__()
         self.replicas, self.sentinels, self.quorum = replicas, sentinels, quorum
         self.service_name = service_name
         self._down_after_ms = max(int(down_after * 1000), 100)
         self._failover_timeout_ms = max(int(failover_timeout * 1000), 1000)
-        self._dir: Path | None = None
         self._data: list[SetProcess] = []  # the master first, then the replicas
         self._watchers: list[SetProcess] = []  # the sentinels
-        self._atexit_registered = False
 
     # -- what users read -----------------------------------------------------------------
     @property
@@ -143,54 +138,7 @@ class EmbeddedSentinel:
                     continue
         raise ServerUnavailableError("no sentinel of the embedded set answers")
 
-    @property
-    def directory(self) -> Path | None:
-        """The private directory of the processes' data and logs (None when stopped)."""
-        return self._dir
-
-    @property
-    def running(self) -> bool:
-        """True while at least one process of the set runs."""
-        return any(p.alive for p in (*self._data, *self._watchers))
-
-    # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> EmbeddedSentinel:
-        """Start the master, the replicas, then the sentinels; wait until it is ready."""
-        if self.running:
-            return self
-        began = time.monotonic()
-        self._dir = Path(tempfile.mkdtemp(prefix="streamq-sentinel-"))
-        self._register_atexit()
-        try:
-            master = self._launch(self._new("master", 0), self._data_arguments(None))
-            for i in range(1, self.replicas + 1):
-                self._launch(self._new("replica", i), self._data_arguments(master.port))
-            self.wait_ready(check_sentinels=False)  # replicas linked before sentinels look
-            for i in range(self.sentinels):
-                self._launch(self._new("sentinel", i), self._sentinel_arguments(master.port))
-            self.wait_ready()
-        except BaseException:
-            self.stop()  # interrupted or failed: leave no process behind
-            raise
-        log.info("embedded sentinel set ready in %.2f s: %s", time.monotonic() - began, self.url)
-        return self
-
-    def stop(self) -> None:
-        """End every process and remove the directory (idempotent)."""
-        processes = [*self._watchers, *self._data]
-        for process in processes:  # all signalled first: they shut down in parallel
-            process.terminate()
-        for process in processes:
-            process.reap()
-        self._data, self._watchers = [], []
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-    def close(self) -> None:
-        """The same as :meth:`stop` (as :meth:`EmbeddedServer.close`)."""
-        self.stop()
-
+    # -- lifecycle (start, stop, close: ProcessSet) ---------------------------------------
     def kill_master(self) -> int:
         """SIGKILL the master the sentinels report, as a crash would; return its port."""
         port = self.master_port
@@ -209,34 +157,21 @@ class EmbeddedSentinel:
     def wait_ready(self, *, timeout: float = READY_TIMEOUT, check_sentinels: bool = True) -> None:
         """Wait until every running replica is linked to the master and every running
         sentinel reports that (running) master, its running replicas and the others."""
-        deadline = time.monotonic() + timeout
-        reason: str | None = "not checked"
-        while time.monotonic() < deadline:
-            try:
-                reason = self._not_ready(check_sentinels)
-            except (redis.RedisError, OSError) as e:
-                reason = f"{type(e).__name__}: {e}"
-            if reason is None:
-                return
-            time.sleep(POLL_INTERVAL)
-        raise ServerUnavailableError(
-            f"embedded sentinel set not ready after {timeout:.0f} s ({reason}):\n{self._logs()}"
-        )
-
-    def __enter__(self) -> EmbeddedSentinel:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._wait_for(lambda: self._not_ready(check_sentinels), timeout, "not ready")
 
     # -- starting processes --------------------------------------------------------------
+    def _boot(self) -> None:
+        """Start the master, the replicas, then the sentinels; wait until it is ready."""
+        master = self._launch(self._new("master", 0), self._data_arguments(None))
+        for i in range(1, self.replicas + 1):
+            self._launch(self._new("replica", i), self._data_arguments(master.port))
+        self.wait_ready(check_sentinels=False)  # replicas linked before sentinels look
+        for i in range(self.sentinels):
+            self._launch(self._new("sentinel", i), self._sentinel_arguments(master.port))
+        self.wait_ready()
+
     def _new(self, role: str, index: int) -> SetProcess:
-        assert self._dir is not None
-        directory = self._dir / f"{role}-{index}"
-        directory.mkdir()
-        process = SetProcess(index, directory, role=role)
+        process = SetProcess(index, self._new_directory(f"{role}-{index}"), role=role)
         (self._watchers if role == "sentinel" else self._data).append(process)
         return process
 
@@ -347,11 +282,12 @@ class EmbeddedSentinel:
             raise ServerUnavailableError(f"sentinel on port {sentinel.port} knows no master")
         return int(address[1])
 
-    # -- helpers -------------------------------------------------------------------------
-    def _logs(self) -> str:
-        return "\n".join(p.log_tail() for p in (*self._data, *self._watchers))
+    # -- the set's processes ---------------------------------------------------------------
+    def _processes(self) -> Sequence[SetProcess]:
+        return [*self._watchers, *self._data]
 
-    def _register_atexit(self) -> None:
-        if not self._atexit_registered:
-            atexit.register(self.stop)
-            self._atexit_registered = True
+    def _forget(self) -> None:
+        self._data, self._watchers = [], []
+
+    def _address(self) -> object:
+        return self.url

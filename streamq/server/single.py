@@ -8,7 +8,6 @@ no URL is given, :func:`default_url` uses the shared server instead (:mod:`.shar
 
 from __future__ import annotations
 
-import atexit
 import logging
 import shutil
 import socket
@@ -17,10 +16,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 
 from ..errors import ServerUnavailableError
-from .private import spawn_private
+from .private import PrivateServer, reap, spawn_private
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +44,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class EmbeddedServer:
+class EmbeddedServer(PrivateServer):
     """A Valkey server process owned by this Python process.
 
     ``appendonly=True`` turns on AOF so data survives :meth:`restart`.
@@ -58,7 +56,6 @@ class EmbeddedServer:
         self.appendonly = appendonly
         self._dir = Path(tempfile.mkdtemp(prefix="streamq-valkey-"))
         self._process: subprocess.Popen[bytes] | None = None
-        self._atexit_registered = False
 
     @property
     def url(self) -> str:
@@ -93,7 +90,7 @@ class EmbeddedServer:
             self._process = spawn_private(self._command(port))
             if self._wait_ready(port):
                 self.port = port
-                self._register_atexit()
+                self._close_at_exit()
                 log.debug("embedded server ready on port %d", port)
                 return self
             last_error = self._collect_failure()
@@ -127,22 +124,12 @@ class EmbeddedServer:
         tail = log_file.read_text(errors="replace")[-500:] if log_file.exists() else ""
         return tail.strip() or f"exit code {process.returncode}"
 
-    def _register_atexit(self) -> None:
-        if not self._atexit_registered:
-            atexit.register(self.close)
-            self._atexit_registered = True
-
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after a timeout); keep the data dir."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None and process.poll() is None:
+            process.terminate()
+            reap(process, STOP_TIMEOUT)
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would."""
@@ -161,14 +148,6 @@ class EmbeddedServer:
         """Stop the server and remove its directory."""
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> EmbeddedServer:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 _shared: EmbeddedServer | None = None
