@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 
 from streamq import EmbeddedSentinel
 from streamq.server import free_port
+from streamq.wire.pool_options import CONNECTION_OPTIONS
 from streamq.wire.sentinel import async_client, sync_client
 from streamq.wire.timeouts import SOCKET_TIMEOUT
 
@@ -98,16 +99,19 @@ def test_a_sync_client_from_the_url_writes_and_reads_raw_bytes(streamq_sentinel_
 
 # -- failover ------------------------------------------------------------------------------
 @pytest.mark.anyio
-async def test_master_connections_have_the_socket_timeout_of_every_client(
+async def test_master_connections_have_the_connection_options_of_every_client(
     streamq_sentinel_url: str,
 ) -> None:
-    """As plain URLs' clients: a master that stops answering is a lost connection after
-    SOCKET_TIMEOUT, not a wait for ever (redis-py < 8 sets no timeout by default)."""
+    """As plain URLs' clients (raw replies, no redis-py retries, keepalive): a master that
+    stops answering is a lost connection after SOCKET_TIMEOUT, not a wait for ever
+    (redis-py < 8 sets no timeout by default)."""
     client = async_client(streamq_sentinel_url)
     blocking = sync_client(streamq_sentinel_url)
     try:
-        assert client.connection_pool.connection_kwargs["socket_timeout"] == SOCKET_TIMEOUT
-        assert blocking.connection_pool.connection_kwargs["socket_timeout"] == SOCKET_TIMEOUT
+        for pool in (client.connection_pool, blocking.connection_pool):
+            assert pool.connection_kwargs["socket_timeout"] == SOCKET_TIMEOUT
+            given = {k: pool.connection_kwargs.get(k, "not given") for k in CONNECTION_OPTIONS}
+            assert given == CONNECTION_OPTIONS
     finally:
         await client.aclose()
         blocking.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import redis
@@ -29,11 +29,11 @@ from ..errors import (
     UnknownCommandError,
 )
 from . import sentinel
+from .pool_options import MAX_CONNECTIONS, POOL_OPTIONS, POOL_WAIT
 from .routing import RECONFIGURING, Deployment
 from .routing_sync import SyncDeployment
 from .seeds import split_seeds
 from .sentinel import is_sentinel_url
-from .timeouts import SOCKET_TIMEOUT
 
 T = TypeVar("T")
 
@@ -50,25 +50,6 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED ", "ASK ", "CLUSTERDOWN",
 )  # fmt: skip
-
-
-# Connections per client. A caller past the limit waits for a free connection (up to
-# POOL_WAIT) instead of failing: a web service publishes from every request at once.
-MAX_CONNECTIONS = 64
-POOL_WAIT = 30.0
-
-
-# Every pool streamq makes: raw (bytes) replies, no redis-py retries (streamq's loops retry
-# with their own backoff), keepalive, and a bounded pool that waits for a free connection.
-POOL_OPTIONS: dict[str, Any] = dict(
-    max_connections=MAX_CONNECTIONS,
-    timeout=POOL_WAIT,
-    decode_responses=False,
-    retry_on_timeout=False,
-    retry=None,
-    socket_keepalive=True,
-    socket_timeout=SOCKET_TIMEOUT,
-)
 
 
 # How long a one-shot operation on a cluster keeps retrying while the cluster reconfigures

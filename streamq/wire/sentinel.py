@@ -45,15 +45,12 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ..errors import ConfigError
-from .timeouts import SOCKET_TIMEOUT
+from .pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS, POOL_WAIT
 
 __all__ = ("SentinelUrl", "async_client", "is_sentinel_url", "sync_client")
 
 SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}  # scheme -> TLS
 DEFAULT_PORT = 26379
-# The same pool limits as streamq.wire.client.connect gives plain URLs.
-MAX_CONNECTIONS = 64
-POOL_WAIT = 30.0
 # A sentinel that does not answer a lookup within this is skipped for the next one.
 SENTINEL_TIMEOUT = 2.0
 _OPTIONS = (
@@ -306,20 +303,14 @@ def async_client(
     Raises:
         ConfigError: the URL is not a valid Sentinel URL.
     """
-    parsed = SentinelUrl.parse(url)
-    sentinel_options = {**parsed._sentinel_options(), "retry": AsyncRetry(NoBackoff(), 0)}
-    manager = _AsyncSentinelManager(parsed.sentinels, sentinel_kwargs=sentinel_options)
-    client: aioredis.Redis = manager.master_for(
-        parsed.service_name,
+    client: aioredis.Redis = _master_client(
+        url,
+        _AsyncSentinelManager,
+        AsyncRetry,
         redis_class=_AsyncSentinelClient,
         connection_pool_class=_BlockingSentinelPool,
         max_connections=max_connections,
         timeout=pool_timeout,
-        decode_responses=False,
-        retry=None,
-        socket_keepalive=True,
-        socket_timeout=SOCKET_TIMEOUT,
-        **parsed._master_options(),
     )
     return client
 
@@ -331,16 +322,20 @@ def sync_client(url: str) -> redis.Redis:
     Raises:
         ConfigError: the URL is not a valid Sentinel URL.
     """
-    parsed = SentinelUrl.parse(url)
-    sentinel_options = {**parsed._sentinel_options(), "retry": Retry(NoBackoff(), 0)}
-    manager = _SyncSentinelManager(parsed.sentinels, sentinel_kwargs=sentinel_options)
-    client: redis.Redis = manager.master_for(
-        parsed.service_name,
-        redis_class=_SyncSentinelClient,
-        decode_responses=False,
-        retry=None,
-        socket_keepalive=True,
-        socket_timeout=SOCKET_TIMEOUT,
-        **parsed._master_options(),
+    client: redis.Redis = _master_client(
+        url, _SyncSentinelManager, Retry, redis_class=_SyncSentinelClient
     )
     return client
+
+
+def _master_client(url: str, manager: type[Any], retry: type[Any], **pool: Any) -> Any:
+    """A client of the master of ``url``'s service, asyncio or blocking as ``manager`` (the
+    Sentinel class that asks the sentinels, each once: ``retry`` is redis-py's ``Retry`` of
+    the same kind). ``pool``: the client's and pool's classes and limits; its connections
+    get the options of every pool streamq makes and the URL's credentials, db and TLS."""
+    parsed = SentinelUrl.parse(url)
+    sentinel_options = {**parsed._sentinel_options(), "retry": retry(NoBackoff(), 0)}
+    sentinels = manager(parsed.sentinels, sentinel_kwargs=sentinel_options)
+    return sentinels.master_for(
+        parsed.service_name, **pool, **CONNECTION_OPTIONS, **parsed._master_options()
+    )

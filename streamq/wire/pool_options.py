@@ -1,0 +1,29 @@
+"""The options of every connection pool streamq makes, for plain, cluster and Sentinel URLs
+(:mod:`.client`, :mod:`.sentinel`): one definition, so that no kind of URL gets other
+connections than the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .timeouts import SOCKET_TIMEOUT
+
+# Connections per client. A caller past the limit waits for a free connection (up to
+# POOL_WAIT) instead of failing: a web service publishes from every request at once.
+MAX_CONNECTIONS = 64
+POOL_WAIT = 30.0
+
+# Every connection: raw (bytes) replies, no redis-py retries (streamq's loops retry with
+# their own backoff), keepalive, and a reply timeout.
+CONNECTION_OPTIONS: dict[str, Any] = dict(
+    decode_responses=False,
+    retry_on_timeout=False,
+    retry=None,
+    socket_keepalive=True,
+    socket_timeout=SOCKET_TIMEOUT,
+)
+
+# Every blocking pool: those connections, at most MAX_CONNECTIONS, waiting for a free one.
+POOL_OPTIONS: dict[str, Any] = dict(
+    max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT, **CONNECTION_OPTIONS
+)
