@@ -48,6 +48,25 @@ def positive(value: int, name: str, *, minimum: int = 1) -> int:
     return value
 
 
+def _check_counts(config: object, *names: str, prefix: str = "", minimum: int = 1) -> None:
+    """Check that the fields ``names`` of ``config`` are integers >= ``minimum``
+    (ConfigError naming ``prefix + name``)."""
+    for name in names:
+        positive(getattr(config, name), prefix + name, minimum=minimum)
+
+
+def _set_seconds(
+    config: object, *names: str, prefix: str = "", allow_zero: bool = True, optional: bool = False
+) -> None:
+    """Normalise the duration fields ``names`` of a frozen ``config`` to float seconds
+    (ConfigError naming ``prefix + name``); with ``optional`` a None stays None."""
+    for name in names:
+        value = getattr(config, name)
+        if not (optional and value is None):
+            label = prefix + name
+            object.__setattr__(config, name, seconds(value, label, allow_zero=allow_zero))
+
+
 def env_url() -> str | None:
     """``$STREAMQ_REDIS_URL`` if set and not empty."""
     return os.environ.get(ENV_URL) or None
@@ -94,11 +113,9 @@ class RetryPolicy:
     unknown_type_deliveries: int = 20
 
     def __post_init__(self) -> None:
-        positive(self.attempts, "RetryPolicy.attempts")
-        positive(self.max_deliveries, "RetryPolicy.max_deliveries")
-        positive(self.unknown_type_deliveries, "RetryPolicy.unknown_type_deliveries")
-        for name in ("backoff", "max_backoff", "jitter"):
-            object.__setattr__(self, name, seconds(getattr(self, name), f"RetryPolicy.{name}"))
+        prefix = "RetryPolicy."
+        _check_counts(self, "attempts", "max_deliveries", "unknown_type_deliveries", prefix=prefix)
+        _set_seconds(self, "backoff", "max_backoff", "jitter", prefix=prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +134,10 @@ class BatchConfig:
     bisect: bool = True
 
     def __post_init__(self) -> None:
-        positive(self.size, "BatchConfig.size")
-        object.__setattr__(
-            self, "timeout", seconds(self.timeout, "BatchConfig.timeout", allow_zero=False)
-        )
-        object.__setattr__(self, "max_wait", seconds(self.max_wait, "BatchConfig.max_wait"))
+        prefix = "BatchConfig."
+        _check_counts(self, "size", prefix=prefix)
+        _set_seconds(self, "timeout", prefix=prefix, allow_zero=False)
+        _set_seconds(self, "max_wait", prefix=prefix)
         if not isinstance(self.bisect, bool):
             raise ConfigError(f"BatchConfig.bisect must be True or False, got {self.bisect!r}")
         if self.max_wait < self.timeout:
@@ -147,20 +163,12 @@ class CleanupPolicy:
     beyond_pending: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "interval", seconds(self.interval, "CleanupPolicy.interval", allow_zero=False)
-        )
-        object.__setattr__(
-            self, "min_retention", seconds(self.min_retention, "CleanupPolicy.min_retention")
-        )
-        positive(self.max_stream_length, "CleanupPolicy.max_stream_length", minimum=0)
-        positive(self.batch_size, "CleanupPolicy.batch_size")
-        if self.dead_letter_retention is not None:
-            object.__setattr__(
-                self,
-                "dead_letter_retention",
-                seconds(self.dead_letter_retention, "CleanupPolicy.dead_letter_retention"),
-            )
+        prefix = "CleanupPolicy."
+        _set_seconds(self, "interval", prefix=prefix, allow_zero=False)
+        _set_seconds(self, "min_retention", prefix=prefix)
+        _check_counts(self, "max_stream_length", prefix=prefix, minimum=0)
+        _check_counts(self, "batch_size", prefix=prefix)
+        _set_seconds(self, "dead_letter_retention", prefix=prefix, optional=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,20 +195,12 @@ class ConsumerConfig:
     stopped_resync: float = 30.0
 
     def __post_init__(self) -> None:
-        positive(self.concurrency, "concurrency")
-        positive(self.max_in_flight, "max_in_flight")
-        positive(self.read_count, "read_count")
-        positive(self.claim_count, "claim_count")
-        for name in ("block", "claim_idle", "claim_interval", "stopped_resync"):
-            object.__setattr__(self, name, seconds(getattr(self, name), name, allow_zero=False))
-        for name in ("grace", "dead_consumer_idle"):
-            object.__setattr__(self, name, seconds(getattr(self, name), name))
-        if self.handler_timeout is not None:
-            object.__setattr__(
-                self,
-                "handler_timeout",
-                seconds(self.handler_timeout, "handler_timeout", allow_zero=False),
-            )
+        _check_counts(self, "concurrency", "max_in_flight", "read_count", "claim_count")
+        _set_seconds(
+            self, "block", "claim_idle", "claim_interval", "stopped_resync", allow_zero=False
+        )
+        _set_seconds(self, "grace", "dead_consumer_idle")
+        _set_seconds(self, "handler_timeout", allow_zero=False, optional=True)
         if self.max_in_flight < self.concurrency:
             raise ConfigError(
                 f"max_in_flight ({self.max_in_flight}) must be >= concurrency "
