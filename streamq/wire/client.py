@@ -29,7 +29,9 @@ from ..errors import (
     UnknownCommandError,
 )
 from . import sentinel
-from .pool_options import MAX_CONNECTIONS, POOL_OPTIONS, POOL_WAIT
+from .pool_options import MAX_CONNECTIONS as MAX_CONNECTIONS
+from .pool_options import POOL_OPTIONS as POOL_OPTIONS
+from .pool_options import POOL_WAIT as POOL_WAIT
 from .routing import RECONFIGURING, Deployment
 from .routing_sync import SyncDeployment
 from .seeds import split_seeds

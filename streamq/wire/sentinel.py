@@ -114,49 +114,41 @@ class SentinelUrl:
         return f"{scheme}://{userinfo}{hosts}/{quote(self.service_name, safe='')}/{self.db}{query}"
 
     def _option_values(self) -> dict[str, Any]:
-        values = {
-            "protocol": self.protocol,
-            "sentinel_username": self.sentinel_username,
-            "sentinel_password": "***" if self.sentinel_password else None,
-            "ssl_cert_reqs": self.ssl_cert_reqs,
-            "ssl_ca_certs": self.ssl_ca_certs,
-        }
-        return {k: v for k, v in values.items() if v is not None}
+        return _given(
+            protocol=self.protocol,
+            sentinel_username=self.sentinel_username,
+            sentinel_password="***" if self.sentinel_password else None,
+            ssl_cert_reqs=self.ssl_cert_reqs,
+            ssl_ca_certs=self.ssl_ca_certs,
+        )
 
     def _master_options(self) -> dict[str, Any]:
         """Connection options of the master's connections (credentials, db, TLS)."""
-        options: dict[str, Any] = {"db": self.db, **self._tls()}
-        if self.username is not None:
-            options["username"] = self.username
-        if self.password is not None:
-            options["password"] = self.password
-        if self.protocol is not None:
-            options["protocol"] = self.protocol
-        return options
+        given = _given(username=self.username, password=self.password, protocol=self.protocol)
+        return {"db": self.db, **self._tls(), **given}
 
     def _sentinel_options(self) -> dict[str, Any]:
         """Connection options of the lookups at the sentinels."""
-        options: dict[str, Any] = {
+        return {
             "socket_timeout": SENTINEL_TIMEOUT,
             "socket_connect_timeout": SENTINEL_TIMEOUT,
             "socket_keepalive": True,
             **self._tls(),
+            **_given(username=self.sentinel_username, password=self.sentinel_password),
         }
-        if self.sentinel_username is not None:
-            options["username"] = self.sentinel_username
-        if self.sentinel_password is not None:
-            options["password"] = self.sentinel_password
-        return options
 
     def _tls(self) -> dict[str, Any]:
         if not self.ssl:
             return {}
-        options: dict[str, Any] = {"ssl": True}
-        if self.ssl_cert_reqs is not None:
-            options["ssl_cert_reqs"] = self.ssl_cert_reqs
-        if self.ssl_ca_certs is not None:
-            options["ssl_ca_certs"] = self.ssl_ca_certs
-        return options
+        return {
+            "ssl": True,
+            **_given(ssl_cert_reqs=self.ssl_cert_reqs, ssl_ca_certs=self.ssl_ca_certs),
+        }
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options that have a value (not None), in their order."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def _invalid(problem: str) -> ConfigError:
