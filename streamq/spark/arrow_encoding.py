@@ -47,8 +47,8 @@ def encode_batch(
     given (rows picked out of a batch for one partition), else ``first + i``.
     """
     if numbers is None:
-        numbers = _numbers(batch, first)
-    packed = _columnar(batch, encoder, stream, producer_prefix, numbers=numbers, keys=keys)
+        numbers = row_numbers(batch, first)
+    packed = _columnar(batch, encoder, stream, producer_prefix, numbers, keys)
     if packed is not None:
         return packed
     rows = zip(*(column.to_pylist() for column in batch.columns), strict=True)
@@ -59,7 +59,8 @@ def encode_batch(
     return keys.pack(stream, producer_prefix, ns, fields)
 
 
-def _numbers(batch: pa.RecordBatch, first: int) -> pa.Array:
+def row_numbers(batch: pa.RecordBatch, first: int) -> pa.Array:
+    """``first``, ``first + 1``, ... for the rows of ``batch``."""
     return pa.array(range(first, first + batch.num_rows), pa.int64())
 
 
@@ -68,13 +69,11 @@ def _columnar(
     encoder: RowEncoder,
     stream: str,
     producer_prefix: str,
-    first: int = 0,
-    numbers: pa.Array | None = None,
+    numbers: pa.Array,
     keys: RowKeys = PLAIN,
 ) -> bytes | None:
-    """The vectorised encoding, or None when this batch needs the per-row path (row
-    numbers as in :func:`encode_batch`)."""
-    rows = numbers if numbers is not None else _numbers(batch, first)
+    """The vectorised encoding, or None when this batch needs the per-row path (each row's
+    number in ``numbers``, as in :func:`encode_batch`)."""
     if encoder.data_index >= 0 or encoder.meta_index >= 0 or batch.num_rows == 0:
         return None
     type_values = _type_values(batch, encoder)
@@ -90,10 +89,10 @@ def _columnar(
     data = pc.binary_join_element_wise(*parts, "}", "") if parts else pa.scalar("{}")
     # the prefix is made of IDs, digits and colons: nothing to escape
     meta = pc.binary_join_element_wise(
-        '{"' + PRODUCER_ID + '":"' + producer_prefix + ":", pc.cast(rows, pa.string()), '"}', ""
+        '{"' + PRODUCER_ID + '":"' + producer_prefix + ":", pc.cast(numbers, pa.string()), '"}', ""
     )
     command = pc.binary_join_element_wise(
-        *_head(keys, stream, producer_prefix, rows),
+        *_head(keys, stream, producer_prefix, numbers),
         resp.bulk(b"type").decode(), *_bulk(type_values),
         resp.bulk(b"data").decode(), *_bulk(data),
         resp.bulk(b"meta").decode(), *_bulk(meta), "",

@@ -208,21 +208,10 @@ def _send(
     return WrittenCount(partition, count)
 
 
-class StreamqBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
-    def __init__(
-        self, opts: WriteOptions, columns: list[str], topic: SparkTopic | None = None
-    ) -> None:
-        self.topic = topic or SparkTopic(opts.stream, 1)
-        RowEncoder(opts, columns)  # validate on the driver, before any task runs
-        RowRouter(opts, columns, self.topic.count, 0)
-        self.opts, self.columns = opts, columns
-        self.job = uuid.uuid4().hex[:12]
+class _Writer:
+    """What the batch and the stream writer hold: options and columns checked on the driver
+    (before any task runs), the topic, and the job's part of the producer ids."""
 
-    def write(self, iterator: Iterator[Any]) -> WrittenCount:
-        return write_arrow(self.opts, self.columns, self.job, iterator, self.topic)
-
-
-class StreamqStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     def __init__(
         self, opts: WriteOptions, columns: list[str], topic: SparkTopic | None = None
     ) -> None:
@@ -232,6 +221,13 @@ class StreamqStreamWriter(_StreamWriterBase):  # type: ignore[misc]
         self.opts, self.columns = opts, columns
         self.job = uuid.uuid4().hex[:12]
 
+
+class StreamqBatchWriter(_Writer, DataSourceArrowWriter):  # type: ignore[misc]
+    def write(self, iterator: Iterator[Any]) -> WrittenCount:
+        return write_arrow(self.opts, self.columns, self.job, iterator, self.topic)
+
+
+class StreamqStreamWriter(_Writer, _StreamWriterBase):  # type: ignore[misc]
     def write(self, iterator: Iterator[Any]) -> WrittenCount:
         write = write_arrow if _STREAM_ARROW else write_rows
         return write(self.opts, self.columns, self.job, iterator, self.topic)

@@ -61,7 +61,9 @@ def test_columnar_encoding_matches_the_row_path(monkeypatch: pytest.MonkeyPatch)
         "ok": [True, False, None, True],
     })  # fmt: skip
     encoder = RowEncoder(options(), batch.schema.names)
-    columnar = arrow_encoding._columnar(batch, encoder, "s", "job:7:1", 10)
+    columnar = arrow_encoding._columnar(
+        batch, encoder, "s", "job:7:1", arrow_encoding.row_numbers(batch, 10)
+    )
     assert columnar is not None, "this batch should not need the per-row path"
     got, want = commands(columnar), row_path(batch, encoder, "job:7:1", 10)
     assert [decoded(c) for c in got] == [decoded(c) for c in want]
@@ -77,7 +79,7 @@ def test_idempotent_commands_are_the_same_both_ways(keys: RowKeys) -> None:
     batch = pa.RecordBatch.from_pydict({"n": [1, 2, 3, 4]})
     encoder = RowEncoder(options(), batch.schema.names)
     numbers = pa.array([150, 151, 152, 153], pa.int64())
-    columnar = arrow_encoding._columnar(batch, encoder, "s", "job:7:1", numbers=numbers, keys=keys)
+    columnar = arrow_encoding._columnar(batch, encoder, "s", "job:7:1", numbers, keys)
     assert columnar is not None
     rows = [encoder.encode((n,), f"job:7:1:{150 + i}") for i, n in enumerate([1, 2, 3, 4])]
     assert commands(columnar) == commands(keys.pack("s", "job:7:1", [150, 151, 152, 153], rows))
@@ -100,7 +102,8 @@ def test_idempotent_commands_are_the_same_both_ways(keys: RowKeys) -> None:
 def test_batches_the_kernels_cannot_encode_take_the_row_path(column: list[Any]) -> None:
     batch = pa.RecordBatch.from_pydict({"v": column})
     encoder = RowEncoder(options(), batch.schema.names)
-    assert arrow_encoding._columnar(batch, encoder, "s", "p", 0) is None
+    numbers = arrow_encoding.row_numbers(batch, 0)
+    assert arrow_encoding._columnar(batch, encoder, "s", "p", numbers) is None
     packed = arrow_encoding.encode_batch(batch, encoder, "s", "p", 0)
     assert [decoded(c) for c in commands(packed)] == [
         decoded(c) for c in row_path(batch, encoder, "p", 0)
