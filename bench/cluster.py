@@ -33,11 +33,10 @@ except ImportError:  # a dev dependency: without it the CPU figures are left out
     psutil = None
 
 from streamq import MessageQueue
-from streamq.config import env_url
-from streamq.server import EmbeddedCluster, EmbeddedServer
+from streamq.server import EmbeddedCluster
 
 from .run import best_of, consume_single, emit, paired_ratio, raw_redispy
-from .workload import fresh_stream, payload, queue
+from .workload import fresh_stream, payload, queue, single_server
 
 PARTITIONS, MASTERS = 6, 3
 POLL = 0.01  # seconds between two checks of "all acked"
@@ -185,17 +184,8 @@ def cli() -> None:
     parser.add_argument("--msgs", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=5, help="runs of each figure")
     args = parser.parse_args()
-    single_url = env_url()
-    server = None
-    if single_url is None:
-        server = EmbeddedServer().start()
-        single_url = server.url
-    try:
-        with EmbeddedCluster(masters=MASTERS) as cluster:
-            anyio.run(main, single_url, cluster.urls, args.msgs, args.rounds)
-    finally:
-        if server is not None:
-            server.close()
+    with single_server() as single_url, EmbeddedCluster(masters=MASTERS) as cluster:
+        anyio.run(main, single_url, cluster.urls, args.msgs, args.rounds)
 
 
 if __name__ == "__main__":

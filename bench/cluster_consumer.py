@@ -13,28 +13,16 @@ import sys
 
 import anyio
 
-from streamq import Message, MessageQueue, StartFrom
-
-from .workload import Email
+from .workload import noop_consumer, queue, ready_then_go
 
 
 async def main(url: str, topic: str, partitions: int, name: str) -> None:
-    mq = MessageQueue(
-        url, stream=topic, group="bench", consumer=name, partitions=partitions,
-        start=StartFrom.EARLIEST,
-    )  # fmt: skip
-    handled = 0
-
-    @mq.handler("email")
-    async def handle(msg: Message[Email]) -> None:
-        nonlocal handled
-        handled += 1
-
+    mq = queue(url, topic, consumer=name, partitions=partitions)
+    handled = noop_consumer(mq)
     async with mq:
-        print("ready", flush=True)
-        await anyio.to_thread.run_sync(sys.stdin.readline)
+        await ready_then_go()
         await mq.run()  # SIGTERM: a graceful stop
-    print(handled, flush=True)
+    print(handled(), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,28 +11,19 @@ import sys
 
 import anyio
 
-from streamq import Message, MessageQueue, StartFrom
-
-from .workload import Email
+from .workload import noop_consumer, queue, ready_then_go
 
 
 async def main(url: str, stream: str, name: str) -> None:
-    mq = MessageQueue(url, stream=stream, group="bench", consumer=name, start=StartFrom.EARLIEST)
-    handled = 0
-
-    @mq.handler("email")
-    async def handle(msg: Message[Email]) -> None:
-        nonlocal handled
-        handled += 1
-
+    mq = queue(url, stream, consumer=name)
+    handled = noop_consumer(mq)
     async with mq:
-        print("ready", flush=True)
-        await anyio.to_thread.run_sync(sys.stdin.readline)  # "go"
+        await ready_then_go()  # "go"
         async with anyio.create_task_group() as tg:
             tg.start_soon(functools.partial(mq.run, handle_signals=False))
             await anyio.to_thread.run_sync(sys.stdin.readline)  # "stop"
             await mq.stop()
-    print(handled, flush=True)
+    print(handled(), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from streamq import Message, StartFrom
 
-from .workload import Email, fresh_stream, prefill, queue
+from .workload import Email, discard, fresh_stream, prefill, queue
 
 POLL = 0.002  # seconds between looks at the group while processes drain it
 
@@ -70,8 +70,7 @@ async def consume_processes(url: str, n: int, processes: int) -> float:
         for child in children:
             child.kill()
     assert sum(counts) == n, f"{processes} processes handled {counts}, not {n} in all"
-    await client.delete(stream)
-    await client.aclose()
+    await discard(client, stream)
     return n / elapsed
 
 

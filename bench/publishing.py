@@ -20,9 +20,9 @@ import redis
 import redis.asyncio as aioredis
 
 from streamq import EmbeddedCluster, Publisher
-from streamq.wire.client import MAX_CONNECTIONS
+from streamq.wire.pool_options import MAX_CONNECTIONS
 
-from .workload import fresh_stream, payload, queue
+from .workload import discard, discard_queue, fresh_stream, payload, queue
 
 TASKS = 200
 THREADS = 32
@@ -44,8 +44,7 @@ async def raw_xadd_single(url: str, n: int) -> float:
     for i in range(n):
         await client.xadd(stream, plain_fields(i))
     elapsed = time.perf_counter() - t0
-    await client.delete(stream)
-    await client.aclose()
+    await discard(client, stream)
     return n / elapsed
 
 
@@ -55,8 +54,7 @@ async def publish_single(url: str, n: int) -> float:
     for i in range(n):
         await mq.publish("email", payload(i))
     elapsed = time.perf_counter() - t0
-    await mq.client.delete(mq.stream)
-    await mq.aclose()
+    await discard_queue(mq)
     return n / elapsed
 
 
@@ -82,8 +80,7 @@ async def raw_xadd_concurrent(url: str, n: int) -> float:
         await client.xadd(stream, plain_fields(i))
 
     rate = await concurrently(n, publish)
-    await client.delete(stream)
-    await client.aclose()
+    await discard(client, stream)
     return rate
 
 
@@ -94,8 +91,7 @@ async def publish_concurrent(url: str, n: int) -> float:
         await mq.publish("email", payload(i))
 
     rate = await concurrently(n, publish)
-    await mq.client.delete(mq.stream)
-    await mq.aclose()
+    await discard_queue(mq)
     return rate
 
 
@@ -141,6 +137,5 @@ async def durable_pair(n: int) -> tuple[float, float]:
             for i in range(n):
                 await mq.publish("email", payload(i), replicas=replicas, timeout=1.0)
             rates.append(n / (time.perf_counter() - t0))
-            await mq.client.delete(mq.stream)
-            await mq.aclose()
+            await discard_queue(mq)
     return rates[0], rates[1]

@@ -22,12 +22,21 @@ import anyio
 import redis.asyncio as aioredis
 
 from streamq import Message, StartFrom
-from streamq.config import env_url
-from streamq.message import encode_entry
-from streamq.server import EmbeddedServer
 
 from . import consuming, publishing
-from .workload import Email, fresh_stream, noop_consumer, payload, prefill, queue
+from .workload import (
+    Email,
+    discard,
+    discard_queue,
+    entries,
+    fresh_stream,
+    noop_consumer,
+    payload,
+    prefill,
+    queue,
+    single_server,
+    xadd_pipeline,
+)
 
 
 def emit(**fields: Any) -> None:
@@ -47,24 +56,19 @@ async def raw_redispy(url: str, n: int) -> float:
         await client.xack(stream, "raw", *ids)
         done += len(ids)
     elapsed = time.perf_counter() - t0
-    await client.delete(stream)
-    await client.aclose()
+    await discard(client, stream)
     return n / elapsed
 
 
 async def raw_xadd_pipelined(url: str, n: int) -> float:
     stream = fresh_stream("rawpub")
     client = aioredis.Redis.from_url(url)
-    rows = [encode_entry("email", payload(i)) for i in range(n)]
+    rows = entries(n)
     t0 = time.perf_counter()
     for start in range(0, n, 1000):
-        pipe = client.pipeline(transaction=False)
-        for fields in rows[start : start + 1000]:
-            pipe.xadd(stream, fields)
-        await pipe.execute()
+        await xadd_pipeline(client, stream, rows[start : start + 1000]).execute()
     elapsed = time.perf_counter() - t0
-    await client.delete(stream)
-    await client.aclose()
+    await discard(client, stream)
     return n / elapsed
 
 
@@ -74,8 +78,7 @@ async def publish_many(url: str, n: int) -> float:
     t0 = time.perf_counter()
     await mq.publish_many("email", items)
     elapsed = time.perf_counter() - t0
-    await mq.client.delete(mq.stream)
-    await mq.aclose()
+    await discard_queue(mq)
     return n / elapsed
 
 
@@ -150,9 +153,7 @@ async def consumer_rss_mb(url: str, n: int, *raw: str) -> float:
     out = await anyio.run_process(
         [sys.executable, "-m", "bench.rss_consumer", *raw, url, stream, str(n)], check=True
     )
-    client = aioredis.Redis.from_url(url)
-    await client.delete(stream)
-    await client.aclose()
+    await discard(aioredis.Redis.from_url(url), stream)
     return float(out.stdout.decode().strip().splitlines()[-1])
 
 
@@ -271,18 +272,10 @@ def cli() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each throughput figure")
     parser.add_argument("--spark-rows", type=int, default=200_000, help="0 skips the Spark figures")
     args = parser.parse_args()
-    url = env_url()
-    server = None
-    if url is None:
-        server = EmbeddedServer().start()
-        url = server.url
-    try:
+    with single_server() as url:
         anyio.run(main, url, args.msgs, args.quick, args.rounds)
         if args.spark_rows:
             spark_figures(url, args.spark_rows)
-    finally:
-        if server is not None:
-            server.close()
 
 
 if __name__ == "__main__":

@@ -10,9 +10,7 @@ from typing import Any
 import anyio
 import redis
 
-from streamq.message import encode_entry
-
-from .workload import fresh_stream, payload, prefill
+from .workload import entries, fresh_stream, prefill, xadd_pipeline
 
 
 def session() -> Any:
@@ -45,13 +43,10 @@ def spark_read(spark: Any, url: str, stream: str, n: int) -> float:
 def raw_xadd(url: str, n: int) -> float:
     client = redis.Redis.from_url(url)
     stream = fresh_stream("sparkrawpub")
-    rows = [encode_entry("email", payload(i)) for i in range(n)]
+    rows = entries(n)
     t0 = time.perf_counter()
     for start in range(0, n, 1000):
-        pipe = client.pipeline(transaction=False)
-        for fields in rows[start : start + 1000]:
-            pipe.xadd(stream, fields)
-        pipe.execute()
+        xadd_pipeline(client, stream, rows[start : start + 1000]).execute()
     elapsed = time.perf_counter() - t0
     client.delete(stream)
     client.close()
@@ -78,6 +73,17 @@ def spark_write(spark: Any, url: str, n: int) -> float:
     return n / elapsed
 
 
+def emit_pair(
+    emit: Any, rows: int, figure: tuple[str, float], raw: tuple[str, float], ratio_to: str
+) -> None:
+    """A figure (name, rows/s) with its ratio to the yardstick ``raw`` measured next to it
+    (as ``ratio_to_<ratio_to>``), then the yardstick."""
+    (name, rate), (raw_name, raw_rate) = figure, raw
+    ratio = {f"ratio_to_{ratio_to}": round(rate / raw_rate, 3)}
+    emit(bench=name, rows=rows, rows_per_s=round(rate), **ratio)
+    emit(bench=raw_name, rows=rows, rows_per_s=round(raw_rate))
+
+
 def run(url: str, n: int, emit: Any) -> None:
     spark = session()
     try:
@@ -86,23 +92,12 @@ def run(url: str, n: int, emit: Any) -> None:
         spark_read(spark, url, stream, n)  # warm-up: JVM, Python workers
         read = max(spark_read(spark, url, stream, n) for _ in range(2))
         raw = raw_xrange(url, stream)
-        emit(
-            bench="spark_read",
-            rows=n,
-            rows_per_s=round(read),
-            ratio_to_raw_xrange=round(read / raw, 3),
-        )
-        emit(bench="raw_xrange", rows=n, rows_per_s=round(raw))
+        emit_pair(emit, n, ("spark_read", read), ("raw_xrange", raw), "raw_xrange")
         redis.Redis.from_url(url).delete(stream)
         spark_write(spark, url, n // 4)  # warm-up
         write = max(spark_write(spark, url, n) for _ in range(2))
         raw_w = raw_xadd(url, n)
-        emit(
-            bench="spark_write",
-            rows=n,
-            rows_per_s=round(write),
-            ratio_to_raw_xadd=round(write / raw_w, 3),
-        )
-        emit(bench="raw_xadd_sync_pipelined", rows=n, rows_per_s=round(raw_w))
+        yardstick = ("raw_xadd_sync_pipelined", raw_w)
+        emit_pair(emit, n, ("spark_write", write), yardstick, "raw_xadd")
     finally:
         spark.stop()

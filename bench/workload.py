@@ -1,13 +1,20 @@
-"""The benchmark workload: 100-byte JSON payloads of type ``email``."""
+"""The benchmark workload: 100-byte JSON payloads of type ``email``; and what the figures
+do alike around their timed part (queues, plain pipelines, consumer processes, cleanup)."""
 
 from __future__ import annotations
 
+import sys
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
+import anyio
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from streamq import Message, MessageQueue, StartFrom
+from streamq.config import env_url
 from streamq.message import encode_entry
 
 
@@ -23,16 +30,56 @@ def payload(i: int, t: float = 0.0) -> Email:
     return Email(to=f"user{i:07d}@example.com", subject="Welcome aboard", body="x" * 24, t=t)
 
 
+Fields = dict[bytes | str, bytes | str]
+
+
+def entries(n: int) -> list[Fields]:
+    """The fields of ``n`` entries of the workload, as a plain redis-py producer sends them."""
+    return [encode_entry("email", payload(i)) for i in range(n)]
+
+
+def xadd_pipeline(client: Any, stream: str, rows: list[Fields]) -> Any:
+    """A pipeline (no transaction) of one XADD per row, to ``execute()`` (``await`` it on an
+    asyncio client); for a redis-py client of either kind."""
+    pipe = client.pipeline(transaction=False)
+    for fields in rows:
+        pipe.xadd(stream, fields)
+    return pipe
+
+
 async def prefill(url: str, stream: str, n: int) -> None:
     """``n`` entries of the workload, added with plain pipelined XADD (not timed)."""
     client = aioredis.Redis.from_url(url)
     fields = encode_entry("email", payload(0))
     for start in range(0, n, 2000):
-        pipe = client.pipeline(transaction=False)
-        for _ in range(min(2000, n - start)):
-            pipe.xadd(stream, fields)
-        await pipe.execute()
+        await xadd_pipeline(client, stream, [fields] * min(2000, n - start)).execute()
     await client.aclose()
+
+
+async def discard(client: aioredis.Redis, stream: str) -> None:
+    """Delete a figure's stream and close its plain client (after the clock stopped)."""
+    await client.delete(stream)
+    await client.aclose()
+
+
+async def discard_queue(mq: MessageQueue) -> None:
+    """Delete a figure's stream and close its queue (after the clock stopped)."""
+    await mq.client.delete(mq.stream)
+    await mq.aclose()
+
+
+@contextmanager
+def single_server() -> Iterator[str]:
+    """The URL of the one-node server the figures run on: ``$STREAMQ_REDIS_URL``, else an
+    embedded server started for the block (and closed after it)."""
+    from streamq.server import EmbeddedServer  # not loaded in the RSS figure's consumer
+
+    url = env_url()
+    if url is not None:
+        yield url
+        return
+    with EmbeddedServer() as server:
+        yield server.url
 
 
 def fresh_stream(name: str) -> str:
@@ -40,16 +87,21 @@ def fresh_stream(name: str) -> str:
 
 
 def queue(
-    url: str, stream: str, start: StartFrom = StartFrom.EARLIEST, **settings: object
+    url: str,
+    stream: str,
+    start: StartFrom = StartFrom.EARLIEST,
+    consumer: str = "bench-1",
+    **settings: object,
 ) -> MessageQueue:
     return MessageQueue(
-        url, stream=stream, group="bench", consumer="bench-1", start=start,
+        url, stream=stream, group="bench", consumer=consumer, start=start,
         **settings,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
-def noop_consumer(mq: MessageQueue, total: int) -> None:
-    """Register a no-op handler that stops the queue once ``total`` were handled."""
+def noop_consumer(mq: MessageQueue, total: int | None = None) -> Callable[[], int]:
+    """Register a no-op handler that stops the queue once ``total`` were handled (None:
+    never); returns how many it has handled so far."""
     count = 0
 
     @mq.handler("email")
@@ -58,3 +110,12 @@ def noop_consumer(mq: MessageQueue, total: int) -> None:
         count += 1
         if count == total:
             await mq.stop()
+
+    return lambda: count
+
+
+async def ready_then_go() -> None:
+    """In a consumer process: tell the parent it is ready (a line ``ready`` on stdout),
+    then wait for the word to go (a line on stdin)."""
+    print("ready", flush=True)
+    await anyio.to_thread.run_sync(sys.stdin.readline)
