@@ -10,9 +10,10 @@ from .errors import ConfigError
 from .message import encode_entry
 from .tracing import with_trace_context
 from .wire import resp
-from .wire.client import connect_sync, ride_through_sync, translated
+from .wire.client import connect_sync, ride_through_sync
 from .wire.coalesce_sync import SyncCoalescer
 from .wire.keys import validate_stream_name
+from .wire.translate import translated
 
 
 def xadd_chunks(

@@ -19,11 +19,12 @@ from .message import encode_entry
 from .topic.partitions import partition_for_key
 from .tracing import with_trace_context
 from .wire import idempotency, resp
-from .wire.client import ride_through, translated
+from .wire.client import ride_through
 from .wire.coalesce import Coalescer
 from .wire.features import Features, probe
 from .wire.routing import Deployment
 from .wire.timeouts import blocking_timeout
+from .wire.translate import translated
 
 Fields = dict[bytes | str, bytes | str]
 Key = str | bytes

@@ -30,7 +30,7 @@ import redis
 import redis.asyncio as aioredis
 
 from . import resp
-from .routing import RECONFIGURING
+from .translate import RECONFIGURING
 
 MAX_BATCH = 1000  # XADDs per write: beyond this a write stops growing cheaper per entry
 MAX_QUEUED = 10_000  # publishes queued per destination before callers wait for room

@@ -18,7 +18,7 @@ import redis
 
 from . import resp
 from .coalesce import MAX_BATCH, MAX_HEADS, MAX_QUEUED, destination, outcome, pack_fields, xadd_head
-from .routing import RECONFIGURING
+from .translate import RECONFIGURING
 
 QUEUED, LEADING, SENT = 0, 1, 2
 

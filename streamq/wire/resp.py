@@ -7,7 +7,8 @@ connection, but without redis-py's per-command reply callbacks: an XREADGROUP re
 the parser's nested lists instead of becoming one dict per entry that we would rebuild.
 
 Commands answered ``ASK`` (their slot is being migrated, :mod:`streamq.wire.asking`) are
-sent once more to the node named, each after ``ASKING`` (:func:`follow_asks`).
+sent once more to the node named, each after ``ASKING`` (:func:`follow_asks`). What a
+write raises, and an error reply, leave as streamq's errors (:mod:`streamq.wire.translate`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import redis
 import redis.asyncio as aioredis
 
 from .asking import asked_writes, put_answers
-from .routing import RECONFIGURING
+from .translate import RECONFIGURING, translate
 
 
 def bulk(value: bytes | str) -> bytes:
@@ -78,16 +79,20 @@ async def execute(
 ) -> list[Any]:
     """Send ``packed`` on one pooled connection and read ``replies`` replies.
 
-    An error reply raises (redis.ResponseError) after all replies were read, so the
-    connection stays in step, or with ``raise_errors=False`` is returned in its place;
-    any other failure drops the connection. ``read_timeout``: how long each reply may take
-    (None: the connection's ``socket_timeout``).
+    An error reply raises (streamq's error for it) after all replies were read, so the
+    connection stays in step, or with ``raise_errors=False`` is returned in its place
+    (redis-py's exception object); any other failure drops the connection.
+    ``read_timeout``: how long each reply may take (None: the connection's
+    ``socket_timeout``).
     """
-    pool = client.connection_pool
-    results = await _exchange_on(pool, packed, replies, read_timeout)
-    results = await follow_asks(pool, packed, results)
+    pool, stream = client.connection_pool, _stream_of(client)
+    try:
+        results = await _exchange_on(pool, packed, replies, read_timeout)
+        results = await follow_asks(pool, packed, results)
+    except (redis.RedisError, OSError) as e:
+        raise translate(e, stream) from e
     if raise_errors:
-        _raise_first_error(results)
+        _raise_first_error(results, stream)
     return results
 
 
@@ -105,7 +110,7 @@ class OwnConnection:
     """
 
     def __init__(self, client: aioredis.Redis, *, read_timeout: float | None = None) -> None:
-        self._pool = client.connection_pool
+        self._pool, self._stream = client.connection_pool, _stream_of(client)
         self._connection: Any = None
         self._read_timeout = read_timeout
 
@@ -116,6 +121,15 @@ class OwnConnection:
         slot is still its node's). A reply saying that the cluster moved the key's slot
         gives the connection back: the next command takes one from the slot's (new) master.
         """
+        try:
+            results = await self._exchange(packed, replies)
+        except (redis.RedisError, OSError) as e:
+            raise translate(e, self._stream) from e
+        if raise_errors:
+            _raise_first_error(results, self._stream)
+        return results
+
+    async def _exchange(self, packed: bytes, replies: int) -> list[Any]:
         if self._connection is None:
             self._connection = await self._pool.get_connection()
         try:
@@ -130,8 +144,6 @@ class OwnConnection:
             results = await follow_asks(self._pool, packed, results)
             if any(isinstance(result, RECONFIGURING) for result in results):
                 await self.release()
-        if raise_errors:
-            _raise_first_error(results)
         return results
 
     async def release(self) -> None:
@@ -185,9 +197,12 @@ async def _drop(connection: Any) -> None:
 
 def execute_sync(client: redis.Redis, packed: bytes, replies: int) -> list[Any]:
     """The same for a synchronous client (Spark executors)."""
-    pool = client.connection_pool
-    results = follow_asks_sync(pool, packed, _exchange_sync(pool, packed, replies))
-    _raise_first_error(results)
+    pool, stream = client.connection_pool, _stream_of(client)
+    try:
+        results = follow_asks_sync(pool, packed, _exchange_sync(pool, packed, replies))
+    except (redis.RedisError, OSError) as e:
+        raise translate(e, stream) from e
+    _raise_first_error(results, stream)
     return results
 
 
@@ -216,7 +231,12 @@ def _exchange_sync(pool: Any, packed: bytes, replies: int) -> list[Any]:
     return results
 
 
-def _raise_first_error(results: list[Any]) -> None:
+def _raise_first_error(results: list[Any], stream: str) -> None:
     for result in results:
         if isinstance(result, redis.ResponseError):
-            raise result
+            raise translate(result, stream) from result
+
+
+def _stream_of(client: Any) -> str:
+    """The key whose slot ``client`` serves (streamq's clients), to name in errors."""
+    return getattr(client, "stream", "")

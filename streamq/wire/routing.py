@@ -34,15 +34,9 @@ from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from ..errors import ConfigError
 from .following import FollowingRedis
 from .slots import NOT_A_CLUSTER, Address, SlotTable, slot_of
+from .translate import translate
 
 log = logging.getLogger(__name__)
-
-# Error replies of a cluster that is changing: a slot moved (MOVED) or moving (ASK,
-# TRYAGAIN), a failover under way (CLUSTERDOWN, MASTERDOWN). redis-py raises each as its
-# own class (the text no longer starts with the code; MovedError is an AskError).
-RECONFIGURING: tuple[type[rx.ResponseError], ...] = (
-    rx.AskError, rx.TryAgainError, rx.ClusterDownError,
-)  # fmt: skip
 
 
 class RouterState:
@@ -114,7 +108,8 @@ def classify_slots_error(error: rx.ResponseError) -> str | None:
     text = str(error)
     if NOT_A_CLUSTER in text or text.startswith("ERR unknown command"):
         return text
-    if text.startswith("NOPERM"):
+    if isinstance(error, rx.NoPermissionError) or text.startswith("NOPERM"):
+        # (redis-py drops the "NOPERM" code from the text of its NoPermissionError)
         return f"{text} (cannot ask for the slot map: treated as a single node)"
     return None
 
@@ -180,7 +175,9 @@ class Deployment:
 
     def client_for(self, key: str) -> aioredis.Redis:
         """A client whose commands go to the master serving ``key``'s slot."""
-        return self._client(SlotPool(self, slot_of(key)))
+        client = self._client(SlotPool(self, slot_of(key)))
+        client.stream = key
+        return client
 
     def client_at(self, address: Address) -> aioredis.Redis:
         """A client for one node (commands that are about a node: SCAN, INFO)."""
@@ -200,7 +197,10 @@ class Deployment:
 
     async def masters(self) -> list[Address]:
         """The address of every master (the URL's node alone when not a cluster)."""
-        await self.pool_for_slot(0)  # detects and refreshes when needed
+        try:
+            await self.pool_for_slot(0)  # detects and refreshes when needed
+        except (rx.RedisError, OSError) as e:
+            raise translate(e, "") from e
         return self.state.table.masters() if self.state.cluster else [self.state.address]
 
     async def pool_for_slot(self, slot: int) -> ConnectionPool:

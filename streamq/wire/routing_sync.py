@@ -21,6 +21,7 @@ from redis.connection import AbstractConnection, ConnectionPool
 from .asking import answers, asked_node, is_ask, with_script
 from .routing import RouterState
 from .slots import Address, slot_of
+from .translate import translate_command
 
 
 def routed_connection_class(base: type[AbstractConnection], state: RouterState) -> type[Any]:
@@ -48,11 +49,18 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
 class FollowingRedis(redis.Redis):  # type: ignore[misc]
     """The blocking twin of :class:`streamq.wire.following.FollowingRedis` (commands)."""
 
+    stream = ""  # as the asyncio client's
+
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
-            return self._asking_when_told(args, options)
-        except rx.MovedError:  # not run; the slot table is corrected: once more
-            return self._asking_when_told(args, options)
+            try:
+                return self._asking_when_told(args, options)
+            except rx.MovedError:  # not run; the slot table is corrected: once more
+                return self._asking_when_told(args, options)
+        except rx.NoScriptError:
+            raise  # redis-py's Script loads the script when told so
+        except (rx.RedisError, OSError) as e:
+            raise translate_command(e, self.stream, args) from e
 
     def _asking_when_told(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         try:
@@ -115,6 +123,7 @@ class SyncDeployment:
         pool = SyncSlotPool(self, slot_of(key), owner=owner)
         client = FollowingRedis(connection_pool=cast(ConnectionPool, pool))
         client.auto_close_connection_pool = owner
+        client.stream = key
         return client
 
     def pool_for_slot(self, slot: int) -> ConnectionPool:
