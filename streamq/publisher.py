@@ -13,7 +13,6 @@ from .wire import resp
 from .wire.client import connect_sync, ride_through_sync
 from .wire.coalesce_sync import SyncCoalescer
 from .wire.keys import validate_stream_name
-from .wire.translate import translated
 
 
 def xadd_chunks(
@@ -58,8 +57,7 @@ class Publisher:
         fields = encode_entry(message_type, data, meta)
 
         def xadd() -> str:
-            with translated(self.stream):
-                return self._coalescer.xadd(self._client, self.stream, fields)
+            return self._coalescer.xadd(self._client, self.stream, fields)
 
         return ride_through_sync(self._deployment, xadd)
 
@@ -73,8 +71,7 @@ class Publisher:
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
 
             def send(packed: bytes = packed, count: int = count) -> list[Any]:
-                with translated(self.stream):
-                    return resp.execute_sync(self._client, packed, count)
+                return resp.execute_sync(self._client, packed, count)
 
             ids.extend(i.decode() for i in ride_through_sync(self._deployment, send))
         return ids

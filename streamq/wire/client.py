@@ -92,7 +92,7 @@ async def ride_through(
 ) -> T:
     """Run a one-shot operation; on a cluster, retry it while the cluster reconfigures.
 
-    ``operation`` raises streamq's errors (it runs under :func:`translated`). On a single
+    ``operation`` raises streamq's errors (streamq's clients translate). On a single
     node a ServerUnavailableError is raised at once, as before; on a cluster or a Sentinel
     service it is retried with backoff for up to ``patience`` seconds (the slot table is
     refreshed, the master looked up again, in between).

@@ -29,7 +29,7 @@ import redis
 import redis.asyncio as aioredis
 
 from . import resp
-from .translate import RECONFIGURING
+from .translate import RECONFIGURING, translate
 from .turns import LEADING, Turns, Waiter, joined
 
 MAX_QUEUED = 10_000  # publishes queued per destination before callers wait for room
@@ -73,10 +73,10 @@ def pack_xadd(
     return pack_fields(xadd_head(stream, options, len(fields)), fields)
 
 
-def outcome(reply: Any) -> str:
-    """An XADD reply as the entry ID, or the error it carries raised."""
+def outcome(reply: Any, stream: str) -> str:
+    """An XADD reply as the entry ID, or the error it carries raised (streamq's)."""
     if isinstance(reply, BaseException):
-        raise reply
+        raise translate(reply, stream) from reply
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
@@ -220,8 +220,8 @@ class Coalescer:
     ) -> str:
         """Add one entry to ``stream`` through ``client``; return its ID.
 
-        Raises what the server or the connection raised for this entry (redis-py's errors:
-        callers translate them, and retry transient ones as before).
+        Raises what the server or the connection raised for this entry, as streamq's
+        error (callers retry ServerUnavailableError as before).
         """
         key = destination(client)
         lane = self._lanes.get(key)
@@ -231,7 +231,11 @@ class Coalescer:
         head = self._heads.get(shape)
         if head is None:
             head = new_head(self._heads, shape)
-        return outcome(await lane.send(pack_fields(head, fields)))
+        try:
+            reply = await lane.send(pack_fields(head, fields))
+        except (redis.RedisError, OSError) as e:
+            raise translate(e, stream) from e
+        return outcome(reply, stream)
 
     async def aclose(self) -> None:
         """Give the lanes' connections back to their pools."""

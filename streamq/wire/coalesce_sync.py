@@ -17,7 +17,7 @@ import redis
 
 from . import resp
 from .coalesce import MAX_QUEUED, Shape, destination, new_head, outcome, pack_fields
-from .translate import RECONFIGURING
+from .translate import RECONFIGURING, translate
 from .turns import LEADING, Turns, Waiter, joined
 
 
@@ -147,7 +147,11 @@ class SyncCoalescer:
         lane, head = self._lanes.get(key), self._heads.get(shape)
         if lane is None or head is None:
             lane, head = self._prepare(client, key, shape)
-        return outcome(lane.send(pack_fields(head, fields)))
+        try:
+            reply = lane.send(pack_fields(head, fields))
+        except (redis.RedisError, OSError) as e:
+            raise translate(e, stream) from e
+        return outcome(reply, stream)
 
     def _prepare(self, client: redis.Redis, key: Any, shape: Shape) -> tuple[SyncLane, bytes]:
         with self._lock:
