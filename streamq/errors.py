@@ -16,6 +16,7 @@ Every error streamq raises derives from :class:`StreamqError`::
     └── RedisFailure                      a Redis reply translated at the boundary
         ├── ServerUnavailableError (ConnectionError)
         ├── AuthenticationFailedError     the server refused the URL's credentials
+        ├── PermissionDeniedError         the Redis user may not run a command (``NOPERM``)
         ├── NotReplicatedError            a durable publish no replica confirmed
         ├── StreamNotFoundError (LookupError)
         ├── GroupNotFoundError (LookupError)
@@ -83,6 +84,11 @@ class ServerUnavailableError(RedisFailure, ConnectionError):
 class AuthenticationFailedError(RedisFailure):
     """The server refused the credentials (user, password) of the URL: a configuration
     error, not an outage, so nothing retries it."""
+
+
+class PermissionDeniedError(RedisFailure):
+    """The server's ACL does not let the URL's user run a command or touch a key
+    (``NOPERM``): a configuration error, not an outage, so nothing retries it."""
 
 
 class NotReplicatedError(RedisFailure):

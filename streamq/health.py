@@ -9,7 +9,6 @@ import redis.asyncio as aioredis
 
 from .errors import RedisFailure
 from .topic import admin
-from .wire.client import translated
 
 
 async def health_report(
@@ -29,9 +28,8 @@ async def health_report(
     if state == "closed":
         return {**report, "ready": False, "error": "the queue is closed"}
     try:
-        client, stream = parts[0]
-        with translated(stream, group):
-            report["connected"] = bool(await client.ping())
+        client, _ = parts[0]
+        report["connected"] = bool(await client.ping())
         report["pending"], report["lag"] = await _group_totals(parts, group)
     except RedisFailure as e:
         report["error"] = str(e)

@@ -10,7 +10,7 @@ from .errors import ConfigError
 from .message import encode_entry
 from .tracing import with_trace_context
 from .wire import resp
-from .wire.client import connect_sync, ride_through_sync, translated
+from .wire.client import connect_sync, ride_through_sync
 from .wire.coalesce_sync import SyncCoalescer
 from .wire.keys import validate_stream_name
 
@@ -57,8 +57,7 @@ class Publisher:
         fields = encode_entry(message_type, data, meta)
 
         def xadd() -> str:
-            with translated(self.stream):
-                return self._coalescer.xadd(self._client, self.stream, fields)
+            return self._coalescer.xadd(self._client, self.stream, fields)
 
         return ride_through_sync(self._deployment, xadd)
 
@@ -72,8 +71,7 @@ class Publisher:
         for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
 
             def send(packed: bytes = packed, count: int = count) -> list[Any]:
-                with translated(self.stream):
-                    return resp.execute_sync(self._client, packed, count)
+                return resp.execute_sync(self._client, packed, count)
 
             ids.extend(i.decode() for i in ride_through_sync(self._deployment, send))
         return ids

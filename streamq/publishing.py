@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from .config import Duration, positive, seconds
 from .errors import NotReplicatedError, ServerUnavailableError
@@ -19,7 +18,7 @@ from .message import encode_entry
 from .topic.partitions import partition_for_key
 from .tracing import with_trace_context
 from .wire import idempotency, resp
-from .wire.client import ride_through, translated
+from .wire.client import ride_through
 from .wire.coalesce import Coalescer
 from .wire.features import Features, probe
 from .wire.routing import Deployment
@@ -114,27 +113,17 @@ class PublishOperations:
         if once is None:
             try:  # the usual case, without the wrappers below (a fifth of a publish's CPU)
                 return self._named(partition, await self.coalescer.xadd(client, stream, fields))
-            except (RedisError, OSError) as e:
-                await self._after_failed_attempt(stream, e)
+            except ServerUnavailableError:
+                if not self.deployment.fails_over:
+                    raise
+                await anyio.sleep(FIRST_RETRY_DELAY)  # then ride through (a failover)
 
         async def xadd() -> str:
-            with translated(stream):
-                if once is not None:
-                    return await self._xadd_once(client, stream, fields, once)
-                return await self.coalescer.xadd(client, stream, fields)
+            if once is not None:
+                return await self._xadd_once(client, stream, fields, once)
+            return await self.coalescer.xadd(client, stream, fields)
 
         return self._named(partition, await ride_through(self.deployment, xadd))
-
-    async def _after_failed_attempt(self, stream: str, error: Exception) -> None:
-        """Raise ``error`` translated, unless it is transient on a deployment that fails
-        over (a cluster, Sentinel): then wait a moment, and the caller rides through."""
-        try:
-            with translated(stream):
-                raise error
-        except ServerUnavailableError:
-            if not self.deployment.fails_over:
-                raise
-        await anyio.sleep(FIRST_RETRY_DELAY)
 
     async def _xadd_once(
         self, client: aioredis.Redis, stream: str, fields: Fields, key: str
@@ -181,13 +170,12 @@ class PublishOperations:
         wait_command = durable_wait(replicas, wait, fsync=fsync)
 
         async def xadd_and_wait() -> tuple[str, int]:
-            with translated(stream):
-                add = await self._xadd_command(stream, fields, key)
-                packed = resp.pack_command(add) + resp.pack_command(wait_command)
-                # WAIT holds its reply up to `wait`: more than the usual socket timeout
-                entry_id, reached = await resp.execute(
-                    client, packed, 2, read_timeout=blocking_timeout(wait)
-                )
+            add = await self._xadd_command(stream, fields, key)
+            packed = resp.pack_command(add) + resp.pack_command(wait_command)
+            # WAIT holds its reply up to `wait`: more than the usual socket timeout
+            entry_id, reached = await resp.execute(
+                client, packed, 2, read_timeout=blocking_timeout(wait)
+            )
             return entry_id.decode(), int(reached[1] if fsync else reached)
 
         entry_id, reached = await ride_through(self.deployment, xadd_and_wait)
@@ -246,8 +234,7 @@ class PublishOperations:
             packed, count = resp.pack_xadds(stream, entries[start : start + chunk])
 
             async def send(packed: bytes = packed, count: int = count) -> list[Any]:
-                with translated(stream):
-                    return await resp.execute(client, packed, count)
+                return await resp.execute(client, packed, count)
 
             ids.extend(i.decode() for i in await ride_through(self.deployment, send))
         return ids

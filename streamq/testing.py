@@ -26,6 +26,7 @@ import anyio
 import pytest
 
 from .config import ConsumerConfig, StartFrom, env_url
+from .errors import RedisFailure
 from .queue import MessageQueue
 from .server.single import EmbeddedServer
 from .wire.keys import Keys
@@ -90,8 +91,6 @@ def streamq_stream(streamq_url: str) -> Iterator[str]:
 def delete_stream_keys(url: str, stream: str) -> None:
     """Delete ``stream`` and every ``streamq:{<stream>}:*`` key (best effort: a test that
     broke the server must not also fail its teardown)."""
-    import redis
-
     from .wire.client import connect_sync
 
     pattern = _glob_escape(Keys(stream).prefix) + "*"
@@ -99,7 +98,7 @@ def delete_stream_keys(url: str, stream: str) -> None:
         with connect_sync(url).client_for(stream, owner=True) as client:
             doomed = [stream, *client.scan_iter(match=pattern, count=1000)]
             client.delete(*doomed)
-    except (redis.RedisError, OSError) as e:
+    except (RedisFailure, OSError) as e:
         log.warning("could not delete the test stream %s: %s", stream, e)
 
 

@@ -19,22 +19,81 @@ from streamq import (
 from streamq.topic.admin import ensure_group, seek
 from streamq.topic.cleanup import has_xdelex
 from streamq.wire import replies, resp
-from streamq.wire.client import connect, translated
+from streamq.wire.client import connect, connect_sync, translated
 from tests.conftest import QueueFactory
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_replies_become_typed_errors(client: aioredis.Redis, stream: str) -> None:
-    with pytest.raises(StreamNotFoundError), translated(stream, "g"):
+    """streamq's clients translate by themselves: no translated() around the calls."""
+    with pytest.raises(StreamNotFoundError, match=repr(stream)) as caught:
         await client.execute_command("XGROUP", "SETID", stream, "g", "0")  # no key yet
+    assert isinstance(caught.value.__cause__, rx.ResponseError)  # the reply, kept
     await client.xgroup_create(stream, "g", id="0", mkstream=True)
-    with pytest.raises(GroupExistsError), translated(stream, "g"):
+    with pytest.raises(GroupExistsError, match="consumer group 'g'"):
         await client.xgroup_create(stream, "g", id="0", mkstream=True)
-    with pytest.raises(GroupNotFoundError), translated(stream, "h"):
+    with pytest.raises(GroupNotFoundError, match="consumer group 'h'"):
         await client.xgroup_setid(stream, "h", "0")
-    with pytest.raises(StreamNotFoundError), translated(stream + "-x"):
+    with pytest.raises(GroupNotFoundError, match="consumer group 'nobody'"):
+        await client.xreadgroup("nobody", "c", {stream: ">"})
+    with pytest.raises(StreamNotFoundError):
         await client.xinfo_groups(stream + "-x")
+
+
+async def test_a_pipeline_raises_the_first_error_reply_translated(
+    client: aioredis.Redis, stream: str
+) -> None:
+    """redis-py prefixes a pipeline's error with "Command # 2 (...)": matched on that text,
+    BUSYGROUP read as a bare RedisFailure."""
+    pipe = client.pipeline(transaction=False)
+    pipe.xgroup_create(stream, "g", id="0", mkstream=True)
+    pipe.xgroup_create(stream, "g", id="0", mkstream=True)
+    with pytest.raises(GroupExistsError, match="consumer group 'g'"):
+        await pipe.execute()
+    pipe = client.pipeline(transaction=False)
+    pipe.xlen(stream)
+    pipe.xgroup_create(stream, "g", id="0")
+    length, refused = await pipe.execute(raise_on_error=False)  # error replies in place
+    assert length == 0 and isinstance(refused, rx.ResponseError)
+
+
+async def test_a_hand_packed_command_raises_the_translated_error(
+    client: aioredis.Redis, stream: str
+) -> None:
+    await client.xgroup_create(stream, "g", id="0", mkstream=True)
+    command = resp.pack_xreadgroup("nobody", "c", stream, ">", 10, None)
+    with pytest.raises(GroupNotFoundError, match=repr(stream)):
+        await resp.execute(client, command, 1)
+    own = resp.OwnConnection(client)
+    try:
+        with pytest.raises(GroupNotFoundError):
+            await own.execute(command, 1)
+        (reply,) = await own.execute(command, 1, raise_errors=False)
+        assert isinstance(reply, rx.ResponseError)
+    finally:
+        await own.release()
+
+
+def test_a_blocking_client_translates_too(redis_url: str, stream: str) -> None:
+    with connect_sync(redis_url).client_for(stream, owner=True) as client:
+        client.xgroup_create(stream, "g", id="0", mkstream=True)
+        with pytest.raises(GroupExistsError, match="consumer group 'g'"):
+            client.xgroup_create(stream, "g", id="0", mkstream=True)
+        with pytest.raises(GroupNotFoundError):
+            resp.execute_sync(client, resp.pack_xreadgroup("x", "c", stream, ">", 1, None), 1)
+        client.delete(stream)
+
+
+async def test_a_script_the_server_forgot_is_loaded_again(
+    client: aioredis.Redis, stream: str
+) -> None:
+    """redis-py's Script loads a script when told NOSCRIPT: that one reply passes
+    untranslated (else every script failed after SCRIPT FLUSH or a failover)."""
+    script = client.register_script("return redis.call('XLEN', KEYS[1])")
+    assert await script(keys=[stream]) == 0
+    await client.script_flush()
+    assert await script(keys=[stream]) == 0
 
 
 async def test_an_unknown_command_is_typed(client: aioredis.Redis, stream: str) -> None:

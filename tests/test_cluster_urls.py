@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
 
 from streamq import ConfigError, Message, MessageQueue, Publisher, StartFrom
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
-from streamq.wire.client import connect_sync
+from streamq.wire.client import connect, connect_sync
 from streamq.wire.seeds import split_seeds
 from tests.conftest import wait_for
 
@@ -93,3 +94,19 @@ def test_several_nodes_that_are_no_cluster_are_a_config_error(
         client.ping()
     with pytest.raises(ConfigError, match="cluster=False"):
         connect_sync(f"redis://{node},{node}/0", cluster=False)
+
+
+@pytest.mark.parametrize("make", [connect, connect_sync])
+async def test_a_nodes_pool_is_made_like_the_url_nodes(redis_url: str, make: Any) -> None:
+    """The pool of another node of the cluster (made on first use, no I/O) has the URL
+    node's limits: as many connections, the same wait for a free one, the same timeouts."""
+    deployment = make(redis_url)
+    node = deployment.pool_at(("127.0.0.1", dead_port()))
+    seed = deployment.seed
+    assert type(node) is type(seed) and node.connection_class is seed.connection_class
+    assert (node.max_connections, node.timeout) == (seed.max_connections, seed.timeout)
+    assert node.connection_kwargs["socket_timeout"] == seed.connection_kwargs["socket_timeout"]
+    if make is connect:
+        await deployment.aclose()
+    else:
+        deployment.close()

@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 import pytest
-import redis
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
@@ -119,7 +118,7 @@ async def test_each_caller_gets_its_own_error_in_a_shared_write(
         bad = ("MAXLEN", "not-a-number") if i % 2 else ()
         try:
             outcomes[i] = await coalescer.xadd(client, stream, {"i": str(i)}, bad)
-        except redis.ResponseError as e:
+        except RedisFailure as e:
             outcomes[i] = e
 
     async with anyio.create_task_group() as tg:
@@ -129,7 +128,7 @@ async def test_each_caller_gets_its_own_error_in_a_shared_write(
         await paused.execute_command("CLIENT", "UNPAUSE")
     await coalescer.aclose()
     await deployment.aclose()
-    errors = {i for i, o in outcomes.items() if isinstance(o, redis.ResponseError)}
+    errors = {i for i, o in outcomes.items() if isinstance(o, RedisFailure)}
     assert errors == set(range(1, 20, 2)), f"errors went to the wrong callers: {outcomes}"
     rows = await paused.xrange(stream)
     assert [f[b"i"] for _, f in rows[1:]] == [str(i).encode() for i in range(0, 20, 2)]
@@ -271,7 +270,7 @@ def test_threads_get_their_own_errors(redis_url: str, stream: str) -> None:
             bad = ("MAXLEN", "not-a-number") if i % 2 else ()
             try:
                 return coalescer.xadd(client, stream, {"i": str(i)}, bad)
-            except redis.ResponseError as e:
+            except RedisFailure as e:
                 return e
 
         with ThreadPoolExecutor(16) as pool:

@@ -14,10 +14,21 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import CleanupPolicy, ConfigError, Message, MessageQueue, Reject, Retry, StartFrom
+from streamq import (
+    CleanupPolicy,
+    ConfigError,
+    Message,
+    MessageQueue,
+    PermissionDeniedError,
+    RedisFailure,
+    Reject,
+    Retry,
+    StartFrom,
+)
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.cleanup import has_xdelex
 from streamq.topic.partitions import partition_streams
+from streamq.wire.client import connect
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import (
     PERMISSIONS,
@@ -106,10 +117,28 @@ async def test_every_listed_command_is_well_formed_for_the_server(
         args = permission.bind(names)
         try:
             reply = await client.execute_command("ACL", "DRYRUN", user, *args)
-        except aioredis.ResponseError as e:
+        except RedisFailure as e:  # streamq's clients raise streamq's errors
             assert permission.optional and "not found" in str(e), (args, e)
             continue
         assert reply == b"OK", (args, reply)
+
+
+async def test_a_refused_command_is_a_permission_error(
+    redis_url: str, stream: str, acl_user: MakeUser
+) -> None:
+    """NOPERM at run time (an ACL changed under a running service) is its own error.
+    The user may not ask CLUSTER SLOTS either: read as "a single node" (redis-py drops the
+    NOPERM code from the text: such a user could not connect at all before)."""
+    user = await acl_user(["on", f">{PASSWORD}", f"~{stream}", "+xlen"])
+    deployment = connect(user_url(redis_url, user))
+    try:
+        client = deployment.client_for(stream)
+        assert await client.xlen(stream) == 0
+        with pytest.raises(PermissionDeniedError, match=repr(stream)) as caught:
+            await client.xadd(stream, {"type": "a"})
+        assert isinstance(caught.value, RedisFailure)
+    finally:
+        await deployment.aclose()
 
 
 def test_readme_shows_the_acl_lines_the_tests_prove() -> None:

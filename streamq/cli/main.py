@@ -24,7 +24,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
-from redis import exceptions as rx
 
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import (
@@ -40,7 +39,6 @@ from ..errors import (
 from ..ids import StreamId
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
-from ..wire.client import translated
 from ..wire.keys import Keys
 from ..wire.replies import pending_rows, stream_rows
 from .dashboard import add_dashboard_arguments, cmd_dashboard
@@ -95,9 +93,8 @@ async def _require_stream(mq: MessageQueue) -> None:
         if not (await mq.topic_info()).exists:
             raise StreamNotFoundError(f"topic {mq.stream!r} does not exist")
         return
-    with translated(mq.stream):
-        if not await mq.client.exists(mq.stream):
-            raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
+    if not await mq.client.exists(mq.stream):
+        raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
 
 
 # -- commands (each returns what to print) -------------------------------------------
@@ -137,10 +134,9 @@ async def cmd_pending(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
         await _require_one_stream(mq)
         try:
-            with translated(mq.stream, args.group):
-                reply = await mq.client.xpending_range(
-                    mq.stream, args.group, min="-", max="+", count=args.count
-                )
+            reply = await mq.client.xpending_range(
+                mq.stream, args.group, min="-", max="+", count=args.count
+            )
         except GroupNotFoundError:
             raise CliError(
                 f"consumer group {args.group!r} does not exist in stream {args.stream!r}"
@@ -157,8 +153,7 @@ async def cmd_tail(args: argparse.Namespace) -> str:
         cursor, shown = args.start, 0
         deadline = time.monotonic() + args.seconds if args.seconds else None
         while deadline is None or time.monotonic() < deadline:
-            with translated(mq.stream):
-                rows = stream_rows(await mq.client.xread({mq.stream: cursor}, count=100, block=500))
+            rows = stream_rows(await mq.client.xread({mq.stream: cursor}, count=100, block=500))
             if not rows:
                 await _require_stream(mq)  # deleted while we follow it: say so, exit 1
             for entry_id, fields in rows:
@@ -172,10 +167,9 @@ async def cmd_tail(args: argparse.Namespace) -> str:
 
 async def cmd_dlq(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
-        with translated(mq.stream):
-            # the stream may be gone while its dead letters were kept (terminate --keep-...)
-            if not await mq.client.exists(mq.stream, Keys(mq.stream).dead_letters):
-                raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
+        # the stream may be gone while its dead letters were kept (terminate --keep-...)
+        if not await mq.client.exists(mq.stream, Keys(mq.stream).dead_letters):
+            raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
         if args.action == "list":
             letters = await mq.dead_letters(count=args.count)
             if not letters:
@@ -347,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`streamq tail ... | head -1`): done
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (StreamqError, rx.RedisError, ConnectionError, OSError) as e:
+    except (StreamqError, OSError) as e:
         return _fail(*_describe(e))
     except KeyboardInterrupt:
         return 130
@@ -366,9 +360,7 @@ def _describe(error: BaseException) -> tuple[str, int]:
         return str(error), EXIT_UNREACHABLE
     if isinstance(error, StreamqError):
         return str(error), EXIT_FAILED
-    if isinstance(error, (rx.ConnectionError, rx.TimeoutError, ConnectionError, OSError)):
-        return f"cannot reach the server: {error}", EXIT_UNREACHABLE
-    return f"Redis error: {error}", EXIT_FAILED
+    return f"cannot reach the server: {error}", EXIT_UNREACHABLE  # an OSError
 
 
 def _causes(error: BaseException) -> list[BaseException]:
@@ -382,10 +374,7 @@ def _causes(error: BaseException) -> list[BaseException]:
 
 
 def _refused_credentials(error: BaseException) -> bool:
-    # an untranslated redis-py error (the boundary translates WRONGPASS/NOAUTH) says so too
-    return any(
-        isinstance(e, AuthenticationFailedError | rx.AuthenticationError) for e in _causes(error)
-    )
+    return any(isinstance(e, AuthenticationFailedError) for e in _causes(error))
 
 
 def _root(error: BaseException) -> str:

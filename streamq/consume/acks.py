@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..wire import resp
-from ..wire.client import translated
+from ..wire.translate import translate
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Acker:
         else:
             self.acked += len(ids)
         if isinstance(reply, Exception):
-            raise reply  # the caller's translated() makes it streamq's
+            raise translate(reply, self._stream, self._group) from reply
         return reply
 
     def give_back(self, ids: list[str]) -> None:
@@ -127,8 +127,7 @@ class Acker:
     async def _xack(self, ids: list[str]) -> None:
         """XACK with the command packed here: redis-py's generic packing of ~100 IDs per
         command cost a fifth of the consumer's CPU; this is one join."""
-        with translated(self._stream, self._group):
-            await resp.execute(self._client, resp.pack_xack(self._stream, self._group, ids), 1)
+        await resp.execute(self._client, resp.pack_xack(self._stream, self._group, ids), 1)
 
     def close(self) -> None:
         """Ask :meth:`run` to return once the backlog is flushed."""

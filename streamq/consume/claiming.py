@@ -25,7 +25,6 @@ from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..ids import StreamId
 from ..message import RawEntry
 from ..wire import replies
-from ..wire.client import translated
 from ..wire.scripts import RENEW_LEASES
 from .capacity import Capacity
 
@@ -145,10 +144,7 @@ class Claimer:
         ids = self._capacity.in_flight.held_since(anyio.current_time() - older_than)
         if not ids:
             return []
-        with translated(self.stream, self.group):
-            lost = await self.renew_script(
-                keys=[self.stream], args=[self.group, self.consumer, *ids]
-            )
+        lost = await self.renew_script(keys=[self.stream], args=[self.group, self.consumer, *ids])
         lost_ids = [replies.text(i) for i in lost]
         if lost_ids:
             log.warning("lease lost for %d entries now owned by another consumer", len(lost_ids))
@@ -160,10 +156,9 @@ class Claimer:
         while (room := min(self._capacity.room(), self._count)) > 0:
             self._capacity.reserve(room)
             try:
-                with translated(self.stream, self.group):
-                    reply = await self._client.xautoclaim(
-                        self.stream, self.group, self.consumer, self._idle_ms, cursor, count=room
-                    )
+                reply = await self._client.xautoclaim(
+                    self.stream, self.group, self.consumer, self._idle_ms, cursor, count=room
+                )
             finally:
                 self._capacity.release(room)
             cursor, rows = replies.autoclaim_page(reply)
@@ -178,10 +173,9 @@ class Claimer:
         entries = [e for e in entries if e.id not in in_flight]
         if not entries:
             return 0
-        with translated(self.stream, self.group):
-            counts = await delivery_counts(
-                self._client, self.stream, self.group, self.consumer, [e.id for e in entries]
-            )
+        counts = await delivery_counts(
+            self._client, self.stream, self.group, self.consumer, [e.id for e in entries]
+        )
         for entry in entries:
             entry.delivery_count = counts.get(entry.id, entry.delivery_count)
         log.info("claimed %d entries", len(entries))
@@ -196,10 +190,9 @@ class Claimer:
             # The entry has been idle at least ``delay`` since its handler gave up; if another
             # consumer took it meanwhile its idle time was reset and this claim gets nothing.
             min_idle = int(delay * 1000)
-            with translated(self.stream, self.group):
-                rows = await self._client.xclaim(
-                    self.stream, self.group, self.consumer, min_idle, [entry.id]
-                )
+            rows = await self._client.xclaim(
+                self.stream, self.group, self.consumer, min_idle, [entry.id]
+            )
             entries, _ = replies.live_and_deleted(rows)
             await self._take(entries)
 
@@ -207,19 +200,15 @@ class Claimer:
         """Delete consumers idle for long that own no pending entries."""
         if self._ghost_idle_ms <= 0:
             return []
-        with translated(self.stream, self.group):
-            consumers = replies.consumers(
-                await self._client.xinfo_consumers(self.stream, self.group)
-            )
+        consumers = replies.consumers(await self._client.xinfo_consumers(self.stream, self.group))
         # idle, not inactive: "inactive" is -1 for never-active consumers
         ghosts = [
             c.name
             for c in consumers
             if c.name != self.consumer and c.pending == 0 and c.idle_ms > self._ghost_idle_ms
         ]
-        with translated(self.stream, self.group):
-            for name in ghosts:
-                await self._client.xgroup_delconsumer(self.stream, self.group, name)
+        for name in ghosts:
+            await self._client.xgroup_delconsumer(self.stream, self.group, name)
         if ghosts:
             log.info("deleted %d idle consumers without pending entries: %s", len(ghosts), ghosts)
         return ghosts

@@ -14,19 +14,17 @@ import redis.asyncio as aioredis
 from ..errors import RedisFailure, ServerUnavailableError
 from ..topic.control import was_terminated
 from ..wire import replies
-from ..wire.client import translated
 
 log = logging.getLogger(__name__)
 
 
 async def why_gone(client: aioredis.Redis, stream: str, group: str) -> str | None:
     """``topic_terminated``, ``stream_deleted`` or ``group_deleted``; None if both exist."""
-    with translated(stream, group):
-        if await was_terminated(client, stream):
-            return "topic_terminated"
-        if not await client.exists(stream):
-            return "stream_deleted"
-        groups = replies.groups(await client.xinfo_groups(stream))
+    if await was_terminated(client, stream):
+        return "topic_terminated"
+    if not await client.exists(stream):
+        return "stream_deleted"
+    groups = replies.groups(await client.xinfo_groups(stream))
     if not any(g.name == group for g in groups):
         return "group_deleted"
     return None

@@ -25,7 +25,6 @@ from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from ..message import RawEntry
 from ..wire import replies, resp
-from ..wire.client import translated
 from ..wire.features import probe
 from ..wire.timeouts import blocking_timeout
 from .acks import Acker
@@ -97,8 +96,7 @@ class Reader:
         while not self._stopping():
             try:
                 if self._claiming is None:
-                    with translated(self.id.stream, self.id.group):
-                        self._claiming = (await probe(self._client)).xreadgroup_claim
+                    self._claiming = (await probe(self._client)).xreadgroup_claim
                 if recover:
                     await self.recover_own_pending()
                     recover = False
@@ -126,8 +124,7 @@ class Reader:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 if not self._stopping():
-                    with translated(self.id.stream, self.id.group):
-                        reply = await self._acker.send_along(self._connection, self._command(count))
+                    reply = await self._acker.send_along(self._connection, self._command(count))
             rows = replies.read_rows(reply)
         finally:
             self._scope = None
@@ -175,11 +172,10 @@ class Reader:
             start = rows[-1][0]
             live, gone = replies.live_and_deleted(rows)
             self._acker.ack_many(gone)  # deleted from the stream while pending: nothing to do
-            with translated(self.id.stream, self.id.group):
-                counts = await delivery_counts(
-                    self._client, self.id.stream, self.id.group, self.id.consumer,
-                    [e.id for e in live],
-                )  # fmt: skip
+            counts = await delivery_counts(
+                self._client, self.id.stream, self.id.group, self.id.consumer,
+                [e.id for e in live],
+            )  # fmt: skip
             for entry in live:
                 entry.delivery_count = counts.get(entry.id, 1)
             if live:
@@ -192,10 +188,9 @@ class Reader:
         count = min(max(capacity.room(), 1), self._read_count)
         capacity.reserve(count)
         try:
-            with translated(self.id.stream, self.id.group):
-                reply = await self._client.xreadgroup(
-                    self.id.group, self.id.consumer, {self.id.stream: start}, count=count
-                )
+            reply = await self._client.xreadgroup(
+                self.id.group, self.id.consumer, {self.id.stream: start}, count=count
+            )
         finally:
             capacity.release(count)
         return replies.stream_rows(reply)

@@ -22,7 +22,6 @@ import logging
 import redis.asyncio as aioredis
 
 from ..errors import RedisFailure
-from ..wire.client import translated
 from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -41,12 +40,10 @@ class UnroutedDeliveries:
         return f"{entry_id}:{self._group}"
 
     async def record(self, entry_id: str) -> None:
-        with translated(self._stream):
-            await self._client.hincrby(self._key, self.field(entry_id), 1)
+        await self._client.hincrby(self._key, self.field(entry_id), 1)
 
     async def count(self, entry_id: str) -> int:
-        with translated(self._stream):
-            value = await self._client.hget(self._key, self.field(entry_id))
+        value = await self._client.hget(self._key, self.field(entry_id))
         return int(value) if value is not None else 0
 
     async def forget(self, entry_ids: list[str]) -> None:
@@ -58,7 +55,6 @@ class UnroutedDeliveries:
         if not entry_ids:
             return
         try:
-            with translated(self._stream):
-                await self._client.hdel(self._key, *[self.field(i) for i in entry_ids])
+            await self._client.hdel(self._key, *[self.field(i) for i in entry_ids])
         except RedisFailure as e:
             log.warning("could not drop unrouted-delivery records (cleanup will): %s", e)

@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from ..errors import ConfigError, InvalidMessageIdError, MessageNotFoundError
-from ..wire.client import translated
 from .pages import view_of
 from .render import href, page
 from .samples import SampleStore
@@ -144,11 +143,10 @@ async def terminate(request: Request) -> Response:
         )
     keep = form.get("keep_dead_letters") == "on"
     view = await view_of(request, stream)
-    if not view.partitioned:  # a partitioned topic exists while its partitions are recorded
-        with translated(stream):
-            if not await view.client.exists(stream):
-                message = f"not terminated: there is no stream {stream!r}"
-                return outcome(request, "/", message, status=404)
+    # a partitioned topic exists while its partitions are recorded
+    if not view.partitioned and not await view.client.exists(stream):
+        message = f"not terminated: there is no stream {stream!r}"
+        return outcome(request, "/", message, status=404)
     await view.terminate_topic(keep_dead_letters=keep)
     store: SampleStore = request.app.state.samples
     store.forget(stream)

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from redis import exceptions as rx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -78,7 +77,6 @@ def create_app(
         exception_handlers={
             HTTPException: http_error,
             StreamqError: failure,
-            rx.RedisError: failure,
         },
     )
     app.state.access = Access(token)

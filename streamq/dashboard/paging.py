@@ -19,7 +19,6 @@ from ..errors import GroupNotFoundError
 from ..topic.deadletter import DeadLetter, DeadLetters
 from ..topic.partitions import PartitionedId
 from ..wire import replies
-from ..wire.client import translated
 from .view import TopicView
 
 
@@ -87,10 +86,9 @@ async def pending_page(
 async def _pending(
     client: aioredis.Redis, stream: str, group: str, start: str, count: int, consumer: str | None
 ) -> list[PendingEntry]:
-    with translated(stream, group):
-        rows = await client.xpending_range(
-            stream, group, min=start, max="+", count=count, consumername=consumer or None
-        )
+    rows = await client.xpending_range(
+        stream, group, min=start, max="+", count=count, consumername=consumer or None
+    )
     return replies.pending_rows(rows)
 
 

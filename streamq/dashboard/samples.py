@@ -24,7 +24,6 @@ import redis.asyncio as aioredis
 
 from ..errors import StreamNotFoundError
 from ..wire import replies
-from ..wire.client import translated
 from .view import TopicView
 
 MIN_INTERVAL = 1.0
@@ -44,9 +43,8 @@ class Sample:
 async def take_sample(client: aioredis.Redis, stream: str) -> Sample | None:
     """A sample of ``stream`` now; None if the stream does not exist."""
     try:
-        with translated(stream):
-            info = replies.stream_summary(await client.xinfo_stream(stream))
-            groups = replies.groups(await client.xinfo_groups(stream))
+        info = replies.stream_summary(await client.xinfo_stream(stream))
+        groups = replies.groups(await client.xinfo_groups(stream))
     except StreamNotFoundError:
         return None
     added = info.entries_added

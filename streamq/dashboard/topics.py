@@ -16,12 +16,9 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from redis import exceptions as rx
-
-from ..errors import RedisFailure
+from ..errors import PermissionDeniedError
 from ..topic.admin import TopicInfo
 from ..topic.partitions import partition_streams, recorded_partitions
-from ..wire.client import translated
 from ..wire.routing import Deployment
 from .view import TopicView
 
@@ -56,28 +53,27 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
     finder = _TopicFinder(deployment)
     topics: list[ListedTopic] = []
     skipped, hidden, truncated = 0, 0, False
-    with translated("*"):
-        async for raw in _every_stream(deployment):
-            if raw.startswith(OWN_KEYS):
-                continue
-            try:
-                name = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                skipped += 1
-                continue
-            view = await finder.topic_of(name)
-            if view is None:  # a partition of a topic met already
-                continue
-            info = await unless_forbidden(view.topic_info())
-            if info is None:
-                hidden += 1
-                continue
-            if not info.groups:
-                continue
-            if len(topics) == limit:
-                truncated = True
-                break
-            topics.append(ListedTopic(info, view.partitions, view.nodes()))
+    async for raw in _every_stream(deployment):
+        if raw.startswith(OWN_KEYS):
+            continue
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            skipped += 1
+            continue
+        view = await finder.topic_of(name)
+        if view is None:  # a partition of a topic met already
+            continue
+        info = await unless_forbidden(view.topic_info())
+        if info is None:
+            hidden += 1
+            continue
+        if not info.groups:
+            continue
+        if len(topics) == limit:
+            truncated = True
+            break
+        topics.append(ListedTopic(info, view.partitions, view.nodes()))
     topics.sort(key=lambda t: t.info.stream)
     return TopicList(topics, truncated, skipped, hidden)
 
@@ -131,10 +127,8 @@ async def unless_forbidden(work: Awaitable[T]) -> T | None:
     key) but not read it: an operator limited to some streams lists those."""
     try:
         return await work
-    except RedisFailure as e:
-        if isinstance(e.__cause__, rx.NoPermissionError):
-            return None
-        raise
+    except PermissionDeniedError:
+        return None
 
 
 def total_lag(info: TopicInfo) -> int | None:

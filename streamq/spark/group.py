@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DataLossError, GroupExistsError
+from ..errors import DataLossError
 from ..ids import StreamId
+from ..topic.admin import ensure_group_sync
 from ..wire import replies
-from ..wire.client import translated
 from .offsets import offset
 
 LAG_SCAN = 10_000
@@ -24,12 +24,9 @@ def ensure_group(client: Any, stream: str, group: str, starting: str) -> dict[st
     """Create the pipeline's group on ``stream`` at the starting position (``earliest``,
     ``latest`` or an entry ID) and return its position as an offset: an existing group's
     position wins (the checkpoint, when there is one, wins over both)."""
-    start = {"latest": "$", "earliest": "0"}.get(starting, starting)
-    try:
-        with translated(stream, group):
-            client.xgroup_create(stream, group, id=start, mkstream=True)
-    except GroupExistsError:
-        pass
+    ensure_group_sync(
+        client, stream, group, {"latest": "$", "earliest": "0"}.get(starting, starting)
+    )
     for info in replies.groups(client.xinfo_groups(stream)):
         if info.name == group:
             return offset(StreamId.parse(info.last_delivered_id), info.entries_read)

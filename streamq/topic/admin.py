@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import redis
 import redis.asyncio as aioredis
 
 from ..errors import (
@@ -16,16 +17,24 @@ from ..errors import (
 )
 from ..ids import StreamId
 from ..wire import replies
-from ..wire.client import translated
 from ..wire.keys import Keys
 from .control import stopped_ids
 
 
 async def ensure_group(client: aioredis.Redis, stream: str, group: str, start: str) -> bool:
-    """Create ``group`` at ``start`` (creating the stream too); False if it existed."""
+    """Create ``group`` at ``start`` (an entry ID, ``$`` or ``0``; the stream too if
+    missing); False if it existed."""
     try:
-        with translated(stream, group):
-            await client.xgroup_create(stream, group, id=start, mkstream=True)
+        await client.xgroup_create(stream, group, id=start, mkstream=True)
+    except GroupExistsError:
+        return False
+    return True
+
+
+def ensure_group_sync(client: redis.Redis, stream: str, group: str, start: str) -> bool:
+    """:func:`ensure_group` for a blocking client (Spark)."""
+    try:
+        client.xgroup_create(stream, group, id=start, mkstream=True)
     except GroupExistsError:
         return False
     return True
@@ -35,8 +44,7 @@ async def group_status(
     client: aioredis.Redis, stream: str, group: str
 ) -> tuple[int | None, int | None]:
     """``group``'s (pending, lag); None where unknown (no such group, lag not computable)."""
-    with translated(stream, group):
-        groups = replies.groups(await client.xinfo_groups(stream))
+    groups = replies.groups(await client.xinfo_groups(stream))
     for info in groups:
         if info.name == group:
             return info.pending, info.lag
@@ -51,8 +59,7 @@ async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -
         except InvalidMessageIdError as e:
             raise ConfigError(f"seek: {e}") from e
     try:
-        with translated(stream, group):
-            await client.xgroup_setid(stream, group, entry_id)
+        await client.xgroup_setid(stream, group, entry_id)
     except (GroupNotFoundError, StreamNotFoundError) as e:
         raise GroupNotFoundError(f"cannot seek: group {group!r} of {stream!r} missing") from e
 
@@ -118,14 +125,13 @@ class TopicInfo:
 
 async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
     keys = Keys(stream)
-    with translated(stream):
-        dead = int(await client.xlen(keys.dead_letters))
-        stopped = await stopped_ids(client, stream)
-        if not await client.exists(stream):
-            return TopicInfo(stream, False, 0, None, None, [], dead, stopped)
-        info = replies.stream_summary(await client.xinfo_stream(stream))
-        rows = replies.groups(await client.xinfo_groups(stream))
-        groups = [await _group_info(client, stream, row) for row in rows]
+    dead = int(await client.xlen(keys.dead_letters))
+    stopped = await stopped_ids(client, stream)
+    if not await client.exists(stream):
+        return TopicInfo(stream, False, 0, None, None, [], dead, stopped)
+    info = replies.stream_summary(await client.xinfo_stream(stream))
+    rows = replies.groups(await client.xinfo_groups(stream))
+    groups = [await _group_info(client, stream, row) for row in rows]
     return TopicInfo(
         stream=stream,
         exists=True,

@@ -24,7 +24,6 @@ from ..config import CleanupPolicy
 from ..errors import InvalidMessageIdError, StreamqError, UnknownCommandError
 from ..ids import StreamId
 from ..wire import replies
-from ..wire.client import translated
 from ..wire.keys import Keys
 from ..wire.scripts import RELEASE_LOCK
 from .control import stopped_ids
@@ -87,8 +86,7 @@ async def has_xdelex(client: aioredis.Redis, stream: str = "probe") -> bool:
     """
     probe = Keys(stream).prefix + "xdelex-probe"
     try:  # on a key that does not exist: answers [-1] and writes nothing
-        with translated(stream):
-            await client.execute_command("XDELEX", probe, "ACKED", "IDS", 1, "0-1")
+        await client.execute_command("XDELEX", probe, "ACKED", "IDS", 1, "0-1")
     except UnknownCommandError:
         return False
     return True
@@ -110,14 +108,13 @@ class Cleaner:
         """One pass; with ``dry_run`` count what would go and remove nothing."""
         self._dry_run = dry_run
         token = secrets.token_hex(8)
-        with translated(self._stream):
-            locked = await self._client.set(self._keys.cleanup_lock, token, nx=True, px=LOCK_TTL_MS)
-            if not locked:
-                return CleanupReport(0, None, -1, skipped="another cleaner holds the lock")
-            try:
-                return await self._clean()
-            finally:
-                await self._release(keys=[self._keys.cleanup_lock], args=[token])
+        locked = await self._client.set(self._keys.cleanup_lock, token, nx=True, px=LOCK_TTL_MS)
+        if not locked:
+            return CleanupReport(0, None, -1, skipped="another cleaner holds the lock")
+        try:
+            return await self._clean()
+        finally:
+            await self._release(keys=[self._keys.cleanup_lock], args=[token])
 
     async def _clean(self) -> CleanupReport:
         dead = await self._trim_dead_letters()

@@ -29,10 +29,10 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..ids import StreamId
-from ..wire.client import translated
 from ..wire.keys import Keys
 from ..wire.replies import text
 from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
+from ..wire.translate import translated
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,7 @@ class StoppedView:
         return entry_id in self.ids
 
     async def resync(self, client: aioredis.Redis, stream: str) -> None:
-        with translated(stream):
-            raw = await client.hkeys(Keys(stream).stopped)
+        raw = await client.hkeys(Keys(stream).stopped)
         self.ids = {text(k) for k in raw}
 
 
@@ -69,11 +68,10 @@ async def stop_message(client: aioredis.Redis, stream: str, entry_id: str) -> in
     """Stop ``entry_id`` everywhere; return how many groups it was taken from."""
     keys = Keys(stream)
     entry_id = str(StreamId.parse(entry_id))
-    with translated(stream):
-        held = int(await client.eval(STOP_MESSAGE, 2, stream, keys.stopped, entry_id))
-        if held < 0:
-            raise MessageNotFoundError(f"entry {entry_id} does not exist in stream {stream!r}")
-        await _announce(client, keys, "stop", entry_id)
+    held = int(await client.eval(STOP_MESSAGE, 2, stream, keys.stopped, entry_id))
+    if held < 0:
+        raise MessageNotFoundError(f"entry {entry_id} does not exist in stream {stream!r}")
+    await _announce(client, keys, "stop", entry_id)
     return held
 
 
@@ -81,28 +79,25 @@ async def resume_message(client: aioredis.Redis, stream: str, entry_id: str) -> 
     """Resume a stopped ID; return the number of groups it was given back to."""
     keys = Keys(stream)
     entry_id = str(StreamId.parse(entry_id))
-    with translated(stream):
-        restored = int(
-            await client.eval(
-                RESUME_MESSAGE, 2, stream, keys.stopped, entry_id, RESUME_CLAIMER, RESUMED_IDLE_MS
-            )
+    restored = int(
+        await client.eval(
+            RESUME_MESSAGE, 2, stream, keys.stopped, entry_id, RESUME_CLAIMER, RESUMED_IDLE_MS
         )
-        if restored < 0:
-            raise MessageNotFoundError(f"entry {entry_id} of {stream!r} is not stopped")
-        await _announce(client, keys, "resume", entry_id)
+    )
+    if restored < 0:
+        raise MessageNotFoundError(f"entry {entry_id} of {stream!r} is not stopped")
+    await _announce(client, keys, "resume", entry_id)
     return restored
 
 
 async def hold_message(client: aioredis.Redis, stream: str, group: str, entry_id: str) -> bool:
     """Take a stopped entry out of ``group``'s pending list; False if it was resumed."""
     keys = Keys(stream)
-    with translated(stream, group):
-        return bool(await client.eval(HOLD_MESSAGE, 2, stream, keys.stopped, entry_id, group))
+    return bool(await client.eval(HOLD_MESSAGE, 2, stream, keys.stopped, entry_id, group))
 
 
 async def stopped_ids(client: aioredis.Redis, stream: str) -> list[str]:
-    with translated(stream):
-        raw = await client.hkeys(Keys(stream).stopped)
+    raw = await client.hkeys(Keys(stream).stopped)
     ids = [text(k) for k in raw]
     return sorted(ids, key=StreamId.parse)
 
@@ -118,17 +113,15 @@ async def terminate_topic(
     pipe = client.pipeline(transaction=True)
     pipe.set(terminated_mark(keys), "1", px=TERMINATED_MARK_TTL_MS)
     pipe.delete(*doomed)
-    with translated(stream):
-        await pipe.execute()
-        # The notice comes after, not inside, the transaction: a cluster node runs a
-        # transaction that publishes to a shard channel without its checks for a slot
-        # being migrated (the keys already moved would stay, a mark left behind).
-        await client.spublish(keys.control, json.dumps({"op": "terminate"}))
+    await pipe.execute()
+    # The notice comes after, not inside, the transaction: a cluster node runs a
+    # transaction that publishes to a shard channel without its checks for a slot
+    # being migrated (the keys already moved would stay, a mark left behind).
+    await client.spublish(keys.control, json.dumps({"op": "terminate"}))
 
 
 async def was_terminated(client: aioredis.Redis, stream: str) -> bool:
-    with translated(stream):
-        return bool(await client.exists(terminated_mark(Keys(stream))))
+    return bool(await client.exists(terminated_mark(Keys(stream))))
 
 
 async def _announce(client: aioredis.Redis, keys: Keys, op: str, entry_id: str) -> None:
@@ -257,8 +250,7 @@ class ControlListener:
             await self._on_terminate()
             return
         assert notice.entry_id is not None
-        with translated(self._stream):
-            stopped = bool(await self._client.hexists(self._keys.stopped, notice.entry_id))
+        stopped = bool(await self._client.hexists(self._keys.stopped, notice.entry_id))
         if notice.op == "stop" and stopped:
             self._view.ids.add(notice.entry_id)
             self._on_stop(notice.entry_id)

@@ -28,7 +28,6 @@ from ..errors import MessageNotFoundError
 from ..ids import StreamId
 from ..message import RawEntry
 from ..signals import HandlerSignal
-from ..wire.client import translated
 from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -204,8 +203,7 @@ class DeadLetters:
         fields = dead_letter_fields(
             entry, group=group, consumer=consumer, error=error, exception=exception
         )
-        with translated(self.key):
-            await self._client.xadd(self.key, fields)
+        await self._client.xadd(self.key, fields)
 
     @staticmethod
     def _log(entry: RawEntry, error: str, exception: BaseException | None) -> None:
@@ -221,17 +219,14 @@ class DeadLetters:
 
     async def list(self, count: int = 100, start: str = "-") -> builtins.list[DeadLetter]:
         """The oldest ``count`` dead letters from ``start``."""
-        with translated(self.key):
-            rows = await self._client.xrange(self.key, min=start, max="+", count=count)
+        rows = await self._client.xrange(self.key, min=start, max="+", count=count)
         return [DeadLetter.from_fields(entry_id, fields) for entry_id, fields in rows]
 
     async def count(self) -> int:
-        with translated(self.key):
-            return int(await self._client.xlen(self.key))
+        return int(await self._client.xlen(self.key))
 
     async def exists(self) -> bool:
-        with translated(self.key):
-            return bool(await self._client.exists(self.key))
+        return bool(await self._client.exists(self.key))
 
     async def replay(self, dead_letter_id: str) -> str:
         """Publish the dead letter again as a new entry and remove it; return the new ID.
@@ -239,8 +234,7 @@ class DeadLetters:
         Raises MessageNotFoundError if there is no such letter (or it was just replayed).
         """
         StreamId.parse(dead_letter_id)
-        with translated(self.key):
-            rows = await self._client.xrange(self.key, min=dead_letter_id, max=dead_letter_id)
+        rows = await self._client.xrange(self.key, min=dead_letter_id, max=dead_letter_id)
         new_id = await self._replay_rows(rows)
         if not new_id:
             raise MessageNotFoundError(f"no dead letter {dead_letter_id} in {self.key}")
@@ -252,17 +246,13 @@ class DeadLetters:
         Letters added while it runs (e.g. a consumer failing again on the replayed
         entries) are left for the next replay.
         """
-        with translated(self.key):
-            last = await self._client.xrevrange(self.key, max="+", min="-", count=1)
+        last = await self._client.xrevrange(self.key, max="+", min="-", count=1)
         if not last:
             return []
         last_id, start = _text(last[0][0]), "-"
         new_ids: builtins.list[str] = []
         while True:
-            with translated(self.key):
-                rows = await self._client.xrange(
-                    self.key, min=start, max=last_id, count=REPLAY_PAGE
-                )
+            rows = await self._client.xrange(self.key, min=start, max=last_id, count=REPLAY_PAGE)
             new_ids.extend(await self._replay_rows(rows))
             if len(rows) < REPLAY_PAGE:
                 return new_ids
@@ -278,20 +268,18 @@ class DeadLetters:
             message = _replayed_message(fields)
             args = [item for pair in message.items() for item in pair]
             pipe.eval(_REPLAY, 2, self.key, self._stream, letter_id, *args)
-        with translated(self._stream):
-            replies = await pipe.execute()
+        replies = await pipe.execute()
         return [_text(new_id) for new_id in replies if new_id]
 
     async def purge(self, older_than_ms: int | None = None) -> int:
         """Delete dead letters (all, or those dead before ``older_than_ms``); return count."""
-        with translated(self.key):
-            if older_than_ms is None:
-                removed = await self._client.xlen(self.key)
-                await self._client.delete(self.key)
-                return int(removed)
-            return int(
-                await self._client.xtrim(self.key, minid=f"{older_than_ms}-0", approximate=False)
-            )
+        if older_than_ms is None:
+            removed = await self._client.xlen(self.key)
+            await self._client.delete(self.key)
+            return int(removed)
+        return int(
+            await self._client.xtrim(self.key, minid=f"{older_than_ms}-0", approximate=False)
+        )
 
 
 def _replayed_message(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:

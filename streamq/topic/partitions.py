@@ -32,7 +32,6 @@ import redis.asyncio as aioredis
 
 from ..errors import ConfigError, InvalidMessageIdError
 from ..ids import StreamId
-from ..wire.client import translated
 from ..wire.keys import Keys
 from ..wire.slots import SLOTS, slot_of
 
@@ -113,44 +112,39 @@ async def check_partition_count(client: aioredis.Redis, topic: str, partitions: 
     it when a partitioned topic is opened for the first time (``client``: the topic's own
     slot). Raises ConfigError naming both counts."""
     key = Keys(topic).partitions
-    with translated(topic):
+    recorded = await client.hget(key, "count")
+    if recorded is None and partitions > 1:
+        if await client.exists(topic):
+            raise ConfigError(
+                f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
+                "cannot become partitioned (publish to a new topic name instead)"
+            )
+        await client.hsetnx(key, "count", partitions)
         recorded = await client.hget(key, "count")
-        if recorded is None and partitions > 1:
-            if await client.exists(topic):
-                raise ConfigError(
-                    f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
-                    "cannot become partitioned (publish to a new topic name instead)"
-                )
-            await client.hsetnx(key, "count", partitions)
-            recorded = await client.hget(key, "count")
     if recorded is not None and int(recorded) != partitions:
         raise ConfigError(
             f"topic {topic!r} has {int(recorded)} partitions (recorded in {key!r}), "
             f"not {partitions}: pass partitions={int(recorded)}"
         )
     if partitions > 1:  # also after an open that failed between the two writes
-        with translated(topic):
-            await client.hsetnx(key, "names", _names(topic, partitions))
+        await client.hsetnx(key, "names", _names(topic, partitions))
 
 
 async def forget_partitions(client: aioredis.Redis, topic: str) -> None:
     """Delete the record of a terminated partitioned topic (``client``: the topic's slot)."""
-    with translated(topic):
-        await client.delete(Keys(topic).partitions)
+    await client.delete(Keys(topic).partitions)
 
 
 async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
     """The partition count recorded for ``topic`` (1: a plain stream, or nothing yet)."""
-    with translated(topic):
-        recorded = await client.hget(Keys(topic).partitions, "count")
+    recorded = await client.hget(Keys(topic).partitions, "count")
     return 1 if recorded is None else int(recorded)
 
 
 def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
     """The partition count recorded for ``topic``, None for a plain stream (a blocking
     ``client`` on the topic's own slot: Spark, scripts)."""
-    with translated(topic):
-        recorded = client.hget(Keys(topic).partitions, "count")
+    recorded = client.hget(Keys(topic).partitions, "count")
     return None if recorded is None else int(cast("bytes | str", recorded))
 
 
@@ -158,14 +152,13 @@ def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int)
     """The blocking twin of :func:`check_partition_count` (same record, same errors)."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
-    with translated(topic):
-        if partitions > 1 and client.hget(key, "count") is None:
-            if client.exists(topic):
-                raise ConfigError(
-                    f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
-                    "cannot become partitioned (publish to a new topic name instead)"
-                )
-            client.hsetnx(key, "count", partitions)
+    if partitions > 1 and client.hget(key, "count") is None:
+        if client.exists(topic):
+            raise ConfigError(
+                f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
+                "cannot become partitioned (publish to a new topic name instead)"
+            )
+        client.hsetnx(key, "count", partitions)
     recorded = recorded_partitions_sync(client, topic)
     if recorded is not None and recorded != partitions:
         raise ConfigError(
@@ -173,8 +166,7 @@ def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int)
             f"not {partitions}: pass partitions={recorded}"
         )
     if partitions > 1:  # also after an open that failed between the two writes
-        with translated(topic):
-            client.hsetnx(key, "names", _names(topic, partitions))
+        client.hsetnx(key, "names", _names(topic, partitions))
 
 
 def _names(topic: str, partitions: int) -> str:

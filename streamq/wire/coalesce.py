@@ -22,7 +22,6 @@ at most ``FLUSH_PATIENCE``), so one cancelled request never fails its neighbours
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import anyio
@@ -30,9 +29,9 @@ import redis
 import redis.asyncio as aioredis
 
 from . import resp
-from .routing import RECONFIGURING
+from .translate import RECONFIGURING, translate
+from .turns import LEADING, Turns, Waiter, joined
 
-MAX_BATCH = 1000  # XADDs per write: beyond this a write stops growing cheaper per entry
 MAX_QUEUED = 10_000  # publishes queued per destination before callers wait for room
 SMALL_WRITE = 16 * 1024  # bytes a write may be without a timeout (see KeptConnection)
 FLUSH_PATIENCE = 30.0  # seconds a write's replies may take before its entries fail
@@ -44,6 +43,17 @@ def xadd_head(stream: str, options: tuple[str, ...], field_count: int) -> bytes:
     count = 3 + len(options) + 2 * field_count
     words = b"".join(resp.bulk(word) for word in (stream, *options, "*"))
     return b"*%d\r\n$4\r\nXADD\r\n%s" % (count, words)
+
+
+Shape = tuple[str, tuple[str, ...], int]  # stream, options, field count: one XADD head
+
+
+def new_head(heads: dict[Shape, bytes], shape: Shape) -> bytes:
+    """The XADD head of ``shape``, packed and kept in ``heads`` (emptied when full)."""
+    if len(heads) >= MAX_HEADS:
+        heads.clear()
+    head = heads[shape] = xadd_head(*shape)
+    return head
 
 
 def pack_fields(head: bytes, fields: dict[bytes | str, bytes | str]) -> bytes:
@@ -63,10 +73,10 @@ def pack_xadd(
     return pack_fields(xadd_head(stream, options, len(fields)), fields)
 
 
-def outcome(reply: Any) -> str:
-    """An XADD reply as the entry ID, or the error it carries raised."""
+def outcome(reply: Any, stream: str) -> str:
+    """An XADD reply as the entry ID, or the error it carries raised (streamq's)."""
     if isinstance(reply, BaseException):
-        raise reply
+        raise translate(reply, stream) from reply
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
@@ -81,22 +91,7 @@ def destination(client: Any) -> Any:
     return (id(router), pool.slot, getattr(pool, "address", None))
 
 
-QUEUED, LEADING, SENT = 0, 1, 2
-
-
-class _Waiter:
-    """One queued publish: its packed command, and where its reply is left."""
-
-    __slots__ = ("event", "packed", "reply", "state")
-
-    def __init__(self, packed: bytes) -> None:
-        self.packed = packed
-        self.event = anyio.Event()
-        self.state = QUEUED
-        self.reply: Any = None
-
-
-class KeptConnection:
+class KeptConnection(resp.HeldConnection):
     """One connection kept checked out by a lane (as the read loop keeps its own), given
     back after a failure or a reply saying the cluster moved the slot; the next write takes
     one from the pool again, which finds the slot's master. Entries answered ASK (their slot
@@ -108,10 +103,6 @@ class KeptConnection:
     lands in the socket buffer at once; the read of its replies keeps the timeout, so a
     server that stopped answering is still noticed. Larger writes keep the timeout.
     """
-
-    def __init__(self, client: aioredis.Redis) -> None:
-        self._pool = client.connection_pool
-        self._connection: Any = None
 
     async def execute(self, packed: bytes, replies: int, *, bounded: bool = False) -> list[Any]:
         """Send ``packed``, read ``replies`` replies (error replies as exception objects).
@@ -130,25 +121,15 @@ class KeptConnection:
                 connection.socket_timeout = None  # for the write
             await connection.send_packed_command([packed], check_health=False)
             connection.socket_timeout = None if bounded else timeout
-            results = await _read_replies(connection, replies)
+            results = await resp.read_replies(connection, replies)
         except BaseException:
             connection.socket_timeout = timeout
-            with anyio.CancelScope(shield=True):
-                await connection.disconnect()  # its replies may be out of step
-            await self.release()
+            await self._discard()
             raise
         connection.socket_timeout = timeout
         if any(isinstance(result, RECONFIGURING) for result in results):
-            results = await resp.follow_asks(self._pool, packed, results)  # ASK: at once
-            if any(isinstance(result, RECONFIGURING) for result in results):
-                await self.release()  # MOVED...: the next write finds the new master
+            results = await self._redirected(packed, results)
         return results
-
-    async def release(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with anyio.CancelScope(shield=True):
-                await self._pool.release(connection)
 
 
 def _closed_by_server(connection: Any) -> bool:
@@ -159,34 +140,13 @@ def _closed_by_server(connection: Any) -> bool:
     return reader is not None and reader.at_eof()
 
 
-async def _read_replies(connection: Any, replies: int) -> list[Any]:
-    results = []
-    for _ in range(replies):
-        try:
-            results.append(await connection.read_response())
-        except redis.ResponseError as e:
-            results.append(e)
-    return results
-
-
-class Lane:
+class Lane(Turns[anyio.Event]):
     """The publishes to one destination, written by whoever's turn it is."""
 
     def __init__(self, client: aioredis.Redis) -> None:
+        super().__init__()
         self._connection = KeptConnection(client)
-        self._queue: deque[_Waiter] = deque()
-        self._busy = False  # a write is in flight, or a leader was named to start one
         self._room: anyio.Event | None = None
-
-    @property
-    def queued(self) -> int:
-        """Publishes waiting for the write in flight to complete."""
-        return len(self._queue)
-
-    @property
-    def busy(self) -> bool:
-        """Whether a write is in flight (or about to be)."""
-        return self._busy
 
     async def send(self, packed: bytes) -> Any:
         """Send one packed XADD; return its reply (an exception object for an error reply)."""
@@ -194,7 +154,7 @@ class Lane:
             return await self._send_alone(packed)
         while len(self._queue) >= MAX_QUEUED:
             await self._wait_for_room()
-        waiter = _Waiter(packed)
+        waiter = Waiter(packed, anyio.Event())
         self._queue.append(waiter)
         try:
             await waiter.event.wait()
@@ -217,45 +177,17 @@ class Lane:
 
     async def _flush(self) -> None:
         """Write the head of the queue (this leader's entry first) and share the replies."""
-        batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
-        for waiter in batch:
-            waiter.state = SENT
-        self._make_room()
+        batch = self._take_batch()
         replies: list[Any] | None = None
         try:
             with anyio.move_on_after(FLUSH_PATIENCE, shield=True):
-                packed = b"".join(waiter.packed for waiter in batch)
-                replies = await self._connection.execute(packed, len(batch), bounded=True)
+                replies = await self._connection.execute(joined(batch), len(batch), bounded=True)
             if replies is None:
                 replies = [redis.TimeoutError(f"no reply within {FLUSH_PATIENCE:g}s")] * len(batch)
         except Exception as e:  # a lost connection: every entry of the write shares it
             replies = [e] * len(batch)
         finally:
-            if replies is None:  # not an Exception (KeyboardInterrupt...): tell the others
-                replies = [redis.ConnectionError("the publishing task was interrupted")] * len(
-                    batch
-                )
-            for waiter, reply in zip(batch, replies, strict=True):
-                waiter.reply = reply
-                waiter.event.set()
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        """The write is done: the first queued caller, if any, leads the next one."""
-        if self._queue:
-            head = self._queue[0]
-            head.state = LEADING
-            head.event.set()
-        else:
-            self._busy = False
-
-    def _abandon(self, waiter: _Waiter) -> None:
-        """A cancelled caller: out of the queue, and if it was to lead, the next one leads."""
-        if waiter.state == SENT:
-            return  # in a write already: the write goes on, its reply is dropped
-        self._queue.remove(waiter)
-        self._make_room()
-        if waiter.state == LEADING:
+            self._deliver(batch, replies)
             self._hand_over()
 
     async def _wait_for_room(self) -> None:
@@ -277,7 +209,7 @@ class Coalescer:
 
     def __init__(self) -> None:
         self._lanes: dict[Any, Lane] = {}
-        self._heads: dict[tuple[str, tuple[str, ...], int], bytes] = {}  # packed once
+        self._heads: dict[Shape, bytes] = {}  # packed once
 
     async def xadd(
         self,
@@ -288,8 +220,8 @@ class Coalescer:
     ) -> str:
         """Add one entry to ``stream`` through ``client``; return its ID.
 
-        Raises what the server or the connection raised for this entry (redis-py's errors:
-        callers translate them, and retry transient ones as before).
+        Raises what the server or the connection raised for this entry, as streamq's
+        error (callers retry ServerUnavailableError as before).
         """
         key = destination(client)
         lane = self._lanes.get(key)
@@ -298,10 +230,12 @@ class Coalescer:
         shape = (stream, options, len(fields))
         head = self._heads.get(shape)
         if head is None:
-            if len(self._heads) >= MAX_HEADS:
-                self._heads.clear()
-            head = self._heads[shape] = xadd_head(*shape)
-        return outcome(await lane.send(pack_fields(head, fields)))
+            head = new_head(self._heads, shape)
+        try:
+            reply = await lane.send(pack_fields(head, fields))
+        except (redis.RedisError, OSError) as e:
+            raise translate(e, stream) from e
+        return outcome(reply, stream)
 
     async def aclose(self) -> None:
         """Give the lanes' connections back to their pools."""

@@ -11,26 +11,14 @@ one mostly waited for each other there.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from typing import Any
 
 import redis
 
 from . import resp
-from .coalesce import MAX_BATCH, MAX_HEADS, MAX_QUEUED, destination, outcome, pack_fields, xadd_head
-from .routing import RECONFIGURING
-
-QUEUED, LEADING, SENT = 0, 1, 2
-
-
-class _Waiter:
-    __slots__ = ("event", "packed", "reply", "state")
-
-    def __init__(self, packed: bytes) -> None:
-        self.packed = packed
-        self.event = threading.Event()
-        self.state = QUEUED
-        self.reply: Any = None
+from .coalesce import MAX_QUEUED, Shape, destination, new_head, outcome, pack_fields
+from .translate import RECONFIGURING, translate
+from .turns import LEADING, Turns, Waiter, joined
 
 
 class SyncKeptConnection:
@@ -50,12 +38,7 @@ class SyncKeptConnection:
         connection = self._connection
         try:
             connection.send_packed_command([packed], check_health=False)
-            results = []
-            for _ in range(replies):
-                try:
-                    results.append(connection.read_response())
-                except redis.ResponseError as e:
-                    results.append(e)
+            results = resp.read_replies_sync(connection, replies)
         except BaseException:
             connection.disconnect()  # its replies may be out of step
             self.release()
@@ -84,15 +67,16 @@ def _reconnect_if_closed(connection: Any) -> None:
         connection.disconnect()  # the next write connects again
 
 
-class SyncLane:
-    """The publishes of all threads to one destination."""
+class SyncLane(Turns[threading.Event]):
+    """The publishes of all threads to one destination (its turns taken under a lock)."""
+
+    interrupted = "the publishing thread was interrupted"
 
     def __init__(self, client: redis.Redis) -> None:
+        super().__init__()
         self._connection = SyncKeptConnection(client)
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
-        self._queue: deque[_Waiter] = deque()
-        self._busy = False
 
     def send(self, packed: bytes) -> Any:
         """Send one packed XADD; return its reply (an exception object for an error reply)."""
@@ -103,63 +87,40 @@ class SyncLane:
             else:
                 while len(self._queue) >= MAX_QUEUED:
                     self._room.wait()
-                waiter = _Waiter(packed)
+                waiter = Waiter(packed, threading.Event())
                 self._queue.append(waiter)
         if alone:
             try:
                 (reply,) = self._connection.execute(packed, 1)
             finally:
-                self._hand_over()
+                with self._lock:
+                    self._hand_over()
             return reply
         try:
             waiter.event.wait()
             if waiter.state == LEADING:
                 self._flush()
         except BaseException:  # KeyboardInterrupt in the main thread
-            self._abandon(waiter)
+            with self._lock:
+                self._abandon(waiter)
             raise
         return waiter.reply
 
     def _flush(self) -> None:
         with self._lock:
-            batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
-            for waiter in batch:
-                waiter.state = SENT
-            self._room.notify_all()
+            batch = self._take_batch()
         replies: list[Any] | None = None
         try:
-            packed = b"".join(waiter.packed for waiter in batch)
-            replies = self._connection.execute(packed, len(batch))
+            replies = self._connection.execute(joined(batch), len(batch))
         except Exception as e:  # a lost connection: every entry of the write shares it
             replies = [e] * len(batch)
         finally:
-            if replies is None:
-                replies = [redis.ConnectionError("the publishing thread was interrupted")] * len(
-                    batch
-                )
-            for waiter, reply in zip(batch, replies, strict=True):
-                waiter.reply = reply
-                waiter.event.set()
-            self._hand_over()
+            self._deliver(batch, replies)
+            with self._lock:
+                self._hand_over()
 
-    def _hand_over(self) -> None:
-        with self._lock:
-            if self._queue:
-                head = self._queue[0]
-                head.state = LEADING
-                head.event.set()
-            else:
-                self._busy = False
-
-    def _abandon(self, waiter: _Waiter) -> None:
-        with self._lock:
-            if waiter.state == SENT:
-                return
-            self._queue.remove(waiter)
-            self._room.notify_all()
-            leading = waiter.state == LEADING
-        if leading:
-            self._hand_over()
+    def _make_room(self) -> None:  # called under the lock
+        self._room.notify_all()
 
     def close(self) -> None:
         self._connection.release()
@@ -171,7 +132,7 @@ class SyncCoalescer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lanes: dict[Any, SyncLane] = {}
-        self._heads: dict[tuple[str, tuple[str, ...], int], bytes] = {}
+        self._heads: dict[Shape, bytes] = {}
 
     def xadd(
         self,
@@ -186,18 +147,18 @@ class SyncCoalescer:
         lane, head = self._lanes.get(key), self._heads.get(shape)
         if lane is None or head is None:
             lane, head = self._prepare(client, key, shape)
-        return outcome(lane.send(pack_fields(head, fields)))
+        try:
+            reply = lane.send(pack_fields(head, fields))
+        except (redis.RedisError, OSError) as e:
+            raise translate(e, stream) from e
+        return outcome(reply, stream)
 
-    def _prepare(
-        self, client: redis.Redis, key: Any, shape: tuple[str, tuple[str, ...], int]
-    ) -> tuple[SyncLane, bytes]:
+    def _prepare(self, client: redis.Redis, key: Any, shape: Shape) -> tuple[SyncLane, bytes]:
         with self._lock:
             lane = self._lanes.get(key)
             if lane is None:
                 lane = self._lanes[key] = SyncLane(client)
-            if len(self._heads) >= MAX_HEADS:
-                self._heads.clear()
-            head = self._heads[shape] = xadd_head(*shape)
+            head = new_head(self._heads, shape)
         return lane, head
 
     def close(self) -> None:

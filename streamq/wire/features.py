@@ -20,6 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from ..errors import AuthenticationFailedError, RedisFailure, ServerUnavailableError
 from . import resp
 from .replies import as_dict
 
@@ -37,8 +38,8 @@ async def probe(client: aioredis.Redis) -> Features:
     """What the server behind ``client`` supports (one round trip)."""
     try:
         (docs,) = await resp.execute(client, _DOCS, 1)
-    except redis.ResponseError:  # no COMMAND DOCS (Redis < 7.0), or NOPERM
-        return Features()
+    except RedisFailure as e:
+        return _without_docs(e)
     return _features(docs)
 
 
@@ -46,9 +47,17 @@ def probe_sync(client: redis.Redis) -> Features:
     """:func:`probe` for a blocking client (Spark executors)."""
     try:
         (docs,) = resp.execute_sync(client, _DOCS, 1)
-    except redis.ResponseError:
-        return Features()
+    except RedisFailure as e:
+        return _without_docs(e)
     return _features(docs)
+
+
+def _without_docs(error: RedisFailure) -> Features:
+    """The fallbacks when the server refused ``COMMAND DOCS`` (Redis < 7.0, NOPERM); a
+    server out of reach or refusing the credentials is the caller's to handle."""
+    if isinstance(error, ServerUnavailableError | AuthenticationFailedError):
+        raise error
+    return Features()
 
 
 def _features(reply: Any) -> Features:

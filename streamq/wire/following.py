@@ -6,6 +6,8 @@ callers. An ``ASK`` reply (the slot is being migrated and the key is on the targ
 already, :mod:`streamq.wire.asking`) is followed by commands, pipelines and transactions
 alike: the commands it concerns are sent once more, to the node it names, each after
 ``ASKING`` (a transaction once, after one ``ASKING``), with redis-py's reply callbacks.
+
+What a command or a pipeline raises leaves as streamq's error (:mod:`.translate`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from redis.asyncio.client import Pipeline
 
 from .asking import answers, asked_node, asks_by_node, is_ask, with_script
 from .slots import Address
+from .translate import translate, translate_command
 
 Command = tuple[tuple[Any, ...], dict[str, Any]]  # (args, options), as a pipeline stacks them
 
@@ -27,11 +30,18 @@ Command = tuple[tuple[Any, ...], dict[str, Any]]  # (args, options), as a pipeli
 class FollowingRedis(aioredis.Redis):  # type: ignore[misc]
     """A client of a :class:`~streamq.wire.routing.SlotPool` (or ``NodePool``)."""
 
+    stream = ""  # the key whose slot it serves, named in errors ("": a node's client)
+
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
-            return await self._asking_when_told(args, options)
-        except rx.MovedError:  # not run; the slot table is corrected: once more
-            return await self._asking_when_told(args, options)
+            try:
+                return await self._asking_when_told(args, options)
+            except rx.MovedError:  # not run; the slot table is corrected: once more
+                return await self._asking_when_told(args, options)
+        except rx.NoScriptError:
+            raise  # redis-py's Script loads the script when told so
+        except (rx.RedisError, OSError) as e:
+            raise translate_command(e, self.stream, args) from e
 
     async def _asking_when_told(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         try:
@@ -45,9 +55,11 @@ class FollowingRedis(aioredis.Redis):  # type: ignore[misc]
         return reply
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
-        return FollowingPipeline(
+        pipe = FollowingPipeline(
             self.connection_pool, self.response_callbacks, transaction, shard_hint
         )
+        pipe.stream = self.stream
+        return pipe
 
     def register_script(self, script: Any) -> Any:
         """A script object, its text remembered for nodes that never loaded it."""
@@ -57,24 +69,39 @@ class FollowingRedis(aioredis.Redis):  # type: ignore[misc]
 
 
 class FollowingPipeline(Pipeline):  # type: ignore[misc]
-    """A pipeline (or a transaction) whose commands answered ASK go to the node named."""
+    """A pipeline (or a transaction) whose commands answered ASK go to the node named.
+
+    Error replies read in place of results (``raise_on_error=False``) stay redis-py's
+    exception objects: :func:`~streamq.wire.translate.translate` makes them streamq's."""
+
+    stream = ""
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         stack: list[Command] = list(self.command_stack)
+        try:
+            replies = await self._replies(stack)
+        except (rx.RedisError, OSError) as e:
+            raise translate(e, self.stream) from e
+        if raise_on_error:
+            for (args, _), reply in zip(stack, replies, strict=True):
+                if isinstance(reply, Exception):
+                    raise translate_command(reply, self.stream, args) from reply
+        return replies
+
+    async def _replies(self, stack: list[Command]) -> list[Any]:
+        """One reply per command, error replies in place."""
         if self.is_transaction or self.explicit_transaction:
             try:
-                return await super().execute(raise_on_error)  # type: ignore[no-any-return]
+                return await super().execute(raise_on_error=False)  # type: ignore[no-any-return]
             except rx.AskError as e:  # the commands were not queued: EXEC aborted
                 if not is_ask(e):
                     raise
-                return await run_asked_transaction(self, asked_node(e), stack, raise_on_error)
+                return await run_asked_transaction(self, asked_node(e), stack)
         replies: list[Any] = await super().execute(raise_on_error=False)
         for address, positions in asks_by_node(replies).items():
             asked = await run_asked(self, address, [stack[i] for i in positions])
             for position, reply in zip(positions, asked, strict=True):
                 replies[position] = reply
-        if raise_on_error:
-            self.raise_first_error(stack, replies)
         return replies
 
 
@@ -92,7 +119,7 @@ async def run_asked(
 
 
 async def run_asked_transaction(
-    client: aioredis.Redis, address: Address, commands: list[Command], raise_on_error: bool
+    client: aioredis.Redis, address: Address, commands: list[Command]
 ) -> list[Any]:
     """Run a transaction at ``address`` after one ``ASKING`` (it holds until EXEC)."""
     router = client.connection_pool.router
@@ -109,4 +136,4 @@ async def run_asked_transaction(
     again = Pipeline(pool, client.response_callbacks, True, None)
     again.connection = connection  # the pipeline gives it back when done
     again.command_stack = [(with_script(args, router.state.scripts), o) for args, o in commands]
-    return await again.execute(raise_on_error)  # type: ignore[no-any-return]
+    return await again.execute(raise_on_error=False)  # type: ignore[no-any-return]

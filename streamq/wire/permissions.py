@@ -23,9 +23,9 @@ from redis import exceptions as rx
 
 from ..errors import AuthenticationFailedError, ConfigError, RedisFailure
 from ..topic.partitions import partition_streams
-from .client import translated
 from .keys import Keys
 from .replies import text
+from .translate import translated
 
 log = logging.getLogger(__name__)
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .timeouts import SOCKET_TIMEOUT
+from .timeouts import POOL_WAIT, SOCKET_TIMEOUT
 
 # Connections per client. A caller past the limit waits for a free connection (up to
 # POOL_WAIT) instead of failing: a web service publishes from every request at once.
 MAX_CONNECTIONS = 64
-POOL_WAIT = 30.0
 
 # Every connection: raw (bytes) replies, no redis-py retries (streamq's loops retry with
 # their own backoff), keepalive, and a reply timeout.

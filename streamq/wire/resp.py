@@ -7,7 +7,8 @@ connection, but without redis-py's per-command reply callbacks: an XREADGROUP re
 the parser's nested lists instead of becoming one dict per entry that we would rebuild.
 
 Commands answered ``ASK`` (their slot is being migrated, :mod:`streamq.wire.asking`) are
-sent once more to the node named, each after ``ASKING`` (:func:`follow_asks`).
+sent once more to the node named, each after ``ASKING`` (:func:`follow_asks`). What a
+write raises, and an error reply, leave as streamq's errors (:mod:`streamq.wire.translate`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import redis
 import redis.asyncio as aioredis
 
 from .asking import asked_writes, put_answers
-from .routing import RECONFIGURING
+from .translate import RECONFIGURING, translate
 
 
 def bulk(value: bytes | str) -> bytes:
@@ -78,26 +79,62 @@ async def execute(
 ) -> list[Any]:
     """Send ``packed`` on one pooled connection and read ``replies`` replies.
 
-    An error reply raises (redis.ResponseError) after all replies were read, so the
-    connection stays in step, or with ``raise_errors=False`` is returned in its place;
-    any other failure drops the connection. ``read_timeout``: how long each reply may take
-    (None: the connection's ``socket_timeout``).
+    An error reply raises (streamq's error for it) after all replies were read, so the
+    connection stays in step, or with ``raise_errors=False`` is returned in its place
+    (redis-py's exception object); any other failure drops the connection.
+    ``read_timeout``: how long each reply may take (None: the connection's
+    ``socket_timeout``).
     """
-    pool = client.connection_pool
-    results = await _exchange_on(pool, packed, replies, read_timeout)
-    results = await follow_asks(pool, packed, results)
+    pool, stream = client.connection_pool, _stream_of(client)
+    try:
+        results = await _exchange_on(pool, packed, replies, read_timeout)
+        results = await follow_asks(pool, packed, results)
+    except (redis.RedisError, OSError) as e:
+        raise translate(e, stream) from e
     if raise_errors:
-        _raise_first_error(results)
+        _raise_first_error(results, stream)
     return results
 
 
-class OwnConnection:
+class HeldConnection:
+    """One pooled connection kept checked out between commands (:class:`OwnConnection`,
+    the publishing lanes' :class:`~streamq.wire.coalesce.KeptConnection`): dropped and given
+    back after a failure, given back after a reply saying that the cluster moved the key's
+    slot; the next command takes one from the pool again, which finds the master (a
+    cluster's slot owner, Sentinel's master)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._pool, self._stream = client.connection_pool, _stream_of(client)
+        self._connection: Any = None
+
+    async def _discard(self) -> None:
+        """After a failure: the connection's replies may be out of step."""
+        await _drop(self._connection)
+        await self.release()
+
+    async def _redirected(self, packed: bytes, results: list[Any]) -> list[Any]:
+        """``results`` of ``packed``, some saying that the cluster is reconfiguring:
+        commands answered ASK are sent to the node named at once (the connection is kept:
+        the slot is still its node's); after a MOVED (TRYAGAIN...) it is given back."""
+        results = await follow_asks(self._pool, packed, results)
+        if any(isinstance(result, RECONFIGURING) for result in results):
+            await self.release()
+        return results
+
+    async def release(self) -> None:
+        """Give the connection back to the pool (when its owner is done)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with anyio.CancelScope(shield=True):
+                await self._pool.release(connection)
+
+
+class OwnConnection(HeldConnection):
     """One pooled connection kept by one task for its whole life (the read loop).
 
     Checking a connection out of redis-py's pool and back costs two lock round trips and
     a readiness probe per command; a task that sends a command every few hundred
-    microseconds keeps its connection instead. After a failure the connection is dropped
-    and given back; the next command takes one from the pool again.
+    microseconds keeps its connection instead.
 
     ``read_timeout``: how long each reply may take (a blocking read: its ``BLOCK`` and a
     margin, :func:`~streamq.wire.timeouts.blocking_timeout`); None: the connection's own
@@ -105,41 +142,31 @@ class OwnConnection:
     """
 
     def __init__(self, client: aioredis.Redis, *, read_timeout: float | None = None) -> None:
-        self._pool = client.connection_pool
-        self._connection: Any = None
+        super().__init__(client)
         self._read_timeout = read_timeout
 
     async def execute(self, packed: bytes, replies: int, *, raise_errors: bool = True) -> list[Any]:
-        """Like :func:`execute`, on this task's own connection.
+        """Like :func:`execute`, on this task's own connection."""
+        try:
+            results = await self._exchange(packed, replies)
+        except (redis.RedisError, OSError) as e:
+            raise translate(e, self._stream) from e
+        if raise_errors:
+            _raise_first_error(results, self._stream)
+        return results
 
-        Commands answered ASK are sent to the node named (the connection is kept: the
-        slot is still its node's). A reply saying that the cluster moved the key's slot
-        gives the connection back: the next command takes one from the slot's (new) master.
-        """
+    async def _exchange(self, packed: bytes, replies: int) -> list[Any]:
         if self._connection is None:
             self._connection = await self._pool.get_connection()
         try:
-            results = await _exchange(self._connection, packed, replies, self._read_timeout)
+            await self._connection.send_packed_command([packed])
+            results = await read_replies(self._connection, replies, self._read_timeout)
         except BaseException:
-            # dropped and given back: the next command takes a connection through the
-            # pool, which finds the master again (a cluster's slot owner, Sentinel's master)
-            await _drop(self._connection)
-            await self.release()
+            await self._discard()
             raise
         if any(isinstance(result, RECONFIGURING) for result in results):
-            results = await follow_asks(self._pool, packed, results)
-            if any(isinstance(result, RECONFIGURING) for result in results):
-                await self.release()
-        if raise_errors:
-            _raise_first_error(results)
+            results = await self._redirected(packed, results)
         return results
-
-    async def release(self) -> None:
-        """Give the connection back to the pool (when the task ends)."""
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with anyio.CancelScope(shield=True):
-                await self._pool.release(connection)
 
 
 async def follow_asks(pool: Any, packed: bytes, results: list[Any]) -> list[Any]:
@@ -153,10 +180,11 @@ async def follow_asks(pool: Any, packed: bytes, results: list[Any]) -> list[Any]
 async def _exchange_on(
     pool: Any, packed: bytes, replies: int, read_timeout: float | None = None
 ) -> list[Any]:
-    """:func:`_exchange` on a connection taken from ``pool`` for it."""
+    """Send ``packed`` on a connection taken from ``pool`` for it, read ``replies`` replies."""
     connection = await pool.get_connection()
     try:
-        return await _exchange(connection, packed, replies, read_timeout)
+        await connection.send_packed_command([packed])
+        return await read_replies(connection, replies, read_timeout)
     except BaseException:
         await _drop(connection)
         raise
@@ -164,13 +192,14 @@ async def _exchange_on(
         await pool.release(connection)
 
 
-async def _exchange(
-    connection: Any, packed: bytes, replies: int, read_timeout: float | None = None
+async def read_replies(
+    connection: Any, replies: int, read_timeout: float | None = None
 ) -> list[Any]:
-    await connection.send_packed_command([packed])
+    """``replies`` replies read from ``connection``, error replies as exception objects
+    (``read_timeout`` None: the connection's ``socket_timeout``)."""
     results = []
     for _ in range(replies):
-        try:  # read_timeout None: the connection's socket_timeout
+        try:
             results.append(await connection.read_response(timeout=read_timeout))
         except redis.ResponseError as e:
             results.append(e)
@@ -185,9 +214,12 @@ async def _drop(connection: Any) -> None:
 
 def execute_sync(client: redis.Redis, packed: bytes, replies: int) -> list[Any]:
     """The same for a synchronous client (Spark executors)."""
-    pool = client.connection_pool
-    results = follow_asks_sync(pool, packed, _exchange_sync(pool, packed, replies))
-    _raise_first_error(results)
+    pool, stream = client.connection_pool, _stream_of(client)
+    try:
+        results = follow_asks_sync(pool, packed, _exchange_sync(pool, packed, replies))
+    except (redis.RedisError, OSError) as e:
+        raise translate(e, stream) from e
+    _raise_first_error(results, stream)
     return results
 
 
@@ -202,21 +234,31 @@ def _exchange_sync(pool: Any, packed: bytes, replies: int) -> list[Any]:
     connection = pool.get_connection()
     try:
         connection.send_packed_command([packed])
-        results = []
-        for _ in range(replies):
-            try:
-                results.append(connection.read_response())
-            except redis.ResponseError as e:
-                results.append(e)
+        return read_replies_sync(connection, replies)
     except BaseException:
         connection.disconnect()
         raise
     finally:
         pool.release(connection)
+
+
+def read_replies_sync(connection: Any, replies: int) -> list[Any]:
+    """The blocking twin of :func:`read_replies` (the connection's ``socket_timeout``)."""
+    results = []
+    for _ in range(replies):
+        try:
+            results.append(connection.read_response())
+        except redis.ResponseError as e:
+            results.append(e)
     return results
 
 
-def _raise_first_error(results: list[Any]) -> None:
+def _raise_first_error(results: list[Any], stream: str) -> None:
     for result in results:
         if isinstance(result, redis.ResponseError):
-            raise result
+            raise translate(result, stream) from result
+
+
+def _stream_of(client: Any) -> str:
+    """The key whose slot ``client`` serves (streamq's clients), to name in errors."""
+    return getattr(client, "stream", "")

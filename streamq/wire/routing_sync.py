@@ -19,8 +19,9 @@ from redis.client import Pipeline
 from redis.connection import AbstractConnection, ConnectionPool
 
 from .asking import answers, asked_node, is_ask, with_script
-from .routing import RouterState
 from .slots import Address, slot_of
+from .topology import Nodes, RoutedPool, RouterState
+from .translate import translate_command
 
 
 def routed_connection_class(base: type[AbstractConnection], state: RouterState) -> type[Any]:
@@ -28,11 +29,8 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
         def read_response(self, *args: Any, **kwargs: Any) -> Any:
             try:
                 return super().read_response(*args, **kwargs)
-            except rx.ResponseError as e:
-                state.note_reply(e)
-                raise
-            except (rx.ConnectionError, rx.TimeoutError, OSError):
-                state.note_unreachable()
+            except Exception as e:
+                state.note_error(e)
                 raise
 
         def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
@@ -48,11 +46,18 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
 class FollowingRedis(redis.Redis):  # type: ignore[misc]
     """The blocking twin of :class:`streamq.wire.following.FollowingRedis` (commands)."""
 
+    stream = ""  # as the asyncio client's
+
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
-            return self._asking_when_told(args, options)
-        except rx.MovedError:  # not run; the slot table is corrected: once more
-            return self._asking_when_told(args, options)
+            try:
+                return self._asking_when_told(args, options)
+            except rx.MovedError:  # not run; the slot table is corrected: once more
+                return self._asking_when_told(args, options)
+        except rx.NoScriptError:
+            raise  # redis-py's Script loads the script when told so
+        except (rx.RedisError, OSError) as e:
+            raise translate_command(e, self.stream, args) from e
 
     def _asking_when_told(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         try:
@@ -76,7 +81,7 @@ class FollowingRedis(redis.Redis):  # type: ignore[misc]
         return registered
 
 
-class SyncDeployment:
+class SyncDeployment(Nodes[ConnectionPool]):
     """The pools of one deployment, for blocking clients."""
 
     def __init__(
@@ -87,25 +92,12 @@ class SyncDeployment:
         owner: Any = None,
         seeds: Sequence[Address] = (),
     ) -> None:
-        """As :class:`streamq.wire.routing.Deployment`."""
-        kwargs = seed.connection_kwargs
-        self._owner = owner
-        address = (str(kwargs.get("host")), int(kwargs.get("port") or 0))
-        self.state = RouterState(address, cluster, seeds)
-        seed.connection_class = routed_connection_class(seed.connection_class, self.state)
-        self.seed = seed
-        self._pools: dict[Address, ConnectionPool] = {self.state.address: seed}
-        self._lock = threading.Lock()
+        """As :class:`~streamq.wire.topology.Nodes`."""
+        super().__init__(seed, cluster=cluster, owner=owner, seeds=seeds)
+        self._lock = threading.Lock()  # a Publisher is shared by threads
 
-    @property
-    def fails_over(self) -> bool:
-        """Whether another node takes over when a master fails (a cluster, Sentinel):
-        then one-shot operations wait for that instead of failing at once."""
-        return bool(self.state.cluster) or self._owner is not None
-
-    @property
-    def cluster(self) -> bool | None:
-        return self.state.cluster
+    def _routed(self, base: type[Any]) -> type[Any]:
+        return routed_connection_class(base, self.state)
 
     def client_for(self, key: str, *, owner: bool = False) -> redis.Redis:
         """A blocking client whose commands go to the master serving ``key``'s slot.
@@ -115,90 +107,56 @@ class SyncDeployment:
         pool = SyncSlotPool(self, slot_of(key), owner=owner)
         client = FollowingRedis(connection_pool=cast(ConnectionPool, pool))
         client.auto_close_connection_pool = owner
+        client.stream = key
         return client
 
     def pool_for_slot(self, slot: int) -> ConnectionPool:
-        state = self.state
-        if state.stale:
+        if self.state.stale:
             with self._lock:
-                if state.stale:
+                if self.state.stale:  # else another thread refreshed while this one waited
                     self._load_slots()
-        if not state.cluster:
-            return self.seed
-        owner = state.table.owner(slot)
-        if owner is None:
-            state.stale = True
-            raise rx.ConnectionError(f"no master serves slot {slot} now (failover under way?)")
-        return self.pool_at(owner)
-
-    def pool_of(self, connection: Any) -> ConnectionPool:
-        if not self.state.cluster:
-            return self.seed
-        return self._pools.get((connection.host, connection.port), self.seed)
+        return self._serving(slot)
 
     def close(self) -> None:
-        for pool in self._pools.values():
-            if pool is not self.seed or self._owner is None:
-                pool.disconnect()
+        for pool in self._to_close():
+            pool.disconnect()
         if self._owner is not None:
             self._owner.close()
-
-    def pool_at(self, address: Address) -> ConnectionPool:
-        pool = self._pools.get(address)
-        if pool is None:
-            kwargs = {**self.seed.connection_kwargs, "host": address[0], "port": address[1]}
-            pool = type(self.seed)(
-                connection_class=self.seed.connection_class,
-                max_connections=self.seed.max_connections,
-                **kwargs,
-            )
-            self._pools[address] = pool
-        return pool
 
     def _load_slots(self) -> None:
         failures: list[str] = []
         for address in self.state.candidates(list(self._pools)):
-            try:
-                reply = _cluster_slots(self.pool_at(address))
-            except (rx.RedisError, OSError) as e:
-                if self.state.failed(address, e, failures):
-                    return
-                continue
-            self.state.detected(reply, address)
-            return
+            if self.state.answered(address, _cluster_slots(self.pool_at(address)), failures):
+                return
         raise self.state.nobody_answered(failures)
 
 
 def _cluster_slots(pool: ConnectionPool) -> Any:
-    connection = pool.get_connection()
+    """The reply to ``CLUSTER SLOTS`` of ``pool``'s node, or the error raised instead."""
     try:
-        connection.send_command("CLUSTER", "SLOTS")
-        return connection.read_response()
-    finally:
-        pool.release(connection)
+        connection = pool.get_connection()
+        try:
+            connection.send_command("CLUSTER", "SLOTS")
+            return connection.read_response()
+        finally:
+            pool.release(connection)
+    except (rx.RedisError, OSError) as e:
+        return e
 
 
-class SyncSlotPool:
+class SyncSlotPool(RoutedPool):
     """A stand-in for a blocking connection pool: connections to one slot's master."""
+
+    router: SyncDeployment
 
     def __init__(self, router: SyncDeployment, slot: int, *, owner: bool = False) -> None:
         self.router, self.slot, self.owner = router, slot, owner
-
-    @property
-    def connection_kwargs(self) -> dict[str, Any]:
-        return dict(self.router.seed.connection_kwargs)
-
-    def get_encoder(self) -> Any:
-        return self.router.seed.get_encoder()
 
     def get_connection(self, *_args: Any, **_kwargs: Any) -> Any:
         return self.router.pool_for_slot(self.slot).get_connection()
 
     def release(self, connection: Any) -> None:
         self.router.pool_of(connection).release(connection)
-
-    def set_retry(self, _retry: Any) -> None:
-        """streamq retries itself; the routed pools keep no retry of their own."""
 
     def disconnect(self, inuse_connections: bool = True) -> None:
         """The deployment owns the pools: closing a client closes them only if it owns

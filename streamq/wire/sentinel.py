@@ -45,7 +45,8 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ..errors import ConfigError
-from .pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS, POOL_WAIT
+from .pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS
+from .timeouts import POOL_WAIT
 
 __all__ = ("SentinelUrl", "async_client", "is_sentinel_url", "sync_client")
 

@@ -12,3 +12,7 @@ def blocking_timeout(wait: float) -> float:
     """The read timeout of a command the server holds up to ``wait`` seconds by design
     (``XREADGROUP ... BLOCK``, ``WAIT``): that wait, then the usual :data:`SOCKET_TIMEOUT`."""
     return wait + SOCKET_TIMEOUT
+
+
+# How long a caller waits for a free connection of a client's pool before it fails.
+POOL_WAIT = 30.0

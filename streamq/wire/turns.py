@@ -1,0 +1,104 @@
+"""Taking turns to write: the queue of one coalesced publishing lane, without I/O.
+
+Shared by the asyncio lane (:mod:`streamq.wire.coalesce`) and the threads' lane
+(:mod:`streamq.wire.coalesce_sync`), which add only the waiting and the writing. A caller
+that finds nobody writing sends alone; callers arriving meanwhile queue (:class:`Waiter`);
+when a write completes, the first of them is named to lead the next one, which carries the
+head of the queue (up to ``MAX_BATCH`` entries, the leader's first); each caller of a write
+gets its own reply. The threads' lane calls these methods under its lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Generic, Protocol, TypeVar
+
+import redis
+
+MAX_BATCH = 1000  # XADDs per write: beyond this a write stops growing cheaper per entry
+
+QUEUED, LEADING, SENT = 0, 1, 2  # a waiter's state
+
+
+class Event(Protocol):
+    """What wakes a waiter: an ``anyio.Event`` or a ``threading.Event``."""
+
+    def set(self) -> None: ...
+
+
+E = TypeVar("E", bound=Event)
+
+
+class Waiter(Generic[E]):
+    """One queued publish: its packed command, and where its reply is left."""
+
+    __slots__ = ("event", "packed", "reply", "state")
+
+    def __init__(self, packed: bytes, event: E) -> None:
+        self.packed = packed
+        self.event = event
+        self.state = QUEUED
+        self.reply: Any = None
+
+
+class Turns(Generic[E]):
+    """The publishes queued for one destination, and whose turn it is to write."""
+
+    interrupted = "the publishing task was interrupted"  # a write cut by KeyboardInterrupt...
+
+    def __init__(self) -> None:
+        self._queue: deque[Waiter[E]] = deque()
+        self._busy = False  # a write is in flight, or a leader was named to start one
+
+    @property
+    def queued(self) -> int:
+        """Publishes waiting for the write in flight to complete."""
+        return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a write is in flight (or about to be)."""
+        return self._busy
+
+    def _make_room(self) -> None:
+        """The queue got shorter: wake callers waiting for room."""
+        raise NotImplementedError
+
+    def _take_batch(self) -> list[Waiter[E]]:
+        """The leader's write: the head of the queue, this leader's entry first."""
+        batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+        for waiter in batch:
+            waiter.state = SENT
+        self._make_room()
+        return batch
+
+    def _deliver(self, batch: list[Waiter[E]], replies: list[Any] | None) -> None:
+        """Each caller of a write gets its reply (None: the write was interrupted)."""
+        if replies is None:  # not an Exception (KeyboardInterrupt...): tell the others
+            replies = [redis.ConnectionError(self.interrupted)] * len(batch)
+        for waiter, reply in zip(batch, replies, strict=True):
+            waiter.reply = reply
+            waiter.event.set()
+
+    def _hand_over(self) -> None:
+        """The write is done: the first queued caller, if any, leads the next one."""
+        if self._queue:
+            head = self._queue[0]
+            head.state = LEADING
+            head.event.set()
+        else:
+            self._busy = False
+
+    def _abandon(self, waiter: Waiter[E]) -> None:
+        """A cancelled caller: out of the queue, and if it was to lead, the next one leads."""
+        if waiter.state == SENT:
+            return  # in a write already: the write goes on, its reply is dropped
+        self._queue.remove(waiter)
+        self._make_room()
+        if waiter.state == LEADING:
+            self._hand_over()
+
+
+def joined(batch: list[Waiter[Any]]) -> bytes:
+    """The packed commands of a write, as one."""
+    return b"".join(waiter.packed for waiter in batch)
