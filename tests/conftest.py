@@ -3,8 +3,8 @@ stream per test, and a factory for queues with fast timings."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -14,6 +14,9 @@ import redis.asyncio as aioredis
 from streamq import MessageQueue
 from streamq.testing import TEST_TIMINGS
 from streamq.wire.client import connect, connect_sync
+
+if TYPE_CHECKING:
+    import httpx
 
 pytest_plugins = ["pytester"]
 
@@ -43,6 +46,23 @@ async def client(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
     deployment = connect(redis_url)
     yield deployment.client_for(stream)
     await deployment.aclose()
+
+
+@pytest.fixture
+def r(redis_url: str, stream: str) -> Iterator[redis.Redis]:
+    """A blocking raw client for the test stream's keys (on a cluster: its slot's master)."""
+    with sync_client(redis_url, stream) as client:
+        yield client
+
+
+@pytest.fixture
+def web(redis_url: str) -> Iterator[httpx.Client]:
+    """The dashboard over the session's server (write token set), not logged in: for the
+    dashboard's tests, which skip without the [dashboard] extra this needs."""
+    from tests.dashboard_helpers import dashboard_client
+
+    with dashboard_client(redis_url) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -40,20 +39,6 @@ from tests.dashboard_helpers import (
 )
 
 Web = httpx.Client
-
-
-@pytest.fixture
-def web(redis_url: str) -> Iterator[Web]:
-    """The dashboard (write token set), not logged in."""
-    with dashboard_client(redis_url) as client:
-        yield client
-
-
-@pytest.fixture
-def r(redis_url: str, stream: str) -> Iterator[redis.Redis]:
-    """A raw client for the test stream's keys (on a cluster: its slot's master)."""
-    with sync_client(redis_url, stream) as client:
-        yield client
 
 
 # -- pages ------------------------------------------------------------------------------

@@ -17,11 +17,9 @@ from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
 from streamq.dashboard.throttle import LoginThrottle
 from streamq.wire.keys import Keys
-from tests.conftest import sync_client
 from tests.dashboard_helpers import (
     TOKEN,
     csrf_of,
-    dashboard_client,
     log_in,
     make_dead_letters,
     publish,
@@ -31,20 +29,6 @@ from tests.dashboard_helpers import (
 )
 
 Web = httpx.Client
-
-
-@pytest.fixture
-def web(redis_url: str) -> Iterator[Web]:
-    """The dashboard (write token set), not logged in."""
-    with dashboard_client(redis_url) as client:
-        yield client
-
-
-@pytest.fixture
-def r(redis_url: str, stream: str) -> Iterator[redis.Redis]:
-    """A raw client for the test stream's keys (on a cluster: its slot's master)."""
-    with sync_client(redis_url, stream) as client:
-        yield client
 
 
 # -- the write token --------------------------------------------------------------------

@@ -43,12 +43,6 @@ NODE = r"127\.0\.0\.1:\d+"
 
 
 @pytest.fixture
-def web(redis_url: str) -> Iterator[Web]:
-    with dashboard_client(redis_url) as client:
-        yield client
-
-
-@pytest.fixture
 def topic(redis_url: str) -> Iterator[str]:
     """A topic name; its partition streams, their keys and its record go afterwards."""
     name = f"test-{uuid.uuid4().hex[:12]}"

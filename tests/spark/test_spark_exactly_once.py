@@ -27,13 +27,6 @@ ROWS, FAIL_AT, PAD, BATCH = 3000, 2500, 200, 100
 
 
 @pytest.fixture
-def r(redis_url: str, stream: str) -> Iterator[Any]:
-    client = sync_client(redis_url, stream)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def small_batches(spark: Any) -> Iterator[None]:
     """The writer gets (and sends) the rows 100 at a time, not all at once at the end; the
     data source registered (these tests may run first, or alone)."""

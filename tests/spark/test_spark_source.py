@@ -11,7 +11,6 @@ import pytest
 import streamq.spark
 from handlers.order_handler import Order
 from streamq.ids import StreamId
-from tests.conftest import sync_client
 
 pytestmark = [
     pytest.mark.spark,
@@ -19,13 +18,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
-
-
-@pytest.fixture
-def r(redis_url: str, stream: str) -> Any:
-    client = sync_client(redis_url, stream)
-    yield client
-    client.close()
 
 
 def add(r: Any, stream: str, n: int, start: int = 0, type_name: str = "order") -> list[str]:
