@@ -24,6 +24,7 @@ from streamq.topic.partitions import PartitionedId, partition_for_key, partition
 from streamq.wire.client import connect_sync
 from streamq.wire.keys import Keys
 from streamq.wire.replies import text
+from tests.spark.streaming import run_available_now, start_available_now
 from tests.spark.test_spark_source import admission_control, stream_reader
 
 pytestmark = [
@@ -78,17 +79,6 @@ def group_positions(url: str, topic: str, group: str) -> list[tuple[str, str | N
                 (text(groups[group]["last-delivered-id"]), text(last[0][0]) if last else None)
             )
     return positions
-
-
-def run_available_now(reader: Any, checkpoint: Path, sink: Path) -> Any:
-    query = (
-        reader.load().writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint)).option("path", str(sink))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination(120)
-    assert query.exception() is None, query.exception()
-    return query
 
 
 def last_checkpointed_offset(checkpoint: Path) -> dict[str, Any]:
@@ -220,11 +210,7 @@ async def test_a_dataframe_defined_before_the_topic_was_partitioned_is_refused(
     early_df = early.load()
     assert "partition" not in early_df.columns
     await publish_orders(redis_url, topic, 3)
-    query = (
-        early_df.writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp_path / "ckpt")).option("path", str(tmp_path / "o"))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+    query = start_available_now(early_df, tmp_path / "ckpt", tmp_path / "o")
     with pytest.raises(Exception, match=r"has 4 partitions.*load\(\) it again"):
         query.awaitTermination(120)
     run_available_now(early, tmp_path / "ckpt2", tmp_path / "out")  # loaded again: fine

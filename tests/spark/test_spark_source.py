@@ -11,6 +11,7 @@ import pytest
 import streamq.spark
 from handlers.order_handler import Order
 from streamq.ids import StreamId
+from tests.spark.streaming import run_available_now, start_available_now
 
 pytestmark = [
     pytest.mark.spark,
@@ -26,16 +27,6 @@ def add(r: Any, stream: str, n: int, start: int = 0, type_name: str = "order") -
         data = Order(order_id=f"o{i}", customer=f"c{i % 3}", amount=Decimal(i)).model_dump_json()
         ids.append(r.xadd(stream, {"type": type_name, "data": data}).decode())
     return ids
-
-
-def run_available_now(spark: Any, reader: Any, checkpoint: Path, sink: Path) -> None:
-    query = (
-        reader.load().writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint)).option("path", str(sink))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination(120)
-    assert query.exception() is None, query.exception()
 
 
 def stream_reader(spark: Any, url: str, stream: str, **options: str) -> Any:
@@ -63,10 +54,10 @@ def test_restart_reads_only_new_entries(
 ) -> None:
     add(r, stream, 10)
     reader = stream_reader(spark, redis_url, stream)
-    run_available_now(spark, reader, tmp_path / "ckpt", tmp_path / "out")
+    run_available_now(reader, tmp_path / "ckpt", tmp_path / "out")
     assert spark.read.parquet(str(tmp_path / "out")).count() == 10
     new_ids = add(r, stream, 4, start=10)
-    run_available_now(spark, reader, tmp_path / "ckpt", tmp_path / "out")
+    run_available_now(reader, tmp_path / "ckpt", tmp_path / "out")
     out = spark.read.parquet(str(tmp_path / "out"))
     assert out.count() == 14, "a restarted query must continue from its checkpoint"
     assert sorted(row.id for row in out.collect())[-4:] == sorted(new_ids, key=StreamId.parse)
@@ -87,12 +78,7 @@ def test_max_records_per_batch_splits_batches(
         pytest.skip("pyspark < 4.2 runs AvailableNow as one batch, whatever the limit")
     add(r, stream, 25)
     reader = stream_reader(spark, redis_url, stream, maxRecordsPerBatch="10", partitions="2")
-    query = (
-        reader.load().writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp_path / "ckpt")).option("path", str(tmp_path / "out"))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination(120)
+    query = run_available_now(reader, tmp_path / "ckpt", tmp_path / "out")
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [10, 10, 5], f"micro-batch sizes {sizes}"
     assert spark.read.parquet(str(tmp_path / "out")).count() == 25
@@ -130,18 +116,14 @@ def test_trimmed_range_is_detected(
 ) -> None:
     add(r, stream, 5)
     reader = stream_reader(spark, redis_url, stream)
-    run_available_now(spark, reader, tmp_path / "ckpt", tmp_path / "out")
+    run_available_now(reader, tmp_path / "ckpt", tmp_path / "out")
     add(r, stream, 5, start=5)
     r.xtrim(stream, maxlen=2, approximate=False)  # 3 unread entries are gone
-    query = (
-        reader.load().writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp_path / "ckpt")).option("path", str(tmp_path / "out"))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+    query = start_available_now(reader.load(), tmp_path / "ckpt", tmp_path / "out")
     with pytest.raises(Exception, match="removed before the pipeline read them"):
         query.awaitTermination(120)
     lenient = stream_reader(spark, redis_url, stream, failOnDataLoss="false")
-    run_available_now(spark, lenient, tmp_path / "ckpt", tmp_path / "out")
+    run_available_now(lenient, tmp_path / "ckpt", tmp_path / "out")
     assert spark.read.parquet(str(tmp_path / "out")).count() == 7
 
 
@@ -152,7 +134,7 @@ async def test_group_advanced_on_commit_and_visible_in_topic_info(
 
     ids = add(r, stream, 8)
     reader = stream_reader(spark, redis_url, stream, group="spark-archive", maxRecordsPerBatch="5")
-    run_available_now(spark, reader, tmp_path / "ckpt", tmp_path / "out")
+    run_available_now(reader, tmp_path / "ckpt", tmp_path / "out")
     ids += add(r, stream, 3, start=8)
     mq = MessageQueue(redis_url, stream=stream)
     group = (await mq.topic_info()).group("spark-archive")
@@ -163,7 +145,7 @@ async def test_group_advanced_on_commit_and_visible_in_topic_info(
     at = StreamId.parse(group.last_delivered_id)
     assert group.lag == sum(StreamId.parse(i) > at for i in ids), "lag must count unread entries"
     assert group.pending == 0, "Spark must not hold entries in the group's pending list"
-    run_available_now(spark, reader, tmp_path / "ckpt", tmp_path / "out")
+    run_available_now(reader, tmp_path / "ckpt", tmp_path / "out")
     group = (await mq.topic_info()).group("spark-archive")
     assert StreamId.parse(group.last_delivered_id) >= StreamId.parse(ids[7])
     assert spark.read.parquet(str(tmp_path / "out")).count() == 11
