@@ -20,16 +20,15 @@ from streamq import (
     MessageQueue,
     NotReplicatedError,
     Publisher,
-    Reject,
     ServerUnavailableError,
-    StartFrom,
 )
-from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import partition_streams
 from streamq.wire.client import connect_sync
 from streamq.wire.keys import Keys
 from streamq.wire.slots import SlotTable, slot_of
 from tests.conftest import wait_for
+from tests.queues import ok_and_poison, queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -53,28 +52,12 @@ def cluster_stream(streamq_cluster_url: str) -> Iterator[str]:
     delete_stream_keys(streamq_cluster_url, stream)
 
 
-def queue(url: str, stream: str, **options: object) -> MessageQueue:
-    settings: dict[str, object] = {
-        "stream": stream, "group": "g", "consumer": "c1", "start": StartFrom.EARLIEST,
-        "config": TEST_TIMINGS, **options,
-    }  # fmt: skip
-    return MessageQueue(url, **settings)  # type: ignore[arg-type]
-
-
 async def test_every_feature_through_a_node_that_does_not_serve_the_stream(
     streamq_cluster_url: str, cluster_stream: str
 ) -> None:
     _, other = masters(streamq_cluster_url, cluster_stream)
     mq = queue(other, cluster_stream)
-    handled: list[str] = []
-
-    @mq.handler("ok")
-    async def ok(msg: Message[int]) -> None:
-        handled.append(msg.id)
-
-    @mq.handler("poison")
-    async def poison(msg: Message[int]) -> None:
-        raise Reject("never")
+    handled = ok_and_poison(mq)
 
     async with mq:
         assert mq.deployment.cluster is True
@@ -318,15 +301,7 @@ async def test_a_slot_being_migrated_is_served_without_waiting_then_moved(
     migration = Migration(replicated, slot_of(replicated_stream))
     url, doomed = migration.third.url, same_slot(replicated_stream)
     mq, other = queue(url, replicated_stream), queue(url, doomed, consumer="c2")
-    handled: list[str] = []
-
-    @mq.handler("ok")
-    async def ok(msg: Message[int]) -> None:
-        handled.append(msg.id)
-
-    @mq.handler("poison")
-    async def poison(msg: Message[int]) -> None:
-        raise Reject("never")
+    handled = ok_and_poison(mq)
 
     async with mq, other, mq.running():
         published = await mq.publish_many("ok", range(10))

@@ -20,8 +20,6 @@ from streamq import (
     Message,
     MessageQueue,
     NotReplicatedError,
-    Reject,
-    StartFrom,
 )
 from streamq.consume.pool import WORKER_TASK
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
@@ -35,6 +33,8 @@ from streamq.wire.client import connect_sync
 from streamq.wire.keys import Keys
 from streamq.wire.slots import SLOTS, slot_of
 from tests.conftest import wait_for
+from tests.queues import ok_and_poison
+from tests.queues import queue as shared_queue
 
 pytestmark = pytest.mark.anyio
 
@@ -55,11 +55,8 @@ def topic(where: str) -> Iterator[str]:
 
 
 def queue(url: str, topic: str, partitions: int = 4, **options: object) -> MessageQueue:
-    settings: dict[str, object] = {
-        "stream": topic, "group": "g", "consumer": "c1", "start": StartFrom.EARLIEST,
-        "config": TEST_TIMINGS, "partitions": partitions, **options,
-    }  # fmt: skip
-    return MessageQueue(url, **settings)  # type: ignore[arg-type]
+    """The suite's queue (tests/queues.py) on ``topic``, of 4 partitions unless told."""
+    return shared_queue(url, topic, partitions=partitions, **options)
 
 
 async def test_keys_keep_their_order_and_ids_name_their_partition(where: str, topic: str) -> None:
@@ -94,15 +91,7 @@ async def test_stop_resume_dead_letters_info_seek_cleanup_and_terminate(
     where: str, topic: str
 ) -> None:
     mq = queue(where, topic)
-    handled: list[str] = []
-
-    @mq.handler("ok")
-    async def ok(msg: Message[int]) -> None:
-        handled.append(msg.id)
-
-    @mq.handler("poison")
-    async def poison(msg: Message[int]) -> None:
-        raise Reject("no")
+    handled = ok_and_poison(mq)
 
     async with mq:
         ids = await mq.publish_many("ok", range(12))  # keyless: the partitions in turn
