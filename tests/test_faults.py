@@ -31,6 +31,35 @@ def spawn(url: str, stream: str, name: str) -> subprocess.Popen[str]:
     return process
 
 
+def slow_consumer(url: str, stream: str, **options: int) -> tuple[MessageQueue, set[str]]:
+    """Consumer ``c`` of group ``g`` from the earliest entry (fast timings, ``options``)
+    whose ``job`` handler takes a millisecond and keeps each ID it handled, in the set
+    returned beside the queue."""
+    mq = MessageQueue(url, stream=stream, group="g", consumer="c", start=StartFrom.EARLIEST,
+                      config=FAST, **options)  # fmt: skip
+    handled: set[str] = set()
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        await anyio.sleep(0.001)
+        handled.add(msg.id)
+
+    return mq, handled
+
+
+async def wait_all_handled_and_acked(
+    mq: MessageQueue, handled: set[str], ids: set[str], after: str
+) -> None:
+    """Wait for every one of ``ids`` handled, then for nothing pending in group ``g``;
+    ``after`` names the fault for the failure's message."""
+    await wait_for(lambda: handled >= ids, timeout=30, what=f"all handled after {after}")
+
+    async def nothing_pending() -> bool:
+        return await pending_count(mq.client, mq.stream, "g") == 0
+
+    await wait_for(nothing_pending, timeout=15, what=f"acks after {after}")
+
+
 @pytest.mark.timeout(120)
 async def test_sigkilled_consumers_lose_nothing(
     redis_url: str, stream: str, client: aioredis.Redis
@@ -71,15 +100,7 @@ async def test_sigkilled_consumers_lose_nothing(
 @pytest.mark.timeout(60)
 async def test_server_restart_under_load_with_aof(stream: str) -> None:
     with EmbeddedServer(appendonly=True) as server:
-        mq = MessageQueue(server.url, stream=stream, group="g", consumer="c",
-                          start=StartFrom.EARLIEST, concurrency=4, config=FAST)  # fmt: skip
-        handled: set[str] = set()
-
-        @mq.handler("job")
-        async def handle(msg: Message[int]) -> None:
-            await anyio.sleep(0.001)
-            handled.add(msg.id)
-
+        mq, handled = slow_consumer(server.url, stream, concurrency=4)
         async with mq:
             ids = set(await mq.publish_many("job", list(range(3000))))
             async with anyio.create_task_group() as tg:
@@ -87,12 +108,7 @@ async def test_server_restart_under_load_with_aof(stream: str) -> None:
                 await wait_for(lambda: len(handled) > 300, what="consumption to start")
                 await anyio.to_thread.run_sync(server.restart)
                 assert len(handled) < len(ids), "restart came too late to test anything"
-                await wait_for(lambda: handled >= ids, timeout=30, what="all handled after restart")
-
-                async def nothing_pending() -> bool:
-                    return await pending_count(mq.client, stream, "g") == 0
-
-                await wait_for(nothing_pending, timeout=15, what="acks after restart")
+                await wait_all_handled_and_acked(mq, handled, ids, after="restart")
                 await mq.stop()
             assert mq.stop_reason == "stopped"
 
@@ -101,15 +117,7 @@ async def test_server_restart_under_load_with_aof(stream: str) -> None:
 async def test_connections_killed_mid_batch(
     redis_url: str, stream: str, client: aioredis.Redis
 ) -> None:
-    mq = MessageQueue(redis_url, stream=stream, group="g", consumer="c",
-                      start=StartFrom.EARLIEST, config=FAST)  # fmt: skip
-    handled: set[str] = set()
-
-    @mq.handler("job")
-    async def handle(msg: Message[int]) -> None:
-        await anyio.sleep(0.001)
-        handled.add(msg.id)
-
+    mq, handled = slow_consumer(redis_url, stream)
     async with mq:
         ids = set(await mq.publish_many("job", list(range(2000))))
         async with anyio.create_task_group() as tg:
@@ -119,11 +127,6 @@ async def test_connections_killed_mid_batch(
                 await client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
                 await client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
                 await anyio.sleep(0.1)
-            await wait_for(lambda: handled >= ids, timeout=30, what="all handled")
-
-            async def nothing_pending() -> bool:
-                return await pending_count(client, stream, "g") == 0
-
-            await wait_for(nothing_pending, timeout=15, what="acks after connection kills")
+            await wait_all_handled_and_acked(mq, handled, ids, after="connection kills")
             await mq.stop()
     assert mq.auto_stopped is False
