@@ -4,13 +4,10 @@ cluster client. At most one cluster runs at a time (class-scoped fixtures, then 
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
-import textwrap
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,33 +21,15 @@ from redis.retry import Retry
 from streamq import ConfigError, EmbeddedCluster, ServerUnavailableError
 from streamq.server import free_port
 from streamq.server.cluster_nodes import SLOTS
+from tests.embedded_helpers import (
+    all_gone,
+    assert_end_with_their_parent,
+    assert_fixture_takes_url_from,
+    assert_server_command_refuses,
+    server_pids,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def node_pids(urls: list[str]) -> list[int]:
-    pids = []
-    for url in urls:
-        with redis.Redis.from_url(url) as client:
-            pids.append(int(client.info("server")["process_id"]))
-    return pids
-
-
-def all_gone(pids: list[int], within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while any(_exists(pid) for pid in pids):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def refuses(url: str) -> bool:
@@ -201,7 +180,7 @@ class TestOneReplicaPerMaster:
         assert back.role == "replica" and back.master_id == new.node_id
 
     def test_stop_leaves_no_process_and_no_directory(self, cluster: EmbeddedCluster) -> None:
-        pids = node_pids(cluster.urls)
+        pids = server_pids(cluster.urls)
         directory = cluster.directory
         assert directory is not None and directory.exists() and len(pids) == 6
         urls = cluster.urls
@@ -228,7 +207,7 @@ def test_cli_server_cluster_starts_and_stops_on_sigterm() -> None:
             with redis.Redis.from_url(url, decode_responses=True) as client:
                 info = client.execute_command("CLUSTER", "INFO")
                 assert "cluster_state:ok" in info and "cluster_known_nodes:3" in info
-        pids = node_pids(urls)
+        pids = server_pids(urls)
     finally:
         process.send_signal(signal.SIGTERM)  # as a service manager stops it
         _, stderr = process.communicate(timeout=15)
@@ -238,17 +217,18 @@ def test_cli_server_cluster_starts_and_stops_on_sigterm() -> None:
     assert all(refuses(url) for url in urls)
 
 
-def test_cli_server_refuses_replicas_without_cluster_and_bad_counts() -> None:
-    for args, message in (
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
         (("--replicas", "1"), "--replicas needs --cluster"),
         (("--cluster", "0"), "masters must be between 1"),
         (("--cluster", "2", "--replicas", "-1"), "replicas must be 0 or more"),
-    ):
-        result = subprocess.run(
-            [sys.executable, "-m", "streamq.cli", "server", *args],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+    ],
+)
+def test_cli_server_refuses_replicas_without_cluster_and_bad_counts(
+    args: tuple[str, ...], message: str
+) -> None:
+    assert_server_command_refuses(args, message)
 
 
 def test_plugin_fixture_starts_one_cluster_for_the_session(
@@ -280,20 +260,13 @@ def test_plugin_fixture_starts_one_cluster_for_the_session(
 def test_plugin_fixture_uses_the_cluster_url_from_the_environment(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytester.makeconftest("")
-    pytester.makepyfile(
-        """
-        def test_url(streamq_cluster_url):
-            assert streamq_cluster_url == "redis://127.0.0.1:7000/0"
-        """
+    assert_fixture_takes_url_from(
+        pytester, monkeypatch, "STREAMQ_CLUSTER_URL", "redis://127.0.0.1:7000/0"
     )
-    monkeypatch.setenv("STREAMQ_CLUSTER_URL", "redis://127.0.0.1:7000/0")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
 
 
 def test_nodes_are_stopped_when_the_parent_exits_without_stop() -> None:
-    script = textwrap.dedent(
+    assert_end_with_their_parent(
         """
         import redis
         from streamq import EmbeddedCluster
@@ -301,19 +274,9 @@ def test_nodes_are_stopped_when_the_parent_exits_without_stop() -> None:
         cluster = EmbeddedCluster(masters=1).start()
         for url in cluster.urls:
             print(redis.Redis.from_url(url).info("server")["process_id"], flush=True)
-        """
+        """,
+        count=1,
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
-    )
-    pids = [int(line) for line in result.stdout.split()]
-    try:
-        assert result.returncode == 0 and len(pids) == 1, result.stderr
-        assert all_gone(pids), "a node outlived its parent"
-    finally:
-        for pid in pids:
-            if _exists(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_node_that_cannot_start_fails_with_the_nodes_logs() -> None:

@@ -4,18 +4,23 @@ clean stops, bad arguments. Failover is in tests/test_sentinel.py."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import textwrap
-import time
 
 import pytest
 import redis
 
 from streamq import ConfigError, EmbeddedSentinel
 from streamq.wire.sentinel import SentinelUrl, is_sentinel_url, sync_client
+from tests.embedded_helpers import (
+    all_gone,
+    assert_end_with_their_parent,
+    assert_fixture_takes_url_from,
+    assert_server_command_refuses,
+    local_urls,
+    server_pids,
+)
 
 
 def sentinel_clients(url: str) -> list[redis.Redis]:
@@ -23,22 +28,6 @@ def sentinel_clients(url: str) -> list[redis.Redis]:
         redis.Redis(host=host, port=port, decode_responses=True)
         for host, port in SentinelUrl.parse(url).sentinels
     ]
-
-
-def pids_of(ports: list[int]) -> list[int]:
-    pids = []
-    for port in ports:
-        with redis.Redis(port=port) as client:
-            pids.append(int(client.info("server")["process_id"]))
-    return pids
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_every_sentinel_watches_the_master_its_replica_and_the_others(
@@ -58,11 +47,11 @@ def test_every_sentinel_watches_the_master_its_replica_and_the_others(
 def test_stop_leaves_no_process_and_no_directory() -> None:
     embedded = EmbeddedSentinel(replicas=1, sentinels=3).start()
     ports = [*embedded.data_ports, *embedded.sentinel_ports]
-    pids = pids_of(ports)
+    pids = server_pids(local_urls(ports))
     directory = embedded.directory
     assert len(set(pids)) == 5 and directory is not None and directory.is_dir()
     embedded.stop()
-    assert all(gone(pid) for pid in pids), "stop() returned before every process ended"
+    assert all_gone(pids, within=0), "stop() returned before every process ended"
     assert not directory.exists() and not embedded.running
     embedded.stop()  # idempotent
 
@@ -83,20 +72,16 @@ def test_bad_arguments_are_config_errors() -> None:
 def test_plugin_fixture_uses_the_sentinel_url_from_the_environment(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytester.makeconftest("")
-    pytester.makepyfile(
-        """
-        def test_url(streamq_sentinel_url):
-            assert streamq_sentinel_url == "redis+sentinel://127.0.0.1:26379/elsewhere"
-        """
+    assert_fixture_takes_url_from(
+        pytester,
+        monkeypatch,
+        "STREAMQ_SENTINEL_URL",
+        "redis+sentinel://127.0.0.1:26379/elsewhere",
     )
-    monkeypatch.setenv("STREAMQ_SENTINEL_URL", "redis+sentinel://127.0.0.1:26379/elsewhere")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
 
 
 def test_the_processes_end_when_the_parent_exits_without_stop() -> None:
-    script = textwrap.dedent(
+    assert_end_with_their_parent(
         """
         import redis
         from streamq import EmbeddedSentinel
@@ -104,17 +89,9 @@ def test_the_processes_end_when_the_parent_exits_without_stop() -> None:
         embedded = EmbeddedSentinel(replicas=1, sentinels=1).start()
         for port in [*embedded.data_ports, *embedded.sentinel_ports]:
             print(redis.Redis(port=port).info("server")["process_id"], flush=True)
-        """
+        """,
+        count=3,
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    pids = [int(line) for line in result.stdout.split()]
-    try:
-        assert result.returncode == 0 and len(pids) == 3, result.stderr
-        assert _all_gone(pids), "a process outlived its parent"
-    finally:
-        for pid in pids:
-            if not gone(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_cli_server_sentinel_prints_a_working_url_and_stops_on_sigterm() -> None:
@@ -130,31 +107,23 @@ def test_cli_server_sentinel_prints_a_working_url_and_stops_on_sigterm() -> None
             assert client.execute_command("ROLE")[0] == b"master"
             assert client.execute_command("WAIT", 1, 5000) == 1  # one replica by default
             ports = [p for _, p in SentinelUrl.parse(url).sentinels]
-            pids = pids_of([*ports, client.connection_pool.master_address[1]])
+            pids = server_pids(local_urls([*ports, client.connection_pool.master_address[1]]))
     finally:
         process.send_signal(signal.SIGTERM)  # as a service manager stops it
         _, stderr = process.communicate(timeout=15)
     assert process.returncode == 0, stderr
     assert f"STREAMQ_SENTINEL_URL={url}" in stderr
-    assert _all_gone(pids), "a process outlived the command"
+    assert all_gone(pids), "a process outlived the command"
 
 
-def test_cli_server_sentinel_refuses_options_it_does_not_take() -> None:
-    for args, message in (
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
         (("--sentinel", "--cluster", "3"), "--sentinel takes only --replicas"),
         (("--sentinel", "--replicas", "-1"), "replicas must be 0 or more"),
-    ):
-        result = subprocess.run(
-            [sys.executable, "-m", "streamq.cli", "server", *args],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
-
-
-def _all_gone(pids: list[int], within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while not all(gone(pid) for pid in pids):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    ],
+)
+def test_cli_server_sentinel_refuses_options_it_does_not_take(
+    args: tuple[str, ...], message: str
+) -> None:
+    assert_server_command_refuses(args, message)
