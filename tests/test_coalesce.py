@@ -6,7 +6,6 @@ catch callers while they queue."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 import anyio
 import pytest
 import redis.asyncio as aioredis
-from pydantic import BaseModel
 
 from streamq import (
     EmbeddedServer,
@@ -26,26 +24,26 @@ from streamq import (
 )
 from streamq.wire import coalesce
 from streamq.wire.client import connect
-from streamq.wire.coalesce import Coalescer, destination
+from streamq.wire.coalesce import Coalescer, Lane, destination
 from streamq.wire.coalesce_sync import SyncCoalescer
 from tests.conftest import QueueFactory, sync_client, wait_for
+from tests.jobs import (
+    Job,
+    in_id_order,
+    jobs,
+    publish_from_tasks,
+    publish_from_threads,
+    publish_into,
+    sync_jobs,
+)
 
 pytestmark = pytest.mark.anyio
 
 TASKS = 200
 
 
-class Job(BaseModel):
-    i: int
-
-
 async def connections_received(client: aioredis.Redis) -> int:
     return int((await client.info("stats"))["total_connections_received"])
-
-
-async def jobs(client: aioredis.Redis, stream: str) -> list[int]:
-    """The ``i`` of every entry of ``stream``, in stream order."""
-    return [Job.model_validate_json(f[b"data"]).i for _, f in await client.xrange(stream)]
 
 
 @pytest.fixture
@@ -62,37 +60,41 @@ async def pause_writes(client: aioredis.Redis) -> None:
     await client.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
 
 
+async def queue_and_lane(make_queue: QueueFactory) -> tuple[MessageQueue, Lane]:
+    """A queue and its one lane, whose connection is open (a job ``i=-1`` published): a
+    pause of the server's writes holds what it sends next."""
+    mq = make_queue()
+    await mq.publish("job", Job(i=-1))
+    return mq, next(iter(mq.coalescer._lanes.values()))
+
+
+async def queue_and_paused_lane(
+    make_queue: QueueFactory, paused: aioredis.Redis
+) -> tuple[MessageQueue, Lane]:
+    """``queue_and_lane``, then the server's writes paused."""
+    mq, lane = await queue_and_lane(make_queue)
+    await pause_writes(paused)
+    return mq, lane
+
+
 async def test_200_concurrent_publishes_use_one_connection_and_get_their_own_ids(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     mq = make_queue()
-    ids: dict[int, str] = {}
-
-    async def publish(i: int) -> None:
-        ids[i] = await mq.publish("job", Job(i=i))
-
     before = await connections_received(client)
-    async with anyio.create_task_group() as tg:
-        for i in range(TASKS):
-            tg.start_soon(publish, i)
+    ids = await publish_from_tasks(mq, TASKS)
     opened = await connections_received(client) - before
     assert opened == 1, f"{TASKS} concurrent publishes opened {opened} connections, not one"
     assert len(set(ids.values())) == TASKS
-    in_id_order = sorted(ids, key=lambda i: StreamId.parse(ids[i]))
-    assert in_id_order == await jobs(client, mq.stream), "an ID is not its own message's"
+    assert in_id_order(ids) == await jobs(client, mq.stream), "an ID is not its own message's"
 
 
 async def test_a_write_carries_every_publish_queued_behind_it(
     make_queue: QueueFactory, paused: aioredis.Redis
 ) -> None:
-    mq = make_queue()
-    await mq.publish("job", Job(i=-1))  # the lane's connection is open before the pause
-    lane = next(iter(mq.coalescer._lanes.values()))
-    await pause_writes(paused)
+    mq, lane = await queue_and_paused_lane(make_queue, paused)
     ids: dict[int, str] = {}
-
-    async def publish(i: int) -> None:
-        ids[i] = await mq.publish("job", Job(i=i))
+    publish = publish_into(mq, ids)
 
     async with anyio.create_task_group() as tg:
         for i in range(50):
@@ -100,8 +102,7 @@ async def test_a_write_carries_every_publish_queued_behind_it(
         await wait_for(lambda: lane.queued == 49, what="49 publishes queued behind the first")
         await paused.execute_command("CLIENT", "UNPAUSE")
     assert sorted(ids) == list(range(50)) and len(set(ids.values())) == 50
-    in_id_order = sorted(ids, key=lambda i: StreamId.parse(ids[i]))
-    assert await jobs(paused, mq.stream) == [-1, *in_id_order]
+    assert await jobs(paused, mq.stream) == [-1, *in_id_order(ids)]
 
 
 async def test_each_caller_gets_its_own_error_in_a_shared_write(
@@ -137,14 +138,9 @@ async def test_each_caller_gets_its_own_error_in_a_shared_write(
 async def test_cancelled_queued_callers_are_not_published_and_the_rest_are(
     make_queue: QueueFactory, paused: aioredis.Redis
 ) -> None:
-    mq = make_queue()
-    await mq.publish("job", Job(i=-1))
-    lane = next(iter(mq.coalescer._lanes.values()))
-    await pause_writes(paused)
+    mq, lane = await queue_and_paused_lane(make_queue, paused)
     ids: dict[int, str] = {}
-
-    async def publish(i: int) -> None:
-        ids[i] = await mq.publish("job", Job(i=i))
+    publish = publish_into(mq, ids)
 
     async with anyio.create_task_group() as kept:
         kept.start_soon(publish, 0)  # sent alone, held by the pause
@@ -165,13 +161,9 @@ async def test_cancelled_queued_callers_are_not_published_and_the_rest_are(
 async def test_a_cancelled_leader_still_delivers_the_others_write(
     make_queue: QueueFactory, paused: aioredis.Redis
 ) -> None:
-    mq = make_queue()
-    await mq.publish("job", Job(i=-1))
-    lane = next(iter(mq.coalescer._lanes.values()))
+    mq, lane = await queue_and_lane(make_queue)
     ids: dict[int, str] = {}
-
-    async def publish(i: int) -> None:
-        ids[i] = await mq.publish("job", Job(i=i))
+    publish = publish_into(mq, ids)
 
     lane._busy = True  # as if a write were in flight: callers queue behind it
     async with anyio.create_task_group() as tg, anyio.create_task_group() as leader:
@@ -196,24 +188,17 @@ async def test_callers_wait_for_room_past_the_bound(
     make_queue: QueueFactory, paused: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(coalesce, "MAX_QUEUED", 5)
-    mq = make_queue()
-    await mq.publish("job", Job(i=-1))
-    lane = next(iter(mq.coalescer._lanes.values()))
-    await pause_writes(paused)
-    done: list[int] = []
-
-    async def publish(i: int) -> None:
-        await mq.publish("job", Job(i=i))
-        done.append(i)
+    mq, lane = await queue_and_paused_lane(make_queue, paused)
+    ids: dict[int, str] = {}
 
     async with anyio.create_task_group() as tg:
         for i in range(20):
-            tg.start_soon(publish, i)
+            tg.start_soon(publish_into(mq, ids), i)
         await wait_for(lambda: lane.queued == 5, what="5 queued")
         await anyio.sleep(0.1)
         assert lane.queued == 5, "the queue grew past its bound"
         await paused.execute_command("CLIENT", "UNPAUSE")
-    assert sorted(done) == list(range(20))
+    assert sorted(ids) == list(range(20)) and len(set(ids.values())) == 20
     assert sorted(await jobs(paused, mq.stream)) == list(range(-1, 20))
 
 
@@ -242,24 +227,15 @@ def test_destination_tells_slots_apart_and_clients_of_one_slot_together(redis_ur
 
 def test_threads_publishing_at_once_share_one_connection(redis_url: str, stream: str) -> None:
     threads, each = 32, 20
-    start = threading.Barrier(threads)
     with sync_client(redis_url, stream) as raw:
         before = int(raw.info("stats")["total_connections_received"])
-
-        def publish_from_thread(publisher: Publisher, n: int) -> list[str]:
-            start.wait(timeout=30)
-            return [publisher.publish("job", Job(i=n * each + k)) for k in range(each)]
-
-        with Publisher(redis_url, stream=stream) as publisher, ThreadPoolExecutor(threads) as pool:
-            futures = [pool.submit(publish_from_thread, publisher, n) for n in range(threads)]
-            ids = [i for future in futures for i in future.result(timeout=60)]
+        with Publisher(redis_url, stream=stream) as publisher:
+            ids = publish_from_threads(publisher, threads, each)
         opened = int(raw.info("stats")["total_connections_received"]) - before
-        rows = raw.xrange(stream)
+        got = sorted(sync_jobs(raw, stream))
     assert opened == 1, f"{threads} threads opened {opened} connections, not one"
     assert len(set(ids)) == threads * each
-    assert sorted(Job.model_validate_json(f[b"data"]).i for _, f in rows) == list(
-        range(threads * each)
-    )
+    assert got == list(range(threads * each))
 
 
 def test_threads_get_their_own_errors(redis_url: str, stream: str) -> None:
