@@ -9,6 +9,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO
 
 import anyio
 import pytest
@@ -144,28 +147,37 @@ SERVICE = textwrap.dedent(
 )
 
 
-def test_sigterm_stops_gracefully_and_a_second_one_exits_at_once(
-    redis_url: str, stream: str
-) -> None:
+@contextmanager
+def service(
+    script: str, redis_url: str, stream: str
+) -> Iterator[tuple[subprocess.Popen[str], IO[str]]]:
+    """The Python ``script`` run as a service of ``stream`` (its arguments: the URL, the
+    stream), with its standard output; killed afterwards if it is still running."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVICE, redis_url, stream],
+        [sys.executable, "-c", script, redis_url, stream],
         stdout=subprocess.PIPE,
         text=True,
         env={k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
     )
+    assert proc.stdout is not None
     try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "handling"
+        yield proc, proc.stdout
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_sigterm_stops_gracefully_and_a_second_one_exits_at_once(
+    redis_url: str, stream: str
+) -> None:
+    with service(SERVICE, redis_url, stream) as (proc, stdout):
+        assert stdout.readline().strip() == "handling"
         proc.send_signal(signal.SIGTERM)  # graceful: waits up to grace=30s for the handler
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=1.0)
         proc.send_signal(signal.SIGTERM)  # second one: at once
         assert proc.wait(timeout=5) == -signal.SIGTERM
-    finally:
-        proc.kill()
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 READY_SERVICE = textwrap.dedent(
@@ -197,23 +209,11 @@ def test_a_signal_right_after_ready_is_a_graceful_stop(
     """Readiness (``tg.start(mq.run)``) is reported once SIGTERM is a graceful stop: it
     was reported before run() installed its handlers, so a supervisor's SIGTERM sent on
     "ready" could kill the process the default way (found by a fault test on Redis 8.6)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", READY_SERVICE, redis_url, stream],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
+    with service(READY_SERVICE, redis_url, stream) as (proc, stdout):
+        assert stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, "SIGTERM right after ready killed the service"
-        assert proc.stdout.read().strip() == "stopped: signal"
-    finally:
-        proc.kill()
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        assert stdout.read().strip() == "stopped: signal"
 
 
 async def test_control_channel_outage_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
