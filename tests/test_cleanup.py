@@ -25,11 +25,22 @@ async def read_and_ack(
     await client.xack(stream, group, *ids)
 
 
-async def setup(make_queue: QueueFactory, client: aioredis.Redis, policy: CleanupPolicy = EAGER):
+async def setup(
+    make_queue: QueueFactory,
+    client: aioredis.Redis,
+    policy: CleanupPolicy = EAGER,
+    lagging_read: int = 10,
+    skip: int = -1,
+) -> tuple[MessageQueue, list[str]]:
+    """A queue with cleanup ``policy`` and 10 entries, all read and acknowledged by its
+    group ``g``; a second group, ``lagging``, has read the first ``lagging_read`` of them
+    and acknowledged all of those but index ``skip``."""
     mq = make_queue(cleanup=policy)
     await mq.__aenter__()
     ids = await mq.publish_many("job", list(range(10)))
     await client.xgroup_create(mq.stream, "lagging", id="0")
+    await read_and_ack(client, mq.stream, "g", 10)
+    await read_and_ack(client, mq.stream, "lagging", lagging_read, skip=skip)
     return mq, ids
 
 
@@ -40,9 +51,7 @@ async def remaining(client: aioredis.Redis, stream: str) -> list[str]:
 async def test_only_entries_every_group_acknowledged_go(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
-    mq, ids = await setup(make_queue, client)
-    await read_and_ack(client, mq.stream, "g", 10)
-    await read_and_ack(client, mq.stream, "lagging", 4)
+    mq, ids = await setup(make_queue, client, lagging_read=4)
     assert await mq.cleanup() == 4
     assert await remaining(client, mq.stream) == ids[4:]
 
@@ -50,9 +59,7 @@ async def test_only_entries_every_group_acknowledged_go(
 async def test_pending_entry_blocks_its_prefix(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
-    mq, ids = await setup(make_queue, client)
-    await read_and_ack(client, mq.stream, "g", 10)
-    await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
+    mq, ids = await setup(make_queue, client, lagging_read=6, skip=2)
     assert await mq.cleanup() == 2
     assert await remaining(client, mq.stream) == ids[2:]
 
@@ -61,9 +68,7 @@ async def test_beyond_pending_removes_acked_entries_above_a_pending_one(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     policy = CleanupPolicy(max_stream_length=0, min_retention=0, batch_size=3, beyond_pending=True)
-    mq, ids = await setup(make_queue, client, policy)
-    await read_and_ack(client, mq.stream, "g", 10)
-    await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
+    mq, ids = await setup(make_queue, client, policy, lagging_read=6, skip=2)
     assert await mq.cleanup() == 5, "pending ids[2] and the 4 entries 'lagging' never read stay"
     assert await remaining(client, mq.stream) == [ids[2], *ids[6:]]
     await client.xack(mq.stream, "lagging", ids[2])
@@ -75,8 +80,6 @@ async def test_server_side_check_used_when_the_server_has_it(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     mq, _ = await setup(make_queue, client)
-    for group in ("g", "lagging"):
-        await read_and_ack(client, mq.stream, group, 10)
     report = await Cleaner(mq.client, mq.stream, EAGER).run_once()
     assert report.removed == 10
     assert report.server_checked == await has_xdelex(client), report
@@ -92,9 +95,7 @@ async def test_server_side_check_keeps_what_a_stale_snapshot_would_remove(
     """
     if not await has_xdelex(client):
         pytest.skip("the server has no XDELEX (Redis < 8.2, Valkey): snapshot rule only")
-    mq, ids = await setup(make_queue, client)
-    await read_and_ack(client, mq.stream, "g", 10)
-    await read_and_ack(client, mq.stream, "lagging", 6, skip=2)
+    mq, ids = await setup(make_queue, client, lagging_read=6, skip=2)
 
     async def stale(_client: aioredis.Redis, _stream: str) -> GroupBounds:
         return GroupBounds(read_point=StreamId(2**62, 0), safe_point=StreamId(2**62, 0))
@@ -107,9 +108,7 @@ async def test_server_side_check_keeps_what_a_stale_snapshot_would_remove(
 async def test_unrouted_records_of_acknowledged_entries_are_pruned(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
-    mq, ids = await setup(make_queue, client)
-    await read_and_ack(client, mq.stream, "g", 10)
-    await read_and_ack(client, mq.stream, "lagging", 4)
+    mq, ids = await setup(make_queue, client, lagging_read=4)
     unrouted = f"streamq:{{{mq.stream}}}:unrouted"
     await client.hset(unrouted, mapping={ids[1]: 2, ids[7]: 1})
     await mq.cleanup()
@@ -122,8 +121,6 @@ async def test_min_retention_and_max_stream_length(
     mq, ids = await setup(
         make_queue, client, CleanupPolicy(max_stream_length=0, min_retention=3600)
     )
-    for group in ("g", "lagging"):
-        await read_and_ack(client, mq.stream, group, 10)
     assert await mq.cleanup() == 0, "entries younger than min_retention were removed"
     mq.set_cleanup_policy(CleanupPolicy(max_stream_length=7, min_retention=0))
     assert await mq.cleanup() == 3
@@ -133,8 +130,6 @@ async def test_min_retention_and_max_stream_length(
 
 async def test_stopped_ids_are_kept(make_queue: QueueFactory, client: aioredis.Redis) -> None:
     mq, ids = await setup(make_queue, client)
-    for group in ("g", "lagging"):
-        await read_and_ack(client, mq.stream, group, 10)
     await mq.stop_message(ids[3])
     assert await mq.cleanup() == 9
     assert await remaining(client, mq.stream) == [ids[3]]
@@ -151,8 +146,6 @@ async def test_stream_without_groups_is_never_cleaned(redis_url: str, stream: st
 
 async def test_one_cleaner_at_a_time(make_queue: QueueFactory, client: aioredis.Redis) -> None:
     mq, _ = await setup(make_queue, client)
-    for group in ("g", "lagging"):
-        await read_and_ack(client, mq.stream, group, 10)
     cleaners = [Cleaner(mq.client, mq.stream, EAGER) for _ in range(4)]
     await client.set(f"streamq:{{{mq.stream}}}:cleanup-lock", "someone-else", px=500)
     report = await cleaners[0].run_once()
@@ -170,14 +163,27 @@ async def test_one_cleaner_at_a_time(make_queue: QueueFactory, client: aioredis.
     assert removed == 10 and await client.xlen(mq.stream) == 0
 
 
+def consumers(
+    make_queue: QueueFactory, count: int, policy: CleanupPolicy
+) -> tuple[list[MessageQueue], list[str]]:
+    """``count`` consumers of one stream with cleanup ``policy``; their ``job`` handlers
+    keep the ID of each message handled, in the list returned beside them."""
+    handled: list[str] = []
+    queues = [make_queue(consumer=f"c{i}", cleanup=policy) for i in range(count)]
+    for mq in queues:
+
+        @mq.handler("job")
+        async def handle(msg: Message[int]) -> None:
+            handled.append(msg.id)
+
+    return queues, handled
+
+
 async def test_periodic_cleanup_with_consumers_never_removes_unread(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     policy = CleanupPolicy(enabled=True, interval=0.1, max_stream_length=0, min_retention=0)
-    queues = [make_queue(consumer=f"c{i}", cleanup=policy) for i in range(3)]
-    handled: list[str] = []
-    for mq in queues:
-        mq.handler("job")(_append_to(handled))
+    queues, handled = consumers(make_queue, 3, policy)
     async with anyio.create_task_group() as tg:
         for mq in queues:
             await mq.__aenter__()
@@ -198,22 +204,12 @@ async def test_periodic_cleanup_with_consumers_never_removes_unread(
             await mq.stop()
 
 
-def _append_to(into: list[str]):  # type: ignore[no-untyped-def]
-    async def handle(msg: Message[int]) -> None:
-        into.append(msg.id)
-
-    return handle
-
-
 @pytest.mark.slow
 async def test_stream_stays_bounded_under_load(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     policy = CleanupPolicy(enabled=True, interval=0.1, max_stream_length=1000, min_retention=0)
-    queues = [make_queue(consumer=f"c{i}", cleanup=policy) for i in range(2)]
-    handled: list[str] = []
-    for mq in queues:
-        mq.handler("job")(_append_to(handled))
+    queues, handled = consumers(make_queue, 2, policy)
     peak = 0
     async with anyio.create_task_group() as tg:
         for mq in queues:
