@@ -170,10 +170,22 @@ def client(session_env: dict[str, str]) -> Iterator[redis.Redis]:
         yield raw
 
 
+StartService = Callable[..., Service]
+
+
 @pytest.fixture
-def services() -> Iterator[list[Service]]:
+def start_service(tmp_path: Path) -> Iterator[StartService]:
+    """``start_service(env, *options)``: a Service in ``tmp_path`` with the environment
+    ``env`` and `streamq run` ``options``, once ready; each is drained afterwards."""
     started: list[Service] = []
-    yield started
+
+    def start(env: dict[str, str], *options: str) -> Service:
+        service = Service(tmp_path, env, *options)
+        started.append(service)
+        wait_until(lambda: service.readiness()["ready"], what="the service ready")
+        return service
+
+    yield start
     for service in started:
         service.stop()
 
@@ -189,7 +201,7 @@ def pending_of(client: redis.Redis, stream: str) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_workers_share_one_server_keep_their_names_and_drain(
-    tmp_path: Path, env: dict[str, str], services: list[Service],
+    env: dict[str, str], start_service: StartService,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """The issue's scenario: no URL, 2 workers, a second process publishes, a worker is
@@ -198,10 +210,8 @@ def test_workers_share_one_server_keep_their_names_and_drain(
     monkeypatch.delenv("STREAMQ_REDIS_URL", raising=False)
     monkeypatch.setenv("STREAMQ_HOME", env["STREAMQ_HOME"])
     home, stream = Path(env["STREAMQ_HOME"]), env["TEST_STREAM"]
-    service = Service(tmp_path, env, "--workers", "2", "--log-format", "json")
-    services.append(service)
     try:
-        wait_until(lambda: service.readiness()["ready"], what="both workers ready")
+        service = start_service(env, "--workers", "2", "--log-format", "json")
         assert [w["queues"][0]["consumer"] for w in service.readiness()["workers"]] == [
             "svc-0", "svc-1",
         ]  # fmt: skip
@@ -262,12 +272,10 @@ def test_workers_share_one_server_keep_their_names_and_drain(
 
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once(
-    tmp_path: Path, session_env: dict[str, str], services: list[Service], client: redis.Redis
+    session_env: dict[str, str], start_service: StartService, client: redis.Redis
 ) -> None:
-    service = Service(tmp_path, session_env)
-    services.append(service)
+    service = start_service(session_env)
     stream = session_env["TEST_STREAM"]
-    wait_until(lambda: service.readiness()["ready"], what="ready")
     worker = service.worker(0)["pid"]
     client.set(key(stream, "hold"), 1)
     client.xadd(stream, {"type": "job", "data": "1"})
@@ -284,12 +292,10 @@ def test_a_second_signal_exits_at_once(
 
 @pytest.mark.slow
 def test_a_crashing_worker_is_restarted_with_backoff(
-    tmp_path: Path, session_env: dict[str, str], services: list[Service], client: redis.Redis
+    session_env: dict[str, str], start_service: StartService, client: redis.Redis
 ) -> None:
-    service = Service(tmp_path, session_env)
-    services.append(service)
+    service = start_service(session_env)
     stream = session_env["TEST_STREAM"]
-    wait_until(lambda: service.readiness()["ready"], what="ready")
     client.xadd(stream, {"type": "crash", "data": "1"})  # kills its worker at each delivery
     wait_until(lambda: client.xlen(f"streamq:{{{stream}}}:dlq") == 1, what="dead-lettered")
     wait_until(lambda: service.readiness()["ready"], what="ready again")
@@ -301,12 +307,10 @@ def test_a_crashing_worker_is_restarted_with_backoff(
 
 @pytest.mark.slow
 def test_reload_restarts_the_workers_on_a_code_change(
-    tmp_path: Path, session_env: dict[str, str], services: list[Service], client: redis.Redis
+    tmp_path: Path, session_env: dict[str, str], start_service: StartService, client: redis.Redis
 ) -> None:
-    service = Service(tmp_path, session_env, "--reload")
-    services.append(service)
+    service = start_service(session_env, "--reload")
     stream = session_env["TEST_STREAM"]
-    wait_until(lambda: service.readiness()["ready"], what="ready")
     before = service.worker(0)["pid"]
     first = client.xadd(stream, {"type": "job", "data": "1"})
     wait_until(lambda: client.hget(key(stream, "handled"), first) == b"svc-0 v1", what="v1 handled")
@@ -325,11 +329,9 @@ def test_reload_restarts_the_workers_on_a_code_change(
 
 @pytest.mark.slow
 def test_workers_stop_when_the_supervisor_is_killed(
-    tmp_path: Path, session_env: dict[str, str], services: list[Service]
+    session_env: dict[str, str], start_service: StartService
 ) -> None:
-    service = Service(tmp_path, session_env, "--workers", "2")
-    services.append(service)
-    wait_until(lambda: service.readiness()["ready"], what="ready")
+    service = start_service(session_env, "--workers", "2")
     workers = [w["pid"] for w in service.readiness()["workers"]]
     service.process.kill()
     service.process.wait()
