@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from streamq import MessageQueue
+from streamq import Message, MessageQueue
 from streamq.testing import TEST_TIMINGS
 from streamq.wire.client import connect, connect_sync
 
@@ -127,6 +127,18 @@ async def wait_for(
                 return
             await anyio.sleep(0.02)
     pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def handled_messages(mq: MessageQueue, message_type: str = "job") -> list[Message[Any]]:
+    """Registers a ``message_type`` handler on ``mq`` that keeps every message it is given,
+    in the list returned, in the order handled."""
+    handled: list[Message[Any]] = []
+
+    @mq.handler(message_type)
+    async def keep(msg: Message[Any]) -> None:
+        handled.append(msg)
+
+    return handled
 
 
 async def pending_count(client: aioredis.Redis, stream: str, group: str) -> int:

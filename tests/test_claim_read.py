@@ -8,10 +8,9 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import Message
 from streamq.consume.capacity import Capacity
 from streamq.wire.features import probe
-from tests.conftest import QueueFactory, pending_count, wait_for
+from tests.conftest import QueueFactory, handled_messages, pending_count, wait_for
 from tests.test_consume import run_until
 
 pytestmark = pytest.mark.anyio
@@ -24,11 +23,7 @@ async def test_reads_take_a_dead_consumers_idle_entries(
         pytest.skip("the server has no XREADGROUP ... CLAIM (Redis >= 8.4)")
     # the claim loop passes once at start (nothing idle yet), then not for 10 minutes
     mq = make_queue(consumer="alive", claim_idle=0.3, claim_interval=600, block=0.1)
-    got: list[Message[int]] = []
-
-    @mq.handler("job")
-    async def handle(msg: Message[int]) -> None:
-        got.append(msg)
+    got = handled_messages(mq)
 
     async with mq:
         await mq.publish_many("job", list(range(10)))

@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue, RedisFailure, Retry, RetryPolicy
-from tests.conftest import QueueFactory, pending_count, wait_for
+from tests.conftest import QueueFactory, handled_messages, pending_count, wait_for
 from tests.test_consume import run_until
 
 pytestmark = pytest.mark.anyio
@@ -42,11 +42,7 @@ async def test_dead_consumers_entries_are_claimed(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     mq = make_queue(consumer="alive", claim_idle=0.3, claim_interval=0.1)
-    got: list[Message[int]] = []
-
-    @mq.handler("job")
-    async def handle(msg: Message[int]) -> None:
-        got.append(msg)
+    got = handled_messages(mq)
 
     async with mq:
         await mq.publish_many("job", list(range(10)))
