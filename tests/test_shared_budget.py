@@ -14,6 +14,7 @@ from streamq.message import RawEntry
 from streamq.wire import resp
 from streamq.wire.client import connect
 from tests.conftest import wait_for
+from tests.room import woken_by
 
 pytestmark = pytest.mark.anyio
 
@@ -90,20 +91,9 @@ async def test_a_reader_waiting_wakes_when_another_reads_nothing_and_gives_its_r
     budget = Budget(max_in_flight=4, read_count=4, readers=2)
     busy, waiting = Capacity(4, 4, budget), Capacity(4, 4, budget)
     busy.reserve(4)  # a read holding all the room blocks on an empty partition
-    woke = anyio.Event()
-
-    async def reader() -> None:
-        await waiting.wait_for_room(lambda: False)
-        woke.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)
-        await anyio.wait_all_tasks_blocked()
-        busy.release_read(4, got=0)  # nothing read: no entry will finish to wake anyone
-        with anyio.move_on_after(2):
-            await woke.wait()
-        tg.cancel_scope.cancel()
-    assert woke.is_set(), "the waiting reader was not woken when room came back"
+    # nothing read: no entry will finish to wake anyone
+    woke = await woken_by(lambda: busy.release_read(4, got=0), waiting)
+    assert woke, "the waiting reader was not woken when room came back"
 
 
 async def test_the_read_after_a_full_one_does_not_block_on_a_stream_another_drained(
