@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from streamq.server import binary_path, free_port
+from streamq.server.private import reap
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 30.0  # a restart replays the AOF first
@@ -71,14 +72,11 @@ class SoakServer:
             self._process = None
 
     def stop(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process = None
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT; keeps the data directory."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.terminate()
+            reap(process, STOP_TIMEOUT)
 
 
 def spawn(module: str, args: list[str], log_path: Path) -> subprocess.Popen[str]:
