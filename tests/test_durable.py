@@ -35,20 +35,16 @@ def queue(pair: EmbeddedCluster) -> MessageQueue:
     return MessageQueue(pair.url, stream=f"test-{os.urandom(6).hex()}", group="g")
 
 
+@pytest.mark.parametrize("fsync", [False, True], ids=["written", "fsynced"])
 async def test_a_durable_publish_returns_once_the_replica_has_the_entry(
-    pair: EmbeddedCluster, replica: redis.Redis
+    pair: EmbeddedCluster, replica: redis.Redis, fsync: bool
 ) -> None:
+    """With ``fsync`` the publish also waits for the replica's append-only file (which
+    this replica writes at every command: ``appendfsync always``)."""
+    if fsync:
+        replica.config_set("appendfsync", "always")
     async with queue(pair) as mq:
-        entry_id = await mq.publish("job", {"n": 1}, replicas=1, timeout=5)
-        assert [i.decode() for i, _ in replica.xrange(mq.stream)] == [entry_id]
-
-
-async def test_fsync_waits_for_the_replicas_append_only_file(
-    pair: EmbeddedCluster, replica: redis.Redis
-) -> None:
-    replica.config_set("appendfsync", "always")
-    async with queue(pair) as mq:
-        entry_id = await mq.publish("job", {"n": 1}, replicas=1, timeout=5, fsync=True)
+        entry_id = await mq.publish("job", {"n": 1}, replicas=1, timeout=5, fsync=fsync)
         assert [i.decode() for i, _ in replica.xrange(mq.stream)] == [entry_id]
 
 
