@@ -391,9 +391,8 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         ``error`` if any."""
         consumer = self._consumer
         running = self._state is State.RUNNING and consumer is not None and consumer.reading
-        parts = (
-            [] if self._state is State.CLOSED else [(self.client_for(s), s) for s in self.streams]
-        )
+        closed = self._state is State.CLOSED
+        parts = [] if closed else [(self.client_for(s), s) for s in self.streams]
         return await health_report(
             parts, self.group, state=self._state.value, consuming=running,
             stop_reason=self.stop_reason,
