@@ -6,6 +6,7 @@ a master start their own set; the others share the plugin's ``streamq_sentinel_u
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,7 +19,7 @@ import redis.asyncio as aioredis
 
 from streamq import EmbeddedSentinel
 from streamq.server import free_port
-from streamq.wire.pool_options import CONNECTION_OPTIONS
+from streamq.wire.pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS
 from streamq.wire.sentinel import async_client, sync_client
 from streamq.wire.timeouts import SOCKET_TIMEOUT
 
@@ -95,6 +96,33 @@ def test_a_sync_client_from_the_url_writes_and_reads_raw_bytes(streamq_sentinel_
         assert client.get(key) == b"v"
         assert client.execute_command("ROLE")[0] == b"master"
         client.delete(key)
+
+
+def test_a_full_sync_pool_waits_for_a_free_connection_then_gives_up(
+    streamq_sentinel_url: str,
+) -> None:
+    """Threads sharing the blocking client get what asyncio tasks get: at most
+    ``max_connections``, a caller past the limit waiting ``pool_timeout`` for a free one (a
+    pool without a limit opened a connection per thread, one with a limit failed at once)."""
+    key = f"test-{uuid.uuid4().hex[:12]}"
+    client = sync_client(streamq_sentinel_url, max_connections=1, pool_timeout=10)
+    impatient = sync_client(streamq_sentinel_url, max_connections=1, pool_timeout=0.05)
+    try:
+        with sync_client(streamq_sentinel_url) as default:
+            assert default.connection_pool.max_connections == MAX_CONNECTIONS
+        for blocked, wait in ((client, True), (impatient, False)):
+            holder = threading.Thread(target=blocked.blpop, args=([key], 0.5))
+            holder.start()
+            time.sleep(0.1)  # the only connection is now blocked in BLPOP
+            if wait:
+                assert blocked.ping() is True  # waited for it instead of failing
+            else:
+                with pytest.raises(redis.ConnectionError, match="No connection available"):
+                    blocked.ping()
+            holder.join()
+    finally:
+        client.close()
+        impatient.close()
 
 
 # -- failover ------------------------------------------------------------------------------

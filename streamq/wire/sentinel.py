@@ -43,6 +43,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
+from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 
 from ..errors import ConfigError
 from .pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS
@@ -264,6 +265,11 @@ class _BlockingSentinelPool(AsyncSentinelPool, aioredis.BlockingConnectionPool):
     ``timeout`` instead of failing at once."""
 
 
+class _SyncBlockingSentinelPool(SyncSentinelPool, redis.BlockingConnectionPool):  # type: ignore[misc]
+    """The same for the blocking client: threads past the limit wait for a free connection
+    (redis-py's own Sentinel pool has no limit, or fails at once when given one)."""
+
+
 class _AsyncSentinelClient(aioredis.Redis):  # type: ignore[misc]
     """Closes the sentinels' connections with its own (redis-py leaves them open)."""
 
@@ -308,15 +314,24 @@ def async_client(
     return client
 
 
-def sync_client(url: str) -> redis.Redis:
-    """A synchronous client of the master of a Sentinel URL's service, with the options
-    ``redis.Redis.from_url`` gives a plain URL (raw replies, no retries) and keepalive.
+def sync_client(
+    url: str, *, max_connections: int = MAX_CONNECTIONS, pool_timeout: float | None = POOL_WAIT
+) -> redis.Redis:
+    """A synchronous client of the master of a Sentinel URL's service, with the options and
+    the blocking pool of :func:`async_client` (threads past ``max_connections`` wait up to
+    ``pool_timeout`` seconds for a free connection).
 
     Raises:
         ConfigError: the URL is not a valid Sentinel URL.
     """
     client: redis.Redis = _master_client(
-        url, _SyncSentinelManager, Retry, redis_class=_SyncSentinelClient
+        url,
+        _SyncSentinelManager,
+        Retry,
+        redis_class=_SyncSentinelClient,
+        connection_pool_class=_SyncBlockingSentinelPool,
+        max_connections=max_connections,
+        timeout=pool_timeout,
     )
     return client
 
