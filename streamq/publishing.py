@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from .config import Duration, positive, seconds
 from .errors import NotReplicatedError, ServerUnavailableError
 from .message import encode_entry
-from .topic.partitions import partition_for_key
+from .topic.partitions import check_partition_count, partition_for_key
 from .tracing import with_trace_context
 from .wire import idempotency, resp
 from .wire.client import ride_through
@@ -55,6 +55,23 @@ class PublishOperations:
 
     def client_for(self, stream: str) -> aioredis.Redis:
         raise NotImplementedError
+
+    async def check_shape(self) -> None:
+        """Check the topic's recorded partition count against this queue's (recording it
+        the first time), as ``open()`` does; a queue that publishes without being opened
+        does it at its first publish (once per connection): a plain queue's publish to a
+        partitioned topic would go to a stream no consumer reads."""
+        deployment = self.deployment
+        await check_partition_count(self.client, self.stream, self.partitions)
+        self.__dict__["_shape_of"] = deployment
+
+    async def _check_shape_once(self) -> None:
+        """:meth:`check_shape` for publishes without ``open()``: one at a time (200 first
+        publishes at once make one check, not 200 on as many connections)."""
+        lock = self.__dict__.setdefault("_shape_lock", anyio.Lock())
+        async with lock:
+            if self.__dict__.get("_shape_of") is not self.deployment:
+                await ride_through(self.deployment, self.check_shape)
 
     def _partition(self, key: Key | None) -> int:
         """The partition of a message: by its key's hash, else the next in turn."""
@@ -100,6 +117,8 @@ class PublishOperations:
         """
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
+        if self.__dict__.get("_shape_of") is not self.deployment:  # inline: the hot path
+            await self._check_shape_once()
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         partition = self._partition(key)
         stream = self.streams[partition]
@@ -215,6 +234,8 @@ class PublishOperations:
         meta = with_trace_context(meta)
         items = list(items)
         encoded = [encode_entry(message_type, item, meta) for item in items]
+        if self.__dict__.get("_shape_of") is not self.deployment:
+            await self._check_shape_once()
         by_partition: dict[int, list[int]] = {}
         for position, item in enumerate(items):
             one_key = key(item) if callable(key) else key

@@ -41,7 +41,6 @@ from .topic import admin
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
 from .topic.partitions import (
-    check_partition_count,
     partition_streams,
     recorded_partitions,
     validate_partitions,
@@ -231,7 +230,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     async def _prepare(self) -> None:
         if self.partitions > 1:  # the topic's own record of its partitions
             await check_permissions(self.client, self.stream, consuming=False, partitioned=True)
-        await check_partition_count(self.client, self.stream, self.partitions)
+        await self.check_shape()
         for stream in self.streams:
             client = self.client_for(stream)
             await check_permissions(
