@@ -64,7 +64,8 @@ async def test_a_publisher_publishes_to_the_partitions_a_consumer_reads(
             in_turn = [publisher.publish("order", {"n": n}) for n in range(8)]
             keyed = {k: publisher.publish("order", {"n": 10}, key=k) for k in "abc"}
             same_key = publisher.publish_many("order", [{"n": 20}, {"n": 21}], key=b"a")
-            by_item = publisher.publish_many("order", [{"n": n} for n in range(6)], key=str)
+            items = [{"n": n} for n in range(6)]
+            by_item = publisher.publish_many("order", items, key=lambda item: str(item["n"]))
         async with mq.running():
             await wait_for(lambda: len(seen) == 22, what="every message published")
     assert Counter(map(partition_of, in_turn)) == dict.fromkeys(range(4), 2)
