@@ -57,6 +57,8 @@ class PublishOperations:
 
     def _partition(self, key: Key | None) -> int:
         """The partition of a message: by its key's hash, else the next in turn."""
+        if key is None and self.partitions == 1:
+            return 0  # the usual case, without a call
         return choose_partition(key, self.partitions, self._next_turn)
 
     def _next_turn(self) -> int:

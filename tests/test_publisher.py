@@ -23,6 +23,7 @@ from streamq import (
 )
 from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
+from streamq.wire.timeouts import SOCKET_TIMEOUT
 from tests.conftest import sync_client, wait_for
 from tests.queues import queue
 
@@ -190,3 +191,17 @@ def test_a_durable_publish_returns_once_the_replica_has_the_entry(
     stream = partition_streams(topic, 2)[partition_for_key("k", 2)]
     ids = [f"{partition_for_key('k', 2)}:{i.decode()}" for i, _ in replica.xrange(stream)]
     assert ids == [entry, again]
+
+
+@pytest.mark.slow
+def test_a_durable_publish_waits_longer_than_the_socket_timeout(
+    redis_url: str, stream: str
+) -> None:
+    """WAIT holds its reply for ``timeout``: the read waits that long, not SOCKET_TIMEOUT."""
+    wait = SOCKET_TIMEOUT + 0.5
+    with Publisher(redis_url, stream=stream) as publisher:
+        started = time.monotonic()
+        with pytest.raises(NotReplicatedError):
+            publisher.publish("job", 1, replicas=1, timeout=wait)
+        assert wait <= time.monotonic() - started < wait + 2
+        assert publisher.publish("job", 2), "the connection is usable again"
