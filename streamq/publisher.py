@@ -2,31 +2,49 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import redis
+
+from .config import Duration
 from .errors import ConfigError
 from .message import encode_entry
+from .publish_plan import (
+    Durability,
+    Fields,
+    Key,
+    choose_partition,
+    group_by_partition,
+    named,
+    packed_chunks,
+    xadd_command,
+)
+from .topic.partitions import (
+    check_partition_count_sync,
+    partition_streams,
+    recorded_partitions_sync,
+    validate_partitions,
+)
 from .tracing import with_trace_context
-from .wire import resp
+from .wire import idempotency, resp
 from .wire.client import connect_sync, ride_through_sync
 from .wire.coalesce_sync import SyncCoalescer
+from .wire.features import Features, probe_sync
 from .wire.keys import validate_stream_name
 
 
-def xadd_chunks(
-    stream: str, message_type: str, items: Iterable[Any], meta: Mapping[str, str] | None,
-    chunk: int,
-) -> Iterator[tuple[bytes, int]]:  # fmt: skip
-    """Packed ``XADD`` commands, ``chunk`` per pipeline, and how many each holds.
+@dataclass(frozen=True, slots=True)
+class PublishedTopic:
+    """The streams a Publisher adds to (one per partition) and their clients."""
 
-    Every item is encoded before the first chunk is yielded: a bad item raises
-    MessageFormatError and nothing is sent.
-    """
-    encoded = [encode_entry(message_type, item, meta) for item in items]
-    for start in range(0, len(encoded), chunk):
-        yield resp.pack_xadds(stream, encoded[start : start + chunk])
+    partitions: int
+    streams: tuple[str, ...]
+    clients: tuple[redis.Redis, ...]
 
 
 class Publisher:
@@ -34,12 +52,25 @@ class Publisher:
 
     ``url=None`` uses ``$STREAMQ_REDIS_URL``, else this process's embedded server; any
     node of a Redis Cluster works (``cluster`` as for :class:`streamq.MessageQueue`).
+
+    ``partitions``: None follows the topic's record (read at the first publish): a topic
+    opened with ``MessageQueue(..., partitions=N)`` is published to its N partitions, a
+    topic without a record is a plain stream. An int is checked at the first publish as
+    ``MessageQueue`` checks it (and recorded if the topic has no record yet): another
+    count than recorded, or ``partitions`` > 1 on a plain stream, raises ConfigError.
     """
 
     def __init__(
-        self, url: str | None = None, stream: str = "task-stream", *, cluster: bool | None = None
+        self,
+        url: str | None = None,
+        stream: str = "task-stream",
+        *,
+        partitions: int | None = None,
+        cluster: bool | None = None,
     ) -> None:
         validate_stream_name(stream)
+        if partitions is not None:
+            validate_partitions(partitions)
         if cluster not in (None, True, False):
             raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if url is None:
@@ -48,33 +79,145 @@ class Publisher:
             url = default_url()
         self.url, self.stream = url, stream
         self._deployment = connect_sync(url, cluster=cluster)
-        self._client = self._deployment.client_for(stream)
+        self._client = self._deployment.client_for(stream)  # the topic's own slot
         self._coalescer = SyncCoalescer()  # threads publishing at once share writes
+        self._requested = partitions
+        self._topic: PublishedTopic | None = None  # known at the first publish
+        self._features: Features | None = None
+        self._lock = threading.Lock()  # the topic and the features are asked once
+        self._next_turn: Callable[[], int] = itertools.count().__next__  # atomic
 
-    def publish(self, message_type: str, data: Any, meta: Mapping[str, str] | None = None) -> str:
-        """Add one message; return its entry ID."""
+    def publish(
+        self,
+        message_type: str,
+        data: Any,
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | None = None,
+        replicas: int = 0,
+        timeout: Duration = 1.0,
+        fsync: bool = False,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Add one message; return its entry ID (``"3:<ms>-<seq>"`` on a partitioned
+        topic). ``key``, ``replicas``, ``timeout``, ``fsync`` and ``idempotency_key`` as
+        for :meth:`streamq.MessageQueue.publish`: the same partitions, the same errors
+        (MessageFormatError, ConfigError, NotReplicatedError)."""
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
+        once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
+        durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
+        topic = self._topic or self._resolve_topic()
+        # without a key, the idempotency key picks the partition (as MessageQueue.publish)
+        partition = choose_partition(
+            once if key is None else key, topic.partitions, self._next_turn
+        )
+        stream, client = topic.streams[partition], topic.clients[partition]
+        if durability is not None:
+            entry_id, reached = self._publish_durably(client, stream, fields, durability, once)
+            return durability.confirm(named(topic.partitions, partition, entry_id), reached)
 
         def xadd() -> str:
-            return self._coalescer.xadd(self._client, self.stream, fields)
+            if once is not None:
+                return self._xadd_once(client, stream, fields, once)
+            return self._coalescer.xadd(client, stream, fields)
 
-        return ride_through_sync(self._deployment, xadd)
+        return named(topic.partitions, partition, ride_through_sync(self._deployment, xadd))
 
     def publish_many(
-        self, message_type: str, items: Iterable[Any], meta: Mapping[str, str] | None = None,
-        *, chunk: int = 1000,
-    ) -> list[str]:  # fmt: skip
-        """Add many messages of one type, pipelined; return their IDs in order."""
+        self,
+        message_type: str,
+        items: Iterable[Any],
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | Callable[[Any], Key] | None = None,
+        chunk: int = 1000,
+    ) -> list[str]:
+        """Add many messages of one type, pipelined; return their IDs in order.
+
+        ``key``: one key for all, or a function giving each item's key (as for
+        :meth:`streamq.MessageQueue.publish_many`). Every item is encoded before anything
+        is sent: a bad one raises MessageFormatError and nothing is published.
+        """
         meta = with_trace_context(meta)
+        items = list(items)
+        encoded = [encode_entry(message_type, item, meta) for item in items]
+        topic = self._topic or self._resolve_topic()
+
+        def choose(one_key: Key | None) -> int:
+            return choose_partition(one_key, topic.partitions, self._next_turn)
+
+        ids: list[str] = [""] * len(encoded)
+        for partition, positions in group_by_partition(items, key, choose).items():
+            sent = self._send_chunks(topic, partition, [encoded[i] for i in positions], chunk)
+            for position, entry_id in zip(positions, sent, strict=True):
+                ids[position] = named(topic.partitions, partition, entry_id)
+        return ids
+
+    def _send_chunks(
+        self, topic: PublishedTopic, partition: int, entries: list[Fields], chunk: int
+    ) -> list[str]:
+        client = topic.clients[partition]
         ids: list[str] = []
-        for packed, count in xadd_chunks(self.stream, message_type, items, meta, chunk):
+        for packed, count in packed_chunks(topic.streams[partition], entries, chunk):
 
             def send(packed: bytes = packed, count: int = count) -> list[Any]:
-                return resp.execute_sync(self._client, packed, count)
+                return resp.execute_sync(client, packed, count)
 
             ids.extend(i.decode() for i in ride_through_sync(self._deployment, send))
         return ids
+
+    def _xadd_once(self, client: redis.Redis, stream: str, fields: Fields, key: str) -> str:
+        if self._server_features().xadd_idmp:
+            return self._coalescer.xadd(client, stream, fields, idempotency.idmp_options(key))
+        return idempotency.fallback_xadd_sync(client, stream, key, fields)
+
+    def _publish_durably(
+        self,
+        client: redis.Redis,
+        stream: str,
+        fields: Fields,
+        durability: Durability,
+        key: str | None,
+    ) -> tuple[str, int]:
+        """The entry's ID and how many replicas confirmed it (``key``: idempotently)."""
+        xadd_idmp = key is not None and self._server_features().xadd_idmp
+        packed = durability.pack(xadd_command(stream, fields, key, xadd_idmp=xadd_idmp))
+
+        def xadd_and_wait() -> tuple[str, int]:
+            replies = resp.execute_sync(client, packed, 2, read_timeout=durability.read_timeout)
+            return durability.read(replies)
+
+        return ride_through_sync(self._deployment, xadd_and_wait)
+
+    def _resolve_topic(self) -> PublishedTopic:
+        """The topic's partitions, asked of the server once (by the first publish)."""
+        with self._lock:
+            if self._topic is None:
+                self._topic = ride_through_sync(self._deployment, self._read_topic)
+            return self._topic
+
+    def _read_topic(self) -> PublishedTopic:
+        if self._requested is None:
+            partitions = recorded_partitions_sync(self._client, self.stream) or 1
+        else:
+            check_partition_count_sync(self._client, self.stream, self._requested)
+            partitions = self._requested
+        streams = partition_streams(self.stream, partitions)
+        clients = tuple(
+            self._client if s == self.stream else self._deployment.client_for(s) for s in streams
+        )
+        return PublishedTopic(partitions, streams, clients)
+
+    def _server_features(self) -> Features:
+        """What the server supports beyond Redis 7.0, asked once."""
+        features = self._features
+        if features is None:
+            with self._lock:
+                if self._features is None:
+                    self._features = probe_sync(self._client)
+                features = self._features
+        return features
 
     def close(self) -> None:
         self._coalescer.close()

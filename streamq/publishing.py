@@ -12,28 +12,28 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
-from .config import Duration, positive, seconds
-from .errors import NotReplicatedError, ServerUnavailableError
+from .config import Duration
+from .errors import ServerUnavailableError
 from .message import encode_entry
-from .topic.partitions import check_partition_count, partition_for_key
+from .publish_plan import (
+    Durability,
+    Fields,
+    Key,
+    choose_partition,
+    group_by_partition,
+    named,
+    packed_chunks,
+    xadd_command,
+)
+from .topic.partitions import check_partition_count
 from .tracing import with_trace_context
 from .wire import idempotency, resp
 from .wire.client import ride_through
 from .wire.coalesce import Coalescer
 from .wire.features import Features, probe
 from .wire.routing import Deployment
-from .wire.timeouts import blocking_timeout
 
-Fields = dict[bytes | str, bytes | str]
-Key = str | bytes
 FIRST_RETRY_DELAY = 0.05  # as ride_through's first backoff
-
-
-def durable_wait(replicas: int, wait: float, *, fsync: bool) -> tuple[str | int, ...]:
-    """``WAIT replicas ms``, or with ``fsync`` ``WAITAOF 0 replicas ms`` (this master's own
-    fsync is not waited for: it may run without an append-only file)."""
-    ms = max(1, int(wait * 1000))
-    return ("WAITAOF", 0, replicas, ms) if fsync else ("WAIT", replicas, ms)
 
 
 class PublishOperations:
@@ -51,7 +51,7 @@ class PublishOperations:
 
     partitions: int
     streams: tuple[str, ...]
-    _turn: int = -1  # the partition the last keyless publish went to
+    _turns: int = 0  # keyless publishes so far: the next goes to this one's partition
 
     def client_for(self, stream: str) -> aioredis.Redis:
         raise NotImplementedError
@@ -75,15 +75,14 @@ class PublishOperations:
 
     def _partition(self, key: Key | None) -> int:
         """The partition of a message: by its key's hash, else the next in turn."""
-        if key is not None:
-            return partition_for_key(key, self.partitions)
-        if self.partitions == 1:
-            return 0
-        self._turn = (self._turn + 1) % self.partitions
-        return self._turn
+        if key is None and self.partitions == 1:
+            return 0  # the usual case, without a call
+        return choose_partition(key, self.partitions, self._next_turn)
 
-    def _named(self, partition: int, entry_id: str) -> str:
-        return entry_id if self.partitions == 1 else f"{partition}:{entry_id}"
+    def _next_turn(self) -> int:
+        turn = self._turns
+        self._turns = turn + 1
+        return turn
 
     async def publish(
         self,
@@ -113,25 +112,29 @@ class PublishOperations:
         ``idempotency_key``: at most one entry per key (within a window): publishing again
         with a key already used returns the first entry's ID and adds nothing, so a
         producer may retry a publish whose reply it lost (:mod:`streamq.wire.idempotency`:
-        ``XADD ... IDMP`` on Redis >= 8.6, a script elsewhere).
+        ``XADD ... IDMP`` on Redis >= 8.6, a script elsewhere). Without ``key`` it also
+        picks the partition (a retry must go where the first publish went).
         """
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         if self.__dict__.get("_shape_of") is not self.deployment:  # inline: the hot path
             await self._check_shape_once()
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
-        partition = self._partition(key)
+        # without a key, the idempotency key picks the partition: a retry goes where the
+        # first publish went (in turn, it would land on the next and be added again)
+        partition = self._partition(once if key is None else key)
         stream = self.streams[partition]
         client = self.client_for(stream)
         if replicas:
-            wait = seconds(timeout, "timeout")
-            entry_id = await self._publish_durably(
-                client, stream, fields, replicas, wait, fsync=fsync, key=once, partition=partition
+            durability = Durability.of(replicas, timeout, fsync=fsync)
+            entry_id, reached = await self._publish_durably(
+                client, stream, fields, durability, once
             )
-            return self._named(partition, entry_id)
+            return durability.confirm(named(self.partitions, partition, entry_id), reached)
         if once is None:
             try:  # the usual case, without the wrappers below (a fifth of a publish's CPU)
-                return self._named(partition, await self.coalescer.xadd(client, stream, fields))
+                entry_id = await self.coalescer.xadd(client, stream, fields)
+                return named(self.partitions, partition, entry_id)
             except ServerUnavailableError:
                 if not self.deployment.fails_over:
                     raise
@@ -142,7 +145,7 @@ class PublishOperations:
                 return await self._xadd_once(client, stream, fields, once)
             return await self.coalescer.xadd(client, stream, fields)
 
-        return self._named(partition, await ride_through(self.deployment, xadd))
+        return named(self.partitions, partition, await ride_through(self.deployment, xadd))
 
     async def _xadd_once(
         self, client: aioredis.Redis, stream: str, fields: Fields, key: str
@@ -178,43 +181,18 @@ class PublishOperations:
         client: aioredis.Redis,
         stream: str,
         fields: Fields,
-        replicas: int,
-        wait: float,
-        *,
-        fsync: bool,
+        durability: Durability,
         key: str | None,
-        partition: int,
-    ) -> str:
-        positive(replicas, "replicas")
-        wait_command = durable_wait(replicas, wait, fsync=fsync)
+    ) -> tuple[str, int]:
+        """The entry's ID and how many replicas confirmed it (``key``: idempotently)."""
+        xadd_idmp = key is not None and (await self._server_features()).xadd_idmp
 
         async def xadd_and_wait() -> tuple[str, int]:
-            add = await self._xadd_command(stream, fields, key)
-            packed = resp.pack_command(add) + resp.pack_command(wait_command)
-            # WAIT holds its reply up to `wait`: more than the usual socket timeout
-            entry_id, reached = await resp.execute(
-                client, packed, 2, read_timeout=blocking_timeout(wait)
-            )
-            return entry_id.decode(), int(reached[1] if fsync else reached)
+            packed = durability.pack(xadd_command(stream, fields, key, xadd_idmp=xadd_idmp))
+            replies = await resp.execute(client, packed, 2, read_timeout=durability.read_timeout)
+            return durability.read(replies)
 
-        entry_id, reached = await ride_through(self.deployment, xadd_and_wait)
-        if reached < replicas:
-            named = self._named(partition, entry_id)  # as publish would have returned it
-            where = "written to the append-only file of" if fsync else "reached"
-            raise NotReplicatedError(
-                f"entry {named} {where} {reached} of {replicas} replica(s) within {wait:g}s; "
-                "it is in the stream, but a failover now could lose it",
-                entry_id=named, replicas=reached,
-            )  # fmt: skip
-        return entry_id
-
-    async def _xadd_command(self, stream: str, fields: Fields, key: str | None) -> list[Any]:
-        """The XADD (or the idempotent fallback's EVAL) a durable publish pipelines."""
-        if key is not None and not (await self._server_features()).xadd_idmp:
-            return idempotency.fallback_command(stream, key, fields)
-        options = () if key is None else idempotency.idmp_options(key)
-        flat = [item for pair in fields.items() for item in pair]
-        return ["XADD", stream, *options, "*", *flat]
+        return await ride_through(self.deployment, xadd_and_wait)
 
     async def publish_many(
         self,
@@ -236,23 +214,18 @@ class PublishOperations:
         encoded = [encode_entry(message_type, item, meta) for item in items]
         if self.__dict__.get("_shape_of") is not self.deployment:
             await self._check_shape_once()
-        by_partition: dict[int, list[int]] = {}
-        for position, item in enumerate(items):
-            one_key = key(item) if callable(key) else key
-            by_partition.setdefault(self._partition(one_key), []).append(position)
         ids: list[str] = [""] * len(encoded)
-        for partition, positions in by_partition.items():
+        for partition, positions in group_by_partition(items, key, self._partition).items():
             sent = await self._send_chunks(partition, [encoded[i] for i in positions], chunk)
             for position, entry_id in zip(positions, sent, strict=True):
-                ids[position] = self._named(partition, entry_id)
+                ids[position] = named(self.partitions, partition, entry_id)
         return ids
 
     async def _send_chunks(self, partition: int, entries: list[Fields], chunk: int) -> list[str]:
         stream = self.streams[partition]
         client = self.client_for(stream)
         ids: list[str] = []
-        for start in range(0, len(entries), chunk):
-            packed, count = resp.pack_xadds(stream, entries[start : start + chunk])
+        for packed, count in packed_chunks(stream, entries, chunk):
 
             async def send(packed: bytes = packed, count: int = count) -> list[Any]:
                 return await resp.execute(client, packed, count)

@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from streamq import Message, MessageQueue
+from streamq import EmbeddedCluster, Message, MessageQueue
 from streamq.testing import TEST_TIMINGS
 from streamq.wire.client import connect, connect_sync
 
@@ -95,6 +95,24 @@ def each_master(url: str) -> list[redis.Redis]:
         client.auto_close_connection_pool = True  # closing the client closes its pool
         clients.append(client)
     return clients
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[EmbeddedCluster]:
+    """An embedded cluster of one master and one replica (for durable publishing), one per
+    test module that asks for it."""
+    with EmbeddedCluster(masters=1, replicas=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def replica(pair: EmbeddedCluster) -> Iterator[redis.Redis]:
+    """A client of ``pair``'s replica, reading (``appendfsync`` reset after the test)."""
+    (node,) = [n for n in pair.nodes if n.role == "replica"]
+    with redis.Redis.from_url(node.url) as client:
+        client.execute_command("READONLY")  # a cluster replica serves reads after this
+        yield client
+        client.config_set("appendfsync", "no")  # as the embedded cluster starts its nodes
 
 
 QueueFactory = Callable[..., MessageQueue]

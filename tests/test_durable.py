@@ -6,7 +6,6 @@ fsyncs (``appendfsync no``) cannot confirm."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -14,21 +13,6 @@ import redis
 from streamq import EmbeddedCluster, MessageQueue, NotReplicatedError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(masters=1, replicas=1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def replica(pair: EmbeddedCluster) -> Iterator[redis.Redis]:
-    (node,) = [n for n in pair.nodes if n.role == "replica"]
-    with redis.Redis.from_url(node.url) as client:
-        client.execute_command("READONLY")  # a cluster replica serves reads after this
-        yield client
-        client.config_set("appendfsync", "no")  # as the embedded cluster starts its nodes
 
 
 def queue(pair: EmbeddedCluster) -> MessageQueue:

@@ -8,7 +8,8 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import MessageFormatError, NotReplicatedError
+from streamq import MessageFormatError, MessageQueue, NotReplicatedError
+from streamq.topic.partitions import partition_for_key
 from streamq.wire import idempotency
 from streamq.wire.features import Features, probe
 from tests.conftest import QueueFactory
@@ -104,3 +105,19 @@ async def test_a_key_that_is_not_a_non_empty_string_is_refused(
     with pytest.raises(MessageFormatError, match="idempotency_key must be a non-empty string"):
         await mq.publish("job", {}, idempotency_key=key)  # type: ignore[arg-type]
     assert await client.xlen(mq.stream) == 0
+
+
+async def test_on_a_partitioned_topic_a_key_without_a_message_key_stays_in_one_partition(
+    redis_url: str, stream: str
+) -> None:
+    """Without ``key=`` publishes take the partitions in turn; a retry under the same
+    idempotency key must go where the first went, or the partition it lands on adds it
+    again. The idempotency key picks the partition then."""
+    async with MessageQueue(redis_url, stream=stream, partitions=4) as mq:
+        first = await mq.publish("job", 1, idempotency_key="order-42")
+        retries = [await mq.publish("job", 1, idempotency_key="order-42") for _ in range(4)]
+        info = await mq.topic_info()
+        await mq.terminate_topic()
+    assert retries == [first] * 4
+    assert info.length == 1, f"{info.length} entries for one idempotency key"
+    assert first.startswith(f"{partition_for_key('order-42', 4)}:")

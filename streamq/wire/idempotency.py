@@ -19,6 +19,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 
 from ..errors import MessageFormatError
@@ -26,6 +27,7 @@ from .keys import Keys
 
 PRODUCERS = 64  # IDMP producer-ids ("streamq:0".."streamq:63") the keys are spread over
 WINDOW = 3600.0  # seconds the fallback remembers a key
+Fields = dict[bytes | str, bytes | str]
 
 # KEYS: stream, the key's record. ARGV: window (ms), then field, value, ...
 IDEMPOTENT_XADD = """
@@ -53,19 +55,29 @@ def record_key(stream: str, key: str) -> str:
     return f"{Keys(stream).prefix}idmp:{key}"
 
 
-def fallback_command(stream: str, key: str, fields: dict[bytes | str, bytes | str]) -> list[Any]:
+def fallback_command(stream: str, key: str, fields: Fields) -> list[Any]:
     """The fallback as one ``EVAL`` (what a pipeline with ``WAIT`` sends)."""
-    flat = [item for pair in fields.items() for item in pair]
-    return ["EVAL", IDEMPOTENT_XADD, 2, stream, record_key(stream, key), int(WINDOW * 1000), *flat]
+    keys, args = _script_call(stream, key, fields)
+    return ["EVAL", IDEMPOTENT_XADD, len(keys), *keys, *args]
 
 
-async def fallback_xadd(
-    client: aioredis.Redis, stream: str, key: str, fields: dict[bytes | str, bytes | str]
-) -> str:
+async def fallback_xadd(client: aioredis.Redis, stream: str, key: str, fields: Fields) -> str:
     """The fallback for one publish (``EVALSHA``, the script loaded on first use)."""
+    keys, args = _script_call(stream, key, fields)
+    return _entry_id(await client.register_script(IDEMPOTENT_XADD)(keys=keys, args=args))
+
+
+def fallback_xadd_sync(client: redis.Redis, stream: str, key: str, fields: Fields) -> str:
+    """:func:`fallback_xadd` for a blocking client (the Publisher)."""
+    keys, args = _script_call(stream, key, fields)
+    return _entry_id(client.register_script(IDEMPOTENT_XADD)(keys=keys, args=args))
+
+
+def _script_call(stream: str, key: str, fields: Fields) -> tuple[list[str], list[Any]]:
+    """The script's KEYS and ARGV for one entry."""
     flat = [item for pair in fields.items() for item in pair]
-    script = client.register_script(IDEMPOTENT_XADD)
-    entry_id = await script(
-        keys=[stream, record_key(stream, key)], args=[int(WINDOW * 1000), *flat]
-    )
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    return [stream, record_key(stream, key)], [int(WINDOW * 1000), *flat]
+
+
+def _entry_id(reply: Any) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)

@@ -13,7 +13,8 @@ write raises, and an error reply, leave as streamq's errors (:mod:`streamq.wire.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -212,11 +213,14 @@ async def _drop(connection: Any) -> None:
         await connection.disconnect()
 
 
-def execute_sync(client: redis.Redis, packed: bytes, replies: int) -> list[Any]:
-    """The same for a synchronous client (Spark executors)."""
+def execute_sync(
+    client: redis.Redis, packed: bytes, replies: int, *, read_timeout: float | None = None
+) -> list[Any]:
+    """The same for a synchronous client (the Publisher, Spark executors)."""
     pool, stream = client.connection_pool, _stream_of(client)
     try:
-        results = follow_asks_sync(pool, packed, _exchange_sync(pool, packed, replies))
+        exchanged = _exchange_sync(pool, packed, replies, read_timeout)
+        results = follow_asks_sync(pool, packed, exchanged)
     except (redis.RedisError, OSError) as e:
         raise translate(e, stream) from e
     _raise_first_error(results, stream)
@@ -230,16 +234,35 @@ def follow_asks_sync(pool: Any, packed: bytes, results: list[Any]) -> list[Any]:
     return results
 
 
-def _exchange_sync(pool: Any, packed: bytes, replies: int) -> list[Any]:
+def _exchange_sync(
+    pool: Any, packed: bytes, replies: int, read_timeout: float | None = None
+) -> list[Any]:
     connection = pool.get_connection()
     try:
         connection.send_packed_command([packed])
-        return read_replies_sync(connection, replies)
+        with _reading_for(connection, read_timeout):
+            return read_replies_sync(connection, replies)
     except BaseException:
         connection.disconnect()
         raise
     finally:
         pool.release(connection)
+
+
+@contextmanager
+def _reading_for(connection: Any, read_timeout: float | None) -> Iterator[None]:
+    """Each reply may take ``read_timeout`` (None: the connection's ``socket_timeout``).
+    Set on the socket: redis-py 5's blocking ``read_response`` takes no timeout."""
+    if read_timeout is None:
+        yield
+        return
+    sock = connection._sock
+    sock.settimeout(read_timeout)
+    try:
+        yield
+    finally:
+        if connection._sock is sock:  # else the connection was dropped
+            sock.settimeout(connection.socket_timeout)
 
 
 def read_replies_sync(connection: Any, replies: int) -> list[Any]:
