@@ -3,6 +3,7 @@ stream per test, and a factory for queues with fast timings."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,8 @@ import redis
 import redis.asyncio as aioredis
 
 from streamq import EmbeddedCluster, Message, MessageQueue
-from streamq.testing import TEST_TIMINGS
+from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.topic.partitions import partition_streams
 from streamq.wire.client import connect, connect_sync
 
 if TYPE_CHECKING:
@@ -113,6 +115,25 @@ def replica(pair: EmbeddedCluster) -> Iterator[redis.Redis]:
         client.execute_command("READONLY")  # a cluster replica serves reads after this
         yield client
         client.config_set("appendfsync", "no")  # as the embedded cluster starts its nodes
+
+
+@pytest.fixture(params=["node", "cluster"])
+def where(request: pytest.FixtureRequest) -> str:
+    """The URL of the test server, then of the embedded cluster (a test runs on each)."""
+    if request.param == "node":
+        return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue("streamq_cluster_url"))
+
+
+@pytest.fixture
+def topic(where: str) -> Iterator[str]:
+    """A fresh topic name on ``where``; its streams (plain, or of 2, 4 or 8 partitions)
+    and their keys are deleted after the test."""
+    name = f"test-{os.urandom(5).hex()}"
+    yield name
+    for partitions in (1, 2, 4, 8):
+        for stream in partition_streams(name, partitions):
+            delete_stream_keys(where, stream)
 
 
 QueueFactory = Callable[..., MessageQueue]

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -37,21 +36,6 @@ from tests.queues import ok_and_poison
 from tests.queues import queue as shared_queue
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["node", "cluster"])
-def where(request: pytest.FixtureRequest) -> str:
-    if request.param == "node":
-        return str(request.getfixturevalue("redis_url"))
-    return str(request.getfixturevalue("streamq_cluster_url"))
-
-
-@pytest.fixture
-def topic(where: str) -> Iterator[str]:
-    name = f"test-{os.urandom(5).hex()}"
-    yield name
-    for stream in (*partition_streams(name, 4), *partition_streams(name, 8), name):
-        delete_stream_keys(where, stream)
 
 
 def queue(url: str, topic: str, partitions: int = 4, **options: object) -> MessageQueue:

@@ -8,7 +8,6 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -28,21 +27,6 @@ from tests.conftest import sync_client, wait_for
 from tests.queues import queue
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["node", "cluster"])
-def where(request: pytest.FixtureRequest) -> str:
-    if request.param == "node":
-        return str(request.getfixturevalue("redis_url"))
-    return str(request.getfixturevalue("streamq_cluster_url"))
-
-
-@pytest.fixture
-def topic(where: str) -> Iterator[str]:
-    name = f"test-{os.urandom(5).hex()}"
-    yield name
-    for stream in (*partition_streams(name, 4), *partition_streams(name, 2), name):
-        delete_stream_keys(where, stream)
 
 
 def partition_of(entry_id: str) -> int:
