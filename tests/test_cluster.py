@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
 import pytest
@@ -334,9 +334,19 @@ async def test_a_slot_being_migrated_is_served_without_waiting_then_moved(
         await other.terminate_topic()
         await wait_for(lambda: set(published) <= set(handled), what="handled after")
         assert mq.deployment.node_of(replicated_stream) == f"127.0.0.1:{migration.target.port}"
-        assert (await mq.topic_info()).pending == 0
+        # a handler's ack is sent after it returns (coalesced): wait for it, do not race it
+        await wait_for(acknowledged_all(mq), what="every handled entry acknowledged")
         assert (await other.topic_info()).exists is False
         assert not mq.done.is_set(), f"consumer stopped: {mq.stop_reason}"
+
+
+def acknowledged_all(mq: MessageQueue) -> Callable[[], Awaitable[bool]]:
+    """A predicate for :func:`wait_for`: nothing of ``mq``'s topic is pending."""
+
+    async def nothing_pending() -> bool:
+        return (await mq.topic_info()).pending == 0
+
+    return nothing_pending
 
 
 def publish_sync(url: str, stream: str) -> list[str]:
