@@ -117,6 +117,25 @@ def replica(pair: EmbeddedCluster) -> Iterator[redis.Redis]:
         client.config_set("appendfsync", "no")  # as the embedded cluster starts its nodes
 
 
+@pytest.fixture(scope="module")
+def replicated() -> Iterator[EmbeddedCluster]:
+    """A cluster of three masters with a replica each, for a module whose tests kill and
+    move things (``test_cluster.py``, ``test_cluster_operations.py``)."""
+    with EmbeddedCluster(masters=3, replicas=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def replicated_stream(replicated: EmbeddedCluster) -> Iterator[str]:
+    """A fresh stream on :func:`replicated`; its keys (and a topic's partitions) deleted
+    after the test, once the cluster is whole again."""
+    stream = f"test-{os.urandom(6).hex()}"
+    yield stream
+    replicated.wait_ready()
+    for name in (stream, *partition_streams(stream, 6)):
+        delete_stream_keys(replicated.url, name)
+
+
 @pytest.fixture(params=["node", "cluster"])
 def where(request: pytest.FixtureRequest) -> str:
     """The URL of the test server, then of the embedded cluster (a test runs on each)."""

@@ -24,12 +24,16 @@ class TopicView(TopicOperations):
     ``deployment``; no consumer group of its own (``seek`` is not offered here)."""
 
     def __init__(self, deployment: Deployment, stream: str, partitions: int = 1) -> None:
-        self.deployment = deployment
+        self._deployment = deployment
         self.stream = stream
         self.group = ""
         self.cleanup_policy = CleanupPolicy()
         self.partitions = partitions
         self.streams = partition_streams(stream, partitions)
+
+    @property
+    def deployment(self) -> Deployment:
+        return self._deployment
 
     @property
     def client(self) -> aioredis.Redis:

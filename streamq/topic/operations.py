@@ -1,22 +1,35 @@
 """Operations on a topic that need no running consumer: stop/resume of entry IDs,
 termination, seek, inspection, cleanup and dead letters. :class:`MessageQueue` has them
 through :class:`TopicOperations`; each delegates to the module that owns the concern.
+
+On a cluster or a Sentinel service each step rides through a failover or a slot migration
+(:func:`~streamq.wire.client.ride_through`, as publishing does), except replaying dead
+letters: a replay whose reply was lost may have published, and a second one would again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 
 from ..config import CleanupPolicy
 from ..errors import ConfigError, InvalidMessageIdError
+from ..wire.client import ride_through
 from . import admin, control
 from .cleanup import Cleaner
 from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
 from .partitioned_info import Part, partitioned_topic_info
 from .partitions import PartitionedId, forget_partitions
+
+if TYPE_CHECKING:
+    from ..wire.routing import Deployment
+
+T = TypeVar("T")
 
 
 class TopicOperations:
@@ -34,6 +47,10 @@ class TopicOperations:
 
     @property
     def client(self) -> aioredis.Redis:
+        raise NotImplementedError
+
+    @property
+    def deployment(self) -> Deployment:
         raise NotImplementedError
 
     def client_for(self, stream: str) -> aioredis.Redis:
@@ -57,6 +74,12 @@ class TopicOperations:
     def _parts(self) -> list[tuple[int, str, aioredis.Redis]]:
         return [(i, s, self.client_for(s)) for i, s in enumerate(self.streams)]
 
+    async def _riding(self, operation: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``operation(*args, **kwargs)``, retried while a cluster or a Sentinel service
+        reconfigures (up to 30 s); on a single node its ServerUnavailableError is raised
+        at once."""
+        return await ride_through(self.deployment, partial(operation, *args, **kwargs))
+
     # -- control --------------------------------------------------------------------
     async def stop_message(self, entry_id: str) -> int:
         """Stop one entry for every consumer of every group until resumed; return how many
@@ -65,15 +88,20 @@ class TopicOperations:
         Raises MessageNotFoundError if the entry does not exist.
         """
         index, raw, client = self._locate(entry_id)
-        groups = await control.stop_message(client, self.streams[index], raw)
+        stream = self.streams[index]
+        groups = await self._riding(control.stop_message, client, stream, raw)
         self.stopped_view(index).ids.add(raw)
         return groups
 
     async def resume_message(self, entry_id: str) -> int:
         """Resume a stopped entry: it is handled once more, with its original ID. Return
-        how many groups it was given back to."""
+        how many groups it was given back to.
+
+        Raises MessageNotFoundError if the entry is not stopped (also when a resume whose
+        reply a failover cut off is retried: it was resumed then)."""
         index, raw, client = self._locate(entry_id)
-        groups = await control.resume_message(client, self.streams[index], raw)
+        stream = self.streams[index]
+        groups = await self._riding(control.resume_message, client, stream, raw)
         self.stopped_view(index).ids.discard(raw)
         return groups
 
@@ -81,37 +109,44 @@ class TopicOperations:
         return [
             self._named(i, entry_id)
             for i, stream, client in self._parts()
-            for entry_id in await control.stopped_ids(client, stream)
+            for entry_id in await self._riding(control.stopped_ids, client, stream)
         ]
 
     async def terminate_topic(self, *, keep_dead_letters: bool = False) -> None:
         """Delete the stream (every partition), all its groups and streamq's keys (dead
         letters too unless ``keep_dead_letters``); every running consumer stops at once."""
         for _, stream, client in self._parts():
-            await control.terminate_topic(client, stream, keep_dead_letters=keep_dead_letters)
+            await self._riding(
+                control.terminate_topic, client, stream, keep_dead_letters=keep_dead_letters
+            )
         if self.partitions > 1:
-            await forget_partitions(self.client, self.stream)
+            await self._riding(forget_partitions, self.client, self.stream)
 
     async def seek(self, entry_id: str) -> None:
         """Move this queue's group: it next delivers entries after ``entry_id``. On a
         partitioned topic ``"$"`` or ``"0"`` move every partition, an ID its own."""
         if entry_id in ("$", "0"):
             for _, stream, client in self._parts():
-                await admin.seek(client, stream, self.group, entry_id)
+                await self._riding(admin.seek, client, stream, self.group, entry_id)
             return
         try:
             index, raw, client = self._locate(entry_id)
         except InvalidMessageIdError as e:
             raise ConfigError(f"seek: {e}") from e
-        await admin.seek(client, self.streams[index], self.group, raw)
+        stream = self.streams[index]
+        await self._riding(admin.seek, client, stream, self.group, raw)
 
     async def topic_info(self) -> admin.TopicInfo:
         """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
         a partitioned topic the totals and a row per partition (``partitions``)."""
         if self.partitions == 1:
-            return await admin.topic_info(self.client, self.stream)
-        parts = [Part(i, s, c, self.node_of(s)) for i, s, c in self._parts()]
-        return await partitioned_topic_info(self.stream, parts)
+            return await self._riding(admin.topic_info, self.client, self.stream)
+
+        async def partitioned() -> admin.TopicInfo:  # a failover may move a partition
+            parts = [Part(i, s, c, self.node_of(s)) for i, s, c in self._parts()]
+            return await partitioned_topic_info(self.stream, parts)
+
+        return await self._riding(partitioned)
 
     # -- cleanup and dead letters ---------------------------------------------------
     def set_cleanup_policy(self, policy: CleanupPolicy) -> None:
@@ -123,8 +158,8 @@ class TopicOperations:
         many entries it removed."""
         removed = 0
         for _, stream, client in self._parts():
-            report = await Cleaner(client, stream, self.cleanup_policy).run_once()
-            removed += report.removed
+            cleaner = Cleaner(client, stream, self.cleanup_policy)
+            removed += (await self._riding(cleaner.run_once)).removed
         return removed
 
     @property
@@ -140,7 +175,7 @@ class TopicOperations:
         their ``id`` and ``original_id`` then name the partition)."""
         letters: list[DeadLetter] = []
         for i, stream, client in self._parts():
-            listed = await DeadLetters(client, stream).list(count)
+            listed = await self._riding(DeadLetters(client, stream).list, count)
             letters.extend(self._named_letter(i, letter) for letter in listed)
         return letters
 
@@ -166,4 +201,4 @@ class TopicOperations:
 
     async def purge_dead_letters(self) -> int:
         """Delete all dead letters; return how many there were."""
-        return sum([await DeadLetters(c, s).purge() for _, s, c in self._parts()])
+        return sum([await self._riding(DeadLetters(c, s).purge) for _, s, c in self._parts()])
