@@ -3,18 +3,27 @@ the blocking :class:`Publisher` alike (no I/O here): the partition of a message,
 that name it, and the commands of an idempotent or durable publish (``XADD ... IDMP`` or the
 fallback script, then ``WAIT``/``WAITAOF``) with the NotReplicatedError of one that no
 replica confirmed in time.
+
+Every publish first adds with ``XADD ... NOMKSTREAM``: a producer keeps what it knows of a
+topic's shape (its partition streams) for as long as it runs, and a topic terminated under
+it, perhaps re-created with another partition count, would otherwise get its publishes in
+streams no consumer reads. A nil reply (``StreamMissing``: the stream does not exist) makes
+the producer check the topic again; then the entry is added with the stream created
+(``make_stream``), as for the first publish to a new topic.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .config import Duration, positive, seconds
 from .errors import NotReplicatedError
 from .topic.partitions import partition_for_key
 from .wire import idempotency, resp
+from .wire.replies import added_id
 from .wire.timeouts import blocking_timeout
 
 Fields = dict[bytes | str, bytes | str]
@@ -50,20 +59,38 @@ def named(partitions: int, partition: int, entry_id: str) -> str:
     return entry_id if partitions == 1 else f"{partition}:{entry_id}"
 
 
+NOMKSTREAM = ("NOMKSTREAM",)  # XADD's options while the stream is known to exist
+
+
+def stream_options(make_stream: bool) -> tuple[str, ...]:
+    """XADD's options: none to create the stream if missing, else ``NOMKSTREAM``."""
+    return () if make_stream else NOMKSTREAM
+
+
 def packed_chunks(
-    stream: str, entries: Sequence[Fields], chunk: int
+    stream: str, entries: Sequence[Fields], chunk: int, *, make_stream: bool
 ) -> Iterator[tuple[bytes, int]]:
     """Pipelines of ``chunk`` XADDs to ``stream`` (``publish_many``), and how many each holds."""
+    options = stream_options(make_stream)
     for start in range(0, len(entries), chunk):
-        yield resp.pack_xadds(stream, entries[start : start + chunk])
+        yield resp.pack_xadds(stream, entries[start : start + chunk], options)
 
 
-def xadd_command(stream: str, fields: Fields, key: str | None, *, xadd_idmp: bool) -> list[Any]:
+def added_ids(replies: Sequence[Any]) -> list[str | None]:
+    """The IDs of a pipeline of XADDs; None where ``NOMKSTREAM`` found no stream."""
+    return [None if reply is None else reply.decode() for reply in replies]
+
+
+def xadd_command(
+    stream: str, fields: Fields, key: str | None, *, xadd_idmp: bool, make_stream: bool
+) -> list[Any]:
     """The XADD of one entry, idempotent under ``key`` when given: ``XADD ... IDMP`` where
     the server has it (``xadd_idmp``), else the fallback script's ``EVAL``."""
     if key is not None and not xadd_idmp:
-        return idempotency.fallback_command(stream, key, fields)
-    options = () if key is None else idempotency.idmp_options(key)
+        return idempotency.fallback_command(stream, key, fields, make_stream=make_stream)
+    options = stream_options(make_stream)
+    if key is not None:
+        options += idempotency.idmp_options(key)
     flat = [item for pair in fields.items() for item in pair]
     return ["XADD", stream, *options, "*", *flat]
 
@@ -90,6 +117,12 @@ class Durability:
         wait = seconds(timeout, "timeout")
         return cls(positive(replicas, "replicas"), wait, fsync)
 
+    def left_since(self, started: float) -> Durability:
+        """This durability with what is left of its wait since ``started``
+        (``time.monotonic()``): a publish sent again (its stream was missing) keeps to one
+        ``timeout`` in all."""
+        return replace(self, wait=max(0.001, self.wait - (time.monotonic() - started)))
+
     @property
     def read_timeout(self) -> float:
         """``WAIT`` holds its reply up to ``wait``: more than the usual socket timeout."""
@@ -101,9 +134,10 @@ class Durability:
         return resp.pack_command(xadd) + resp.pack_command(wait)
 
     def read(self, replies: list[Any]) -> tuple[str, int]:
-        """The entry ID and how many replicas confirmed it, from the two replies."""
+        """The entry ID and how many replicas confirmed it, from the two replies; raises
+        StreamMissing if ``NOMKSTREAM`` found no stream."""
         entry_id, reached = replies
-        return entry_id.decode(), int(reached[1] if self.fsync else reached)
+        return added_id(entry_id), int(reached[1] if self.fsync else reached)
 
     def confirm(self, entry_id: str, reached: int) -> str:
         """``entry_id`` (named as publish returns it) if enough replicas confirmed it;

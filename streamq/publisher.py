@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -18,10 +19,12 @@ from .publish_plan import (
     Durability,
     Fields,
     Key,
+    added_ids,
     choose_partition,
     group_by_partition,
     named,
     packed_chunks,
+    stream_options,
     xadd_command,
 )
 from .topic.partitions import (
@@ -36,6 +39,7 @@ from .wire.client import connect_sync, ride_through_sync
 from .wire.coalesce_sync import SyncCoalescer
 from .wire.features import Features, probe_sync
 from .wire.keys import validate_stream_name
+from .wire.replies import StreamMissing
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,7 @@ class Publisher:
         self._coalescer = SyncCoalescer()  # threads publishing at once share writes
         self._requested = partitions
         self._topic: PublishedTopic | None = None  # known at the first publish
+        self._topic_read_at = 0.0  # time.monotonic() when it was asked
         self._features: Features | None = None
         self._lock = threading.Lock()  # the topic and the features are asked once
         self._next_turn: Callable[[], int] = itertools.count().__next__  # atomic
@@ -107,20 +112,43 @@ class Publisher:
         fields = encode_entry(message_type, data, meta)
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
-        topic = self._topic or self._resolve_topic()
         # without a key, the idempotency key picks the partition (as MessageQueue.publish)
-        partition = choose_partition(
-            once if key is None else key, topic.partitions, self._next_turn
-        )
+        key = once if key is None else key
+        topic = self._topic or self._resolve_topic()
+        partition = choose_partition(key, topic.partitions, self._next_turn)
+        started = time.monotonic()
+        try:
+            return self._publish_to(topic, partition, fields, durability, once, make_stream=False)
+        except StreamMissing:  # see streamq.publish_plan: the topic is new, or was terminated
+            before, topic = topic, self._resolve_again(time.monotonic())
+            if topic.partitions != before.partitions:
+                partition = choose_partition(key, topic.partitions, self._next_turn)
+            if durability is not None:  # its first WAIT took some of the timeout
+                durability = durability.left_since(started)
+            return self._publish_to(topic, partition, fields, durability, once, make_stream=True)
+
+    def _publish_to(
+        self,
+        topic: PublishedTopic,
+        partition: int,
+        fields: Fields,
+        durability: Durability | None,
+        once: str | None,
+        *,
+        make_stream: bool,
+    ) -> str:
         stream, client = topic.streams[partition], topic.clients[partition]
         if durability is not None:
-            entry_id, reached = self._publish_durably(client, stream, fields, durability, once)
+            entry_id, reached = self._publish_durably(
+                client, stream, fields, durability, once, make_stream
+            )
             return durability.confirm(named(topic.partitions, partition, entry_id), reached)
+        options = stream_options(make_stream)
 
         def xadd() -> str:
             if once is not None:
-                return self._xadd_once(client, stream, fields, once)
-            return self._coalescer.xadd(client, stream, fields)
+                return self._xadd_once(client, stream, fields, once, make_stream)
+            return self._coalescer.xadd(client, stream, fields, options)
 
         return named(topic.partitions, partition, ride_through_sync(self._deployment, xadd))
 
@@ -143,34 +171,67 @@ class Publisher:
         items = list(items)
         encoded = [encode_entry(message_type, item, meta) for item in items]
         topic = self._topic or self._resolve_topic()
+        ids = self._publish_many_to(topic, items, encoded, key, chunk, make_stream=False)
+        missing = [position for position, entry_id in enumerate(ids) if entry_id is None]
+        if missing:  # see streamq.publish_plan: the topic is new, or was terminated
+            topic = self._resolve_again(time.monotonic())
+            again = self._publish_many_to(
+                topic, [items[i] for i in missing], [encoded[i] for i in missing], key, chunk,
+                make_stream=True,
+            )  # fmt: skip
+            for position, entry_id in zip(missing, again, strict=True):
+                ids[position] = entry_id
+        return cast("list[str]", ids)
+
+    def _publish_many_to(
+        self,
+        topic: PublishedTopic,
+        items: list[Any],
+        encoded: list[Fields],
+        key: Key | Callable[[Any], Key] | None,
+        chunk: int,
+        *,
+        make_stream: bool,
+    ) -> list[str | None]:
+        """The IDs of ``items`` as publish returns them; None where the stream was missing."""
 
         def choose(one_key: Key | None) -> int:
             return choose_partition(one_key, topic.partitions, self._next_turn)
 
-        ids: list[str] = [""] * len(encoded)
+        ids: list[str | None] = [None] * len(encoded)
         for partition, positions in group_by_partition(items, key, choose).items():
-            sent = self._send_chunks(topic, partition, [encoded[i] for i in positions], chunk)
+            entries = [encoded[i] for i in positions]
+            sent = self._send_chunks(topic, partition, entries, chunk, make_stream)
             for position, entry_id in zip(positions, sent, strict=True):
-                ids[position] = named(topic.partitions, partition, entry_id)
+                if entry_id is not None:
+                    ids[position] = named(topic.partitions, partition, entry_id)
         return ids
 
     def _send_chunks(
-        self, topic: PublishedTopic, partition: int, entries: list[Fields], chunk: int
-    ) -> list[str]:
-        client = topic.clients[partition]
-        ids: list[str] = []
-        for packed, count in packed_chunks(topic.streams[partition], entries, chunk):
+        self,
+        topic: PublishedTopic,
+        partition: int,
+        entries: list[Fields],
+        chunk: int,
+        make_stream: bool,
+    ) -> list[str | None]:
+        client, stream = topic.clients[partition], topic.streams[partition]
+        ids: list[str | None] = []
+        for packed, count in packed_chunks(stream, entries, chunk, make_stream=make_stream):
 
             def send(packed: bytes = packed, count: int = count) -> list[Any]:
                 return resp.execute_sync(client, packed, count)
 
-            ids.extend(i.decode() for i in ride_through_sync(self._deployment, send))
+            ids.extend(added_ids(ride_through_sync(self._deployment, send)))
         return ids
 
-    def _xadd_once(self, client: redis.Redis, stream: str, fields: Fields, key: str) -> str:
+    def _xadd_once(
+        self, client: redis.Redis, stream: str, fields: Fields, key: str, make_stream: bool
+    ) -> str:
         if self._server_features().xadd_idmp:
-            return self._coalescer.xadd(client, stream, fields, idempotency.idmp_options(key))
-        return idempotency.fallback_xadd_sync(client, stream, key, fields)
+            options = stream_options(make_stream) + idempotency.idmp_options(key)
+            return self._coalescer.xadd(client, stream, fields, options)
+        return idempotency.fallback_xadd_sync(client, stream, key, fields, make_stream=make_stream)
 
     def _publish_durably(
         self,
@@ -179,10 +240,12 @@ class Publisher:
         fields: Fields,
         durability: Durability,
         key: str | None,
+        make_stream: bool,
     ) -> tuple[str, int]:
         """The entry's ID and how many replicas confirmed it (``key``: idempotently)."""
         xadd_idmp = key is not None and self._server_features().xadd_idmp
-        packed = durability.pack(xadd_command(stream, fields, key, xadd_idmp=xadd_idmp))
+        xadd = xadd_command(stream, fields, key, xadd_idmp=xadd_idmp, make_stream=make_stream)
+        packed = durability.pack(xadd)
 
         def xadd_and_wait() -> tuple[str, int]:
             replies = resp.execute_sync(client, packed, 2, read_timeout=durability.read_timeout)
@@ -194,8 +257,22 @@ class Publisher:
         """The topic's partitions, asked of the server once (by the first publish)."""
         with self._lock:
             if self._topic is None:
-                self._topic = ride_through_sync(self._deployment, self._read_topic)
+                self._topic = self._read_topic_now()
             return self._topic
+
+    def _resolve_again(self, found_missing: float) -> PublishedTopic:
+        """A publish found its stream missing at ``found_missing`` (``time.monotonic()``):
+        the topic is asked again (``partitions=None`` follows a topic re-created with
+        another count; an int that no longer fits raises ConfigError), once for the threads
+        that found it missing at the same time."""
+        with self._lock:
+            if self._topic is None or self._topic_read_at <= found_missing:
+                self._topic = self._read_topic_now()
+            return self._topic
+
+    def _read_topic_now(self) -> PublishedTopic:
+        self._topic_read_at = time.monotonic()
+        return ride_through_sync(self._deployment, self._read_topic)
 
     def _read_topic(self) -> PublishedTopic:
         if self._requested is None:

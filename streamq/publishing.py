@@ -6,8 +6,9 @@ publish rides through a failover or a slot migration (:func:`~streamq.wire.clien
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import redis.asyncio as aioredis
@@ -16,13 +17,16 @@ from .config import Duration
 from .errors import ServerUnavailableError
 from .message import encode_entry
 from .publish_plan import (
+    NOMKSTREAM,
     Durability,
     Fields,
     Key,
+    added_ids,
     choose_partition,
     group_by_partition,
     named,
     packed_chunks,
+    stream_options,
     xadd_command,
 )
 from .topic.partitions import check_partition_count
@@ -31,6 +35,7 @@ from .wire import idempotency, resp
 from .wire.client import ride_through
 from .wire.coalesce import Coalescer
 from .wire.features import Features, probe
+from .wire.replies import StreamMissing
 from .wire.routing import Deployment
 
 FIRST_RETRY_DELAY = 0.05  # as ride_through's first backoff
@@ -68,10 +73,26 @@ class PublishOperations:
     async def _check_shape_once(self) -> None:
         """:meth:`check_shape` for publishes without ``open()``: one at a time (200 first
         publishes at once make one check, not 200 on as many connections)."""
-        lock = self.__dict__.setdefault("_shape_lock", anyio.Lock())
-        async with lock:
+        async with self._shape_lock:
             if self.__dict__.get("_shape_of") is not self.deployment:
                 await ride_through(self.deployment, self.check_shape)
+
+    async def _check_shape_again(self) -> None:
+        """A publish found its stream missing (``NOMKSTREAM``): the topic is new, or was
+        terminated and perhaps re-created with another partition count. Check its record
+        again (ConfigError if this queue's count no longer fits) before the stream is
+        created. Publishes that found it missing at once share one check that began after
+        they did."""
+        found_missing = anyio.current_time()
+        async with self._shape_lock:
+            if self.__dict__.get("_shape_checked_at", -1.0) <= found_missing:
+                self.__dict__["_shape_checked_at"] = anyio.current_time()
+                await ride_through(self.deployment, self.check_shape)
+
+    @property
+    def _shape_lock(self) -> anyio.Lock:
+        lock: anyio.Lock = self.__dict__.setdefault("_shape_lock", anyio.Lock())
+        return lock
 
     def _partition(self, key: Key | None) -> int:
         """The partition of a message: by its key's hash, else the next in turn."""
@@ -123,37 +144,79 @@ class PublishOperations:
         # without a key, the idempotency key picks the partition: a retry goes where the
         # first publish went (in turn, it would land on the next and be added again)
         partition = self._partition(once if key is None else key)
-        stream = self.streams[partition]
-        client = self.client_for(stream)
-        if replicas:
-            durability = Durability.of(replicas, timeout, fsync=fsync)
-            entry_id, reached = await self._publish_durably(
-                client, stream, fields, durability, once
-            )
-            return durability.confirm(named(self.partitions, partition, entry_id), reached)
-        if once is None:
+        durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
+        if durability is None and once is None:
+            stream = self.streams[partition]
             try:  # the usual case, without the wrappers below (a fifth of a publish's CPU)
-                entry_id = await self.coalescer.xadd(client, stream, fields)
+                entry_id = await self.coalescer.xadd(
+                    self.client_for(stream), stream, fields, NOMKSTREAM
+                )
                 return named(self.partitions, partition, entry_id)
+            except StreamMissing:
+                return await self._add(partition, fields, None, None, found_missing=True)
             except ServerUnavailableError:
                 if not self.deployment.fails_over:
                     raise
                 await anyio.sleep(FIRST_RETRY_DELAY)  # then ride through (a failover)
+        return await self._add(partition, fields, durability, once)
+
+    async def _add(
+        self,
+        partition: int,
+        fields: Fields,
+        durability: Durability | None,
+        once: str | None,
+        *,
+        found_missing: bool = False,
+    ) -> str:
+        """A publish past the usual case: durable, idempotent, riding through a failover,
+        or to a stream found missing (the topic's shape is checked again, then the stream
+        is created)."""
+        make_stream, started = False, time.monotonic()
+        while True:
+            if found_missing:
+                await self._check_shape_again()
+                make_stream = True
+                if durability is not None:  # its first WAIT took some of the timeout
+                    durability = durability.left_since(started)
+            try:
+                return await self._add_to(partition, fields, durability, once, make_stream)
+            except StreamMissing:
+                if make_stream:  # not reached: such an XADD creates its stream
+                    raise
+                found_missing = True
+
+    async def _add_to(
+        self,
+        partition: int,
+        fields: Fields,
+        durability: Durability | None,
+        once: str | None,
+        make_stream: bool,
+    ) -> str:
+        stream = self.streams[partition]
+        client = self.client_for(stream)
+        if durability is not None:
+            entry_id, reached = await self._publish_durably(
+                client, stream, fields, durability, once, make_stream
+            )
+            return durability.confirm(named(self.partitions, partition, entry_id), reached)
+        options = stream_options(make_stream)
 
         async def xadd() -> str:
             if once is not None:
-                return await self._xadd_once(client, stream, fields, once)
-            return await self.coalescer.xadd(client, stream, fields)
+                return await self._xadd_once(client, stream, fields, once, make_stream)
+            return await self.coalescer.xadd(client, stream, fields, options)
 
         return named(self.partitions, partition, await ride_through(self.deployment, xadd))
 
     async def _xadd_once(
-        self, client: aioredis.Redis, stream: str, fields: Fields, key: str
+        self, client: aioredis.Redis, stream: str, fields: Fields, key: str, make_stream: bool
     ) -> str:
         if (await self._server_features()).xadd_idmp:
-            options = idempotency.idmp_options(key)
+            options = stream_options(make_stream) + idempotency.idmp_options(key)
             return await self.coalescer.xadd(client, stream, fields, options)
-        return await idempotency.fallback_xadd(client, stream, key, fields)
+        return await idempotency.fallback_xadd(client, stream, key, fields, make_stream=make_stream)
 
     async def _server_features(self) -> Features:
         """What the server supports beyond Redis 7.0 (:mod:`streamq.wire.features`),
@@ -183,12 +246,14 @@ class PublishOperations:
         fields: Fields,
         durability: Durability,
         key: str | None,
+        make_stream: bool,
     ) -> tuple[str, int]:
         """The entry's ID and how many replicas confirmed it (``key``: idempotently)."""
         xadd_idmp = key is not None and (await self._server_features()).xadd_idmp
+        xadd = xadd_command(stream, fields, key, xadd_idmp=xadd_idmp, make_stream=make_stream)
 
         async def xadd_and_wait() -> tuple[str, int]:
-            packed = durability.pack(xadd_command(stream, fields, key, xadd_idmp=xadd_idmp))
+            packed = durability.pack(xadd)
             replies = await resp.execute(client, packed, 2, read_timeout=durability.read_timeout)
             return durability.read(replies)
 
@@ -222,13 +287,29 @@ class PublishOperations:
         return ids
 
     async def _send_chunks(self, partition: int, entries: list[Fields], chunk: int) -> list[str]:
+        """Add ``entries`` to the partition's stream; those that found it missing are added
+        once the topic's shape was checked again (see :meth:`_check_shape_again`)."""
+        ids = await self._send_chunked(partition, entries, chunk, make_stream=False)
+        missing = [position for position, entry_id in enumerate(ids) if entry_id is None]
+        if missing:
+            await self._check_shape_again()
+            again = await self._send_chunked(
+                partition, [entries[i] for i in missing], chunk, make_stream=True
+            )
+            for position, entry_id in zip(missing, again, strict=True):
+                ids[position] = entry_id
+        return cast("list[str]", ids)
+
+    async def _send_chunked(
+        self, partition: int, entries: list[Fields], chunk: int, *, make_stream: bool
+    ) -> list[str | None]:
         stream = self.streams[partition]
         client = self.client_for(stream)
-        ids: list[str] = []
-        for packed, count in packed_chunks(stream, entries, chunk):
+        ids: list[str | None] = []
+        for packed, count in packed_chunks(stream, entries, chunk, make_stream=make_stream):
 
             async def send(packed: bytes = packed, count: int = count) -> list[Any]:
                 return await resp.execute(client, packed, count)
 
-            ids.extend(i.decode() for i in await ride_through(self.deployment, send))
+            ids.extend(added_ids(await ride_through(self.deployment, send)))
         return ids

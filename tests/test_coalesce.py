@@ -81,6 +81,9 @@ async def test_200_concurrent_publishes_use_one_connection_and_get_their_own_ids
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     mq = make_queue()
+    # a topic that exists (its consumers made it): publishes that find their stream missing
+    # check the topic's shape again, on a connection of the pool
+    await client.xgroup_create(mq.stream, "consumers", id="$", mkstream=True)
     before = await connections_received(client)
     ids = await publish_from_tasks(mq, TASKS)
     opened = await connections_received(client) - before
@@ -228,6 +231,7 @@ def test_destination_tells_slots_apart_and_clients_of_one_slot_together(redis_ur
 def test_threads_publishing_at_once_share_one_connection(redis_url: str, stream: str) -> None:
     threads, each = 32, 20
     with sync_client(redis_url, stream) as raw:
+        raw.xgroup_create(stream, "consumers", id="$", mkstream=True)  # as above
         before = int(raw.info("stats")["total_connections_received"])
         with Publisher(redis_url, stream=stream) as publisher:
             ids = publish_from_threads(publisher, threads, each)

@@ -112,8 +112,8 @@ def _head(keys: RowKeys, stream: str, prefix: str, rows: pa.Array) -> list[Any]:
         head = _array_header(6) + _bulks("XADD", stream, "IDMP")
         return [head, *_bulk(producer), *_bulk(numbers), _bulks("*")]
     record = pc.binary_join_element_wise(idempotency.record_key(stream, prefix + ":"), numbers, "")
-    head = _array_header(6) + _bulks("EVALSHA", keys.sha, "2", stream)
-    return [head, *_bulk(record), _bulks(str(WINDOW_MS))]
+    head = _array_header(7) + _bulks("EVALSHA", keys.sha, "2", stream)
+    return [head, *_bulk(record), _bulks(str(WINDOW_MS), "")]  # "": MKSTREAM
 
 
 def _array_header(head_args: int) -> str:

@@ -58,7 +58,7 @@ class RowKeys:
         if self.mode == "idmp":
             return ("XADD", stream, "IDMP", idmp_producer(prefix, n), str(n), "*")
         record = idempotency.record_key(stream, f"{prefix}:{n}")
-        return ("EVALSHA", self.sha, "2", stream, record, str(WINDOW_MS))
+        return ("EVALSHA", self.sha, "2", stream, record, str(WINDOW_MS), "")  # "": MKSTREAM
 
 
 WINDOW_MS = int(idempotency.WINDOW * 1000)

@@ -29,6 +29,7 @@ import redis
 import redis.asyncio as aioredis
 
 from . import resp
+from .replies import added_id
 from .translate import RECONFIGURING, translate
 from .turns import LEADING, Turns, Waiter, joined
 
@@ -74,10 +75,11 @@ def pack_xadd(
 
 
 def outcome(reply: Any, stream: str) -> str:
-    """An XADD reply as the entry ID, or the error it carries raised (streamq's)."""
+    """An XADD reply as the entry ID, or the error it carries raised (streamq's), or
+    StreamMissing (``NOMKSTREAM`` and no stream)."""
     if isinstance(reply, BaseException):
         raise translate(reply, stream) from reply
-    return reply.decode() if isinstance(reply, bytes) else str(reply)
+    return added_id(reply)
 
 
 def destination(client: Any) -> Any:

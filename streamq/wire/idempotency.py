@@ -24,16 +24,24 @@ import redis.asyncio as aioredis
 
 from ..errors import MessageFormatError
 from .keys import Keys
+from .replies import added_id
 
 PRODUCERS = 64  # IDMP producer-ids ("streamq:0".."streamq:63") the keys are spread over
 WINDOW = 3600.0  # seconds the fallback remembers a key
 Fields = dict[bytes | str, bytes | str]
 
-# KEYS: stream, the key's record. ARGV: window (ms), then field, value, ...
+# KEYS: stream, the key's record. ARGV: window (ms), "NOMKSTREAM" or "" (create the
+# stream if missing), then field, value, ... Nil when NOMKSTREAM finds no stream.
 IDEMPOTENT_XADD = """
 local seen = redis.call('GET', KEYS[2])
 if seen then return seen end
-local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+local id
+if ARGV[2] == 'NOMKSTREAM' then
+  id = redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', unpack(ARGV, 3))
+  if not id then return false end
+else
+  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+end
 redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
 return id
 """
@@ -55,29 +63,33 @@ def record_key(stream: str, key: str) -> str:
     return f"{Keys(stream).prefix}idmp:{key}"
 
 
-def fallback_command(stream: str, key: str, fields: Fields) -> list[Any]:
+def fallback_command(stream: str, key: str, fields: Fields, *, make_stream: bool) -> list[Any]:
     """The fallback as one ``EVAL`` (what a pipeline with ``WAIT`` sends)."""
-    keys, args = _script_call(stream, key, fields)
+    keys, args = _script_call(stream, key, fields, make_stream=make_stream)
     return ["EVAL", IDEMPOTENT_XADD, len(keys), *keys, *args]
 
 
-async def fallback_xadd(client: aioredis.Redis, stream: str, key: str, fields: Fields) -> str:
-    """The fallback for one publish (``EVALSHA``, the script loaded on first use)."""
-    keys, args = _script_call(stream, key, fields)
-    return _entry_id(await client.register_script(IDEMPOTENT_XADD)(keys=keys, args=args))
+async def fallback_xadd(
+    client: aioredis.Redis, stream: str, key: str, fields: Fields, *, make_stream: bool
+) -> str:
+    """The fallback for one publish (``EVALSHA``, the script loaded on first use); raises
+    StreamMissing if the stream does not exist and ``make_stream`` is false."""
+    keys, args = _script_call(stream, key, fields, make_stream=make_stream)
+    return added_id(await client.register_script(IDEMPOTENT_XADD)(keys=keys, args=args))
 
 
-def fallback_xadd_sync(client: redis.Redis, stream: str, key: str, fields: Fields) -> str:
+def fallback_xadd_sync(
+    client: redis.Redis, stream: str, key: str, fields: Fields, *, make_stream: bool
+) -> str:
     """:func:`fallback_xadd` for a blocking client (the Publisher)."""
-    keys, args = _script_call(stream, key, fields)
-    return _entry_id(client.register_script(IDEMPOTENT_XADD)(keys=keys, args=args))
+    keys, args = _script_call(stream, key, fields, make_stream=make_stream)
+    return added_id(client.register_script(IDEMPOTENT_XADD)(keys=keys, args=args))
 
 
-def _script_call(stream: str, key: str, fields: Fields) -> tuple[list[str], list[Any]]:
+def _script_call(
+    stream: str, key: str, fields: Fields, *, make_stream: bool
+) -> tuple[list[str], list[Any]]:
     """The script's KEYS and ARGV for one entry."""
     flat = [item for pair in fields.items() for item in pair]
-    return [stream, record_key(stream, key)], [int(WINDOW * 1000), *flat]
-
-
-def _entry_id(reply: Any) -> str:
-    return reply.decode() if isinstance(reply, bytes) else str(reply)
+    mode = "" if make_stream else "NOMKSTREAM"
+    return [stream, record_key(stream, key)], [int(WINDOW * 1000), mode, *flat]

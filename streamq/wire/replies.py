@@ -37,6 +37,20 @@ def as_dict(reply: Any) -> dict[Any, Any]:
     return {}
 
 
+# -- XADD --------------------------------------------------------------------------------
+class StreamMissing(Exception):
+    """An ``XADD ... NOMKSTREAM`` found no stream and added nothing: the topic is new, or
+    was terminated (publishes check its shape again, then create it)."""
+
+
+def added_id(reply: Any) -> str:
+    """The ID an XADD (or the idempotent script) replied; raises StreamMissing for the
+    nil of ``NOMKSTREAM``."""
+    if reply is None:
+        raise StreamMissing
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
 # -- entries as sent ---------------------------------------------------------------------
 def read_rows(reply: Any) -> list[Any]:
     """The rows of a one-stream XREADGROUP reply as sent: RESP3 ``{stream: rows}``, RESP2

@@ -40,13 +40,16 @@ def pack_command(args: Iterable[bytes | str | int]) -> bytes:
 
 
 def pack_xadds(
-    stream: str, entries: Iterable[Mapping[bytes | str, bytes | str]]
+    stream: str,
+    entries: Iterable[Mapping[bytes | str, bytes | str]],
+    options: tuple[str, ...] = (),
 ) -> tuple[bytes, int]:
-    """``XADD stream * field value ...`` for each entry; returns (bytes, command count)."""
-    head = bulk(b"XADD") + bulk(stream) + bulk(b"*")
+    """``XADD stream [options] * field value ...`` for each entry; returns (bytes, command
+    count)."""
+    head = b"".join(bulk(word) for word in ("XADD", stream, *options, "*"))
     parts, count = [], 0
     for fields in entries:
-        parts.append(b"*%d\r\n" % (3 + 2 * len(fields)))
+        parts.append(b"*%d\r\n" % (3 + len(options) + 2 * len(fields)))
         parts.append(head)
         parts.extend(bulk(k) + bulk(v) for k, v in fields.items())
         count += 1

@@ -1,0 +1,155 @@
+"""A producer outlives its topic: the topic is terminated under it and perhaps re-created
+with another partition count.
+
+A producer keeps the topic's shape (its partition streams) for as long as it runs. Before,
+its publishes went on into the streams of the old shape, which no consumer of the new topic
+reads: lost, with no error. Every publish now adds with ``XADD ... NOMKSTREAM``; a stream
+found missing makes the producer check the topic again before it creates the stream: a
+``MessageQueue`` whose count no longer fits raises ConfigError, a ``Publisher`` that follows
+the record (``partitions=None``) publishes to the new partitions.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from streamq import ConfigError, MessageQueue, Publisher
+from streamq.topic.partitions import partition_streams
+from streamq.wire.client import connect_sync
+
+pytestmark = pytest.mark.anyio
+
+
+def lengths(url: str, streams: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """Entries in each of ``streams`` (0 for a stream that does not exist)."""
+    deployment = connect_sync(url)
+    try:
+        return {s: int(deployment.client_for(s).xlen(s)) for s in streams}
+    finally:
+        deployment.close()
+
+
+def unread(url: str, topic: str, old: int, new: int) -> dict[str, int]:
+    """Entries in streams of the ``old`` shape that the ``new`` one does not read."""
+    read = set(partition_streams(topic, new))
+    stale = [s for s in partition_streams(topic, old) if s not in read]
+    return {s: n for s, n in lengths(url, stale).items() if n}
+
+
+async def recreate(where: str, topic: str, old: int, new: int) -> MessageQueue:
+    """Terminate ``topic`` (``old`` partitions), open it again with ``new`` (the caller
+    closes the returned queue)."""
+    async with MessageQueue(where, stream=topic, partitions=old, group="g") as first:
+        await first.terminate_topic()
+    again = MessageQueue(where, stream=topic, partitions=new, group="g")
+    await again.open()
+    return again
+
+
+async def test_a_queue_whose_topic_came_back_with_another_count_raises_and_loses_nothing(
+    where: str, topic: str
+) -> None:
+    producer = MessageQueue(where, stream=topic, partitions=8)
+    try:
+        await producer.publish("job", 0)  # the shape is checked, the streams known
+        consumers = await recreate(where, topic, old=8, new=4)
+        try:
+            published, refused = [], 0
+            for n in range(40):
+                try:
+                    published.append(await producer.publish("job", n, key=f"k{n}"))
+                except ConfigError as e:
+                    assert "has 4 partitions" in str(e), e
+                    refused += 1
+            with pytest.raises(ConfigError, match="has 4 partitions"):
+                await producer.publish_many("job", list(range(40)), key=lambda n: f"k{n}")
+        finally:
+            await consumers.aclose()
+    finally:
+        await producer.aclose()
+    assert refused, "no publish noticed that the topic has 4 partitions now"
+    assert unread(where, topic, old=8, new=4) == {}, "entries went where nobody reads"
+    # a stream the two shapes share (same name) is read by the new consumers: not lost
+    assert sum(lengths(where, partition_streams(topic, 4)).values()) == len(published)
+
+
+async def test_a_plain_queue_does_not_publish_into_a_topic_re_created_partitioned(
+    where: str, topic: str
+) -> None:
+    producer = MessageQueue(where, stream=topic)
+    try:
+        await producer.publish("job", 0)
+        consumers = await recreate(where, topic, old=1, new=4)
+        try:
+            with pytest.raises(ConfigError, match="has 4 partitions"):
+                await producer.publish("job", 1)
+            with pytest.raises(ConfigError, match="has 4 partitions"):
+                await producer.publish("job", 2, idempotency_key="once")
+            with pytest.raises(ConfigError, match="has 4 partitions"):
+                await producer.publish_many("job", [3, 4])
+        finally:
+            await consumers.aclose()
+    finally:
+        await producer.aclose()
+    assert lengths(where, [topic]) == {topic: 0}, "the plain stream was made again"
+
+
+async def test_a_publisher_follows_a_topic_re_created_with_another_count(
+    where: str, topic: str
+) -> None:
+    with Publisher(where, stream=topic) as publisher:
+        async with MessageQueue(where, stream=topic, partitions=8):
+            pass  # the topic is recorded with 8 partitions
+        first = await anyio.to_thread.run_sync(publisher.publish, "job", 0)
+        assert first.startswith("0:")
+        consumers = await recreate(where, topic, old=8, new=4)
+        try:
+            ids = [
+                await anyio.to_thread.run_sync(lambda n=n: publisher.publish("job", n, key=f"k{n}"))
+                for n in range(20)
+            ]
+            many = await anyio.to_thread.run_sync(
+                lambda: publisher.publish_many("job", list(range(20)), key=lambda n: f"m{n}")
+            )
+        finally:
+            await consumers.aclose()
+    assert {int(i.split(":")[0]) for i in ids + many} <= {0, 1, 2, 3}
+    assert unread(where, topic, old=8, new=4) == {}
+    assert sum(lengths(where, partition_streams(topic, 4)).values()) == 40
+
+
+async def test_a_publisher_with_a_count_that_no_longer_fits_raises(where: str, topic: str) -> None:
+    with Publisher(where, stream=topic, partitions=8) as publisher:
+        await anyio.to_thread.run_sync(publisher.publish, "job", 0)
+        consumers = await recreate(where, topic, old=8, new=2)
+        try:
+            for options in (
+                {"key": "a"},
+                {"replicas": 1, "timeout": 0.1},
+                {"idempotency_key": "i"},
+            ):
+                with pytest.raises(ConfigError, match="has 2 partitions"):
+                    await anyio.to_thread.run_sync(
+                        lambda options=options: publisher.publish("job", 1, **options)
+                    )
+        finally:
+            await consumers.aclose()
+    assert unread(where, topic, old=8, new=2) == {}
+
+
+async def test_a_topic_terminated_and_not_re_created_is_made_again_by_its_producer(
+    where: str, topic: str
+) -> None:
+    producer = MessageQueue(where, stream=topic, partitions=4)
+    try:
+        await producer.publish("job", 0)
+        async with MessageQueue(where, stream=topic, partitions=4, group="g") as consumer:
+            await consumer.terminate_topic()
+        ids = [await producer.publish("job", n) for n in range(8)]
+    finally:
+        await producer.aclose()
+    assert sorted(int(i.split(":")[0]) for i in ids) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sum(lengths(where, partition_streams(topic, 4)).values()) == 8
+    with pytest.raises(ConfigError, match="has 4 partitions"):  # recorded again
+        await MessageQueue(where, stream=topic, partitions=2).open()
