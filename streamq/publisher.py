@@ -193,7 +193,8 @@ class Publisher:
         *,
         make_stream: bool,
     ) -> list[str | None]:
-        """The IDs of ``items`` as publish returns them; None where the stream was missing."""
+        """The IDs of ``items`` as publish returns them; None where the stream was missing
+        (a partition's chunks stop at the first that finds it missing)."""
 
         def choose(one_key: Key | None) -> int:
             return choose_partition(one_key, topic.partitions, self._next_turn)
@@ -222,8 +223,11 @@ class Publisher:
             def send(packed: bytes = packed, count: int = count) -> list[Any]:
                 return resp.execute_sync(client, packed, count)
 
-            ids.extend(added_ids(ride_through_sync(self._deployment, send)))
-        return ids
+            sent = added_ids(ride_through_sync(self._deployment, send))
+            ids.extend(sent)
+            if None in sent:  # the stream is missing: so would it be for the rest
+                break
+        return ids + [None] * (len(entries) - len(ids))
 
     def _xadd_once(
         self, client: redis.Redis, stream: str, fields: Fields, key: str, make_stream: bool

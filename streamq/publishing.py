@@ -287,8 +287,9 @@ class PublishOperations:
         return ids
 
     async def _send_chunks(self, partition: int, entries: list[Fields], chunk: int) -> list[str]:
-        """Add ``entries`` to the partition's stream; those that found it missing are added
-        once the topic's shape was checked again (see :meth:`_check_shape_again`)."""
+        """Add ``entries`` to the partition's stream, in chunks with ``NOMKSTREAM`` until one
+        finds the stream missing; that chunk's missing entries and the rest are sent once
+        the topic's shape was checked again (see :meth:`_check_shape_again`)."""
         ids = await self._send_chunked(partition, entries, chunk, make_stream=False)
         missing = [position for position, entry_id in enumerate(ids) if entry_id is None]
         if missing:
@@ -311,5 +312,8 @@ class PublishOperations:
             async def send(packed: bytes = packed, count: int = count) -> list[Any]:
                 return await resp.execute(client, packed, count)
 
-            ids.extend(added_ids(await ride_through(self.deployment, send)))
-        return ids
+            sent = added_ids(await ride_through(self.deployment, send))
+            ids.extend(sent)
+            if None in sent:  # the stream is missing: so would it be for the rest
+                break
+        return ids + [None] * (len(entries) - len(ids))

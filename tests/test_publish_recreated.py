@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from streamq import ConfigError, MessageQueue, Publisher
+from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import partition_streams
 from streamq.wire.client import connect_sync
 
@@ -153,3 +154,40 @@ async def test_a_topic_terminated_and_not_re_created_is_made_again_by_its_produc
     assert sum(lengths(where, partition_streams(topic, 4)).values()) == 8
     with pytest.raises(ConfigError, match="has 4 partitions"):  # recorded again
         await MessageQueue(where, stream=topic, partitions=2).open()
+
+
+def xadds_so_far(url: str, stream: str) -> int:
+    """XADDs the node of ``stream`` has run."""
+    deployment = connect_sync(url)
+    try:
+        stats = deployment.client_for(stream).info("commandstats")
+        return int(stats.get("cmdstat_xadd", {}).get("calls", 0))
+    finally:
+        deployment.close()
+
+
+async def test_publish_many_to_a_new_stream_sends_one_chunk_twice_at_most(
+    redis_url: str, stream: str
+) -> None:
+    """The first chunk finds the stream missing; the rest are not sent in vain."""
+    mq = MessageQueue(redis_url, stream=stream)
+    try:
+        before = xadds_so_far(redis_url, stream)
+        ids = await mq.publish_many("job", list(range(5000)), chunk=1000)
+        sent = xadds_so_far(redis_url, stream) - before
+    finally:
+        await mq.aclose()
+    assert sent <= 5000 + 1000, f"{sent} XADDs for 5,000 entries in chunks of 1,000"
+    assert len(set(ids)) == 5000 and lengths(redis_url, [stream]) == {stream: 5000}
+    other = f"{stream}-sync"
+    try:
+        with Publisher(redis_url, stream=other) as publisher:
+            before = xadds_so_far(redis_url, other)
+            many = await anyio.to_thread.run_sync(
+                lambda: publisher.publish_many("job", list(range(5000)), chunk=1000)
+            )
+            sent = xadds_so_far(redis_url, other) - before
+    finally:
+        delete_stream_keys(redis_url, other)
+    assert sent <= 5000 + 1000, f"{sent} XADDs for 5,000 entries in chunks of 1,000"
+    assert len(set(many)) == 5000
