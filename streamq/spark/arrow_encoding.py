@@ -103,17 +103,18 @@ def _columnar(
 
 def _head(keys: RowKeys, stream: str, prefix: str, rows: pa.Array) -> list[Any]:
     """Each row's command up to its 6 field arguments, as :meth:`RowKeys.head` makes it."""
+    options = keys.options
     if keys.mode == "plain":
-        return [_array_header(3) + _bulks("XADD", stream, "*")]
+        return [_array_header(3 + len(options)) + _bulks("XADD", stream, *options, "*")]
     numbers = pc.cast(rows, pa.string())
     if keys.mode == "idmp":
         run = pc.cast(pc.divide(rows, IDMP_ROWS), pa.string())  # integer division
         producer = pc.binary_join_element_wise(prefix + ":", run, "")
-        head = _array_header(6) + _bulks("XADD", stream, "IDMP")
+        head = _array_header(6 + len(options)) + _bulks("XADD", stream, *options, "IDMP")
         return [head, *_bulk(producer), *_bulk(numbers), _bulks("*")]
     record = pc.binary_join_element_wise(idempotency.record_key(stream, prefix + ":"), numbers, "")
     head = _array_header(7) + _bulks("EVALSHA", keys.sha, "2", stream)
-    return [head, *_bulk(record), _bulks(str(WINDOW_MS), "")]  # "": MKSTREAM
+    return [head, *_bulk(record), _bulks(str(WINDOW_MS), keys.script_mode)]
 
 
 def _array_header(head_args: int) -> str:

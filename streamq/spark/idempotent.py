@@ -36,17 +36,30 @@ Fields = dict[bytes | str, bytes | str]
 
 @dataclass(frozen=True, slots=True)
 class RowKeys:
-    """How this task's rows are added: plain XADD, ``XADD ... IDMP``, or the script."""
+    """How this task's rows are added: plain XADD, ``XADD ... IDMP``, or the script; with
+    ``make_stream=False`` an entry whose stream is missing is not added (``NOMKSTREAM``,
+    its reply nil: see ``writing.py``)."""
 
     mode: Mode = "plain"
     sha: str = ""  # the script's, in "script" mode
+    make_stream: bool = True
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The XADD options before the ID or IDMP (none, or ``NOMKSTREAM``)."""
+        return () if self.make_stream else ("NOMKSTREAM",)
+
+    @property
+    def script_mode(self) -> str:
+        """The script's flag (its ARGV[2]): "" makes the stream, "NOMKSTREAM" does not."""
+        return "" if self.make_stream else "NOMKSTREAM"
 
     def pack(
         self, stream: str, prefix: str, rows: Sequence[int], entries: Iterable[Fields]
     ) -> bytes:
         """The commands adding ``entries``, row ``rows[i]`` of the task's input for each."""
         if self.mode == "plain":
-            return resp.pack_xadds(stream, entries)[0]
+            return resp.pack_xadds(stream, entries, self.options)[0]
         commands = []
         for n, fields in zip(rows, entries, strict=True):
             flat = [item for pair in fields.items() for item in pair]
@@ -56,9 +69,9 @@ class RowKeys:
     def head(self, stream: str, prefix: str, n: int) -> tuple[str, ...]:
         """The command up to the fields, for row ``n``."""
         if self.mode == "idmp":
-            return ("XADD", stream, "IDMP", idmp_producer(prefix, n), str(n), "*")
+            return ("XADD", stream, *self.options, "IDMP", idmp_producer(prefix, n), str(n), "*")
         record = idempotency.record_key(stream, f"{prefix}:{n}")
-        return ("EVALSHA", self.sha, "2", stream, record, str(WINDOW_MS), "")  # "": MKSTREAM
+        return ("EVALSHA", self.sha, "2", stream, record, str(WINDOW_MS), self.script_mode)
 
 
 WINDOW_MS = int(idempotency.WINDOW * 1000)

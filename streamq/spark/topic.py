@@ -97,6 +97,23 @@ def resolve_topic(url: str, name: str, requested: int | None) -> SparkTopic:
         client.close()
 
 
+def check_topic_again(url: str, topic: SparkTopic) -> None:
+    """A write found a stream of ``topic`` missing: it may go on (and make the stream) if
+    the topic's record still says what the write found, recorded again if a terminate took
+    it. Raises ConfigError if the topic was re-created otherwise under the write."""
+    client = connect(url, topic.name)
+    try:
+        check_partition_count_sync(client, topic.name, topic.count)
+    except ConfigError as e:
+        raise ConfigError(
+            f"topic {topic.name!r} changed under this write (terminated and re-created?): "
+            f"{e}. Rows were not added to streams no consumer of it reads; run the write "
+            "again (a streaming query: restart it; it goes on from its checkpoint)"
+        ) from e
+    finally:
+        client.close()
+
+
 class TopicClients:
     """Blocking clients for each partition stream, over one set of connections."""
 

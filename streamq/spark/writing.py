@@ -18,13 +18,22 @@ Spark task that fails and is retried sends its partition again; with option
 ``idempotent`` (``auto`` by default: on Redis >= 8.6) each row is added under its producer
 id and the retry adds nothing twice (:mod:`.idempotent`); otherwise consumers can drop
 duplicates by it.
+
+Rows are added with ``XADD ... NOMKSTREAM``, so a write notices a topic terminated under it
+(the topic is found once, on the driver, for all the tasks of a write or of a streaming
+micro-batch). Rows whose stream was missing (a new topic's first rows, or a topic
+terminated during the write) are sent again, making the stream, once the topic's record is
+found to still fit this write (and recorded again if a terminate took it); if it does not
+(the topic was re-created with another partition count) the task fails with ConfigError
+rather than add rows to streams no consumer of the topic reads.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import pydantic_core
@@ -49,7 +58,7 @@ from .arrow_encoding import PRODUCER_ID, encode_batch
 from .idempotent import RowKeys, row_keys
 from .options import WriteOptions
 from .routing import RowRouter
-from .topic import SparkTopic, TopicClients
+from .topic import SparkTopic, TopicClients, check_topic_again
 
 _ENTRY_COLUMNS = {"id", "published_at"}
 
@@ -132,8 +141,17 @@ def _json_text(text: str | None) -> bytes:
     return raw
 
 
-# (packed XADDs, how many, the partition they go to)
-Chunk = tuple[bytes, int, int]
+@dataclass(frozen=True)
+class Chunk:
+    """Packed commands adding ``rows`` rows to partition ``partition``'s stream; ``again``
+    packs some of them (by position) anew with other :class:`RowKeys`."""
+
+    packed: bytes
+    rows: int
+    partition: int
+    again: Callable[[list[int], RowKeys], bytes]
+
+
 Chunks = Callable[[RowEncoder, RowRouter, str, RowKeys], Iterator[Chunk]]
 
 
@@ -149,7 +167,13 @@ def write_rows(
 
         def packed(index: int) -> Chunk:
             numbers, entries = zip(*pending.pop(index), strict=True)
-            return keys.pack(topic.streams[index], prefix, numbers, entries), len(numbers), index
+            stream = topic.streams[index]
+
+            def again(positions: list[int], other: RowKeys) -> bytes:
+                picked = [numbers[i] for i in positions], [entries[i] for i in positions]
+                return other.pack(stream, prefix, *picked)
+
+            return Chunk(keys.pack(stream, prefix, numbers, entries), len(numbers), index, again)
 
         for n, row in enumerate(rows):
             index = router.of_row(row, n)
@@ -178,21 +202,35 @@ def write_arrow(
                 for start in range(0, rows.num_rows, opts.chunk):
                     part = rows.slice(start, opts.chunk)
                     some = numbers.slice(start, opts.chunk)
-                    yield (
-                        encode_batch(part, encoder, stream, prefix, numbers=some, keys=keys),
-                        len(some),
-                        index,
-                    )
+                    packed = encode_batch(part, encoder, stream, prefix, numbers=some, keys=keys)
+                    again = partial(_encode_some, part, some, encoder, stream, prefix)
+                    yield Chunk(packed, len(some), index, again)
             first += batch.num_rows
 
     return _send(opts, columns, job, chunks, topic)
+
+
+def _encode_some(
+    rows: Any,
+    numbers: Any,
+    encoder: RowEncoder,
+    stream: str,
+    prefix: str,
+    positions: list[int],
+    keys: RowKeys,
+) -> bytes:
+    """The rows at ``positions`` of an Arrow chunk, packed anew with ``keys``."""
+    return encode_batch(
+        rows.take(positions), encoder, stream, prefix, numbers=numbers.take(positions), keys=keys
+    )
 
 
 def _send(
     opts: WriteOptions, columns: list[str], job: str, chunks: Chunks, topic: SparkTopic
 ) -> WrittenCount:
     """Send this task's packed chunks (pipelined XADDs, each to its partition's stream) and
-    count the rows."""
+    count the rows. Rows whose stream was missing are sent again, making it, once the topic
+    is found to be still the one this write was planned for."""
     partition, query, batch = _task_ids()
     prefix = f"{query or job}:{batch or 0}:{partition}"
     router = RowRouter(opts, columns, topic.count, partition)
@@ -200,9 +238,15 @@ def _send(
     count = 0
     try:
         keys = row_keys(opts.idempotent, clients.clients)
-        for packed, rows, index in chunks(RowEncoder(opts, columns), router, prefix, keys):
-            resp.execute_sync(clients.clients[index], packed, rows)
-            count += rows
+        adding = replace(keys, make_stream=False)
+        for chunk in chunks(RowEncoder(opts, columns), router, prefix, adding):
+            client = clients.clients[chunk.partition]
+            replies = resp.execute_sync(client, chunk.packed, chunk.rows)
+            missing = [i for i, reply in enumerate(replies) if reply is None]
+            if missing:
+                check_topic_again(opts.url, topic)
+                resp.execute_sync(client, chunk.again(missing, keys), len(missing))
+            count += chunk.rows
     finally:
         clients.close()
     return WrittenCount(partition, count)
