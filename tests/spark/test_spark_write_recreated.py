@@ -81,6 +81,7 @@ async def test_a_topic_terminated_under_a_write_gets_every_row_once_and_its_reco
     """Also the first write to a new topic: its streams do not exist yet."""
     shape = SparkTopic(topic, partitions)
     assert write(where, shape, path).rows == ROWS  # a new topic: streams made on the way
+    assert published(where, shape.streams) == Counter(range(ROWS)), "rows lost or sent twice"
     async with MessageQueue(where, stream=topic, partitions=partitions, group="g") as mq:
         await mq.terminate_topic()
     assert write(where, shape, path, first=ROWS).rows == ROWS
