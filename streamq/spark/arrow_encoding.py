@@ -114,7 +114,7 @@ def _head(keys: RowKeys, stream: str, prefix: str, rows: pa.Array) -> list[Any]:
         return [head, *_bulk(producer), *_bulk(numbers), _bulks("*")]
     record = pc.binary_join_element_wise(idempotency.record_key(stream, prefix + ":"), numbers, "")
     head = _array_header(7) + _bulks("EVALSHA", keys.sha, "2", stream)
-    return [head, *_bulk(record), _bulks(str(WINDOW_MS), keys.script_mode)]
+    return [head, *_bulk(record), _bulks(str(WINDOW_MS), keys.script_flag)]
 
 
 def _array_header(head_args: int) -> str:

@@ -26,6 +26,7 @@ from typing import Literal
 
 import redis
 
+from ..publish_plan import stream_options
 from ..wire import idempotency, resp
 from ..wire.features import probe_sync
 
@@ -47,12 +48,12 @@ class RowKeys:
     @property
     def options(self) -> tuple[str, ...]:
         """The XADD options before the ID or IDMP (none, or ``NOMKSTREAM``)."""
-        return () if self.make_stream else ("NOMKSTREAM",)
+        return stream_options(self.make_stream)
 
     @property
-    def script_mode(self) -> str:
-        """The script's flag (its ARGV[2]): "" makes the stream, "NOMKSTREAM" does not."""
-        return "" if self.make_stream else "NOMKSTREAM"
+    def script_flag(self) -> str:
+        """The script's ARGV[2] (see :func:`streamq.wire.idempotency.script_flag`)."""
+        return idempotency.script_flag(self.make_stream)
 
     def pack(
         self, stream: str, prefix: str, rows: Sequence[int], entries: Iterable[Fields]
@@ -71,7 +72,7 @@ class RowKeys:
         if self.mode == "idmp":
             return ("XADD", stream, *self.options, "IDMP", idmp_producer(prefix, n), str(n), "*")
         record = idempotency.record_key(stream, f"{prefix}:{n}")
-        return ("EVALSHA", self.sha, "2", stream, record, str(WINDOW_MS), self.script_mode)
+        return ("EVALSHA", self.sha, "2", stream, record, str(WINDOW_MS), self.script_flag)
 
 
 WINDOW_MS = int(idempotency.WINDOW * 1000)

@@ -59,6 +59,11 @@ def idmp_options(key: str) -> tuple[str, ...]:
     return ("IDMP", f"streamq:{zlib.crc32(key.encode()) % PRODUCERS}", key)
 
 
+def script_flag(make_stream: bool) -> str:
+    """The script's ARGV[2]: "" makes the stream if missing, "NOMKSTREAM" does not."""
+    return "" if make_stream else "NOMKSTREAM"
+
+
 def record_key(stream: str, key: str) -> str:
     return f"{Keys(stream).prefix}idmp:{key}"
 
@@ -91,5 +96,4 @@ def _script_call(
 ) -> tuple[list[str], list[Any]]:
     """The script's KEYS and ARGV for one entry."""
     flat = [item for pair in fields.items() for item in pair]
-    mode = "" if make_stream else "NOMKSTREAM"
-    return [stream, record_key(stream, key)], [int(WINDOW * 1000), mode, *flat]
+    return [stream, record_key(stream, key)], [int(WINDOW * 1000), script_flag(make_stream), *flat]
