@@ -9,7 +9,7 @@ REDIS8_PORT ?= 6482
 # root installs Debian packages itself; anyone else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo run test test-fast test-batch test-pending test-terminate test-cleanup \
+.PHONY: setup docs demo run test test-fast test-batch test-pending test-terminate test-cleanup \
         test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
         demo-dashboard browser-deps demo-service demo-cluster
@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,metrics,dashboard]'
+	$(PY) -m pip install --quiet -e '.[dev,docs,spark,metrics,dashboard]'
 	touch $(STAMP)
 
 demo run: setup
@@ -54,7 +54,9 @@ demo-dashboard: setup
 # both are installed when missing; where that is impossible those tests skip, saying why.
 browser-deps: setup
 	@command -v chromium >/dev/null 2>&1 || \
-	  ($(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	  (echo "make: installing Debian's chromium with apt-get for the dashboard's browser tests" \
+	    "(about 115 packages, once)" && \
+	   $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq chromium) || \
 	  echo "make: could not install chromium: the dashboard's browser tests will skip"
 	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet playwright || \
@@ -69,7 +71,11 @@ demo-service: setup
 demo-cluster: setup
 	$(PY) -m demos.cluster
 
-test: setup browser-deps
+# The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link fails.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
+test: setup browser-deps docs
 	$(PYTEST) -q
 
 test-fast: setup

@@ -1,4 +1,5 @@
-"""Every ```python block of README.md runs as written against the test server.
+"""Every ```python block of README.md and of the documentation site (docs/) runs as written
+against the test server.
 
 A block runs as a script in a subprocess, with ``$STREAMQ_REDIS_URL`` set to the test
 server, and must exit 0. An HTML comment on the line before its fence changes how:
@@ -30,7 +31,7 @@ import pytest
 from streamq.testing import delete_stream_keys
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 MARK = re.compile(r"^<!--\s*readme-test:\s*(?P<kind>[\w-]+)(?:\s+(?P<arg>\S+))?\s*-->$")
@@ -45,10 +46,16 @@ class Block:
     code: str
     module: str | None = None  # the file name of a "module" block
     section: str = ""  # the heading above it
+    page: str = ""  # the document, relative to the repository
 
     @property
     def id(self) -> str:
-        return f"{self.section}-{self.module or self.kind}"
+        prefix = f"{self.page.removesuffix('.md')}:" if self.page else ""
+        return f"{prefix}{self.section}-{self.module or self.kind}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.page or 'README.md'}:{self.line}"
 
 
 def readme_blocks(text: str) -> list[Block]:
@@ -78,13 +85,19 @@ def _block(lines: list[str], fence: int, code: str) -> Block:
         return Block(fence + 1, "script", code)
     kind, arg = mark.group("kind"), mark.group("arg")
     if kind not in KINDS:
-        raise ValueError(f"README.md:{fence}: unknown readme-test kind {kind!r}")
+        raise ValueError(f"line {fence}: unknown readme-test kind {kind!r}")
     if (kind == "module") != bool(arg and arg.endswith(".py")):
-        raise ValueError(f"README.md:{fence}: 'module NAME.py' names a file; others take none")
+        raise ValueError(f"line {fence}: 'module NAME.py' names a file; others take none")
     return Block(fence + 1, kind, code, arg)
 
 
-BLOCKS = readme_blocks(README.read_text())
+def page_blocks(page: Path) -> list[Block]:
+    """The blocks of one document, each knowing its page."""
+    name = str(page.relative_to(ROOT))
+    return [dataclasses.replace(b, page=name) for b in readme_blocks(page.read_text())]
+
+
+BLOCKS = [block for page in PAGES for block in page_blocks(page)]
 MODULES = [b for b in BLOCKS if b.kind == "module"]
 
 
@@ -96,16 +109,21 @@ def _param(block: Block) -> object:
     return pytest.param(block, id=block.id, marks=marks)
 
 
-def test_every_python_block_is_collected() -> None:
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_python_block_is_collected(page: Path) -> None:
     """No block escapes: every fence that looks like Python is a ```python block, every
     mark is right before one, and the kinds are known."""
-    text = README.read_text()
-    lines = text.splitlines()
+    lines = page.read_text().splitlines()
+    blocks = page_blocks(page)
     pythonish = [n for n, line in enumerate(lines, 1) if re.match(r"^```\s*py", line)]
-    assert pythonish == [b.line for b in BLOCKS], "a fence not spelt ```python"
+    assert pythonish == [b.line for b in blocks], f"{page.name}: a fence not spelt ```python"
     marks = [n for n, line in enumerate(lines, 1) if "readme-test" in line]
-    assert marks == [b.line - 1 for b in BLOCKS if b.kind != "script"], "a stray mark"
-    assert len(BLOCKS) >= 10, [b.id for b in BLOCKS]
+    assert marks == [b.line - 1 for b in blocks if b.kind != "script"], "a stray mark"
+
+
+def test_the_documents_hold_examples() -> None:
+    assert len(PAGES) >= 20, PAGES
+    assert len(BLOCKS) >= 15, [b.id for b in BLOCKS]
     assert len({b.id for b in BLOCKS}) == len(BLOCKS), "two blocks of one kind in a section"
     # the example handlers/ are the demos', not installed: a snippet must not need them
     assert not [b.id for b in BLOCKS if re.search(r"^\s*(from|import) handlers\b", b.code, re.M)]
@@ -130,7 +148,7 @@ def test_the_collector_reads_marks_and_fences() -> None:
 
 
 @pytest.mark.parametrize("block", [_param(b) for b in BLOCKS])
-def test_readme_block_runs(block: Block, redis_url: str, tmp_path: Path) -> None:
+def test_block_runs(block: Block, redis_url: str, tmp_path: Path) -> None:
     code, streams = fresh_stream_names(block.code)
     for module in MODULES:
         (tmp_path / str(module.module)).write_text(module.code)
@@ -138,12 +156,12 @@ def test_readme_block_runs(block: Block, redis_url: str, tmp_path: Path) -> None
     if block.kind == "module":
         command = [sys.executable, "-c", f"import {Path(str(block.module)).stem}"]
     elif block.kind == "pytest":
-        (tmp_path / "test_readme_block.py").write_text(code)
+        (tmp_path / "test_docs_block.py").write_text(code)
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        command.append("test_readme_block.py")
+        command.append("test_docs_block.py")
     else:
-        (tmp_path / "readme_block.py").write_text(code)
-        command = [sys.executable, "readme_block.py"]
+        (tmp_path / "docs_block.py").write_text(code)
+        command = [sys.executable, "docs_block.py"]
     timeout = 300 if block.kind == "spark" else 60
     try:
         result = subprocess.run(
@@ -153,7 +171,7 @@ def test_readme_block_runs(block: Block, redis_url: str, tmp_path: Path) -> None
         for stream in streams:
             delete_stream_keys(redis_url, stream)
     assert result.returncode == 0, (
-        f"README.md block at line {block.line} ({block.kind}) failed:\n"
+        f"{block.where} block ({block.kind}) failed:\n"
         f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     )
     if block.kind == "pytest":
