@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .errors import ConfigError, InvalidMessageIdError
 from .ids import StreamId
@@ -21,6 +21,7 @@ from .ids import StreamId
 ENV_URL = "STREAMQ_REDIS_URL"
 
 Duration = float | timedelta
+C = TypeVar("C")
 
 
 def seconds(value: Duration, name: str, *, allow_zero: bool = True) -> float:
@@ -67,6 +68,32 @@ def _set_seconds(
             object.__setattr__(config, name, seconds(value, label, allow_zero=allow_zero))
 
 
+def _named_fields(cls: type[C]) -> type[C]:
+    """A misspelt field of ``cls`` is a ConfigError naming the closest valid one (the
+    dataclass's own TypeError names only the wrong one). The check runs when a setting is
+    built, never per message."""
+    init = cls.__init__
+    valid = tuple(field.name for field in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for name in kwargs:
+            if name not in valid:
+                raise ConfigError(_unknown_field(cls.__name__, name, valid))
+        init(self, *args, **kwargs)
+
+    __init__.__doc__ = init.__doc__
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
+
+
+def _unknown_field(owner: str, name: str, valid: tuple[str, ...]) -> str:
+    import difflib  # only for this message: not loaded by every consumer
+
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {owner} argument {name!r}{hint}. Valid: {', '.join(valid)}"
+
+
 def env_url() -> str | None:
     """``$STREAMQ_REDIS_URL`` if set and not empty."""
     return os.environ.get(ENV_URL) or None
@@ -93,6 +120,7 @@ StartFrom.LATEST = StartFrom("$")
 StartFrom.EARLIEST = StartFrom("0")
 
 
+@_named_fields
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """In-process retries of a failing handler, then redelivery up to ``max_deliveries``.
@@ -118,6 +146,7 @@ class RetryPolicy:
         _set_seconds(self, "backoff", "max_backoff", "jitter", prefix=prefix)
 
 
+@_named_fields
 @dataclass(frozen=True, slots=True)
 class BatchConfig:
     """Default batching for batch handlers that do not set their own.
@@ -146,6 +175,7 @@ class BatchConfig:
             )
 
 
+@_named_fields
 @dataclass(frozen=True, slots=True)
 class CleanupPolicy:
     """Periodic removal of entries that every group has acknowledged (MESSAGE_CLEANUP.md).
@@ -171,6 +201,7 @@ class CleanupPolicy:
         _set_seconds(self, "dead_letter_retention", prefix=prefix, optional=True)
 
 
+@_named_fields
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
     """How the read loop behaves. Defaults suit most services.
@@ -223,9 +254,6 @@ def consumer_config(
 
 
 def _unknown_message(name: str) -> str:
-    valid = ("retry", "batch", "cleanup", "config", "cluster", *CONSUMER_SETTINGS)
-    import difflib  # only for this message: not loaded by every consumer
-
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown MessageQueue argument {name!r}{hint}. Valid: {', '.join(valid)}"
+    valid = ("url", "stream", "group", "consumer", "start", "retry", "batch", "cleanup",
+             "config", "cluster", "partitions", *CONSUMER_SETTINGS)  # fmt: skip
+    return _unknown_field("MessageQueue", name, valid)

@@ -38,7 +38,7 @@ from .wire import idempotency, resp
 from .wire.client import connect_sync, ride_through_sync
 from .wire.coalesce_sync import SyncCoalescer
 from .wire.features import Features, probe_sync
-from .wire.keys import validate_stream_name
+from .wire.keys import require_stream
 from .wire.replies import StreamMissing
 
 
@@ -67,12 +67,12 @@ class Publisher:
     def __init__(
         self,
         url: str | None = None,
-        stream: str = "task-stream",
+        stream: str | None = None,
         *,
         partitions: int | None = None,
         cluster: bool | None = None,
     ) -> None:
-        validate_stream_name(stream)
+        stream = require_stream(stream, "Publisher")
         if partitions is not None:
             validate_partitions(partitions)
         if cluster not in (None, True, False):

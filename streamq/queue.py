@@ -46,7 +46,7 @@ from .topic.partitions import (
     validate_partitions,
 )
 from .wire.client import connect, ride_through
-from .wire.keys import validate_stream_name
+from .wire.keys import require_stream
 from .wire.permissions import check_permissions
 from .wire.routing import Deployment
 
@@ -89,7 +89,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     def __init__(
         self,
         url: str | None = None,
-        stream: str = "task-stream",
+        stream: str | None = None,
         group: str = "task-group",
         consumer: str | None = None,
         start: StartFrom = StartFrom.LATEST,
@@ -113,7 +113,14 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         partitions: int = 1,
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
-        validate_stream_name(stream)
+        settings = dict(
+            concurrency=concurrency, max_in_flight=max_in_flight, read_count=read_count,
+            block=block, claim_idle=claim_idle, claim_interval=claim_interval,
+            claim_count=claim_count, grace=grace, handler_timeout=handler_timeout,
+            dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
+        )  # fmt: skip
+        self.config = consumer_config(config, settings, unknown)
+        stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
         if not isinstance(group, str) or not group:
             raise ConfigError(f"group must be a non-empty string, got {group!r}")
         if consumer is not None and not consumer:
@@ -122,13 +129,6 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if not isinstance(start, StartFrom):
             raise ConfigError(f"start must be a StartFrom, got {start!r}")
-        settings = dict(
-            concurrency=concurrency, max_in_flight=max_in_flight, read_count=read_count,
-            block=block, claim_idle=claim_idle, claim_interval=claim_interval,
-            claim_count=claim_count, grace=grace, handler_timeout=handler_timeout,
-            dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
-        )  # fmt: skip
-        self.config = consumer_config(config, settings, unknown)
         self._url, self._cluster = url, cluster
         self.partitions = validate_partitions(partitions)
         self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain

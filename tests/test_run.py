@@ -213,7 +213,9 @@ def test_workers_stop_when_the_supervisor_is_killed(
 
 
 def test_a_target_that_cannot_run_fails_before_starting_workers(tmp_path: Path) -> None:
-    (tmp_path / "idle.py").write_text("from streamq import MessageQueue\nmq = MessageQueue()\n")
+    (tmp_path / "idle.py").write_text(
+        'from streamq import MessageQueue\nmq = MessageQueue(stream="idle")\n'
+    )
     for target, message in [
         ("nosuchmodule:app", "cannot import 'nosuchmodule'"),
         ("idle:nothing", "'idle' has no attribute 'nothing'"),

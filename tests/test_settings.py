@@ -1,4 +1,4 @@
-"""Issue 12 / 13: typed settings. Every bad value is a ConfigError naming the argument, a
+"""Typed settings. Every bad value is a ConfigError naming the argument, a
 typo names the closest valid setting (and fails type checking), strings are refused alike."""
 
 from __future__ import annotations
@@ -11,14 +11,22 @@ from typing import Any
 
 import pytest
 
-from streamq import BatchConfig, ConfigError, ConsumerConfig, MessageQueue, RetryPolicy
+from streamq import (
+    BatchConfig,
+    CleanupPolicy,
+    ConfigError,
+    ConsumerConfig,
+    MessageQueue,
+    Publisher,
+    RetryPolicy,
+)
 
 URL = "redis://127.0.0.1:1/0"
 
 
 def test_a_misspelt_setting_names_the_closest_valid_one() -> None:
     with pytest.raises(ConfigError, match=r"'concurency' \(did you mean 'concurrency'\?\)"):
-        MessageQueue(URL, concurency=3)  # type: ignore[arg-type]
+        MessageQueue(URL, stream="s", concurency=3)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -35,11 +43,11 @@ def test_a_misspelt_setting_names_the_closest_valid_one() -> None:
 )
 def test_bad_values_are_config_errors_naming_the_argument(setting: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=setting):
-        MessageQueue(URL, **{setting: value})
+        MessageQueue(URL, stream="s", **{setting: value})
 
 
 def test_durations_are_normalised_once_to_float_seconds() -> None:
-    mq = MessageQueue(URL, grace=timedelta(milliseconds=1500), claim_idle=2)
+    mq = MessageQueue(URL, stream="s", grace=timedelta(milliseconds=1500), claim_idle=2)
     assert mq.config.grace == 1.5 and isinstance(mq.config.grace, float)
     assert mq.config.claim_idle == 2.0 and isinstance(mq.config.claim_idle, float)
     assert RetryPolicy(backoff=timedelta(seconds=1)).backoff == 1.0
@@ -48,7 +56,7 @@ def test_durations_are_normalised_once_to_float_seconds() -> None:
 
 def test_keywords_win_over_a_config_object() -> None:
     base = ConsumerConfig(concurrency=4, grace=3.0)
-    mq = MessageQueue(URL, config=base, grace=7)
+    mq = MessageQueue(URL, stream="s", config=base, grace=7)
     assert (mq.config.concurrency, mq.config.grace) == (4, 7.0)
 
 
@@ -81,3 +89,32 @@ def test_a_negative_retry_delay_is_a_config_error(delay: Any) -> None:
 
     with pytest.raises(ConfigError, match="Retry delay"):
         Retry(delay=delay)
+
+
+@pytest.mark.parametrize(
+    ("make", "wrong", "meant"),
+    [
+        (RetryPolicy, "max_delivery", "max_deliveries"),
+        (BatchConfig, "sise", "size"),
+        (CleanupPolicy, "enable", "enabled"),
+        (ConsumerConfig, "concurency", "concurrency"),
+    ],
+)
+def test_a_misspelt_policy_field_names_the_closest_valid_one(
+    make: type, wrong: str, meant: str
+) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"{make.__name__} argument {wrong!r} \(did you mean {meant!r}\?\)"
+    ):
+        make(**{wrong: 1})
+
+
+def test_a_queue_without_a_stream_is_an_error_not_a_made_up_stream() -> None:
+    with pytest.raises(
+        ConfigError, match=r'MessageQueue needs a stream: MessageQueue\(stream="orders"'
+    ):
+        MessageQueue(URL)
+    with pytest.raises(ConfigError, match=r"'steam' \(did you mean 'stream'\?\)"):
+        MessageQueue(URL, steam="orders")  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="Publisher needs a stream"):
+        Publisher(URL)

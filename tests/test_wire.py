@@ -191,9 +191,9 @@ def test_queue_constructor_validates(redis_url: str) -> None:
     with pytest.raises(ConfigError, match="stream"):
         MessageQueue(redis_url, stream="")
     with pytest.raises(ConfigError, match="group"):
-        MessageQueue(redis_url, group="")
+        MessageQueue(redis_url, stream="s", group="")
     with pytest.raises(ConfigError, match="concurrency"):
-        MessageQueue(redis_url, concurrency=-2)
+        MessageQueue(redis_url, stream="s", concurrency=-2)
     with pytest.raises(ConfigError, match="unknown MessageQueue argument"):
         MessageQueue(redis_url, no_such_option=1)
 

@@ -20,11 +20,13 @@ import json
 import os
 import sys
 import time
+import typing
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
 
+from .. import __version__
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import (
     AuthenticationFailedError,
@@ -190,6 +192,7 @@ async def cmd_stop_message(args: argparse.Namespace) -> str:
 
 async def cmd_resume_message(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
+        await _require_stream(mq)
         await mq.resume_message(args.id)
         return f"resumed {args.id}"
 
@@ -238,11 +241,19 @@ class _closing:
 URL_HELP = f"Redis URL (default ${ENV_URL})"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit 2), pointing at ``--help``."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamq", description="Operate streamq streams.")
+    parser = _Parser(prog="streamq", description="Operate streamq streams.")
+    parser.add_argument("--version", action="version", version=f"streamq {__version__}")
     parser.add_argument("--url", help=URL_HELP)
     # The same option after the command; SUPPRESS keeps the value given before it.
-    options_after = argparse.ArgumentParser(add_help=False)
+    options_after = _Parser(add_help=False)
     options_after.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -282,20 +293,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = command("pending", cmd_pending, "pending entries of a group: STREAM GROUP")
     p.add_argument("group")
-    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--count", type=_count(1), default=100, help="at most this many (100)")
     p = command(
         "tail", cmd_tail, 'follow new entries, one JSON object {"id","type","data","meta"} a line'
     )
     p.add_argument(
         "--from", dest="start", default="$", help="entry ID to start after (default: new only)"
     )
-    p.add_argument("--count", type=int, default=0, help="stop after this many entries")
+    p.add_argument(
+        "--count", type=_count(0), default=0, help="stop after this many entries (0: never)"
+    )
     p.add_argument("--seconds", type=float, default=0, help="stop after this long")
     p = command("dlq", cmd_dlq, "dead letters: dlq list|replay|purge STREAM [ID]", stream=False)
     p.add_argument("action", choices=["list", "replay", "purge"])
     p.add_argument("stream")
     p.add_argument("id", nargs="?", help="replay: one dead letter ID (default: all)")
-    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--count", type=_count(1), default=100, help="list: at most this many (100)")
     p.add_argument("--full", action="store_true", help="list: whole tracebacks")
     p = command("stop-message", cmd_stop_message, "stop one entry ID for every consumer")
     p.add_argument("id")
@@ -306,7 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-dead-letters", action="store_true")
     p = command("cleanup", cmd_cleanup, "remove entries every group has acknowledged")
     p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--max-length", type=int, default=0, help="keep at least this many entries")
+    p.add_argument(
+        "--max-length", type=_count(0), default=0, help="keep at least this many entries"
+    )
     p.add_argument(
         "--min-retention", type=float, default=0, help="keep entries younger than this (s)"
     )
@@ -316,6 +331,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="also remove acknowledged entries above a pending one (the pending ones stay)",
     )
     return parser
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` (else a usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def _confirm(args: argparse.Namespace) -> None:
@@ -339,14 +369,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as e:
         return _fail(str(e), e.code)
     except BrokenPipeError:  # the reader went away (`streamq tail ... | head -1`): done
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return _reader_gone()
     except (StreamqError, OSError) as e:
         return _fail(*_describe(e))
     except KeyboardInterrupt:
         return 130
     if output:
-        print(terminal_safe(output))
+        try:
+            print(terminal_safe(output), flush=True)
+        except BrokenPipeError:
+            return _reader_gone()
+    return 0
+
+
+def _reader_gone() -> int:
+    """The reader of our output went away (``streamq dlq list S | head -1``): that is the
+    end of the command, not an error; stdout goes to /dev/null so that the interpreter's
+    last flush does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

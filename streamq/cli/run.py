@@ -65,10 +65,11 @@ def _prepare(options: RunOptions) -> None:
     try:
         app = load_target(options.target, options.app_dir)
         app.check_runnable()
-    except ConfigError:
+    except ConfigError as e:
         if not options.reload:
             raise
-        log.exception("the target cannot run yet; waiting for a change")
+        log.error("the target cannot run yet (%s); waiting for a change", e)
+        log.debug("why the target cannot run", exc_info=True)
         return
     options.shutdown_timeout = max(mq.config.grace for mq in app.queues) + SHUTDOWN_MARGIN
     if uses_default_server(app) and not env_url():

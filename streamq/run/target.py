@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import socket
@@ -33,7 +34,9 @@ def load_target(spec: str, app_dir: str | Path | None = ".") -> App:
     except ModuleNotFoundError as e:
         if e.name and module_name.startswith(e.name):
             raise ConfigError(f"cannot import {module_name!r} (from {app_dir}): {e}") from e
-        raise
+        raise ConfigError(f"importing {module_name!r} failed: {_one_line(e)}") from e
+    except Exception as e:  # the module's own code failed (a SyntaxError, a bad setting)
+        raise ConfigError(f"importing {module_name!r} failed: {_one_line(e)}") from e
     for part in attr.split("."):
         try:
             target = getattr(target, part)
@@ -48,7 +51,7 @@ def as_app(target: Any, spec: str) -> App:
         return target
     if isinstance(target, MessageQueue):
         return App(target, name=spec)
-    if callable(target) and not isinstance(target, type):
+    if _is_factory(target):
         made = target()
         if inspect.isawaitable(made):
             if inspect.iscoroutine(made):
@@ -62,6 +65,21 @@ def as_app(target: Any, spec: str) -> App:
         f"{spec} is a {type(target).__name__}: expected a MessageQueue, an App, "
         "or a function returning one"
     )
+
+
+def _is_factory(target: Any) -> bool:
+    """A plain function (or a partial of one): an object that is merely callable, such as
+    an ASGI app, is not called to find out."""
+    return inspect.isfunction(target) or isinstance(target, functools.partial)
+
+
+def _one_line(error: BaseException) -> str:
+    """``error`` as ``Type: message`` on one line (a SyntaxError with its file and line)."""
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}:{error.lineno}" if error.filename else f"line {error.lineno}"
+        return f"SyntaxError: {error.msg} ({where})"
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def assign_slot(app: App, slot: int) -> None:

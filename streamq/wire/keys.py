@@ -11,6 +11,17 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 
 
+def require_stream(name: str | None, owner: str) -> str:
+    """``name`` checked as :func:`validate_stream_name` does; None (not given) is a
+    ConfigError: a queue that silently used a made-up stream would share it by accident."""
+    if name is None:
+        raise ConfigError(
+            f'{owner} needs a stream: {owner}(stream="orders", ...) names the stream '
+            "(or partitioned topic) it publishes to and consumes from"
+        )
+    return validate_stream_name(name)
+
+
 def validate_stream_name(name: object, argument: str = "stream") -> str:
     """Return ``name`` if it can name a stream; else raise ConfigError naming ``argument``.
 

@@ -90,6 +90,11 @@ class RouterState:
         False to ask the next node; refused credentials raise (the same on every node)."""
         if isinstance(error, rx.AuthenticationError):
             raise error
+        if isinstance(error, rx.ResponseError) and DB_OUT_OF_RANGE in str(error):
+            raise ConfigError(
+                f"{address[0]}:{address[1]} has no database of the URL's index ({error}): "
+                "use an index the server has (0 unless configured otherwise)"
+            ) from error
         if isinstance(error, rx.ResponseError):
             why = classify_slots_error(error)
             if why is not None:
@@ -100,6 +105,8 @@ class RouterState:
 
     @staticmethod
     def nobody_answered(failures: list[str]) -> rx.ConnectionError:
+        if len(failures) == 1:  # the URL's one node: say so, not how nodes are asked
+            return rx.ConnectionError(f"cannot connect to {failures[0]}")
         return rx.ConnectionError("no node answered CLUSTER SLOTS: " + "; ".join(failures))
 
     def single_node(self, why: str) -> None:
@@ -108,6 +115,9 @@ class RouterState:
         if self.seeds:
             raise ConfigError(f"the URL names several nodes, but they are no cluster: {why}")
         self.cluster, self.stale = False, False
+
+
+DB_OUT_OF_RANGE = "DB index is out of range"
 
 
 def classify_slots_error(error: rx.ResponseError) -> str | None:
