@@ -43,6 +43,7 @@ from ..queue import MessageQueue
 from ..server.shared import running_shared_url
 from ..wire.keys import Keys
 from ..wire.replies import pending_rows, stream_rows
+from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
 from .dashboard import add_dashboard_arguments, cmd_dashboard
 from .render import (
     one_line,
@@ -280,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("run", cmd_run, "run a service's handlers (module:attr) in worker processes",
                 stream=False)  # fmt: skip
     add_run_arguments(p)
+    p = command("asyncapi", cmd_asyncapi, "print the AsyncAPI 3.0 document of a queue or App",
+                stream=False)  # fmt: skip
+    add_asyncapi_arguments(p)
     p = command("publish", cmd_publish, "publish one message: STREAM TYPE JSON")
     p.add_argument("type")
     p.add_argument("json")
@@ -361,7 +365,7 @@ def _confirm(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("server", "dashboard", "run"):  # foreground commands, not one request
+        if args.command in ("server", "dashboard", "run", "asyncapi"):  # not a request to Redis
             return int(args.func(args))
         _confirm(args)
         coro: Callable[[argparse.Namespace], Coroutine[Any, Any, str]] = args.func
