@@ -33,8 +33,10 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
+from .publish.typed import TypedPublisher
 from .publisher import Publisher
 from .queue import MessageQueue
+from .router import Router
 from .signals import PartialFailure, Reject, Retry
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
@@ -100,11 +102,13 @@ __all__ = (
     "Reject",
     "Retry",
     "RetryPolicy",
+    "Router",
     "ServerUnavailableError",
     "StartFrom",
     "StreamId",
     "StreamNotFoundError",
     "StreamqError",
     "TopicInfo",
+    "TypedPublisher",
     "UnknownCommandError",
 )

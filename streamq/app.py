@@ -9,7 +9,7 @@ worker processes; ``app.running()`` runs one in the background of a web app's li
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,8 +18,11 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .consume.context import inside_handler
+from .consume.middlewares import HandlerMiddleware
 from .errors import ConfigError
+from .publish.middlewares import PublishMiddleware
 from .queue import MessageQueue
+from .router import Router
 from .stop_signals import owns_signals, watch_stop_signals
 
 if TYPE_CHECKING:
@@ -54,19 +57,38 @@ class App:
         queues: the MessageQueues to run; each keeps its own stream, group, consumer name,
             policies and handlers.
         name: a label for logs and health reports.
+        routers: :class:`streamq.Router` objects whose handlers go to the App's one queue
+            (with several queues, include each router into its queue instead).
+        middlewares: handler and publish middlewares of every queue of the App, outside
+            each queue's own (see :meth:`MessageQueue.add_middleware`).
 
-    Raises ConfigError for a queue given twice or two queues with one consumer identity.
+    Raises ConfigError for a queue given twice, two queues with one consumer identity, or
+    routers for an App of several queues.
     """
 
-    def __init__(self, *queues: MessageQueue, name: str = "streamq") -> None:
+    def __init__(
+        self,
+        *queues: MessageQueue,
+        name: str = "streamq",
+        routers: Sequence[Router] = (),
+        middlewares: Sequence[HandlerMiddleware | PublishMiddleware] = (),
+    ) -> None:
         self.name = name
         self._queues: list[MessageQueue] = []
+        self._middlewares = tuple(middlewares)
         self.stop_reason: str | None = None
         self.done = anyio.Event()
         self._stop_requested = anyio.Event()
         self._run_active = False
         for mq in queues:
             self.add(mq)
+        if routers and len(self._queues) != 1:
+            raise ConfigError(
+                f"App(routers=...) adds the routers to the App's one queue, but it has "
+                f"{len(self._queues)}: include each router into its queue (mq.include_router)"
+            )
+        for router in routers:
+            self._queues[0].include_router(router)
 
     @property
     def queues(self) -> tuple[MessageQueue, ...]:
@@ -84,6 +106,7 @@ class App:
                 f"two queues of this App would be consumer {mq.consumer!r} of group "
                 f"{mq.group!r} on stream {mq.stream!r}: give them different names"
             )
+        _put_outside(mq, self._middlewares)
         self._queues.append(mq)
         return mq
 
@@ -265,3 +288,14 @@ class App:
     def __repr__(self) -> str:
         queues = ", ".join(f"{mq.stream}/{mq.group}" for mq in self._queues)
         return f"App({self.name!r}: {queues})"
+
+
+def _put_outside(mq: MessageQueue, middlewares: Sequence[Any]) -> None:
+    """Make the App's ``middlewares`` the outermost of ``mq``'s (in their order)."""
+    handler, publish = mq._handler_middlewares[:], mq._publish_middlewares[:]
+    mq._handler_middlewares.clear()
+    mq._publish_middlewares.clear()
+    for mw in middlewares:
+        mq.add_middleware(mw)
+    mq._handler_middlewares.extend(handler)
+    mq._publish_middlewares.extend(publish)

@@ -4,11 +4,11 @@ Every error streamq raises derives from :class:`StreamqError`::
 
     StreamqError
     ├── ConfigError (ValueError)          bad arguments or contradictory options
+    │   └── HandlerError                  a handler registered in an unusable form, or twice
     ├── MessageFormatError (ValueError)   an entry or payload that does not fit wire format v1
     ├── InvalidMessageIdError (ValueError)   a stream entry ID that is not ``ms-seq``
     ├── MessageNotFoundError (LookupError)   an ID that is not in the stream
     ├── QueueStateError (RuntimeError)    an operation the queue's state does not allow
-    ├── HandlerError                      a handler was registered in an unusable form
     ├── ConsumerError                     the consumer stopped on an error it cannot recover
     ├── DataLossError                     entries trimmed before a pipeline read them
     ├── HandlerCrashError                 a handler raised a BaseException streamq did not
@@ -54,8 +54,8 @@ class QueueStateError(StreamqError, RuntimeError):
     """The queue is not in a state that allows this operation (e.g. reopening a closed queue)."""
 
 
-class HandlerError(StreamqError):
-    """A handler was registered in a form streamq cannot call."""
+class HandlerError(ConfigError):
+    """A handler was registered in a form streamq cannot call, or a type twice."""
 
 
 class ConsumerError(StreamqError):

@@ -28,13 +28,14 @@ from .config import (
 from .consume.build import Policies, Topic, build_consumer
 from .consume.consumer import Consumer
 from .consume.context import inside_handler
+from .consume.middlewares import with_middlewares
 from .consume.partitioned import PartitionedConsumer
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
 from .health import health_report
 from .logs import run_as_consumer
 from .publishing import PublishOperations
-from .registration import HandlerRegistry
+from .registration import QueueRegistry
 from .stop_signals import owns_signals, watch_stop_signals
 from .task_groups import task_group_around_block
 from .topic import admin
@@ -68,7 +69,7 @@ def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
+class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:
@@ -139,6 +140,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         self.batch = batch or BatchConfig()
         self.cleanup_policy = cleanup or CleanupPolicy()
         self.router = Router()
+        self._handler_middlewares, self._publish_middlewares, self._typed_publishers = [], [], {}
         self._state = State.NEW
         self._deployment: Deployment | None = None
         self._client: aioredis.Redis | None = None
@@ -259,7 +261,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         return build_consumer(
             Topic(self.stream, self.streams, self.group, self.consumer),
             self.client_for,
-            self.router,
+            with_middlewares(self.router, self._handler_middlewares),
             Policies(self.config, self.retry, self.batch, self.cleanup_policy),
             self._stopped,
         )

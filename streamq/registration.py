@@ -1,5 +1,6 @@
-"""Registering handlers on a queue: the ``@mq.handler`` and ``@mq.batch_handler``
-decorators and ``mq.register(obj)``, over the queue's :class:`~streamq.consume.router.Router`.
+"""Registering handlers on a queue or a :class:`streamq.Router`: the ``@mq.handler`` and
+``@mq.batch_handler`` decorators, ``mq.register(obj)``, ``mq.include_router(router)`` and a
+queue's middlewares, over a :class:`~streamq.consume.router.Router` (the route table).
 
 Annotations are resolved with the local names of the frame that registers the handler
 (a model defined inside a test or a factory function), or ``model=`` is given outright.
@@ -9,12 +10,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .config import Duration, seconds
+from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
 from .consume.router import UNSET, BatchSettings, Router
+from .publish.middlewares import PublishMiddleware, check_publish_middleware
+from .publish.typed import TypedPublisher
+
+if TYPE_CHECKING:
+    import streamq
 
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M")
 
 
 class HandlerRegistry:
@@ -63,3 +71,38 @@ class HandlerRegistry:
     def register(self, handler: object) -> None:
         """Register a handler object (``message_type`` + ``handle``/``handle_batch``)."""
         self.router.add_object(handler, namespace=sys._getframe(1).f_locals)
+
+    def include_router(self, router: streamq.Router) -> None:
+        """Add the handlers of ``router`` (a :class:`streamq.Router`), each wrapped by the
+        router's middlewares; a type registered twice raises ConfigError naming both."""
+        for route in router.routes():
+            self.router.adopt(route)
+
+
+class QueueRegistry(HandlerRegistry):
+    """A queue's registrations: handlers, routers, and the middlewares of the queue."""
+
+    _handler_middlewares: list[HandlerMiddleware]
+    _publish_middlewares: list[PublishMiddleware]
+    _typed_publishers: dict[str, Any]  # type -> model, for the AsyncAPI document
+
+    def add_middleware(self, mw: HandlerMiddleware | PublishMiddleware) -> None:
+        """Wrap every handler call, or every publish, of this queue with ``mw``.
+
+        ``async def mw(msg, call_next)`` wraps handler calls (a batch handler's call gets
+        the list); ``async def mw(message_type, data, meta, call_next)`` wraps publishing.
+        Outer first, in the order added; whatever a handler middleware raises is the
+        entry's failure (retried, dead-lettered). Raises ConfigError for anything else.
+        """
+        if takes_parameters(mw, 4):
+            self._publish_middlewares.append(check_publish_middleware(mw))
+        else:
+            self._handler_middlewares.append(check_handler_middleware(mw))
+
+    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
+        """A publisher of ``message_type`` messages whose data is a ``model``: mypy checks
+        what is published, and data of another model raises MessageFormatError at once.
+        The AsyncAPI document lists it as a send operation."""
+        typed = TypedPublisher(self, message_type, model)  # type: ignore[arg-type]
+        self._typed_publishers[message_type] = model
+        return typed

@@ -183,7 +183,10 @@ async def test_registration_errors(make_queue: QueueFactory) -> None:
     @mq.handler("email")
     async def one(msg: Message[Email]) -> None: ...
 
-    with pytest.raises(HandlerError, match="already has a handler"):
+    with pytest.raises(
+        HandlerError,
+        match=r"type .email. is registered twice \(handler\): at .*test_consume.py:\d+ \(.*one\) and at .*test_consume.py:\d+ \(.*two\)",
+    ):
 
         @mq.handler("email")
         async def two(msg: Message[Email]) -> None: ...

@@ -11,6 +11,7 @@ registers the handler, so a model defined inside a function (a test, a factory) 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -69,6 +70,7 @@ class Route:
     batch: BatchHandler | None = None
     batch_is_async: bool = True
     batch_settings: BatchSettings | None = None
+    middlewares: tuple[Any, ...] = ()  # a Router's own (streamq.Router(middlewares=...))
 
 
 def _parse_json(raw: bytes) -> Any:
@@ -88,6 +90,23 @@ def parser_for(model: Any) -> Parser:
 
 def _name(func: Callable[..., Any]) -> str:
     return getattr(func, "__qualname__", None) or repr(func)
+
+
+def where_defined(func: Callable[..., Any]) -> str:
+    """``func``'s name and the file and line that define it (``emails.py:12 welcome``)."""
+    code = getattr(inspect.unwrap(getattr(func, "__func__", func)), "__code__", None)
+    if code is None:
+        return _name(func)
+    return f"{code.co_filename}:{code.co_firstlineno} ({_name(func)})"
+
+
+def _twice(
+    type_name: str, kind: str, first: Callable[..., Any], second: Callable[..., Any]
+) -> HandlerError:
+    return HandlerError(
+        f"type {type_name!r} is registered twice ({kind}): at {where_defined(first)} "
+        f"and at {where_defined(second)}"
+    )
 
 
 def _checked_parser(func: Callable[..., Any], model: Any) -> Parser:
@@ -238,7 +257,7 @@ class Router:
         model = _chosen_model(func, model, namespace, model_of_single)
         route = self._route(type_name, func, model)
         if route.single is not None:
-            raise HandlerError(f"type {type_name!r} already has a handler ({route.single!r})")
+            raise _twice(type_name, "handler", route.single, func)
         route.single, route.single_is_async = func, _is_async(func)
 
     def add_batch(
@@ -253,9 +272,37 @@ class Router:
         model = _chosen_model(func, model, namespace, model_of_batch)
         route = self._route(type_name, func, model)
         if route.batch is not None:
-            raise HandlerError(f"type {type_name!r} already has a batch handler")
+            raise _twice(type_name, "batch handler", route.batch, func)
         route.batch, route.batch_is_async = func, _is_async(func)
         route.batch_settings = settings
+
+    def adopt(self, route: Route) -> None:
+        """Add the handlers of ``route`` (made by another table: a :class:`streamq.Router`
+        being included, or a copy with middlewares) as they are: model, parser, settings
+        and middlewares kept. A handler of a kind the type has already is an error."""
+        mine = self._routes.get(route.type_name)
+        if mine is None:
+            self._routes[route.type_name] = mine = dataclasses.replace(route)
+            self._by_bytes[route.type_name.encode()] = mine
+            return
+        if mine.model is not route.model:
+            raise HandlerError(
+                f"type {route.type_name!r} has handlers with different models "
+                f"({mine.model!r} and {route.model!r})"
+            )
+        if mine.middlewares != route.middlewares:
+            raise HandlerError(
+                f"type {route.type_name!r} has handlers in routers with different middlewares"
+            )
+        if route.single is not None:
+            if mine.single is not None:
+                raise _twice(route.type_name, "handler", mine.single, route.single)
+            mine.single, mine.single_is_async = route.single, route.single_is_async
+        if route.batch is not None:
+            if mine.batch is not None:
+                raise _twice(route.type_name, "batch handler", mine.batch, route.batch)
+            mine.batch, mine.batch_is_async = route.batch, route.batch_is_async
+            mine.batch_settings = route.batch_settings
 
     def add_object(self, obj: object, *, namespace: Namespace | None = None) -> None:
         """Route ``obj.message_type`` to ``obj.handle`` and/or ``obj.handle_batch``; their

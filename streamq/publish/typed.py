@@ -1,0 +1,111 @@
+"""Typed publishers and the model check of ``publish``.
+
+``emails = mq.publisher("email", Email)`` gives a :class:`TypedPublisher`: mypy rejects
+``emails.publish(Click(...))``, and at run time data of another model raises
+:class:`~streamq.MessageFormatError` when it is published, not later at a consumer.
+
+``mq.publish(type, data)`` of a type this process has a handler for checks ``data``
+against that handler's model the same way (:func:`check_model`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from ..config import Duration
+from ..errors import MessageFormatError
+from ..message import validate_type_name
+
+if TYPE_CHECKING:
+    from ..publish_plan import Key
+    from ..queue import MessageQueue
+
+M = TypeVar("M")
+
+
+class TypedPublisher(Generic[M]):
+    """Publishes messages of one type, whose data is one model (``mq.publisher``)."""
+
+    def __init__(self, queue: MessageQueue, message_type: str, model: type[M]) -> None:
+        validate_type_name(message_type)
+        self.queue, self.message_type, self.model = queue, message_type, model
+
+    async def publish(
+        self,
+        data: M,
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | None = None,
+        replicas: int = 0,
+        timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
+        fsync: bool = False,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Publish ``data`` (an instance of the model); the options are those of
+        :meth:`streamq.MessageQueue.publish`. Raises MessageFormatError for another model."""
+        check_instance(self.message_type, self.model, data)
+        return await self.queue.publish(
+            self.message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
+            fsync=fsync, idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    async def publish_many(
+        self,
+        items: Iterable[M],
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | None = None,
+        chunk: int = 1000,
+    ) -> list[str]:
+        """Publish many instances of the model with pipelined writes (see
+        :meth:`streamq.MessageQueue.publish_many`); nothing is sent if one is of another model."""
+        items = list(items)
+        for item in items:
+            check_instance(self.message_type, self.model, item)
+        return await self.queue.publish_many(self.message_type, items, meta, key=key, chunk=chunk)
+
+    def __repr__(self) -> str:
+        name = getattr(self.model, "__name__", repr(self.model))
+        return f"TypedPublisher({self.message_type!r}, {name}, stream={self.queue.stream!r})"
+
+
+def check_instance(message_type: str, model: Any, data: Any) -> None:
+    """MessageFormatError unless ``data`` is a ``model`` (validated, for non-class models)."""
+    if isinstance(model, type):
+        if not isinstance(data, model):
+            raise MessageFormatError(_wrong_model(message_type, model, data))
+        return
+    try:
+        TypeAdapter(model).validate_python(data)
+    except ValidationError as e:
+        raise MessageFormatError(f"{message_type!r} data does not fit {model!r}: {e}") from None
+
+
+def check_model(message_type: str, model: Any, data: Any) -> None:
+    """The check ``publish`` makes for a type this process handles with ``model``: another
+    model's instance is refused; other data (a dict) must validate into ``model``."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return  # Any, or a type pydantic validates at the consumer: checked there
+    if isinstance(data, model):
+        return
+    if isinstance(data, BaseModel):
+        raise MessageFormatError(_wrong_model(message_type, model, data))
+    try:
+        model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "data"
+        raise MessageFormatError(
+            f"{message_type!r} data does not fit {model.__name__}, the model of its handler "
+            f"in this process: {where}: {first['msg']}"
+        ) from None
+
+
+def _wrong_model(message_type: str, model: type, data: Any) -> str:
+    return (
+        f"{message_type!r} messages carry {model.__name__}, got {type(data).__name__}: "
+        "publish an instance of the model (a consumer would refuse this data)"
+    )

@@ -1,0 +1,71 @@
+"""``streamq.Router``: handlers and middlewares defined in their own module, added to a
+queue with ``mq.include_router(router)`` (or ``App(queue, routers=[...])``).
+
+A service splits its handlers over modules the way a web app splits its routes::
+
+    # emails.py
+    router = Router()
+
+    @router.handler("signup")
+    async def welcome(msg: Message[Signup]) -> None: ...
+
+    # service.py
+    mq = MessageQueue(stream="users", group="mailer")
+    mq.include_router(emails.router)
+
+The handlers stay plain functions, so a test calls ``welcome(...)`` directly or includes
+the router into a queue of its own. A type registered twice (in two routers, or in a router
+and on the queue) is a :class:`~streamq.ConfigError` naming both places.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from .consume.middlewares import HandlerMiddleware, check_handler_middleware
+from .consume.router import Route
+from .consume.router import Router as RouteTable
+from .registration import HandlerRegistry
+
+
+class Router(HandlerRegistry):
+    """Handlers (``@router.handler``, ``@router.batch_handler``, ``router.register(obj)``)
+    and the middlewares that wrap them, to include into a queue.
+
+    Parameters:
+        middlewares: ``async def mw(msg, call_next)`` functions around every handler call
+            of this router, outer first; they run inside the queue's and the App's.
+
+    Raises ConfigError (HandlerError) for an unusable handler or a type registered twice.
+    """
+
+    def __init__(self, *, middlewares: Sequence[HandlerMiddleware] = ()) -> None:
+        self.router = RouteTable()
+        self._middlewares = [check_handler_middleware(mw) for mw in middlewares]
+
+    def add_middleware(self, mw: HandlerMiddleware) -> None:
+        """Wrap every handler call of this router with ``mw`` (inside those added before)."""
+        self._middlewares.append(check_handler_middleware(mw))
+
+    def include_router(self, router: Router) -> None:
+        """Add ``router``'s handlers to this one (its middlewares inside this router's)."""
+        for route in router.routes():
+            self.router.adopt(route)
+
+    def routes(self) -> Iterable[Route]:
+        """The routes to include, each carrying this router's middlewares."""
+        mine = tuple(self._middlewares)
+        for route in self.router.routes.values():
+            yield _with_outer(route, mine)
+
+    @property
+    def message_types(self) -> tuple[str, ...]:
+        """The message types this router handles."""
+        return tuple(self.router.routes)
+
+
+def _with_outer(route: Route, outer: tuple[HandlerMiddleware, ...]) -> Route:
+    if not outer:
+        return route
+    return dataclasses.replace(route, middlewares=(*outer, *route.middlewares))
