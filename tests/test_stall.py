@@ -24,7 +24,9 @@ import anyio
 import psutil
 import pytest
 
-from streamq import EmbeddedServer, Message, MessageQueue, StartFrom
+from streamq import EmbeddedServer, Message, MessageQueue, ServerUnavailableError, StartFrom
+from streamq.wire import resp
+from streamq.wire.client import connect, connect_sync
 from tests.conftest import FAST, pending_count, wait_for
 from tests.stall_client import PUBLISHERS, publish_one
 
@@ -81,6 +83,36 @@ def check_outcomes(
         f"handled but not in the stream: {sorted(set(handled) - stream_ids)[:5]}"
     )
     assert all(len(set(data)) == 1 for data in handled.values())
+
+
+@pytest.mark.timeout(60)
+async def test_a_reply_read_too_late_closes_its_connection(stream: str) -> None:
+    """The boundary itself: a reply read by hand that comes too late (here: the socket
+    timeout after a hold of 0.1 s, as a blocking read's BLOCK or WAIT's timeout) fails
+    its command, and the next command on the same client gets its own reply, not the
+    late one (async: a read loop's own connection; blocking: a pooled one)."""
+    with EmbeddedServer() as server:
+        url = f"{server.url}?socket_timeout=0.2"
+        deployment, blocking = connect(url), connect_sync(url)
+        client, sync_client = deployment.client_for(stream), blocking.client_for(stream)
+        own = resp.OwnConnection(client, held=0.1)
+        late, mine = resp.pack("ECHO", "late"), resp.pack("ECHO", "mine")
+        try:
+            assert await own.execute(mine, 1) == [b"mine"]  # connected beforehand
+            assert resp.execute_sync(sync_client, mine, 1) == [b"mine"]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stall, pid_of(server), 1.0)
+                await anyio.sleep(0.1)
+                with pytest.raises(ServerUnavailableError, match="Timeout reading"):
+                    await own.execute(late, 1)
+                with pytest.raises(ServerUnavailableError, match="Timeout reading"):
+                    resp.execute_sync(sync_client, late, 1, held=0.1)
+            assert await own.execute(mine, 1) == [b"mine"]
+            assert resp.execute_sync(sync_client, mine, 1) == [b"mine"]
+        finally:
+            await own.release()
+            await deployment.aclose()
+            blocking.close()
 
 
 @pytest.mark.timeout(120)
