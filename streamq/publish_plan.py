@@ -24,7 +24,6 @@ from .errors import NotReplicatedError
 from .topic.partitions import partition_for_key
 from .wire import idempotency, resp
 from .wire.replies import added_id
-from .wire.timeouts import blocking_timeout
 
 Fields = dict[bytes | str, bytes | str]
 Key = str | bytes
@@ -122,11 +121,6 @@ class Durability:
         (``time.monotonic()``): a publish sent again (its stream was missing) keeps to one
         ``timeout`` in all."""
         return replace(self, wait=max(0.001, self.wait - (time.monotonic() - started)))
-
-    @property
-    def read_timeout(self) -> float:
-        """``WAIT`` holds its reply up to ``wait``: more than the usual socket timeout."""
-        return blocking_timeout(self.wait)
 
     def pack(self, xadd: list[Any]) -> bytes:
         """The XADD (:func:`xadd_command`) and the wait, pipelined: two replies."""

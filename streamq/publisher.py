@@ -252,7 +252,7 @@ class Publisher:
         packed = durability.pack(xadd)
 
         def xadd_and_wait() -> tuple[str, int]:
-            replies = resp.execute_sync(client, packed, 2, read_timeout=durability.read_timeout)
+            replies = resp.execute_sync(client, packed, 2, held=durability.wait)
             return durability.read(replies)
 
         return ride_through_sync(self._deployment, xadd_and_wait)

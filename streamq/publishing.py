@@ -254,7 +254,7 @@ class PublishOperations:
 
         async def xadd_and_wait() -> tuple[str, int]:
             packed = durability.pack(xadd)
-            replies = await resp.execute(client, packed, 2, read_timeout=durability.read_timeout)
+            replies = await resp.execute(client, packed, 2, held=durability.wait)
             return durability.read(replies)
 
         return await ride_through(self.deployment, xadd_and_wait)

@@ -26,7 +26,6 @@ from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, S
 from ..message import RawEntry
 from ..wire import replies, resp
 from ..wire.features import probe
-from ..wire.timeouts import blocking_timeout
 from .acks import Acker
 from .capacity import Capacity
 from .claiming import delivery_counts
@@ -77,7 +76,7 @@ class Reader:
         self._claiming: bool | None = None  # XREADGROUP ... CLAIM; None until probed
         self.claimed_total = 0
         # the read loop's own connection; a reply may take the whole BLOCK and then some
-        self._connection = resp.OwnConnection(client, read_timeout=blocking_timeout(config.block))
+        self._connection = resp.OwnConnection(client, held=config.block)
         self._scope: anyio.CancelScope | None = None
 
     def cancel(self) -> None:

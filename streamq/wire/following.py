@@ -21,6 +21,7 @@ from redis import exceptions as rx
 from redis.asyncio.client import Pipeline
 
 from .asking import answers, asked_node, asks_by_node, is_ask, with_script
+from .reading import read_reply
 from .slots import Address
 from .translate import translate, translate_command
 
@@ -127,7 +128,7 @@ async def run_asked_transaction(
     connection = await pool.get_connection()
     try:
         await connection.send_command("ASKING")
-        await connection.read_response()
+        await read_reply(connection)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await connection.disconnect()

@@ -9,12 +9,13 @@ the parser's nested lists instead of becoming one dict per entry that we would r
 Commands answered ``ASK`` (their slot is being migrated, :mod:`streamq.wire.asking`) are
 sent once more to the node named, each after ``ASKING`` (:func:`follow_asks`). What a
 write raises, and an error reply, leave as streamq's errors (:mod:`streamq.wire.translate`).
+Every reply is read through :mod:`streamq.wire.reading`: one that comes later than its
+timeout closes its connection (kept, the late reply would answer the next command).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ import redis
 import redis.asyncio as aioredis
 
 from .asking import asked_writes, put_answers
+from .reading import read_reply, read_reply_sync
 from .translate import RECONFIGURING, translate
 
 
@@ -79,19 +81,19 @@ async def execute(
     replies: int,
     *,
     raise_errors: bool = True,
-    read_timeout: float | None = None,
+    held: float = 0.0,
 ) -> list[Any]:
     """Send ``packed`` on one pooled connection and read ``replies`` replies.
 
     An error reply raises (streamq's error for it) after all replies were read, so the
     connection stays in step, or with ``raise_errors=False`` is returned in its place
     (redis-py's exception object); any other failure drops the connection.
-    ``read_timeout``: how long each reply may take (None: the connection's
-    ``socket_timeout``).
+    ``held``: how long the server holds a reply by design (``WAIT``), on top of the
+    connection's ``socket_timeout`` (:func:`~streamq.wire.reading.reply_timeout`).
     """
     pool, stream = client.connection_pool, _stream_of(client)
     try:
-        results = await _exchange_on(pool, packed, replies, read_timeout)
+        results = await _exchange_on(pool, packed, replies, held)
         results = await follow_asks(pool, packed, results)
     except (redis.RedisError, OSError) as e:
         raise translate(e, stream) from e
@@ -140,14 +142,14 @@ class OwnConnection(HeldConnection):
     a readiness probe per command; a task that sends a command every few hundred
     microseconds keeps its connection instead.
 
-    ``read_timeout``: how long each reply may take (a blocking read: its ``BLOCK`` and a
-    margin, :func:`~streamq.wire.timeouts.blocking_timeout`); None: the connection's own
-    ``socket_timeout``, shorter than a long ``BLOCK``.
+    ``held``: how long the server holds a reply by design (a blocking read's ``BLOCK``),
+    on top of the connection's ``socket_timeout``
+    (:func:`~streamq.wire.reading.reply_timeout`).
     """
 
-    def __init__(self, client: aioredis.Redis, *, read_timeout: float | None = None) -> None:
+    def __init__(self, client: aioredis.Redis, *, held: float = 0.0) -> None:
         super().__init__(client)
-        self._read_timeout = read_timeout
+        self._held = held
 
     async def execute(self, packed: bytes, replies: int, *, raise_errors: bool = True) -> list[Any]:
         """Like :func:`execute`, on this task's own connection."""
@@ -164,7 +166,7 @@ class OwnConnection(HeldConnection):
             self._connection = await self._pool.get_connection()
         try:
             await self._connection.send_packed_command([packed])
-            results = await read_replies(self._connection, replies, self._read_timeout)
+            results = await read_replies(self._connection, replies, self._held)
         except BaseException:
             await self._discard()
             raise
@@ -181,14 +183,12 @@ async def follow_asks(pool: Any, packed: bytes, results: list[Any]) -> list[Any]
     return results
 
 
-async def _exchange_on(
-    pool: Any, packed: bytes, replies: int, read_timeout: float | None = None
-) -> list[Any]:
+async def _exchange_on(pool: Any, packed: bytes, replies: int, held: float = 0.0) -> list[Any]:
     """Send ``packed`` on a connection taken from ``pool`` for it, read ``replies`` replies."""
     connection = await pool.get_connection()
     try:
         await connection.send_packed_command([packed])
-        return await read_replies(connection, replies, read_timeout)
+        return await read_replies(connection, replies, held)
     except BaseException:
         await _drop(connection)
         raise
@@ -196,15 +196,14 @@ async def _exchange_on(
         await pool.release(connection)
 
 
-async def read_replies(
-    connection: Any, replies: int, read_timeout: float | None = None
-) -> list[Any]:
-    """``replies`` replies read from ``connection``, error replies as exception objects
-    (``read_timeout`` None: the connection's ``socket_timeout``)."""
+async def read_replies(connection: Any, replies: int, held: float = 0.0) -> list[Any]:
+    """``replies`` replies read from ``connection``, error replies as exception objects;
+    a reply later than its timeout closes the connection and raises
+    (:func:`~streamq.wire.reading.read_reply`)."""
     results = []
     for _ in range(replies):
         try:
-            results.append(await connection.read_response(timeout=read_timeout))
+            results.append(await read_reply(connection, held))
         except redis.ResponseError as e:
             results.append(e)
     return results
@@ -217,12 +216,12 @@ async def _drop(connection: Any) -> None:
 
 
 def execute_sync(
-    client: redis.Redis, packed: bytes, replies: int, *, read_timeout: float | None = None
+    client: redis.Redis, packed: bytes, replies: int, *, held: float = 0.0
 ) -> list[Any]:
     """The same for a synchronous client (the Publisher, Spark executors)."""
     pool, stream = client.connection_pool, _stream_of(client)
     try:
-        exchanged = _exchange_sync(pool, packed, replies, read_timeout)
+        exchanged = _exchange_sync(pool, packed, replies, held)
         results = follow_asks_sync(pool, packed, exchanged)
     except (redis.RedisError, OSError) as e:
         raise translate(e, stream) from e
@@ -237,14 +236,11 @@ def follow_asks_sync(pool: Any, packed: bytes, results: list[Any]) -> list[Any]:
     return results
 
 
-def _exchange_sync(
-    pool: Any, packed: bytes, replies: int, read_timeout: float | None = None
-) -> list[Any]:
+def _exchange_sync(pool: Any, packed: bytes, replies: int, held: float = 0.0) -> list[Any]:
     connection = pool.get_connection()
     try:
         connection.send_packed_command([packed])
-        with _reading_for(connection, read_timeout):
-            return read_replies_sync(connection, replies)
+        return read_replies_sync(connection, replies, held)
     except BaseException:
         connection.disconnect()
         raise
@@ -252,28 +248,12 @@ def _exchange_sync(
         pool.release(connection)
 
 
-@contextmanager
-def _reading_for(connection: Any, read_timeout: float | None) -> Iterator[None]:
-    """Each reply may take ``read_timeout`` (None: the connection's ``socket_timeout``).
-    Set on the socket: redis-py 5's blocking ``read_response`` takes no timeout."""
-    if read_timeout is None:
-        yield
-        return
-    sock = connection._sock
-    sock.settimeout(read_timeout)
-    try:
-        yield
-    finally:
-        if connection._sock is sock:  # else the connection was dropped
-            sock.settimeout(connection.socket_timeout)
-
-
-def read_replies_sync(connection: Any, replies: int) -> list[Any]:
-    """The blocking twin of :func:`read_replies` (the connection's ``socket_timeout``)."""
+def read_replies_sync(connection: Any, replies: int, held: float = 0.0) -> list[Any]:
+    """The blocking twin of :func:`read_replies`."""
     results = []
     for _ in range(replies):
         try:
-            results.append(connection.read_response())
+            results.append(read_reply_sync(connection, held))
         except redis.ResponseError as e:
             results.append(e)
     return results

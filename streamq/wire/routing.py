@@ -31,6 +31,7 @@ from redis import exceptions as rx
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 
 from .following import FollowingRedis
+from .reading import read_reply
 from .slots import Address, slot_of
 from .topology import Nodes, RoutedPool, RouterState
 from .translate import translate
@@ -132,7 +133,7 @@ async def _cluster_slots(pool: ConnectionPool) -> Any:
         connection = await pool.get_connection()
         try:
             await connection.send_command("CLUSTER", "SLOTS")
-            return await connection.read_response()
+            return await read_reply(connection)
         finally:
             await pool.release(connection)
     except (rx.RedisError, OSError) as e:

@@ -19,6 +19,7 @@ from redis.client import Pipeline
 from redis.connection import AbstractConnection, ConnectionPool
 
 from .asking import answers, asked_node, is_ask, with_script
+from .reading import read_reply_sync
 from .slots import Address, slot_of
 from .topology import Nodes, RoutedPool, RouterState
 from .translate import translate_command
@@ -137,7 +138,7 @@ def _cluster_slots(pool: ConnectionPool) -> Any:
         connection = pool.get_connection()
         try:
             connection.send_command("CLUSTER", "SLOTS")
-            return connection.read_response()
+            return read_reply_sync(connection)
         finally:
             pool.release(connection)
     except (rx.RedisError, OSError) as e:

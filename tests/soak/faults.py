@@ -7,6 +7,10 @@
   external server, other people's clients are spared);
 - ``server_crash``: SIGKILL the server and restart it on the same port and directory (AOF,
   ``appendfsync always``). Only on a server the soak started itself.
+- ``stall``: SIGSTOP the server past the socket timeout (and a blocking read's ``BLOCK`` on
+  top), then SIGCONT: every reply in flight comes late, after its read timed out; a
+  connection kept then would answer its next command with that late reply. Only on a
+  server the soak started itself.
 """
 
 from __future__ import annotations
@@ -20,12 +24,16 @@ import anyio
 import psutil  # type: ignore[import-untyped]
 import redis.asyncio as aioredis
 
+from streamq.wire.timeouts import SOCKET_TIMEOUT
 from tests.soak.processes import Consumers, SoakServer
-from tests.soak.soak_consumer import CLAIM_IDLE
+from tests.soak.soak_consumer import BLOCK, CLAIM_IDLE
 
-KINDS = ("kill", "pause", "client_kill", "server_crash")
+KINDS = ("kill", "pause", "client_kill", "server_crash", "stall")
+OWN_SERVER_KINDS = ("server_crash", "stall")  # faults done to a server the soak started
 PAUSE_SECONDS = (2.5 * CLAIM_IDLE, 4.0 * CLAIM_IDLE)
 SERVER_DOWN_SECONDS = (0.2, 1.5)
+# Past the time a reply may take: the socket timeout, after a blocking read's BLOCK.
+STALL_SECONDS = (SOCKET_TIMEOUT + BLOCK + 1.0, SOCKET_TIMEOUT + BLOCK + 3.0)
 NEW_NAME_CHANCE = 0.5
 
 
@@ -58,7 +66,7 @@ class Injector:
     ) -> None:
         self._rng, self._consumers, self._client = rng, consumers, client
         self._port, self._server, self._producer_pids = server_port, server, producer_pids
-        self.kinds = [k for k in KINDS if server is not None or k != "server_crash"]
+        self.kinds = [k for k in KINDS if server is not None or k not in OWN_SERVER_KINDS]
         self._cycle: list[str] = []
         self.counts: Counter[str] = Counter()
         self.restarts: Counter[str] = Counter()
@@ -71,6 +79,7 @@ class Injector:
         actions: dict[str, Callable[[], Awaitable[str]]] = {
             "kill": self.kill, "pause": self.pause,
             "client_kill": self.client_kill, "server_crash": self.server_crash,
+            "stall": self.stall,
         }  # fmt: skip
         description = await actions[kind]()
         self.counts[kind] += 1
@@ -111,3 +120,17 @@ class Injector:
         await anyio.to_thread.run_sync(self._server.start)
         took = anyio.current_time() - started
         return f"SIGKILL server, down {down:.1f}s, restarted with AOF in {took:.1f}s"
+
+    async def stall(self) -> str:
+        assert self._server is not None
+        return await stall_server(self._server, self._rng.uniform(*STALL_SECONDS))
+
+
+async def stall_server(server: SoakServer, seconds: float) -> str:
+    """SIGSTOP ``server`` for ``seconds``, then SIGCONT (also when the soak is cancelled)."""
+    server.send_signal(signal.SIGSTOP)
+    try:
+        await anyio.sleep(seconds)
+    finally:
+        server.send_signal(signal.SIGCONT)
+    return f"SIGSTOP server for {seconds:.1f}s (past the {SOCKET_TIMEOUT:g}s socket timeout), then SIGCONT"

@@ -64,6 +64,11 @@ class SoakServer:
         except OSError:
             return False
 
+    def send_signal(self, signum: signal.Signals) -> None:
+        """Send ``signum`` to the server process (SIGSTOP/SIGCONT: a stall)."""
+        if self._process is not None:
+            self._process.send_signal(signum)
+
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
         if self._process is not None:

@@ -24,6 +24,7 @@ from streamq import Message, MessageQueue, RetryPolicy, StartFrom
 GROUP = "soak"
 MESSAGE_TYPE = "job"
 CLAIM_IDLE = 1.0
+BLOCK = 0.2  # seconds a read waits for new entries
 MAX_DELIVERIES = 6
 WORK_SECONDS = 0.003  # upper bound of the simulated work per entry
 
@@ -53,7 +54,7 @@ def make_queue(url: str, stream: str, consumer: str, seed: int, fail_rate: float
     mq = MessageQueue(
         url, stream=stream, group=GROUP, consumer=consumer, start=StartFrom.EARLIEST,
         retry=RetryPolicy(attempts=3, backoff=0.05, max_deliveries=MAX_DELIVERIES),
-        claim_idle=CLAIM_IDLE, claim_interval=0.2, block=0.2, grace=5.0,
+        claim_idle=CLAIM_IDLE, claim_interval=0.2, block=BLOCK, grace=5.0,
         concurrency=8, max_in_flight=32, read_count=32,
     )  # fmt: skip
     rng = random.Random(seed)
