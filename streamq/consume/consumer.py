@@ -329,9 +329,8 @@ class Consumer:
                     await dispatcher.handle_entry(route, entry)
         except RedisFailure as e:
             log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
-        except Exception as e:  # a bug in streamq: the entry is redelivered, the worker lives
-            log.error("processing %s failed (it stays pending): %s", entry_id, describe(e),
-                      exc_info=e)  # fmt: skip
+        except Exception as e:  # tracing, a span processor, a bug: the entry's failure
+            await self._escaped([entry], e)
         finally:
             running.entry_id = None
             self.capacity.finish(entry_id)
@@ -352,8 +351,16 @@ class Consumer:
                 await self.dispatcher.handle_batch(route, live)
         except RedisFailure as e:
             log.error("could not record a batch outcome (entries stay pending): %s", e)
-        except Exception as e:  # a bug in streamq: the entries are redelivered
-            log.error("processing a batch failed (entries stay pending): %s", describe(e),
-                      exc_info=e)  # fmt: skip
+        except Exception as e:  # tracing, a span processor, a bug: the entries' failure
+            await self._escaped(live, e)
         finally:
             self.capacity.finish_many([entry.id for entry in entries])
+
+    async def _escaped(self, entries: list[RawEntry], error: Exception) -> None:
+        """Count ``error``, raised outside the handler, as the failure of ``entries`` (dead
+        letters at ``max_deliveries``); if even that fails they stay pending."""
+        try:
+            await self.dispatcher.escaped(entries, error)
+        except Exception as e:  # Redis away, or a bug: redelivered, and counted by Redis
+            log.error("could not record the failure of %d entries (they stay pending): %s",
+                      len(entries), describe(e), exc_info=e)  # fmt: skip

@@ -134,20 +134,31 @@ class Dispatcher:
             and await self.attempts(entry) > self.retry.max_deliveries
         )
 
-    async def failed(self, entry: RawEntry, error: BaseException) -> None:
-        """A delivery failed: dead-letter if it was the last allowed, else leave pending."""
+    async def failed(self, entry: RawEntry, error: BaseException, *, outside: bool = False) -> None:
+        """A delivery failed: dead-letter if it was the last allowed, else leave pending.
+
+        ``outside``: the failure came from outside the handler (see :meth:`escaped`).
+        """
         self.stats.failed += 1
         attempts = await self.attempts(entry)
+        where = " (outside the handler)" if outside else ""
         if attempts >= self.retry.max_deliveries:
-            await self.dead_letter(
-                entry, f"failed {attempts} deliveries; last error: {describe(error)}", error
-            )
+            reason = f"failed {attempts} deliveries{where}; last error: {describe(error)}"
+            await self.dead_letter(entry, reason, error)
             return
         log.warning(
-            "handler failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            entry.id, attempts, self.retry.max_deliveries, describe(error), exc_info=error,
+            "%s failed for %s (delivery %d of %d), left pending for redelivery: %s",
+            "processing" if outside else "handler", entry.id, attempts,
+            self.retry.max_deliveries, describe(error), exc_info=error,
         )  # fmt: skip
         self.observer.failed(error, f"failed delivery {attempts}: {describe(error)}")
+
+    async def escaped(self, entries: list[RawEntry], error: Exception) -> None:
+        """Processing ``entries`` raised outside their handler (a trace span that could not
+        start, a span processor, a bug in streamq): that is their failure, counted like a
+        handler's, so that no entry escapes ``max_deliveries``."""
+        for entry in entries:
+            await self.failed(entry, error, outside=True)
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """Handled: drop the unrouted-delivery records of redelivered entries (rare)."""
@@ -209,7 +220,8 @@ class Dispatcher:
         return self.observer.tracer is not None
 
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
-        """Handle one entry in its log context (and trace span, with ``[otel]``)."""
+        """Handle one entry in its log context (and trace span, with ``[otel]``); raises
+        what starting its span raised (the caller records the entry's failure)."""
         await self.observer.single(self.handle_entry(route, entry), entry, route.type_name)
 
     async def handle_entry(self, route: Route, entry: RawEntry) -> None:
@@ -266,7 +278,8 @@ class Dispatcher:
 
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
-        """Run a batch handler; only the entries that failed follow the failure path."""
+        """Run a batch handler; only the entries that failed follow the failure path.
+        Raises what starting the batch's span raised (as :meth:`handle_single`)."""
         await self.observer.batch(self._handle_batch(route, entries), entries, route.type_name)
 
     async def _handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
