@@ -18,6 +18,7 @@ import anyio.to_thread
 
 from ..config import RetryPolicy
 from ..errors import MessageFormatError
+from ..log_summary import LogSummary, shortened
 from ..message import Message, RawEntry
 from ..signals import HandlerSignal, PartialFailure, Reject, Retry
 from ..topic.deadletter import DeadLetters
@@ -64,6 +65,7 @@ class Dispatcher:
         stats: Stats,
         bisect_batches: bool = True,
         place: Place | None = None,
+        summary: LogSummary | None = None,
     ) -> None:
         self.router = router
         self.stream, self.group, self.consumer = stream, group, consumer
@@ -80,7 +82,9 @@ class Dispatcher:
         self.thread_limiter = thread_limiter
         self.stats = stats
         self.bisect_batches = bisect_batches
-        self.observer = Observer(stream, group, consumer)
+        # the records each failing or foreign entry makes, summarised (streamq.log_summary)
+        self.summary = summary or LogSummary()
+        self.observer = Observer(stream, group, consumer, self.summary)
         # singles: the first call is made outside tenacity (the hot path), these are the rest
         self._retrying = retrying(retry, retry.attempts - 1)
         # batches: the first call is made outside tenacity too
@@ -146,10 +150,12 @@ class Dispatcher:
             reason = f"failed {attempts} deliveries{where}; last error: {describe(error)}"
             await self.dead_letter(entry, reason, error)
             return
-        log.warning(
+        what = "processing" if outside else "handler"
+        self.summary.log(
+            log, f"failed deliveries{where} of type {entry.type!r}", logging.WARNING,
             "%s failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            "processing" if outside else "handler", entry.id, attempts,
-            self.retry.max_deliveries, describe(error), exc_info=error,
+            what, entry.id, attempts, self.retry.max_deliveries, shortened(describe(error)),
+            exc_info=error,
         )  # fmt: skip
         self.observer.failed(error, f"failed delivery {attempts}: {describe(error)}")
 
@@ -180,7 +186,8 @@ class Dispatcher:
             )
             return
         await self.unrouted.record(entry.id)
-        log.warning(
+        self.summary.log(
+            log, "entries without a handler here", logging.WARNING,
             "no handler for type %r (entry %s); left pending for a consumer that has one",
             type_name, entry.id,
         )  # fmt: skip
@@ -272,7 +279,10 @@ class Dispatcher:
         """In-process retries after a first failure; None if one succeeded, else the error."""
         if self.retry.attempts <= 1:
             return first
-        log.info("handler raised %s; retrying in process", describe(first))
+        self.summary.log(
+            log, "in-process retries", logging.INFO,
+            "handler raised %s; retrying in process", shortened(describe(first)),
+        )  # fmt: skip
         self.stats.retried += 1
         return await last_failure(self._retrying, partial(self._call_once, func, is_async, arg))
 
@@ -381,9 +391,10 @@ class Dispatcher:
         except (Reject, Retry) as signal:
             return {m.id: signal for m in messages}, False
         except Exception as e:
-            log.warning(
-                "batch handler for %r failed for %d entries: %s",
-                route.type_name, len(messages), describe(e),
+            self.summary.log(
+                log, f"failed calls of the batch handler of {route.type_name!r}",
+                logging.WARNING, "batch handler for %r failed for %d entries: %s",
+                route.type_name, len(messages), shortened(describe(e)),
             )  # fmt: skip
             return {m.id: e for m in messages}, True
         if isinstance(result, PartialFailure):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .. import tracing
+from ..log_summary import LogSummary
 from ..logs import ENTRY
 from .failures import describe
 
@@ -30,8 +31,11 @@ Work = Coroutine[Any, Any, None]
 class Observer:
     """Log context and trace spans of one consumer's deliveries."""
 
-    def __init__(self, stream: str, group: str, consumer: str) -> None:
+    def __init__(
+        self, stream: str, group: str, consumer: str, summary: LogSummary | None = None
+    ) -> None:
         self.tracer = tracing.consumer_tracer(stream, group, consumer)  # None: no tracing
+        self._summary = summary or LogSummary()
 
     async def single(self, work: Work, entry: RawEntry, type_name: str) -> None:
         """Await ``work``, the handling of ``entry``, in its log context and span; raises
@@ -76,7 +80,7 @@ class Observer:
         try:
             self.tracer.end(span)
         except Exception as e:  # the outcome is recorded already: it stands
-            log.warning("could not end the trace span of a delivery: %s", describe(e))
+            self._warn("trace spans not ended", "could not end the trace span of a delivery", e)
 
     def failed(self, error: BaseException, reason: str) -> None:
         """A delivery failed (it stays pending): recorded on the span."""
@@ -93,4 +97,11 @@ class Observer:
         try:
             self.tracer.failed(error, reason)
         except Exception as e:  # e.g. the SDK's str() of an error whose __str__ raises
-            log.warning("could not record a failure on its trace span: %s", describe(e))
+            self._warn(
+                "failures not recorded on their span",
+                "could not record a failure on its trace span",
+                e,
+            )
+
+    def _warn(self, kind: str, what: str, error: Exception) -> None:
+        self._summary.log(log, kind, logging.WARNING, "%s: %s", what, describe(error))
