@@ -150,12 +150,17 @@ class Dispatcher:
             reason = f"failed {attempts} deliveries{where}; last error: {describe(error)}"
             await self.dead_letter(entry, reason, error)
             return
-        what = "processing" if outside else "handler"
+        # per handled type (a bounded set); failures outside handlers are one kind
+        kind = (
+            "failures outside the handler"
+            if outside
+            else f"failed deliveries of type {entry.type!r}"
+        )
         self.summary.log(
-            log, f"failed deliveries{where} of type {entry.type!r}", logging.WARNING,
+            log, kind, logging.WARNING,
             "%s failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            what, entry.id, attempts, self.retry.max_deliveries, shortened(describe(error)),
-            exc_info=error,
+            "processing" if outside else "handler", entry.id, attempts,
+            self.retry.max_deliveries, shortened(describe(error)), exc_info=error,
         )  # fmt: skip
         self.observer.failed(error, f"failed delivery {attempts}: {describe(error)}")
 
