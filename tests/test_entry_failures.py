@@ -88,7 +88,7 @@ def streamq_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
         r.getMessage()
         for r in caplog.records
         if r.name.startswith("streamq") and r.levelno >= logging.ERROR
-        and not r.getMessage().startswith("dead-lettering")
+        and r.name != "streamq.topic.deadletter"
     ]  # fmt: skip
 
 

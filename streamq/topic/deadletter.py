@@ -215,7 +215,7 @@ class DeadLetters:
         # is an expected outcome. The letter keeps the whole reason; the log a short one.
         failed = exception is not None and not isinstance(exception, HandlerSignal)
         self._summary.log(
-            log, "dead letters of failed entries" if failed else "dead letters",
+            log, "dead letters with an error" if failed else "dead letters",
             logging.ERROR if failed else logging.WARNING,
             "dead-lettering %s (type %r, %d deliveries): %s",
             entry.id, entry.type, entry.delivery_count, shortened(error),
