@@ -21,10 +21,11 @@ is imported: publishing checks one module flag.
 from __future__ import annotations
 
 import importlib.util
-import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
+
+import pydantic_core
 
 if TYPE_CHECKING:
     from .message import RawEntry
@@ -71,14 +72,24 @@ def consumer_tracer(stream: str, group: str, consumer: str) -> ConsumerTracer | 
 
 
 def _meta_of(entry: RawEntry) -> dict[str, str]:
+    """The string values of the entry's ``meta``, where a trace context would be.
+
+    A trace context is a hint: a ``meta`` that is not JSON, nested deeper than the parser
+    goes, not an object, or holds other values than strings gives none (the span starts a
+    trace). Whether the entry is valid is decided where it is decoded, the same with tracing
+    on or off. The parser is the one decoding uses, whose recursion limit raises ValueError
+    (``json.loads`` raises RecursionError instead).
+    """
     raw = entry.fields.get(b"meta")
     if not raw:
         return {}
     try:
-        meta = json.loads(raw)
+        meta = pydantic_core.from_json(raw)
     except ValueError:
         return {}
-    return meta if isinstance(meta, dict) else {}
+    if not isinstance(meta, dict):
+        return {}
+    return {key: value for key, value in meta.items() if type(value) is str}
 
 
 class ConsumerTracer:
@@ -107,21 +118,19 @@ class ConsumerTracer:
             "streamq.message.type": type_name,
         }
 
-    @contextmanager
-    def process(self, entry: RawEntry, type_name: str) -> Iterator[None]:
-        """The span of one entry's handling, child of its publisher's span if any."""
+    def start(self, entry: RawEntry, type_name: str) -> Any:
+        """Start the span of one entry's handling, child of its publisher's span if any
+        (made current by :meth:`current`, ended by :meth:`end`)."""
         parent = self._propagate.extract(_meta_of(entry))
         attributes = self._attributes(entry, type_name)
         attributes["messaging.message.id"] = entry.id
         attributes["streamq.delivery_count"] = entry.delivery_count
-        with self._tracer.start_as_current_span(
+        return self._tracer.start_span(
             self._name, context=parent, kind=self._kind, attributes=attributes
-        ):
-            yield
+        )
 
-    @contextmanager
-    def process_batch(self, entries: list[RawEntry], type_name: str) -> Iterator[None]:
-        """One span for a batch, linked to each message's publisher span."""
+    def start_batch(self, entries: list[RawEntry], type_name: str) -> Any:
+        """Start one span for a batch, linked to each message's publisher span."""
         from opentelemetry.trace import Link
 
         links = []
@@ -133,10 +142,17 @@ class ConsumerTracer:
         attributes = self._attributes(entries[0], type_name)
         attributes["messaging.batch.message_count"] = len(entries)
         attributes["streamq.delivery_count"] = max(e.delivery_count for e in entries)
-        with self._tracer.start_as_current_span(
+        return self._tracer.start_span(
             self._name, kind=self._kind, links=links, attributes=attributes
-        ):
-            yield
+        )
+
+    def current(self, span: Any) -> AbstractContextManager[Any]:
+        """``span`` as the current span (what the handler sees) while in the block."""
+        return self._trace.use_span(span)
+
+    @staticmethod
+    def end(span: Any) -> None:
+        span.end()
 
     def failed(self, error: BaseException | None, reason: str) -> None:
         """Record a failed delivery (or a dead letter) on the current span."""

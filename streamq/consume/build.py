@@ -149,12 +149,15 @@ def _dispatcher(
         consumer=identity.consumer,
         retry=policies.retry,
         acker=acker,
-        dead_letters=DeadLetters(client, identity.stream),
-        unrouted=UnroutedDeliveries(client, identity.stream, identity.group),
+        dead_letters=DeadLetters(client, identity.stream, summary=consumer.summary),
+        unrouted=UnroutedDeliveries(
+            client, identity.stream, identity.group, summary=consumer.summary
+        ),
         schedule_retry=claimer.retry_later,
         handler_timeout=config.handler_timeout,
         thread_limiter=anyio.CapacityLimiter(config.concurrency),
         stats=consumer.stats,
         bisect_batches=policies.batch.bisect,
         place=place,
+        summary=consumer.summary,
     )

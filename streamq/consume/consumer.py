@@ -33,6 +33,7 @@ from ..errors import (
     RedisFailure,
     StreamNotFoundError,
 )
+from ..log_summary import LogSummary
 from ..logs import ENTRY
 from ..message import RawEntry
 from ..topic.control import ControlListener, StoppedView, hold_message
@@ -102,6 +103,7 @@ class Consumer:
         self.auto_stopped = False
         self.error: BaseException | None = None
         self.stats = Stats()
+        self.summary = LogSummary()  # the repeated records of this consumer's parts
         parts = wiring(self)
         self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
         self.claimer, self.dispatcher, self.batcher = parts.claimer, parts.dispatcher, parts.batcher
@@ -230,6 +232,7 @@ class Consumer:
             work_scope = await services.start(self._run_work, work_done)
             services.start_soon(self._run_claimer)
             services.start_soon(self.claimer.renew_leases_forever)
+            services.start_soon(self.summary.run)
             for job in self._background:
                 services.start_soon(job)
             task_status.started()
@@ -243,6 +246,7 @@ class Consumer:
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(work_scope, work_done, acks_done)
                 services.cancel_scope.cancel()
+                self.summary.flush(everything=True)
 
     async def _run_acker(self, done: anyio.Event) -> None:
         try:
@@ -328,10 +332,12 @@ class Consumer:
                 async with self._handler_slots:
                     await dispatcher.handle_entry(route, entry)
         except RedisFailure as e:
-            log.error("could not record the outcome of %s (it stays pending): %s", entry_id, e)
-        except Exception as e:  # a bug in streamq: the entry is redelivered, the worker lives
-            log.error("processing %s failed (it stays pending): %s", entry_id, describe(e),
-                      exc_info=e)  # fmt: skip
+            self.summary.log(
+                log, "outcomes not recorded", logging.ERROR,
+                "could not record the outcome of %s (it stays pending): %s", entry_id, e,
+            )  # fmt: skip
+        except Exception as e:  # tracing, a span processor, a bug: the entry's failure
+            await self._escaped([entry], e)
         finally:
             running.entry_id = None
             self.capacity.finish(entry_id)
@@ -351,9 +357,23 @@ class Consumer:
             if live:
                 await self.dispatcher.handle_batch(route, live)
         except RedisFailure as e:
-            log.error("could not record a batch outcome (entries stay pending): %s", e)
-        except Exception as e:  # a bug in streamq: the entries are redelivered
-            log.error("processing a batch failed (entries stay pending): %s", describe(e),
-                      exc_info=e)  # fmt: skip
+            self.summary.log(
+                log, "batch outcomes not recorded", logging.ERROR,
+                "could not record a batch outcome (entries stay pending): %s", e,
+            )  # fmt: skip
+        except Exception as e:  # tracing, a span processor, a bug: the entries' failure
+            await self._escaped(live, e)
         finally:
             self.capacity.finish_many([entry.id for entry in entries])
+
+    async def _escaped(self, entries: list[RawEntry], error: Exception) -> None:
+        """Count ``error``, raised outside the handler, as the failure of ``entries`` (dead
+        letters at ``max_deliveries``); if even that fails they stay pending."""
+        try:
+            await self.dispatcher.escaped(entries, error)
+        except Exception as e:  # Redis away, or a bug: redelivered, and counted by Redis
+            self.summary.log(
+                log, "failures not recorded", logging.ERROR,
+                "could not record the failure of %d entries (they stay pending): %s",
+                len(entries), describe(e), exc_info=e,
+            )  # fmt: skip

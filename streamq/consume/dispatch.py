@@ -18,6 +18,7 @@ import anyio.to_thread
 
 from ..config import RetryPolicy
 from ..errors import MessageFormatError
+from ..log_summary import LogSummary, shortened
 from ..message import Message, RawEntry
 from ..signals import HandlerSignal, PartialFailure, Reject, Retry
 from ..topic.deadletter import DeadLetters
@@ -64,6 +65,7 @@ class Dispatcher:
         stats: Stats,
         bisect_batches: bool = True,
         place: Place | None = None,
+        summary: LogSummary | None = None,
     ) -> None:
         self.router = router
         self.stream, self.group, self.consumer = stream, group, consumer
@@ -80,7 +82,9 @@ class Dispatcher:
         self.thread_limiter = thread_limiter
         self.stats = stats
         self.bisect_batches = bisect_batches
-        self.observer = Observer(stream, group, consumer)
+        # the records each failing or foreign entry makes, summarised (streamq.log_summary)
+        self.summary = summary or LogSummary()
+        self.observer = Observer(stream, group, consumer, self.summary)
         # singles: the first call is made outside tenacity (the hot path), these are the rest
         self._retrying = retrying(retry, retry.attempts - 1)
         # batches: the first call is made outside tenacity too
@@ -134,20 +138,38 @@ class Dispatcher:
             and await self.attempts(entry) > self.retry.max_deliveries
         )
 
-    async def failed(self, entry: RawEntry, error: BaseException) -> None:
-        """A delivery failed: dead-letter if it was the last allowed, else leave pending."""
+    async def failed(self, entry: RawEntry, error: BaseException, *, outside: bool = False) -> None:
+        """A delivery failed: dead-letter if it was the last allowed, else leave pending.
+
+        ``outside``: the failure came from outside the handler (see :meth:`escaped`).
+        """
         self.stats.failed += 1
         attempts = await self.attempts(entry)
+        where = " (outside the handler)" if outside else ""
         if attempts >= self.retry.max_deliveries:
-            await self.dead_letter(
-                entry, f"failed {attempts} deliveries; last error: {describe(error)}", error
-            )
+            reason = f"failed {attempts} deliveries{where}; last error: {describe(error)}"
+            await self.dead_letter(entry, reason, error)
             return
-        log.warning(
-            "handler failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            entry.id, attempts, self.retry.max_deliveries, describe(error), exc_info=error,
+        # per handled type (a bounded set); failures outside handlers are one kind
+        kind = (
+            "failures outside the handler"
+            if outside
+            else f"failed deliveries of type {entry.type!r}"
+        )
+        self.summary.log(
+            log, kind, logging.WARNING,
+            "%s failed for %s (delivery %d of %d), left pending for redelivery: %s",
+            "processing" if outside else "handler", entry.id, attempts,
+            self.retry.max_deliveries, shortened(describe(error)), exc_info=error,
         )  # fmt: skip
         self.observer.failed(error, f"failed delivery {attempts}: {describe(error)}")
+
+    async def escaped(self, entries: list[RawEntry], error: Exception) -> None:
+        """Processing ``entries`` raised outside their handler (a trace span that could not
+        start, a span processor, a bug in streamq): that is their failure, counted like a
+        handler's, so that no entry escapes ``max_deliveries``."""
+        for entry in entries:
+            await self.failed(entry, error, outside=True)
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """Handled: drop the unrouted-delivery records of redelivered entries (rare)."""
@@ -169,7 +191,8 @@ class Dispatcher:
             )
             return
         await self.unrouted.record(entry.id)
-        log.warning(
+        self.summary.log(
+            log, "entries without a handler here", logging.WARNING,
             "no handler for type %r (entry %s); left pending for a consumer that has one",
             type_name, entry.id,
         )  # fmt: skip
@@ -209,7 +232,8 @@ class Dispatcher:
         return self.observer.tracer is not None
 
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
-        """Handle one entry in its log context (and trace span, with ``[otel]``)."""
+        """Handle one entry in its log context (and trace span, with ``[otel]``); raises
+        what starting its span raised (the caller records the entry's failure)."""
         await self.observer.single(self.handle_entry(route, entry), entry, route.type_name)
 
     async def handle_entry(self, route: Route, entry: RawEntry) -> None:
@@ -260,13 +284,17 @@ class Dispatcher:
         """In-process retries after a first failure; None if one succeeded, else the error."""
         if self.retry.attempts <= 1:
             return first
-        log.info("handler raised %s; retrying in process", describe(first))
+        self.summary.log(
+            log, "in-process retries", logging.INFO,
+            "handler raised %s; retrying in process", shortened(describe(first)),
+        )  # fmt: skip
         self.stats.retried += 1
         return await last_failure(self._retrying, partial(self._call_once, func, is_async, arg))
 
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
-        """Run a batch handler; only the entries that failed follow the failure path."""
+        """Run a batch handler; only the entries that failed follow the failure path.
+        Raises what starting the batch's span raised (as :meth:`handle_single`)."""
         await self.observer.batch(self._handle_batch(route, entries), entries, route.type_name)
 
     async def _handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
@@ -368,9 +396,10 @@ class Dispatcher:
         except (Reject, Retry) as signal:
             return {m.id: signal for m in messages}, False
         except Exception as e:
-            log.warning(
-                "batch handler for %r failed for %d entries: %s",
-                route.type_name, len(messages), describe(e),
+            self.summary.log(
+                log, f"failed calls of the batch handler of {route.type_name!r}",
+                logging.WARNING, "batch handler for %r failed for %d entries: %s",
+                route.type_name, len(messages), shortened(describe(e)),
             )  # fmt: skip
             return {m.id: e for m in messages}, True
         if isinstance(result, PartialFailure):

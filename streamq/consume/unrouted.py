@@ -22,6 +22,7 @@ import logging
 import redis.asyncio as aioredis
 
 from ..errors import RedisFailure
+from ..log_summary import LogSummary
 from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,11 @@ log = logging.getLogger(__name__)
 class UnroutedDeliveries:
     """The hash ``streamq:{<stream>}:unrouted``: entry ID -> deliveries without a handler."""
 
-    def __init__(self, client: aioredis.Redis, stream: str, group: str) -> None:
+    def __init__(
+        self, client: aioredis.Redis, stream: str, group: str, summary: LogSummary | None = None
+    ) -> None:
         self._client = client
+        self._summary = summary or LogSummary()
         self._stream = stream
         self._group = group
         self._key = Keys(stream).unrouted
@@ -57,4 +61,7 @@ class UnroutedDeliveries:
         try:
             await self._client.hdel(self._key, *[self.field(i) for i in entry_ids])
         except RedisFailure as e:
-            log.warning("could not drop unrouted-delivery records (cleanup will): %s", e)
+            self._summary.log(
+                log, "unrouted-delivery records not dropped", logging.WARNING,
+                "could not drop unrouted-delivery records (cleanup will): %s", e,
+            )  # fmt: skip

@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from ..errors import MessageNotFoundError
 from ..ids import StreamId
+from ..log_summary import LogSummary, shortened
 from ..message import RawEntry
 from ..signals import HandlerSignal
 from ..wire.keys import Keys
@@ -179,10 +180,14 @@ def _utf8(text: str) -> bytes:
 class DeadLetters:
     """Dead-letter operations for one stream."""
 
-    def __init__(self, client: aioredis.Redis, stream: str) -> None:
+    def __init__(
+        self, client: aioredis.Redis, stream: str, *, summary: LogSummary | None = None
+    ) -> None:
+        """``summary``: where the records of dead letters are summarised (a consumer's)."""
         self._client = client
         self._stream = stream
         self.key = Keys(stream).dead_letters
+        self._summary = summary or LogSummary()
 
     async def write(
         self,
@@ -205,15 +210,15 @@ class DeadLetters:
         )
         await self._client.xadd(self.key, fields)
 
-    @staticmethod
-    def _log(entry: RawEntry, error: str, exception: BaseException | None) -> None:
+    def _log(self, entry: RawEntry, error: str, exception: BaseException | None) -> None:
         # A handler's own failure is an error worth its traceback; a Reject or bad input
-        # is an expected outcome.
+        # is an expected outcome. The letter keeps the whole reason; the log a short one.
         failed = exception is not None and not isinstance(exception, HandlerSignal)
-        log.log(
+        self._summary.log(
+            log, "dead letters with an error" if failed else "dead letters",
             logging.ERROR if failed else logging.WARNING,
             "dead-lettering %s (type %r, %d deliveries): %s",
-            entry.id, entry.type, entry.delivery_count, error,
+            entry.id, entry.type, entry.delivery_count, shortened(error),
             exc_info=exception if failed else None,
         )  # fmt: skip
 
