@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -197,6 +198,7 @@ def main() -> None:
         print(f"  a JSON log line of a worker: {fields}")
     finally:  # the workers end before the demo's keys are removed: none writes after
         service.stop()
+        shutil.rmtree(log.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
