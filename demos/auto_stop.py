@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import anyio
 
-from demos._common import fresh_stream, setup_logging, where
+from demos._common import fresh_stream, run, setup_logging, where
 from streamq import Message, MessageQueue, StartFrom
 
 
@@ -54,4 +54,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    run(main)

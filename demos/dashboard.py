@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from demos._common import fresh_stream, setup_logging, where
+from demos._common import fresh_stream, run, setup_logging, where
 from streamq import Message, MessageQueue, Reject, RetryPolicy, ServerUnavailableError, StartFrom
 from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
@@ -142,4 +142,4 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=None, help="stop after this long")
     parser.add_argument("--port", type=int, default=8700, help="0 picks a free port")
     options = parser.parse_args()
-    anyio.run(main, options.seconds, options.port)
+    run(main, options.seconds, options.port)

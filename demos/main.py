@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import anyio
 
-from demos._common import fresh_stream, setup_logging, where
+from demos._common import fresh_stream, run, setup_logging, where
 from handlers.email_handler import Email, install
 from handlers.order_handler import Order, OrderHandler
 from streamq import MessageQueue, StartFrom
@@ -66,4 +66,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    run(main)

@@ -12,7 +12,7 @@ import urllib.request
 import anyio
 import anyio.to_thread
 
-from demos._common import fresh_stream, setup_logging
+from demos._common import fresh_stream, run, setup_logging
 from handlers.email_handler import Email, install
 from streamq import MessageQueue, Publisher, StartFrom
 from streamq.metrics import serve_metrics
@@ -61,4 +61,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    run(main)

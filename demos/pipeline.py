@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from demos._common import fresh_stream, setup_logging
+from demos._common import fresh_stream, run, setup_logging
 from handlers.email_handler import Email, install
 from handlers.order_handler import Order, OrderHandler
 from streamq import CleanupPolicy, MessageQueue, StartFrom
@@ -124,4 +124,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    run(main)

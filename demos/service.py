@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from typing import Any
 
 import redis
 
-from demos._common import where
+from demos._common import created, run, where
 from streamq import Publisher
 from streamq.server import default_url, free_port
 
@@ -92,6 +93,16 @@ class Run:
         with open(log, "w") as out:
             self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
 
+    def stop(self) -> None:
+        """Drain the workers (SIGTERM) and wait for them; kill them if that hangs."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
     def ready(self) -> dict[str, Any]:
         code, body = get(self.health, "/readyz")
         report: dict[str, Any] = json.loads(body or "{}")
@@ -116,14 +127,15 @@ def main() -> None:
     from demos.service_app import EMAILS as EMAIL_STREAM
     from demos.service_app import ORDERS as ORDER_STREAM
 
+    created(ORDER_STREAM, EMAIL_STREAM, DONE)  # removed when the demo ends, however
     url = default_url()  # this process is a user of the shared server too
     print(f"service demo on {where()} ({url}), shared by every process below")
     client = redis.Redis.from_url(url, decode_responses=True)
     log = Path(tempfile.mkdtemp(prefix="demo-service-")) / "run.log"
-    run = Run(env, log)
+    service = Run(env, log)
     try:
-        wait(lambda: run.ready().get("ready"), "both workers ready")
-        for w in run.ready()["workers"]:
+        wait(lambda: service.ready().get("ready"), "both workers ready")
+        for w in service.ready()["workers"]:
             names = ", ".join(q["consumer"] for q in w["queues"])
             print(f"  worker {w['slot']} (pid {w['pid']}): consumers {names}")
 
@@ -131,14 +143,14 @@ def main() -> None:
                        check=True)  # fmt: skip
         wait(lambda: pending(client, ORDER_STREAM, "billing").get("billing-0", 0) >= 2,
              "worker 0 busy")  # fmt: skip
-        victim = run.worker(0)["pid"]
+        victim = service.worker(0)["pid"]
         held = [e["message_id"] for e in client.xpending_range(
             ORDER_STREAM, "billing", min="-", max="+", count=100, consumername="billing-0")]  # fmt: skip
         os.kill(victim, signal.SIGKILL)
         print(f"  SIGKILL worker 0 (pid {victim}) holding {len(held)} pending orders")
-        wait(lambda: run.worker(0).get("restarts") == 1 and run.worker(0).get("ready"),
+        wait(lambda: service.worker(0).get("restarts") == 1 and service.worker(0).get("ready"),
              "worker 0 back")  # fmt: skip
-        back = run.worker(0)
+        back = service.worker(0)
         names = ", ".join(q["consumer"] for q in back["queues"])
         print(f"  worker 0 restarted (pid {back['pid']}) as {names}")
 
@@ -154,12 +166,12 @@ def main() -> None:
         print(f"  the {len(held)} orders worker 0 held were handled by {', '.join(recovered)}")
         check(left == 0 and recovered == {"billing-0"}, "worker 0's entries were not recovered")
 
-        code, body = get(run.metrics, "/metrics")
+        code, body = get(service.metrics, "/metrics")
         print(f"  GET /metrics -> {code}")
         for line in body.splitlines():
             if line.startswith(("streamq_handled_total", "streamq_group_lag")):
                 print(f"    {line}")
-        print(f"  GET /readyz -> {run.ready()['code']}")
+        print(f"  GET /readyz -> {service.ready()['code']}")
 
         with Publisher(url, ORDER_STREAM) as publisher:
             publisher.publish_many("order", [
@@ -172,8 +184,8 @@ def main() -> None:
         # every late order read by a worker (none in the middle of a read), some still running
         wait(lambda: in_hand() + client.hlen(DONE) - ORDERS - EMAILS == 4, "all read")
         in_flight = in_hand()
-        run.process.send_signal(signal.SIGTERM)
-        code = run.process.wait(timeout=30)
+        service.process.send_signal(signal.SIGTERM)
+        code = service.process.wait(timeout=30)
         left = sum(pending(client, ORDER_STREAM, "billing").values())
         handled = client.hlen(DONE) - ORDERS - EMAILS
         print(f"  SIGTERM with {in_flight} orders in flight: drained, exit code {code}, "
@@ -184,16 +196,13 @@ def main() -> None:
         billed = next(r for r in workers_log if r["logger"] == "demo.service")
         fields = {k: billed[k] for k in ("stream", "group", "consumer", "entry_id", "type")}
         print(f"  a JSON log line of a worker: {fields}")
-    finally:
-        if run.process.poll() is None:
-            run.process.kill()
-        for stream in (ORDER_STREAM, EMAIL_STREAM):
-            client.delete(stream, f"streamq:{{{stream}}}:dlq")
-        client.delete(DONE)
+    finally:  # the workers end before the demo's keys are removed: none writes after
+        service.stop()
+        shutil.rmtree(log.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["publish"]:
         publish()
     else:
-        main()
+        run(main)

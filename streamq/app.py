@@ -80,6 +80,7 @@ class App:
         self.done = anyio.Event()
         self._stop_requested = anyio.Event()
         self._run_active = False
+        self._starting: list[tuple[_StartedOnce, anyio.CancelScope]] = []  # this run's queues
         for mq in queues:
             self.add(mq)
         if routers and len(self._queues) != 1:
@@ -175,6 +176,8 @@ class App:
                 outer.start_soon(self._stop_all_when_requested, all_started)
                 async with anyio.create_task_group() as runs:
                     for mq in self._queues:
+                        if self._stop_requested.is_set():  # stopped while others started
+                            break
                         await runs.start(self._run_queue, mq, errors)
                     all_started.set()
                     task_status.started()
@@ -190,6 +193,7 @@ class App:
         if self._run_active:
             raise ConfigError("this App is already running")
         self._run_active = True
+        self._starting = []
         if self.done.is_set():  # an App may run again: fresh events per run
             self.done = anyio.Event()
         if self._stop_requested.is_set():
@@ -201,7 +205,9 @@ class App:
     ) -> None:
         status = _StartedOnce(task_status)
         try:
-            await mq.run(handle_signals=False, task_status=status)
+            with anyio.CancelScope() as starting:
+                self._starting.append((status, starting))
+                await mq.run(handle_signals=False, task_status=status)
         except Exception as e:
             log.error("queue %s/%s stopped on an error: %s", mq.stream, mq.group, e, exc_info=e)
             errors.append(e)
@@ -211,6 +217,9 @@ class App:
 
     async def _stop_all_when_requested(self, all_started: anyio.Event) -> None:
         await self._stop_requested.wait()
+        for status, starting in self._starting:
+            if not status.reported:  # still connecting (a server that does not answer):
+                starting.cancel()  # it has read nothing, so there is nothing to drain
         await all_started.wait()  # a queue still starting has no consumer to stop yet
         await self._stop_queues()
 

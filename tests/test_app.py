@@ -3,11 +3,14 @@ one metrics registry, usable from an ASGI lifespan."""
 
 from __future__ import annotations
 
+import functools
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from streamq import App, AuthenticationFailedError, ConfigError, Message, MessageQueue, StartFrom
@@ -186,6 +189,29 @@ async def test_running_never_hangs_on_an_unreachable_server() -> None:
             health = await app.health()
             assert health["ready"] is False and health["queues"][0]["connected"] is False
     assert app.queues[0].done.is_set()
+
+
+async def test_a_stop_while_queues_connect_to_a_silent_server_ends_the_run_at_once() -> None:
+    """A server that accepts connections and never answers: each queue's first attempt
+    would wait for its reply timeout, one queue after another; a stop ends them at once
+    (they have read nothing). A worker of `streamq run` stops so when its supervisor dies."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        app = App(*(MessageQueue(url, stream=s, group="g", consumer="c") for s in ("a", "b")))
+        for mq in app.queues:
+            mq.handler("x")(_ignore)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(app.run, handle_signals=False))
+            silent.settimeout(10)
+            connection, _ = await anyio.to_thread.run_sync(silent.accept)  # one is connecting
+            started = anyio.current_time()
+            app.request_stop("test")
+            with anyio.fail_after(10):
+                await app.done.wait()
+            connection.close()
+            assert anyio.current_time() - started < 2, "the stop waited for a reply timeout"
 
 
 async def test_the_blocks_own_error_comes_out_of_running_as_itself(

@@ -1,13 +1,16 @@
-"""Every demo runs to completion by itself (as `make demo-*` runs it) and says what it showed."""
+"""Every demo runs to completion by itself (as `make demo-*` runs it) and says what it showed,
+and leaves nothing on the server it used: not when it ends, not when it is interrupted."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,10 +46,18 @@ DEMOS = {
 }
 
 
+def demo_keys(url: str) -> set[bytes]:
+    """The keys on the server whose names say a demo made them (every demo's streams are
+    named ``demo-...``; streamq's keys for them ``streamq:{demo-...}:...``)."""
+    with redis.Redis.from_url(url) as client:
+        return set(client.scan_iter(match="*demo-*", count=1000))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DEMOS))
 def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
     env = {**os.environ, "STREAMQ_REDIS_URL": redis_url}
+    before = demo_keys(redis_url)
     result = subprocess.run(
         [sys.executable, "-m", f"demos.{name}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
@@ -56,6 +67,43 @@ def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
         assert expected in result.stdout, (
             f"demo {name} did not print {expected!r}:\n{result.stdout}"
         )
+    assert demo_keys(redis_url) - before == set(), f"demo {name} left keys on the server"
+
+
+INTERRUPTED = [  # a long demo, its options, a line it prints while busy, the signal
+    ("dashboard", ["--seconds", "600", "--port", "0"], "open http", signal.SIGTERM),
+    ("service", [], "SIGKILL worker 0", signal.SIGINT),
+    ("service", [], "worker 0 (pid", signal.SIGTERM),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "options", "busy", "signum"), INTERRUPTED)
+def test_an_interrupted_demo_leaves_nothing_behind(
+    name: str, options: list[str], busy: str, signum: signal.Signals, redis_url: str
+) -> None:
+    env = {**os.environ, "STREAMQ_REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
+    before = demo_keys(redis_url)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", f"demos.{name}", *options],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert demo.stdout is not None
+    seen = []
+    try:
+        for line in demo.stdout:  # the demo is under way, its topics made
+            seen.append(line)
+            if busy in line:
+                break
+        demo.send_signal(signum)
+        demo.wait(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        demo.stdout.close()
+    assert busy in "".join(seen), "".join(seen)
+    assert demo_keys(redis_url) - before == set(), f"interrupted demo {name} left keys"
 
 
 @pytest.mark.spark
@@ -63,6 +111,7 @@ def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
 def test_pipeline_demo(redis_url: str) -> None:
     pytest.importorskip("pyspark", reason="the pipeline demo needs the [spark] extra")
     env = {**os.environ, "STREAMQ_REDIS_URL": redis_url}
+    before = demo_keys(redis_url)
     result = subprocess.run(
         [sys.executable, "-m", "demos.pipeline"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=220,
@@ -75,3 +124,4 @@ def test_pipeline_demo(redis_url: str) -> None:
     assert "3. cleanup removed 10 of 10 entries" in out, out
     assert "ada  3 orders, total 90.00" in out, out
     assert "done: 4 emails sent (3 follow-ups)" in out, out
+    assert demo_keys(redis_url) - before == set(), "the pipeline demo left keys"

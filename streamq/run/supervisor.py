@@ -1,7 +1,9 @@
 """The supervisor of ``streamq run``: N worker processes kept running, drained together.
 
 * Each worker slot runs ``python -m streamq.run.worker`` in a session of its own (a
-  terminal's Ctrl-C reaches only the supervisor, which forwards one SIGTERM).
+  terminal's Ctrl-C reaches only the supervisor, which forwards one SIGTERM). It is
+  given the supervisor's pid and stops by itself once the supervisor is gone, also if
+  the supervisor is killed while starting it.
 * A worker that exits on an error or a signal is restarted with exponential backoff
   (reset once it has run ``STABLE_AFTER`` seconds); one that stops by itself (exit 0:
   all its queues auto-stopped) is not; one that cannot load the target (exit 2) ends the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -110,7 +113,7 @@ class Supervisor:
         o = self.options
         return [
             sys.executable, "-m", "streamq.run.worker", o.target,
-            "--slot", str(slot.index), "--app-dir", o.app_dir,
+            "--slot", str(slot.index), "--supervisor", str(os.getpid()), "--app-dir", o.app_dir,
             "--run-dir", str(self.run_dir), "--status-interval", str(o.status_interval),
             "--log-level", o.log_level, "--log-format", o.log_format,
         ]  # fmt: skip

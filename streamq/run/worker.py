@@ -4,6 +4,10 @@ It loads the target, names its consumers for its slot, runs the App (SIGTERM/SIG
 drain it; a second signal ends the process at once), writes its status for the
 supervisor every interval, and stops by itself if the supervisor disappears.
 
+The supervisor passes its pid (``--supervisor``): the worker exits at once if that is no
+longer its parent when it starts (the supervisor died while starting it) and stops once
+it is gone later (``parent.py``), so no worker outlives its supervisor.
+
 Exit codes: 0 after a graceful stop, 1 if a queue stopped on an error, 2 if the target
 cannot be loaded or is misconfigured (the supervisor then does not restart it in a loop).
 """
@@ -25,11 +29,11 @@ from ..app import App
 from ..errors import ConfigError
 from ..logs import LOG_FORMATS, configure_logging
 from ..queue import MessageQueue
+from .parent import bind_to_supervisor, watch_supervisor
 from .status import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, STATUS_INTERVAL, status_path, write_status
 from .target import assign_slot, load_target
 
 log = logging.getLogger("streamq.run.worker")  # also when run as __main__
-PARENT_CHECK_INTERVAL = 1.0
 STATS_KEYS = ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked")
 
 
@@ -37,6 +41,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m streamq.run.worker")
     parser.add_argument("target")
     parser.add_argument("--slot", type=int, required=True)
+    parser.add_argument("--supervisor", type=int, default=None, help="the supervisor's pid")
     parser.add_argument("--app-dir", default=".")
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--status-interval", type=float, default=STATUS_INTERVAL)
@@ -48,6 +53,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     configure_logging(args.log_level, args.log_format)
+    supervisor = os.getppid() if args.supervisor is None else args.supervisor
+    if not bind_to_supervisor(supervisor):  # it died while starting us: we were handed on
+        log.warning("worker %d: the supervisor (pid %d) is gone: exiting", args.slot, supervisor)
+        return EXIT_OK
     try:
         app = load_target(args.target, args.app_dir)
         app.check_runnable()
@@ -62,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         "worker %d (pid %d) runs %s as %s",
         args.slot, os.getpid(), args.target, ", ".join(mq.consumer for mq in app.queues),
     )  # fmt: skip
-    reporter = StatusReporter(app, args.slot, args.run_dir, args.status_interval)
+    reporter = StatusReporter(app, args.slot, args.run_dir, args.status_interval, supervisor)
     try:
-        anyio.run(serve, app, reporter, os.getppid())
+        anyio.run(serve, app, reporter, supervisor)
     except ConfigError as e:
         log.error("worker %d stopped: %s", args.slot, e)
         return EXIT_CONFIG
@@ -79,7 +88,7 @@ async def serve(app: App, reporter: StatusReporter, parent: int) -> None:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reporter.run)
-            tg.start_soon(_watch_parent, app, reporter, parent)
+            tg.start_soon(watch_supervisor, app, parent)
             try:
                 await app.run(handle_signals=True)
             finally:
@@ -89,24 +98,19 @@ async def serve(app: App, reporter: StatusReporter, parent: int) -> None:
             await reporter.report(final=True)
 
 
-async def _watch_parent(app: App, reporter: StatusReporter, parent: int) -> None:
-    """Stop gracefully if the supervisor is gone (SIGKILLed): no orphaned workers."""
-    while True:
-        await anyio.sleep(PARENT_CHECK_INTERVAL)
-        if os.getppid() != parent:
-            log.warning("the supervisor (pid %d) is gone: stopping", parent)
-            reporter.orphaned = True
-            app.request_stop("supervisor gone")
-            return
-
-
 class StatusReporter:
     """Writes this worker's status file every ``interval`` seconds."""
 
-    def __init__(self, app: App, slot: int, run_dir: Path | None, interval: float) -> None:
-        self.app, self.slot, self.interval = app, slot, interval
+    def __init__(
+        self, app: App, slot: int, run_dir: Path | None, interval: float, supervisor: int
+    ) -> None:
+        self.app, self.slot, self.interval, self.supervisor = app, slot, interval, supervisor
         self.path = None if run_dir is None else status_path(run_dir, slot)
-        self.orphaned = False  # the supervisor is gone: nobody will read or remove the file
+
+    @property
+    def orphaned(self) -> bool:
+        """The supervisor is gone: nobody will read or remove the status file."""
+        return os.getppid() != self.supervisor
 
     async def run(self) -> None:
         while True:

@@ -113,6 +113,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._clients: TopicClients | None = None
         self._target: list[StreamId] | None = None  # Trigger.AvailableNow: never read past
         self._known_end: Offset | None = None  # pyspark 4.0/4.1: last planned end
+        self._answered = False  # pyspark 4.0/4.1: latestOffset() has planned a batch
         self._group_at: list[StreamId | None] = [None] * self.topic.count
 
     @property
@@ -173,7 +174,9 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
         pyspark 4.0/4.1 call this without arguments: then the limit is applied from the end
         last planned, or from the initial offset; a restarted query's first batch is not
-        limited there (its start is only in the checkpoint), nor are AvailableNow runs.
+        limited there (its start is only in the checkpoint: the batch Spark plans again
+        at a restart was not planned by this reader), nor are AvailableNow runs (their
+        first call is their target: all that is available).
         """
         if start is not None:
             # Spark asks for the next end only once the batch ending at `start` is in its
@@ -187,6 +190,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             # finished, so that batch's end is durable
             start = self._known_end
             self._advance_group(start)
+        self._answered = True
         if start is None:
             return self.topic.encode([offset(last, added) for last, added in lasts])
         starts = self.topic.decode(start)
@@ -257,7 +261,13 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def partitions(self, start: Offset, end: Offset) -> list[RangePartition]:
         self._advance_group(start)  # a batch starts where the last committed one ended
         starts, ends = self.topic.decode(start), self.topic.decode(end)
-        if self._known_end is None or _ahead(ends, self.topic.decode(self._known_end)):
+        # pyspark 4.0/4.1 restart a query by planning its checkpoint's last batch again
+        # before asking latestOffset(), whose first answer is the run's AvailableNow target:
+        # only the batches this reader planned set where the next one starts
+        planned = self._answered or self._known_end is not None
+        if planned and (
+            self._known_end is None or _ahead(ends, self.topic.decode(self._known_end))
+        ):
             self._known_end = dict(end)
         per = ranges_per_partition(self.opts.partitions, self.topic)
         ranges: list[RangePartition] = []

@@ -248,6 +248,52 @@ async def test_the_reader_driven_as_pyspark_40_drives_it(redis_url: str, topic: 
         assert last is None or position == last, "each partition's group at its end"
 
 
+def batch_ids(reader: Any, start: Any, end: Any) -> list[str]:
+    """The entry IDs of the micro-batch ``(start, end]`` as ``reader`` plans and reads it."""
+    return [
+        i
+        for part in reader.partitions(start, end)
+        for rows in reader.read(part)
+        for i in rows.column("id").to_pylist()
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_reader_restarted_as_pyspark_40_restarts_it_reads_all_available(
+    redis_url: str, topic: str
+) -> None:
+    """pyspark 4.0/4.1 restart a query with a fresh reader that first plans the
+    checkpoint's last batch again, empty (``partitions(end, end)``), then asks
+    ``latestOffset()``: under Trigger.AvailableNow that answer is the run's target, so it is
+    all that is available, not one maxRecordsPerBatch batch. Later batches are limited."""
+    from streamq.spark.options import ReadOptions
+    from streamq.spark.reading import StreamqStreamReader
+
+    def new_reader(**options: str) -> StreamqStreamReader:
+        options |= {"url": redis_url, "stream": topic, "group": "old"}
+        return StreamqStreamReader(ReadOptions.parse(options, {}), SparkTopic(topic, PARTS))
+
+    await publish_orders(redis_url, topic, 30)
+    first = new_reader()
+    start = first.initialOffset()
+    checkpointed = first.latestOffset()
+    assert len(batch_ids(first, start, checkpointed)) == 30
+    first.commit(checkpointed)
+    first.stop()
+
+    added = await publish_orders(redis_url, topic, 13, start=30)
+    restarted = new_reader(maxRecordsPerBatch="7")
+    try:
+        assert batch_ids(restarted, checkpointed, checkpointed) == []  # the replay, empty
+        target = restarted.latestOffset()
+        assert sorted(batch_ids(restarted, checkpointed, target)) == sorted(added)
+        restarted.commit(target)
+        await publish_orders(redis_url, topic, 10, start=43)
+        assert len(batch_ids(restarted, target, restarted.latestOffset())) == 7, "limited again"
+    finally:
+        restarted.stop()
+
+
 def test_a_checkpoint_of_the_other_kind_is_refused() -> None:
     plain, parted = SparkTopic("t", 1), SparkTopic("t", PARTS)
     ends = [{"id": f"{i}-0", "n": i} for i in range(PARTS)]
