@@ -7,26 +7,34 @@
   external server, other people's clients are spared);
 - ``server_crash``: SIGKILL the server and restart it on the same port and directory (AOF,
   ``appendfsync always``). Only on a server the soak started itself.
+- ``keeper_kill``: SIGKILL the keeper of the shared embedded server (its Valkey follows
+  it); nobody restarts it but the soak's own producers and consumers, which must notice
+  and bring it back on its port. Only with ``SOAK_SERVER=shared`` (:func:`kill_keeper`).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import anyio
 import psutil  # type: ignore[import-untyped]
 import redis.asyncio as aioredis
 
+from streamq.server.keeper import Paths, pid_alive, read_info, server_pid
 from tests.soak.processes import Consumers, SoakServer
 from tests.soak.soak_consumer import CLAIM_IDLE
 
-KINDS = ("kill", "pause", "client_kill", "server_crash")
+KINDS = ("kill", "pause", "client_kill", "server_crash", "keeper_kill")
 PAUSE_SECONDS = (2.5 * CLAIM_IDLE, 4.0 * CLAIM_IDLE)
 SERVER_DOWN_SECONDS = (0.2, 1.5)
 NEW_NAME_CHANCE = 0.5
+KEEPER_BACK_WITHIN = 30.0
 
 
 def connections_of(pids: list[int], server_port: int) -> set[str]:
@@ -55,10 +63,14 @@ class Injector:
         server_port: int,
         server: SoakServer | None,
         producer_pids: Callable[[], list[int]],
+        shared_home: Path | None = None,
     ) -> None:
         self._rng, self._consumers, self._client = rng, consumers, client
         self._port, self._server, self._producer_pids = server_port, server, producer_pids
-        self.kinds = [k for k in KINDS if server is not None or k != "server_crash"]
+        self._home = shared_home
+        self.kinds = [k for k in KINDS if k not in ("server_crash", "keeper_kill")
+                      or (k == "server_crash" and server is not None)
+                      or (k == "keeper_kill" and shared_home is not None)]  # fmt: skip
         self._cycle: list[str] = []
         self.counts: Counter[str] = Counter()
         self.restarts: Counter[str] = Counter()
@@ -71,6 +83,7 @@ class Injector:
         actions: dict[str, Callable[[], Awaitable[str]]] = {
             "kill": self.kill, "pause": self.pause,
             "client_kill": self.client_kill, "server_crash": self.server_crash,
+            "keeper_kill": self.keeper_kill,
         }  # fmt: skip
         description = await actions[kind]()
         self.counts[kind] += 1
@@ -111,3 +124,36 @@ class Injector:
         await anyio.to_thread.run_sync(self._server.start)
         took = anyio.current_time() - started
         return f"SIGKILL server, down {down:.1f}s, restarted with AOF in {took:.1f}s"
+
+    async def keeper_kill(self) -> str:
+        assert self._home is not None
+        return await anyio.to_thread.run_sync(kill_keeper, self._home)
+
+
+def kill_keeper(home: Path, back_within: float = KEEPER_BACK_WITHIN) -> str:
+    """SIGKILL the keeper of the shared server of ``home``; wait until its Valkey has gone
+    with it and until a new keeper serves the same port (started by a user that noticed:
+    the soak's producers and consumers, not the soak). Raises if it does not come back."""
+    paths = Paths(home)
+    before = read_info(paths)
+    if before is None:
+        raise RuntimeError(f"no shared server recorded in {home}")
+    killed = time.monotonic()
+    os.kill(int(before["keeper_pid"]), signal.SIGKILL)
+    deadline = killed + back_within
+    while pid_alive(int(before["pid"])):  # it flushes its AOF on its way out
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Valkey {before['pid']} outlived its keeper")
+        time.sleep(0.02)
+    down = time.monotonic() - killed
+    while True:
+        after = read_info(paths)
+        renewed = after is not None and after["keeper_pid"] != before["keeper_pid"]
+        if renewed and server_pid(int(after["port"])) == after["pid"]:  # type: ignore[index]
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the shared server was not started again within {back_within}s")
+        time.sleep(0.05)
+    same = "same port" if after["port"] == before["port"] else f"ANOTHER port {after['port']}"
+    return (f"SIGKILL keeper {before['keeper_pid']} (Valkey gone in {down:.1f}s); "
+            f"restarted by a user on the {same} in {time.monotonic() - killed:.1f}s")  # fmt: skip
