@@ -72,7 +72,7 @@ def stop_server(home: Path | None = None) -> ServerInfo | None:
         return None
     with file_lock(paths.lock):
         paths.stopped.touch()  # on purpose: its running users do not start it again
-        info = running_info(paths)
+        info = running_info(paths, loaded=False)
         if info is not None:
             terminate(info.keeper_pid)
     return info
@@ -84,7 +84,7 @@ def server_status(home: Path | None = None) -> tuple[ServerInfo | None, int]:
     if not paths.server.exists():
         return None, 0
     with file_lock(paths.lock):
-        return running_info(paths), len(live_leases(paths.users))
+        return running_info(paths, loaded=False), len(live_leases(paths.users))
 
 
 class SharedServer:
@@ -192,7 +192,7 @@ class SharedServer:
                 path.unlink()
             os.close(fd)
             if not live_leases(self.paths.users):
-                info = running_info(self.paths)
+                info = running_info(self.paths, loaded=False)
                 if info is not None:
                     log.info("last user of the shared server left: stopping it")
                     terminate(info.keeper_pid)

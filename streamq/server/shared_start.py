@@ -40,9 +40,11 @@ class ServerInfo:
     data_dir: str
 
 
-def running_info(paths: Paths) -> ServerInfo | None:
+def running_info(paths: Paths, *, loaded: bool = True) -> ServerInfo | None:
     """The recorded server if it really runs (its keeper lives and the server on its port
-    is the recorded process); a stale record is cleared. Call with the lock held."""
+    is the recorded process) and, if ``loaded``, once it has loaded its data (a bounded
+    wait; ServerUnavailableError past it); a stale record is cleared. Call with the lock
+    held. ``loaded=False``: a loading server counts as running (to stop it, to show it)."""
     info = _parse(read_info(paths))
     if info is None:
         with contextlib.suppress(FileNotFoundError):
@@ -53,7 +55,7 @@ def running_info(paths: Paths) -> ServerInfo | None:
     noticed = False
     while _is_keeper(info.keeper_pid):
         pid, loading = server_state(info.port)
-        if pid == info.pid and not loading:
+        if pid == info.pid and not (loading and loaded):
             return info
         if loading:  # starting, not stuck: wait (bounded) until its data is loaded
             now = time.monotonic()
