@@ -17,7 +17,7 @@ the bookkeeping in ``server/``.
   data: never a duplicate, never a pile of orphans. The port is kept for the server's life
   and across restarts (``server/port``), so running clients reconnect by themselves; a
   running user whose connection is refused starts it again itself
-  (:mod:`.shared_revival`), unless it was stopped on purpose (``streamq server stop``).
+  (:mod:`streamq.wire.revival`), unless it was stopped on purpose (``streamq server stop``).
 * Ready means loaded: a server that answers ``LOADING`` is starting, and users wait for
   it (at most ``keeper.LOAD_TIMEOUT``, saying so when it takes a while).
 """
