@@ -20,7 +20,7 @@ import anyio
 import pytest
 import redis
 
-from streamq import MessageQueue
+from streamq import MessageQueue, Publisher
 from streamq.server import EmbeddedServer, shared
 from streamq.server.keeper import Paths, pid_alive, read_info, server_state
 from tests.test_shared_server import processes_of, wait_until
@@ -150,8 +150,9 @@ def test_users_arriving_while_it_loads_wait_for_it(home: Path, big_data: Path) -
 
 
 def test_clients_wait_for_a_server_that_is_loading(home: Path, big_data: Path) -> None:
-    """The keeper restarts a crashed Valkey, which loads its data: a publish, a topic
-    operation and an open that meet ``LOADING`` wait for it instead of failing."""
+    """The keeper restarts a crashed Valkey, which loads its data: a publish (of a queue,
+    of a blocking Publisher), a topic operation and an open that meet ``LOADING`` wait for
+    it instead of failing."""
     with_big_data(home, big_data)
     with shared.SharedServer(home) as server:
         info = server.info
@@ -171,15 +172,20 @@ def test_clients_wait_for_a_server_that_is_loading(home: Path, big_data: Path) -
             await queues[2].open()
             results["opened"] = True
 
+        def publish_blocking() -> None:
+            with Publisher(server.url, stream="first") as publisher:
+                results["published blocking"] = publisher.publish("hello", "again")
+
         async def all_at_once() -> None:
             async with anyio.create_task_group() as tg:
                 for job in (publish, topic_info, open_queue):
                     tg.start_soon(job)
+                tg.start_soon(anyio.to_thread.run_sync, publish_blocking)
             for mq in queues:
                 await mq.aclose()
 
         anyio.run(all_at_once)
-        assert set(results) == {"published", "info", "opened"}
+        assert set(results) == {"published", "info", "opened", "published blocking"}
         assert not loading(info.port)
 
 
