@@ -97,10 +97,12 @@ test-spark: setup
 	$(PYTEST) -q -m spark
 
 # The long fault soak (2-4 min; not part of `make test`): producer and consumer processes
-# under SIGKILL, SIGSTOP, CLIENT KILL and server crashes; exits non-zero on any loss.
+# under SIGKILL, SIGSTOP, CLIENT KILL and server crashes; exits non-zero on any loss. Then
+# again on the shared embedded server of a private STREAMQ_HOME, its keeper SIGKILLed.
 # Knobs: SOAK_MESSAGES, SOAK_CONSUMERS, SOAK_DURATION, SOAK_SEED, ... (see --help).
 test-soak: setup
-	$(PY) -m tests.soak.soak
+	$(PY) -m tests.soak.soak --server own
+	$(PY) -m tests.soak.soak --server shared
 
 # The Spark tests on the oldest supported pyspark (4.0), in a venv of their own.
 test-pyspark40:

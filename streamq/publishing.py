@@ -32,7 +32,7 @@ from .publish_plan import (
 from .topic.partitions import check_partition_count
 from .tracing import with_trace_context
 from .wire import idempotency, resp
-from .wire.client import ride_through
+from .wire.client import ride_through, worth_waiting
 from .wire.coalesce import Coalescer
 from .wire.features import Features, probe
 from .wire.replies import StreamMissing
@@ -154,10 +154,10 @@ class PublishOperations:
                 return named(self.partitions, partition, entry_id)
             except StreamMissing:
                 return await self._add(partition, fields, None, None, found_missing=True)
-            except ServerUnavailableError:
-                if not self.deployment.fails_over:
+            except ServerUnavailableError as e:
+                if not worth_waiting(self.deployment, e):
                     raise
-                await anyio.sleep(FIRST_RETRY_DELAY)  # then ride through (a failover)
+                await anyio.sleep(FIRST_RETRY_DELAY)  # then ride through (failover, LOADING)
         return await self._add(partition, fields, durability, once)
 
     async def _add(

@@ -4,7 +4,9 @@ every default user on the machine reaches, and stops it when its last user has g
 It runs as a script (``python keeper.py --home H --binary B --port P``), stdlib only, so it
 starts in milliseconds without importing streamq. It detaches (new session, double fork:
 never a zombie of the process that started it), starts Valkey with AOF in ``<home>/data``,
-writes ``server.json`` and answers ``ready`` on its stdout. Then, every ``SCAN_INTERVAL``:
+writes ``server.json`` and answers ``ready`` on its stdout once Valkey has loaded its data
+(before that it answers ``LOADING`` to every command: it is starting, not ready; the keeper
+says ``loading`` first when that takes a while). Then, every ``SCAN_INTERVAL``:
 
 * a Valkey that died is started again on the same port and data (with backoff);
 * the users' leases are checked: a lease is a file under ``<home>/server/users`` that its
@@ -38,6 +40,8 @@ from typing import Any
 
 SCAN_INTERVAL = 0.5
 STARTUP_TIMEOUT = 10.0
+LOAD_TIMEOUT = 120.0  # a server's data (AOF) loaded within this, or it is not started
+LOADING_NOTICE = 1.0  # a load that takes longer is worth a line to the users who wait
 STOP_TIMEOUT = 10.0
 RESTART_BACKOFF = 0.5
 MAX_RESTART_BACKOFF = 10.0
@@ -52,7 +56,8 @@ class Paths:
         self.server = self.home / "server"
         self.lock = self.server / "lock"
         self.info = self.server / "server.json"
-        self.last_port = self.server / "port"
+        self.last_port = self.server / "port"  # the server's port, kept across restarts
+        self.stopped = self.server / "stopped"  # stopped on purpose: running users leave it so
         self.users = self.server / "users"
         self.keeper_log = self.server / "keeper.log"
         self.data = self.home / "data"
@@ -128,9 +133,16 @@ def pid_alive(pid: int) -> bool:
 
 def server_pid(port: int, timeout: float = 1.0) -> int | None:
     """The ``process_id`` of the Redis-protocol server on 127.0.0.1:``port``, or None."""
+    return server_state(port, timeout)[0]
+
+
+def server_state(port: int, timeout: float = 1.0) -> tuple[int | None, bool]:
+    """The ``process_id`` of the Redis-protocol server on 127.0.0.1:``port`` (None if none
+    answers) and whether it is still loading its data (``INFO`` answers while it loads;
+    every data command gets ``LOADING``)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+            sock.sendall(b"*1\r\n$4\r\nINFO\r\n")
             reply = b""
             while b"\r\n" not in reply or len(reply) < _bulk_length(reply):
                 chunk = sock.recv(65536)
@@ -138,11 +150,14 @@ def server_pid(port: int, timeout: float = 1.0) -> int | None:
                     break
                 reply += chunk
     except OSError:
-        return None
+        return None, False
+    pid, loading = None, False
     for line in reply.decode(errors="replace").splitlines():
         if line.startswith("process_id:"):
-            return int(line.split(":", 1)[1])
-    return None
+            pid = int(line.split(":", 1)[1])
+        elif line.startswith("loading:"):
+            loading = line.split(":", 1)[1].strip() != "0"
+    return pid, loading
 
 
 def _bulk_length(reply: bytes) -> int:
@@ -207,6 +222,23 @@ class Keeper:
                 return True
             time.sleep(0.01)
         self.stop_valkey()
+        return False
+
+    def wait_loaded(self) -> bool:
+        """Wait until Valkey has loaded its data (at most ``LOAD_TIMEOUT``); False if it
+        exited or did not finish in time. Says ``loading`` to the starter if it must wait."""
+        began = time.monotonic()
+        deadline, said = began + LOAD_TIMEOUT, False
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                return False
+            pid, loading = server_state(self.port, timeout=1.0)
+            if pid == self.process.pid and not loading:
+                return True
+            if loading and not said and time.monotonic() - began > LOADING_NOTICE:
+                _say("loading")
+                said = True
+            time.sleep(0.02)
         return False
 
     def stop_valkey(self) -> None:
@@ -296,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
             tail = _tail(keeper.paths.data / "valkey.log")
             _answer(f"error: valkey did not start on port {args.port}: {tail}")
             return 1
-        keeper.publish_info()
+        keeper.publish_info()  # users find it (and wait while it loads) from now on
+        if not keeper.wait_loaded():
+            _answer(f"error: valkey did not load its data within {LOAD_TIMEOUT:g}s")
+            return 1
         log(f"valkey {keeper.process.pid if keeper.process else '?'} on port {args.port}")
         _answer("ready")
         keeper.watch()
@@ -309,14 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _answer(line: str) -> None:
-    """Tell the starter (one line on stdout), then let go of its pipe."""
+def _say(line: str) -> None:
+    """One line to the starter on stdout (gone already: nothing to tell)."""
     try:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     except OSError as e:
         if e.errno != errno.EPIPE:
             raise
+
+
+def _answer(line: str) -> None:
+    """Tell the starter (one line on stdout), then let go of its pipe."""
+    _say(line)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)

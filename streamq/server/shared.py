@@ -14,7 +14,12 @@ the bookkeeping in ``server/``.
   (:mod:`streamq.server.keeper`) notices and stops the server once no lease is held.
 * After a crash (of a user, of the keeper or of Valkey) the next user finds the recorded
   server still answering and reuses it, or starts it again on the same port and the same
-  data: never a duplicate, never a pile of orphans.
+  data: never a duplicate, never a pile of orphans. The port is kept for the server's life
+  and across restarts (``server/port``), so running clients reconnect by themselves; a
+  running user whose connection is refused starts it again itself
+  (:mod:`streamq.wire.revival`), unless it was stopped on purpose (``streamq server stop``).
+* Ready means loaded: a server that answers ``LOADING`` is starting, and users wait for
+  it (at most ``keeper.LOAD_TIMEOUT``, saying so when it takes a while).
 """
 
 from __future__ import annotations
@@ -24,28 +29,30 @@ import contextlib
 import fcntl
 import logging
 import os
-import selectors
-import signal
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from ..errors import ServerUnavailableError
-from . import keeper
-from .keeper import Paths, file_lock, live_leases, pid_alive, read_info, server_pid
+from ..errors import ConfigError, ServerUnavailableError
+from ..wire import revival
+from .keeper import Paths, file_lock, live_leases
+from .shared_start import (
+    START_ATTEMPTS,
+    ServerInfo,
+    port_free,
+    preferred_port,
+    running_info,
+    start_keeper,
+    terminate,
+)
 
 log = logging.getLogger(__name__)
 
 ENV_HOME = "STREAMQ_HOME"
-START_ATTEMPTS = 3
-KEEPER_ANSWER_TIMEOUT = keeper.STARTUP_TIMEOUT + 5.0
-STOP_WAIT = keeper.STOP_TIMEOUT + 2.0
+REVIVE_QUIET = 1.0  # after a revival that could not be, connections fail without one
 
 
 def state_home() -> Path:
@@ -57,154 +64,6 @@ def state_home() -> Path:
     return Path(base) / "streamq"
 
 
-@dataclass(frozen=True, slots=True)
-class ServerInfo:
-    """The running shared server, as its keeper recorded it."""
-
-    url: str
-    port: int
-    pid: int
-    keeper_pid: int
-    data_dir: str
-
-
-def running_info(paths: Paths) -> ServerInfo | None:
-    """The recorded server if it really runs (its keeper lives and the server on its port
-    is the recorded process); a stale record is cleared. Call with the lock held."""
-    info = _parse(read_info(paths))
-    if info is None:
-        with contextlib.suppress(FileNotFoundError):
-            paths.info.unlink()
-        return None
-    deadline = time.monotonic() + keeper.STARTUP_TIMEOUT  # it may be restarting Valkey
-    while _is_keeper(info.keeper_pid):
-        if server_pid(info.port) == info.pid:
-            return info
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-        info = _parse(read_info(paths)) or info
-    _clear_stale(paths, info)
-    return None
-
-
-def _parse(raw: dict[str, Any] | None) -> ServerInfo | None:
-    if raw is None:
-        return None
-    try:
-        return ServerInfo(
-            str(raw["url"]), int(raw["port"]), int(raw["pid"]), int(raw["keeper_pid"]),
-            str(raw["data_dir"]),
-        )  # fmt: skip
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _is_keeper(pid: int) -> bool:
-    """Alive and, where /proc tells, really a keeper (not a recycled pid)."""
-    if not pid_alive(pid):
-        return False
-    if not Path("/proc/self").is_dir():  # no /proc (macOS): trust the pid
-        return True
-    try:
-        return b"keeper" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # gone meanwhile
-        return False
-
-
-def _clear_stale(paths: Paths, info: ServerInfo) -> None:
-    """A record whose server does not answer or whose keeper is gone: stop what is left of
-    it (a keeper that cannot bring Valkey back, an orphaned Valkey), drop the record."""
-    if _is_keeper(info.keeper_pid):
-        log.warning("the shared server's keeper (pid %d) is stuck: stopping it", info.keeper_pid)
-        _terminate(info.keeper_pid)
-    elif server_pid(info.port) == info.pid:
-        log.warning("stopping the orphaned shared server (pid %d) left by a dead keeper", info.pid)
-        _terminate(info.pid)
-    with contextlib.suppress(FileNotFoundError):
-        paths.info.unlink()
-
-
-def _terminate(pid: int, timeout: float = STOP_WAIT) -> None:
-    """SIGTERM ``pid`` (not our child) and wait for it to be gone; SIGKILL after ``timeout``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            break
-        time.sleep(0.01)
-
-
-def _preferred_port(paths: Paths, wanted: int | None) -> int:
-    """The port asked for, else the last one used (so that URLs held by users keep
-    working after a restart), else a free one."""
-    from .single import free_port
-
-    if wanted:
-        return wanted
-    try:
-        last = int(paths.last_port.read_text())
-    except (OSError, ValueError):
-        return free_port()
-    return last if _port_free(last) else free_port()
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def start_keeper(paths: Paths, port: int) -> ServerInfo:
-    """Start a keeper (and so Valkey) on ``port``; raises ServerUnavailableError if it
-    does not answer ``ready``. Call with the lock held."""
-    from .single import binary_path
-
-    command = [  # -I: no script directory, user site or PYTHON* variables on its path
-        sys.executable, "-I", keeper.__file__,
-        "--home", str(paths.home), "--binary", str(binary_path()), "--port", str(port),
-    ]  # fmt: skip
-    with open(paths.keeper_log, "ab") as errors:
-        starter = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-            cwd=paths.home, start_new_session=True,
-        )  # fmt: skip
-    assert starter.stdout is not None
-    with starter.stdout:
-        starter.wait()  # the intermediate process exits at once; the keeper answers
-        answer = _read_line(starter.stdout.fileno(), KEEPER_ANSWER_TIMEOUT)
-    info = running_info(paths) if answer == "ready" else None
-    if info is None:
-        raise ServerUnavailableError(
-            f"the shared embedded server did not start: {answer or 'no answer'} "
-            f"(see {paths.keeper_log})"
-        )
-    return info
-
-
-def _read_line(fd: int, timeout: float) -> str:
-    data = b""
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        while b"\n" not in data and (left := deadline - time.monotonic()) > 0:
-            if not selector.select(left):
-                break
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            data += chunk
-    return data.decode(errors="replace").strip()
-
-
 def stop_server(home: Path | None = None) -> ServerInfo | None:
     """Stop the shared server of ``home`` whoever uses it (``streamq server stop``);
     return what was stopped, or None if it was not running."""
@@ -212,9 +71,10 @@ def stop_server(home: Path | None = None) -> ServerInfo | None:
     if not paths.server.exists():
         return None
     with file_lock(paths.lock):
-        info = running_info(paths)
+        paths.stopped.touch()  # on purpose: its running users do not start it again
+        info = running_info(paths, loaded=False)
         if info is not None:
-            _terminate(info.keeper_pid)
+            terminate(info.keeper_pid)
     return info
 
 
@@ -224,7 +84,7 @@ def server_status(home: Path | None = None) -> tuple[ServerInfo | None, int]:
     if not paths.server.exists():
         return None, 0
     with file_lock(paths.lock):
-        return running_info(paths), len(live_leases(paths.users))
+        return running_info(paths, loaded=False), len(live_leases(paths.users))
 
 
 class SharedServer:
@@ -242,6 +102,8 @@ class SharedServer:
         self.started_here = False
         self.announced = False
         self._lease: tuple[int, Path] | None = None
+        self._revive_lock = threading.Lock()
+        self._quiet_until = 0.0
 
     @property
     def url(self) -> str:
@@ -264,21 +126,60 @@ class SharedServer:
                     return None
                 info = self._start()
                 self.started_here = True
+            elif self.port and info.port != self.port:
+                raise ConfigError(
+                    f"the shared server already runs on port {info.port}, not {self.port}: "
+                    "use its URL, stop it first (streamq server stop), or start a server of "
+                    "your own (streamq server --private --port PORT)"
+                )
             if self._lease is None:
                 self._lease = _take_lease(self.paths.users)
         self.info = info
         return info.url
 
     def _start(self) -> ServerInfo:
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.stopped.unlink()  # started again: running users may revive it again
+        if self.port:  # asked for: that port or an error, never another one
+            if not port_free(self.port):
+                raise ServerUnavailableError(f"port {self.port} is taken: cannot start the "
+                                             "shared server there")  # fmt: skip
+            return start_keeper(self.paths, self.port)
         last_error: ServerUnavailableError | None = None
-        for attempt in range(START_ATTEMPTS):
-            port = _preferred_port(self.paths, self.port if attempt == 0 else None)
+        for _ in range(START_ATTEMPTS):
             try:
-                return start_keeper(self.paths, port)
+                return start_keeper(self.paths, preferred_port(self.paths))
             except ServerUnavailableError as e:  # e.g. the port was taken meanwhile
                 last_error = e
         assert last_error is not None
         raise last_error
+
+    def revive(self) -> bool:
+        """A connection to this server was refused: if its keeper died (SIGKILL, OOM) and
+        nobody stopped it on purpose, start it again on its port, under the file lock (so
+        that of all the users noticing at once one starts it and the others find it).
+        True if it runs on its port (again): connecting is worth another try."""
+        with self._revive_lock:
+            if self._lease is None or self.info is None or time.monotonic() < self._quiet_until:
+                return False
+            port = self.info.port
+            try:
+                with file_lock(self.paths.lock):
+                    if self.paths.stopped.exists():  # streamq server stop: it stays so
+                        info = None
+                    else:
+                        info = running_info(self.paths) or self._start_again(port)
+            except (ServerUnavailableError, OSError) as e:
+                log.warning("the shared server on port %d is down and did not start: %s", port, e)
+                info = None
+            if info is None or info.port != port:
+                self._quiet_until = time.monotonic() + REVIVE_QUIET
+                return False
+            return True
+
+    def _start_again(self, port: int) -> ServerInfo:
+        log.warning("the shared server on port %d is gone with its keeper: starting it again", port)
+        return start_keeper(self.paths, port)
 
     def release(self) -> None:
         """Give the lease back; the last user stops the server."""
@@ -291,10 +192,10 @@ class SharedServer:
                 path.unlink()
             os.close(fd)
             if not live_leases(self.paths.users):
-                info = running_info(self.paths)
+                info = running_info(self.paths, loaded=False)
                 if info is not None:
                     log.info("last user of the shared server left: stopping it")
-                    _terminate(info.keeper_pid)
+                    terminate(info.keeper_pid)
         self.info = None
 
     def forget(self) -> None:
@@ -354,6 +255,8 @@ def _attach(*, start: bool) -> str | None:
             return None
         first = _servers.setdefault(home, server) is server and not server.announced
         server.announced = True
+        if first and server.info is not None:  # refused later: maybe its keeper died
+            revival.register("127.0.0.1", server.info.port, server.revive)
     if first:
         how = "started by this process" if server.started_here else "already running"
         log.info("using the shared embedded server %s (data in %s; %s)", url, server.data_dir, how)
@@ -365,6 +268,7 @@ def release_all() -> None:
     with _servers_lock:
         servers = list(_servers.values())
         _servers.clear()
+    revival.clear()
     for server in servers:
         try:
             server.release()
@@ -375,6 +279,7 @@ def release_all() -> None:
 def _after_fork_in_child() -> None:
     global _servers_lock
     _servers_lock = threading.Lock()
+    revival.clear()
     for server in _servers.values():
         server.forget()
     _servers.clear()

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..errors import ServerUnavailableError
+from .keeper import server_state
 from .private import PrivateServer, reap, spawn_private
 
 log = logging.getLogger(__name__)
@@ -95,22 +96,23 @@ class EmbeddedServer(PrivateServer):
                 return self
             last_error = self._collect_failure()
             if self._wanted_port:
-                break
+                raise ServerUnavailableError(
+                    f"embedded server did not start on port {port}: {last_error}"
+                )
         raise ServerUnavailableError(f"embedded server did not start: {last_error}")
 
     def _wait_ready(self, port: int) -> bool:
+        """Wait until *our* process serves ``port`` with its data loaded: another server
+        already on that port answers too, and ours then exits (bind: address in use)."""
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while time.monotonic() < deadline:
             assert self._process is not None
             if self._process.poll() is not None:
                 return False
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(64).startswith(b"+PONG"):
-                        return True
-            except OSError:
-                time.sleep(0.01)
+            pid, loading = server_state(port, timeout=0.5)
+            if pid == self._process.pid and not loading:
+                return True
+            time.sleep(0.01)
         return False
 
     def _collect_failure(self) -> str:
@@ -121,8 +123,15 @@ class EmbeddedServer(PrivateServer):
             process.kill()
         process.wait()
         log_file = self._dir / "server.log"
-        tail = log_file.read_text(errors="replace")[-500:] if log_file.exists() else ""
-        return tail.strip() or f"exit code {process.returncode}"
+        lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
+        # the reason: the line that says why it could not listen ("Could not create server
+        # TCP listening socket 127.0.0.1:P: bind: Address already in use"), else the last
+        # one, without its pid and time
+        lines = [line for line in lines if line.strip()]
+        why = next(
+            (line for line in lines if "listening socket" in line), lines[-1] if lines else ""
+        )
+        return why.split(" # ", 1)[-1].strip()[:300] or f"exit code {process.returncode}"
 
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after a timeout); keep the data dir."""

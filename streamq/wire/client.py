@@ -28,6 +28,7 @@ from .sentinel import is_sentinel_url
 from .timeouts import POOL_WAIT
 from .translate import (  # noqa: F401  (re-exported: the boundary's names)
     TRANSIENT_ERRORS,
+    is_loading,
     is_transient,
     translate,
     translated,
@@ -79,7 +80,8 @@ async def ride_through(
     ``operation`` raises streamq's errors (streamq's clients translate). On a single
     node a ServerUnavailableError is raised at once, as before; on a cluster or a Sentinel
     service it is retried with backoff for up to ``patience`` seconds (the slot table is
-    refreshed, the master looked up again, in between).
+    refreshed, the master looked up again, in between). A server that answers ``LOADING``
+    (it is starting: reading its data) is waited for so on any deployment.
     An operation that was sent but whose reply was lost (a connection cut) may have been
     applied: a retried publish can then add its entry twice (at-least-once).
     """
@@ -87,8 +89,8 @@ async def ride_through(
     while True:
         try:
             return await operation()
-        except ServerUnavailableError:
-            if not deployment.fails_over or time.monotonic() + delay > deadline:
+        except ServerUnavailableError as e:
+            if not worth_waiting(deployment, e) or time.monotonic() + delay > deadline:
                 raise
         await anyio.sleep(delay)
         delay = min(delay * 2, 1.0)
@@ -102,8 +104,14 @@ def ride_through_sync(
     while True:
         try:
             return operation()
-        except ServerUnavailableError:
-            if not deployment.fails_over or time.monotonic() + delay > deadline:
+        except ServerUnavailableError as e:
+            if not worth_waiting(deployment, e) or time.monotonic() + delay > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
+
+
+def worth_waiting(deployment: Deployment | SyncDeployment, error: BaseException) -> bool:
+    """Whether a one-shot operation that failed on ``error`` is tried again: while another
+    node takes over (a cluster, Sentinel), or while the server loads its data."""
+    return deployment.fails_over or is_loading(error)

@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 
+from . import revival
 from .following import FollowingRedis
 from .reading import read_reply
 from .slots import Address, slot_of
@@ -55,7 +56,9 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
                 await super().connect_check_health(*args, **kwargs)
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()
-                raise
+                if not await revival.revive_async(self.host, self.port):
+                    raise
+                await super().connect_check_health(*args, **kwargs)  # it runs again: once more
 
     return RoutedConnection
 

@@ -18,6 +18,7 @@ from redis import exceptions as rx
 from redis.client import Pipeline
 from redis.connection import AbstractConnection, ConnectionPool
 
+from . import revival
 from .asking import answers, asked_node, is_ask, with_script
 from .reading import read_reply_sync
 from .slots import Address, slot_of
@@ -39,7 +40,9 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
                 super().connect_check_health(*args, **kwargs)
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()
-                raise
+                if not revival.revive(self.host, self.port):
+                    raise
+                super().connect_check_health(*args, **kwargs)  # it runs again: once more
 
     return RoutedConnection
 

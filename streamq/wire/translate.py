@@ -61,6 +61,19 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, rx.ResponseError) and str(error).startswith(_TRANSIENT_REPLIES)
 
 
+def is_loading(error: BaseException) -> bool:
+    """Whether ``error`` (streamq's or redis-py's, or what it was raised from) is a server
+    answering ``LOADING``: it is starting (reading its data), not down; wait for it."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, rx.BusyLoadingError) or "loading the dataset" in str(current):
+            return True
+        seen.add(id(current))
+        current = current.__cause__
+    return False
+
+
 @contextmanager
 def translated(stream: str, group: str | None = None) -> Iterator[None]:
     """Translate redis-py errors raised in the block (``raise ... from e``); streamq's own

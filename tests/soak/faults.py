@@ -11,30 +11,38 @@
   top), then SIGCONT: every reply in flight comes late, after its read timed out; a
   connection kept then would answer its next command with that late reply. Only on a
   server the soak started itself.
+- ``keeper_kill``: SIGKILL the keeper of the shared embedded server (its Valkey follows
+  it); nobody restarts it but the soak's own producers and consumers, which must notice
+  and bring it back on its port. Only with ``SOAK_SERVER=shared`` (:func:`kill_keeper`).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import anyio
 import psutil  # type: ignore[import-untyped]
 import redis.asyncio as aioredis
 
+from streamq.server.keeper import Paths, pid_alive, read_info, server_pid
 from streamq.wire.timeouts import SOCKET_TIMEOUT
 from tests.soak.processes import Consumers, SoakServer
 from tests.soak.soak_consumer import BLOCK, CLAIM_IDLE
 
-KINDS = ("kill", "pause", "client_kill", "server_crash", "stall")
+KINDS = ("kill", "pause", "client_kill", "server_crash", "stall", "keeper_kill")
 OWN_SERVER_KINDS = ("server_crash", "stall")  # faults done to a server the soak started
 PAUSE_SECONDS = (2.5 * CLAIM_IDLE, 4.0 * CLAIM_IDLE)
 SERVER_DOWN_SECONDS = (0.2, 1.5)
 # Past the time a reply may take: the socket timeout, after a blocking read's BLOCK.
 STALL_SECONDS = (SOCKET_TIMEOUT + BLOCK + 1.0, SOCKET_TIMEOUT + BLOCK + 3.0)
 NEW_NAME_CHANCE = 0.5
+KEEPER_BACK_WITHIN = 30.0
 
 
 def connections_of(pids: list[int], server_port: int) -> set[str]:
@@ -63,10 +71,13 @@ class Injector:
         server_port: int,
         server: SoakServer | None,
         producer_pids: Callable[[], list[int]],
+        shared_home: Path | None = None,
     ) -> None:
         self._rng, self._consumers, self._client = rng, consumers, client
         self._port, self._server, self._producer_pids = server_port, server, producer_pids
-        self.kinds = [k for k in KINDS if server is not None or k not in OWN_SERVER_KINDS]
+        self._home = shared_home
+        self.kinds = [k for k in KINDS if (k not in OWN_SERVER_KINDS or server is not None)
+                      and (k != "keeper_kill" or shared_home is not None)]  # fmt: skip
         self._cycle: list[str] = []
         self.counts: Counter[str] = Counter()
         self.restarts: Counter[str] = Counter()
@@ -80,6 +91,7 @@ class Injector:
             "kill": self.kill, "pause": self.pause,
             "client_kill": self.client_kill, "server_crash": self.server_crash,
             "stall": self.stall,
+            "keeper_kill": self.keeper_kill,
         }  # fmt: skip
         description = await actions[kind]()
         self.counts[kind] += 1
@@ -125,6 +137,10 @@ class Injector:
         assert self._server is not None
         return await stall_server(self._server, self._rng.uniform(*STALL_SECONDS))
 
+    async def keeper_kill(self) -> str:
+        assert self._home is not None
+        return await anyio.to_thread.run_sync(kill_keeper, self._home)
+
 
 async def stall_server(server: SoakServer, seconds: float) -> str:
     """SIGSTOP ``server`` for ``seconds``, then SIGCONT (also when the soak is cancelled)."""
@@ -134,3 +150,32 @@ async def stall_server(server: SoakServer, seconds: float) -> str:
     finally:
         server.send_signal(signal.SIGCONT)
     return f"SIGSTOP server for {seconds:.1f}s (past the {SOCKET_TIMEOUT:g}s socket timeout), then SIGCONT"
+
+
+def kill_keeper(home: Path, back_within: float = KEEPER_BACK_WITHIN) -> str:
+    """SIGKILL the keeper of the shared server of ``home``; wait until its Valkey has gone
+    with it and until a new keeper serves the same port (started by a user that noticed:
+    the soak's producers and consumers, not the soak). Raises if it does not come back."""
+    paths = Paths(home)
+    before = read_info(paths)
+    if before is None:
+        raise RuntimeError(f"no shared server recorded in {home}")
+    killed = time.monotonic()
+    os.kill(int(before["keeper_pid"]), signal.SIGKILL)
+    deadline = killed + back_within
+    while pid_alive(int(before["pid"])):  # it flushes its AOF on its way out
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Valkey {before['pid']} outlived its keeper")
+        time.sleep(0.02)
+    down = time.monotonic() - killed
+    while True:
+        after = read_info(paths)
+        renewed = after is not None and after["keeper_pid"] != before["keeper_pid"]
+        if renewed and server_pid(int(after["port"])) == after["pid"]:  # type: ignore[index]
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the shared server was not started again within {back_within}s")
+        time.sleep(0.05)
+    same = "same port" if after["port"] == before["port"] else f"ANOTHER port {after['port']}"
+    return (f"SIGKILL keeper {before['keeper_pid']} (Valkey gone in {down:.1f}s); "
+            f"restarted by a user on the {same} in {time.monotonic() - killed:.1f}s")  # fmt: skip

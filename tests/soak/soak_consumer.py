@@ -51,8 +51,8 @@ def results_key(stream: str) -> str:
 
 
 def make_queue(url: str, stream: str, consumer: str, seed: int, fail_rate: float) -> MessageQueue:
-    mq = MessageQueue(
-        url, stream=stream, group=GROUP, consumer=consumer, start=StartFrom.EARLIEST,
+    mq = MessageQueue(  # no URL (""): the shared embedded server of $STREAMQ_HOME
+        url or None, stream=stream, group=GROUP, consumer=consumer, start=StartFrom.EARLIEST,
         retry=RetryPolicy(attempts=3, backoff=0.05, max_deliveries=MAX_DELIVERIES),
         claim_idle=CLAIM_IDLE, claim_interval=0.2, block=BLOCK, grace=5.0,
         concurrency=8, max_in_flight=32, read_count=32,

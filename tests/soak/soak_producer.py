@@ -51,7 +51,7 @@ async def produce(args: list[str], out: TextIO) -> None:
     url, stream, index, count, rate, seed, poison_rate, _, seconds = args
     producer, total, per_second = int(index), int(count), float(rate)
     rng, deadline = random.Random(int(seed)), time.monotonic() + float(seconds)
-    mq = MessageQueue(url, stream=stream, group=GROUP)  # publishing only: never opened
+    mq = MessageQueue(url or None, stream=stream, group=GROUP)  # publishing only: never opened
     sent = failures = 0
     next_at = time.monotonic()
     while sent < total and time.monotonic() < deadline:
