@@ -33,6 +33,7 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
+from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publisher import Publisher
 from .queue import MessageQueue
 from .signals import PartialFailure, Reject, Retry
@@ -100,6 +101,8 @@ __all__ = (
     "Reject",
     "Retry",
     "RetryPolicy",
+    "ScheduledId",
+    "ScheduledMessage",
     "ServerUnavailableError",
     "StartFrom",
     "StreamId",

@@ -20,6 +20,7 @@ from .claiming import Claimer
 from .consumer import Consumer, Parts
 from .context import Place
 from .dispatch import Dispatcher
+from .mover import Mover
 from .partitioned import PartitionedConsumer
 from .reader import Identity, Reader
 from .router import Router
@@ -75,7 +76,8 @@ def _consumer(
     stream = topic.streams[index]
     client = client_for(stream)
     identity = Identity(stream, topic.group, topic.consumer)
-    background = []
+    # every running consumer delivers the stream's scheduled messages when due
+    background = [Mover(client, stream, topic.consumer).run]
     if policies.cleanup.enabled:
         background.append(Cleaner(client, stream, policies.cleanup).run_periodically)
     # what a Message says of where it comes from: the topic, and the partition if any

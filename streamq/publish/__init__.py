@@ -1,0 +1,1 @@
+"""Publishing: at once, pipelined, idempotent, durable, scheduled and periodic."""
