@@ -12,7 +12,14 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import ConfigError, Message, MessageFormatError, MessageQueue, ScheduledId
+from streamq import (
+    ConfigError,
+    Message,
+    MessageFormatError,
+    MessageQueue,
+    Publisher,
+    ScheduledId,
+)
 from streamq.publish import scheduling
 from streamq.topic.partitions import partition_for_key
 from streamq.wire.keys import Keys
@@ -267,3 +274,26 @@ async def test_a_name_scheduled_again_with_another_key_replaces_it_across_partit
     assert row.key == other
     assert await mq.cancel_scheduled("n") is True  # a bare name: every partition searched
     assert await mq.scheduled() == []
+
+
+async def test_the_blocking_publisher_schedules_as_the_queue_does(
+    make_queue: QueueFactory, redis_url: str
+) -> None:
+    mq = make_queue(partitions=2)
+    handled = handled_messages(mq)
+    await mq.open()  # records the topic's two partitions
+    with Publisher(redis_url, mq.stream) as publisher:
+        sid = publisher.publish("job", "one", delay=0.2, key="k")
+        assert isinstance(sid, ScheduledId) and sid.in_partition == partition_for_key("k", 2)
+        named = publisher.publish("job", "old", delay=3600, schedule_id="n")
+        assert publisher.publish("job", "two", delay=0.2, schedule_id="n") == named
+        many = publisher.publish_many("job", ["three", "four"], at=datetime.now(UTC))
+        assert all(isinstance(s, ScheduledId) for s in many)
+        with pytest.raises(ConfigError, match="naive"):
+            publisher.publish("job", 1, at=datetime(2030, 1, 1))
+        with pytest.raises(ConfigError, match="replicas"):
+            publisher.publish("job", 1, delay=1, replicas=1)
+    async with mq.running():
+        await wait_for(lambda: len(handled) == 4, what="the four messages")
+        await anyio.sleep(0.3)
+    assert sorted(m.data for m in handled) == ["four", "one", "three", "two"]
