@@ -18,6 +18,7 @@ from .config import Duration
 from .errors import ServerUnavailableError
 from .message import encode_entry
 from .publish.delayed import DelayedPublishing, refuse_with_schedule
+from .publish.periodic import PeriodicPublishing
 from .publish_plan import (
     NOMKSTREAM,
     Durability,
@@ -43,7 +44,7 @@ from .wire.routing import Deployment
 FIRST_RETRY_DELAY = 0.05  # as ride_through's first backoff
 
 
-class PublishOperations(DelayedPublishing):
+class PublishOperations(DelayedPublishing, PeriodicPublishing):
     """The publishing side of a queue on ``stream``."""
 
     stream: str

@@ -300,6 +300,8 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
                     await tg.start(watch_stop_signals, consumer)
                 task_status.started()
                 opened = opened or await self._open_until_ready(consumer)
+                if opened and self.periodics:  # one message per tick across processes
+                    tg.start_soon(self.run_periodics)
                 if opened:  # every record of the consumer's tasks says which consumer it is
                     await run_as_consumer(consumer.run, self.stream, self.group, self.consumer)
                 tg.cancel_scope.cancel()

@@ -81,9 +81,15 @@ class Keys:
         """Sharded pub/sub channel: a message was scheduled before the earliest one."""
         return self.prefix + "scheduled:wake"
 
+    @property
+    def periodic(self) -> str:
+        """Hash: periodic publisher name -> the last tick it published (Unix ms); see
+        :mod:`streamq.publish.periodic` (each tick's claim is a key of its own, expiring)."""
+        return self.prefix + "periodic"
+
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
         return [
             self.stopped, self.unrouted, self.cleanup_lock, self.partitions,
-            self.scheduled, self.scheduled_payloads,
+            self.scheduled, self.scheduled_payloads, self.periodic,
         ]  # fmt: skip
