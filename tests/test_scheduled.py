@@ -4,6 +4,8 @@ cancellable, listed, damaged payloads dead-lettered, on plain and partitioned to
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -297,3 +299,37 @@ async def test_the_blocking_publisher_schedules_as_the_queue_does(
         await wait_for(lambda: len(handled) == 4, what="the four messages")
         await anyio.sleep(0.3)
     assert sorted(m.data for m in handled) == ["four", "one", "three", "two"]
+
+
+@pytest.mark.slow
+async def test_a_consumer_killed_while_moving_loses_and_doubles_nothing(
+    make_queue: QueueFactory, client: aioredis.Redis, redis_url: str
+) -> None:
+    mq = make_queue()
+    total = 30_000
+    await mq.publish_many("job", range(total), at=datetime.now(UTC) + timedelta(seconds=1))
+    keys = Keys(mq.stream)
+    command = [sys.executable, "-m", "tests.mover_process", redis_url, mq.stream, "doomed"]
+    async with await anyio.open_process(command, stdout=None, stderr=None) as process:
+
+        async def moving() -> bool:
+            return await client.xlen(mq.stream) > 0
+
+        try:
+            await wait_for(moving, timeout=30, what="the first moved messages")
+        finally:
+            process.kill()  # SIGKILL: no shutdown, mid-move
+            await process.wait()
+    left = await client.zcard(keys.scheduled)
+    assert 0 < left < total, "the kill did not land while messages were being moved"
+    handled = handled_messages(mq)
+    async with mq.running():
+        await wait_for(lambda: len(handled) >= left, timeout=30, what="the rest moved")
+
+        async def all_moved() -> bool:
+            return await client.xlen(mq.stream) >= total
+
+        await wait_for(all_moved, timeout=30, what="every message in the stream")
+    data = [json.loads(fields[b"data"]) for _, fields in await client.xrange(mq.stream)]
+    assert sorted(data) == list(range(total))  # each once: none lost, none doubled
+    assert await client.zcard(keys.scheduled) == await client.hlen(keys.scheduled_payloads) == 0

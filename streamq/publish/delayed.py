@@ -118,18 +118,30 @@ class DelayedPublishing:
             scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
             for item, one_key in zip(items, keys, strict=True)
         ]
-        return [
-            await self._schedule_payload(one_key, due, payload)
-            for one_key, payload in zip(keys, payloads, strict=True)
-        ]
-
-    async def _schedule_payload(self, key: Key | None, due: int, payload: str) -> ScheduledId:
         if self.__dict__.get("_shape_of") is not self.deployment:
             await self._check_shape_once()
-        name = scheduling.checked_schedule_id(None)
-        partition = self._partition(name if key is None else key)
-        await self._store(partition, name, due, payload)
-        return ScheduledId(name, partition)
+        names = [scheduling.checked_schedule_id(None) for _ in items]
+        partitions = [
+            self._partition(name if one_key is None else one_key)
+            for name, one_key in zip(names, keys, strict=True)
+        ]
+        for partition in sorted(set(partitions)):
+            mine = [i for i, p in enumerate(partitions) if p == partition]
+            await self._store_many(
+                partition, [names[i] for i in mine], due, [payloads[i] for i in mine]
+            )
+        return [ScheduledId(n, p) for n, p in zip(names, partitions, strict=True)]
+
+    async def _store_many(
+        self, partition: int, names: list[str], due: int, payloads: list[str]
+    ) -> None:
+        stream = self.streams[partition]
+        client = self.client_for(stream)
+
+        async def store() -> None:  # each ID again replaces itself: safe to retry
+            await scheduling.schedule_many(client, stream, names, due, payloads)
+
+        await ride_through(self.deployment, store)
 
 
 def refuse_with_schedule(**options: object) -> None:

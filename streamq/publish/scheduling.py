@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from ..wire.keys import Keys
 
 MAX_ID_CHARS = 256
+PIPELINE_CHUNK = 1000  # scripts one pipeline of publish_many(..., delay=) holds
 MOVE_BATCH = 500  # entries one move call adds at most: bounded time inside the server
 DAMAGED_ERROR_TYPE = "streamq.scheduled.DamagedPayload"
 
@@ -242,6 +243,25 @@ async def schedule(
     earliest = await client.register_script(SCHEDULE)(
         keys=_stored(stream), args=[scheduled_id, due, payload]
     )
+    if earliest:
+        await client.spublish(Keys(stream).scheduled_wake, str(due))
+
+
+async def schedule_many(
+    client: aioredis.Redis, stream: str, names: list[str], due: int, payloads: list[str]
+) -> None:
+    """Store many messages due at one time, pipelined (``publish_many``)."""
+    script = client.register_script(SCHEDULE)
+    earliest = False
+    for start in range(0, len(names), PIPELINE_CHUNK):
+        pipe = client.pipeline(transaction=False)
+        for name, payload in zip(
+            names[start : start + PIPELINE_CHUNK],
+            payloads[start : start + PIPELINE_CHUNK],
+            strict=True,
+        ):
+            await script(keys=_stored(stream), args=[name, due, payload], client=pipe)
+        earliest = any(await pipe.execute()) or earliest
     if earliest:
         await client.spublish(Keys(stream).scheduled_wake, str(due))
 
