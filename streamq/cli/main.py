@@ -51,6 +51,7 @@ from .render import (
     terminal_safe,
 )
 from .run import add_run_arguments, cmd_run
+from .scheduled import add_scheduled_arguments, scheduled_command
 from .server import add_server_arguments, cmd_server
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -105,7 +106,10 @@ async def cmd_publish(args: argparse.Namespace) -> str:
         raise CliError(f"JSON argument is not valid JSON: {e}", EXIT_USAGE) from e
     meta = _parse_meta(args.meta or [])
     async with _closing(_queue(args)) as mq:
-        return await mq.publish(args.type, data, meta=meta or None, key=args.key)
+        return await mq.publish(
+            args.type, data, meta=meta or None, key=args.key, delay=args.delay,
+            schedule_id=args.schedule_id,
+        )  # fmt: skip
 
 
 def _parse_meta(items: list[str]) -> dict[str, str]:
@@ -179,6 +183,14 @@ async def cmd_dlq(args: argparse.Namespace) -> str:
             new_ids = await mq.replay_dead_letter(args.id)
             return f"replayed {len(new_ids)}: {' '.join(new_ids)}"
         return f"purged {await mq.purge_dead_letters()} dead letters"
+
+
+async def cmd_scheduled(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        output, done = await scheduled_command(mq, args)
+    if not done:
+        raise CliError(output)
+    return output
 
 
 async def cmd_stop_message(args: argparse.Namespace) -> str:
@@ -274,6 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("json")
     p.add_argument("--meta", action="append", metavar="KEY=VALUE")
     p.add_argument("--key", help="partition key (a partitioned topic: same key, same partition)")
+    p.add_argument("--delay", type=float, help="deliver after this many seconds (scheduled)")
+    p.add_argument("--schedule-id", help="name the scheduled message (again: replaces it)")
+    p = command("scheduled", cmd_scheduled, "scheduled messages: scheduled list|cancel STREAM [ID]",
+                stream=False)  # fmt: skip
+    add_scheduled_arguments(p)
     p = command(
         "info",
         cmd_info,
