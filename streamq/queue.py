@@ -380,8 +380,9 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     def stats(self) -> dict[str, Any]:
         """Counters and histograms of this process's consumer (empty before run()).
 
-        Counters: received, handled, failed, retried, dead_lettered, claimed, acked;
-        gauge: in_flight; histograms: handler_seconds, batch_size.
+        Counters: received, handled, failed, retried, dead_lettered, claimed, acked,
+        scheduled_moved; gauge: in_flight; histograms: handler_seconds, batch_size,
+        scheduled_lateness_seconds (how late each scheduled message was moved).
         """
         return {} if self._consumer is None else self._consumer.stats_report()
 

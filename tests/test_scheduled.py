@@ -333,3 +333,38 @@ async def test_a_consumer_killed_while_moving_loses_and_doubles_nothing(
     data = [json.loads(fields[b"data"]) for _, fields in await client.xrange(mq.stream)]
     assert sorted(data) == list(range(total))  # each once: none lost, none doubled
     assert await client.zcard(keys.scheduled) == await client.hlen(keys.scheduled_payloads) == 0
+
+
+async def test_stats_and_metrics_count_scheduled_messages_and_lateness(
+    make_queue: QueueFactory,
+) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from streamq.metrics import QueueCollector
+
+    mq = make_queue()
+    handled = handled_messages(mq)
+    await mq.publish_many("job", [1, 2, 3], delay=0.2)
+    await mq.publish("job", 4, delay=3600)
+    async with mq.running():
+        await wait_for(lambda: len(handled) == 3, what="the three due messages")
+        stats = mq.stats()
+        import prometheus_client
+
+        registry = prometheus_client.CollectorRegistry()
+        collector = QueueCollector(mq)
+        registry.register(collector)
+        body = await anyio.to_thread.run_sync(prometheus_client.generate_latest, registry)
+        collector.close()
+    assert stats["scheduled_moved"] == 3
+    lateness = stats["scheduled_lateness_seconds"]
+    assert lateness["count"] == 3 and 0 <= lateness["sum"] < 3
+    samples = {
+        s.name: s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
+    assert samples["streamq_scheduled_messages"] == 1
+    assert samples["streamq_scheduled_moved_total"] == 3
+    assert samples["streamq_scheduled_lateness_seconds_count"] == 3

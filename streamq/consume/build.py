@@ -76,13 +76,12 @@ def _consumer(
     stream = topic.streams[index]
     client = client_for(stream)
     identity = Identity(stream, topic.group, topic.consumer)
-    # every running consumer delivers the stream's scheduled messages when due
-    background = [Mover(client, stream, topic.consumer).run]
+    background = []
     if policies.cleanup.enabled:
         background.append(Cleaner(client, stream, policies.cleanup).run_periodically)
     # what a Message says of where it comes from: the topic, and the partition if any
     place = Place(stream) if limits is None else Place(topic.name, index)
-    return Consumer(
+    consumer = Consumer(
         client,
         identity,
         router=router,
@@ -91,6 +90,9 @@ def _consumer(
         wiring=lambda consumer: _parts(consumer, client, place, policies, stopped, limits),
         background=background,
     )
+    # every running consumer delivers its stream's scheduled messages when due
+    background.append(Mover(client, stream, topic.consumer, consumer.stats).run)
+    return consumer
 
 
 def _parts(

@@ -22,6 +22,7 @@ from ..errors import RedisFailure, ServerUnavailableError
 from ..publish.scheduling import MOVE_BATCH, Moved, move_due
 from ..wire.keys import Keys
 from ..wire.translate import translated
+from .stats import Stats
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,14 @@ MAX_FAILURE_BACKOFF = 10.0
 class Mover:
     """Moves due scheduled messages of ``stream`` into it, for as long as it runs."""
 
-    def __init__(self, client: aioredis.Redis, stream: str, consumer: str) -> None:
+    def __init__(self, client: aioredis.Redis, stream: str, consumer: str, stats: Stats) -> None:
+        """``stats``: the consumer's, which counts what this mover adds and how late."""
         self._client = client
+        self._stats = stats
         self._stream = stream
         self._name = f"streamq:mover:{consumer}"
         self._channel = Keys(stream).scheduled_wake
         self._wake = anyio.Event()
-        self.moved_total = 0
-        self.dead_lettered_total = 0
 
     def wake(self) -> None:
         """Move now (something may have fallen due earlier than the mover expected)."""
@@ -73,8 +74,10 @@ class Mover:
                 await self._wake.wait()
 
     def _count(self, moved: Moved) -> None:
-        self.moved_total += moved.moved
-        self.dead_lettered_total += len(moved.damaged)
+        self._stats.scheduled_moved += moved.moved
+        self._stats.dead_lettered += len(moved.damaged)
+        for late in moved.lateness:
+            self._stats.scheduled_lateness.observe(late)
         for scheduled_id in moved.damaged:
             log.error(
                 "scheduled message %s of %s had a damaged payload: dead-lettered",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -60,11 +60,13 @@ return removed
 
 # KEYS: scheduled zset, payloads hash, stream, dead-letter stream.
 # ARGV: most to move, the mover's name (for dead letters).
-# Returns {moved, next due ms or -1, server time ms, damaged ID, ...}.
+# Returns {moved, next due ms or -1, server time ms, number of damaged, damaged ID, ...,
+# then how late each moved message was (ms)}.
 MOVE_DUE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]),
+  'WITHSCORES')
 local function fields_of(payload)
   if not payload then return nil, 'its stored payload is missing' end
   local ok, fields = pcall(cjson.decode, payload)
@@ -78,19 +80,21 @@ local function fields_of(payload)
   end
   return fields
 end
-local moved, reply = 0, {}
-for _, id in ipairs(due) do
+local moved, damaged, late = 0, {}, {}
+for i = 1, #due, 2 do
+  local id = due[i]
   local payload = redis.call('HGET', KEYS[2], id)
   local fields, reason = fields_of(payload)
   if fields then
     redis.call('XADD', KEYS[3], '*', unpack(fields))
     moved = moved + 1
+    late[moved] = now - tonumber(due[i + 1])
   else
     redis.call('XADD', KEYS[4], '*', 'original_id', id, 'data', payload or '',
       'group', '', 'consumer', ARGV[2], 'attempts', '0', 'dead_at_ms', tostring(now),
       'error', 'scheduled message ' .. id .. ' could not be delivered: ' .. reason,
       'error_type', 'streamq.scheduled.DamagedPayload')
-    reply[#reply + 1] = id
+    damaged[#damaged + 1] = id
   end
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
@@ -98,7 +102,10 @@ end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
 if first[2] then next_due = tonumber(first[2]) end
-return {moved, next_due, now, unpack(reply)}
+local reply = {moved, next_due, now, #damaged}
+for _, id in ipairs(damaged) do reply[#reply + 1] = id end
+for _, ms in ipairs(late) do reply[#reply + 1] = ms end
+return reply
 """
 
 
@@ -217,12 +224,14 @@ def _due_time(score: float) -> datetime:
 @dataclass(frozen=True, slots=True)
 class Moved:
     """What one move call did: how many it added to the stream, which it dead-lettered,
-    the next due time (Unix ms, None if nothing waits) and the server's time (ms)."""
+    the next due time (Unix ms, None if nothing waits), the server's time (ms), and how
+    late each moved message was (seconds after its due time)."""
 
     moved: int
     damaged: list[str]
     next_due: int | None
     now: int
+    lateness: list[float] = field(default_factory=list)
 
     @property
     def more_due(self) -> bool:
@@ -295,12 +304,14 @@ async def move_due(
         keys=[keys.scheduled, keys.scheduled_payloads, stream, keys.dead_letters],
         args=[count, mover],
     )
-    moved, next_due, now, *damaged = reply
+    moved, next_due, now, count, *rest = reply
+    damaged, late = rest[: int(count)], rest[int(count) :]
     return Moved(
         int(moved),
         [d.decode() if isinstance(d, bytes) else str(d) for d in damaged],
         None if int(next_due) < 0 else int(next_due),
         int(now),
+        [int(ms) / 1000 for ms in late],
     )
 
 
