@@ -368,3 +368,49 @@ async def test_stats_and_metrics_count_scheduled_messages_and_lateness(
     assert samples["streamq_scheduled_messages"] == 1
     assert samples["streamq_scheduled_moved_total"] == 3
     assert samples["streamq_scheduled_lateness_seconds_count"] == 3
+
+
+async def test_the_documented_acl_lines_cover_scheduling_without_one_refusal(
+    redis_url: str, client: aioredis.Redis, stream: str
+) -> None:
+    """A service with the generated lines moves scheduled messages and publishes a
+    periodic one; an operator schedules, lists and cancels: the server refuses nothing."""
+    import uuid
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    from streamq import StartFrom
+    from streamq.testing import TEST_TIMINGS
+    from streamq.wire.permissions import acl_rules
+
+    password = uuid.uuid4().hex
+    users = {role: f"streamq-test-{uuid.uuid4().hex[:8]}" for role in ("service", "operator")}
+    for role, user in users.items():
+        rules = acl_rules(stream, operator=role == "operator", password=password)
+        await client.execute_command("ACL", "SETUSER", user, *rules)
+    await client.execute_command("ACL", "LOG", "RESET")
+
+    def url_of(user: str) -> str:
+        parts = urlsplit(redis_url)
+        netloc = f"{quote(user)}:{password}@{parts.hostname}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    svc = MessageQueue(url_of(users["service"]), stream=stream, group="g", consumer="svc",
+                       start=StartFrom.EARLIEST, config=TEST_TIMINGS)  # fmt: skip
+    ops = MessageQueue(url_of(users["operator"]), stream=stream, group="g", consumer="ops")
+    handled = handled_messages(svc)
+    svc.periodic("job", every=0.2, name="tick")(lambda: "tick")
+    try:
+        async with ops:
+            doomed = await ops.publish("job", "cancelled", delay=1)
+            await ops.publish("job", "due", delay=0.2)
+            assert len(await ops.scheduled()) == 2 and (await ops.topic_info()).scheduled == 2
+            assert await ops.cancel_scheduled(doomed)
+            async with svc.running():
+                await wait_for(lambda: "due" in [m.data for m in handled], what="the message")
+                await wait_for(lambda: "tick" in [m.data for m in handled], what="a tick")
+            await ops.terminate_topic()
+        log = await client.acl_log()
+        refused = [e for e in log if str(e.get("username")) in users.values()]
+        assert [e for e in refused if e.get("object") != "client|setinfo"] == []
+    finally:
+        await client.execute_command("ACL", "DELUSER", *users.values())
