@@ -30,3 +30,15 @@ def test_schedule_list_and_cancel_from_the_shell(redis_url: str, stream: str) ->
     )
     bad = streamq("publish", stream, "remind", "{}", "--delay", "-5", url=redis_url)
     assert bad.returncode == 2 and "delay" in bad.stderr
+
+
+def test_periodic_publishers_are_listed_from_the_shell(redis_url: str, stream: str) -> None:
+    from streamq.wire.keys import Keys
+    from tests.conftest import sync_client
+
+    with sync_client(redis_url, stream) as r:
+        r.hset(Keys(stream).periodic, "hourly:spec", '{"type": "report", "every": null, '
+               '"cron": "0 * * * *"}')  # fmt: skip
+    listed = streamq("scheduled", "periodic", stream, url=redis_url)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("hourly  report  cron 0 * * * *  last never  next ")

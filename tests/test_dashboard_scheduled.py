@@ -43,3 +43,19 @@ def test_scheduled_messages_are_listed_and_cancelled_with_the_token(
         "/topic/scheduled/cancel", data={"csrf": csrf, "stream": stream, "id": "remind-7"}
     )
     assert "is not waiting" in web.get(again.headers["location"]).text
+
+
+def test_the_scheduled_page_lists_periodic_publishers(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    keys = Keys(stream)
+    r.hset(keys.periodic, mapping={
+        "report:spec": '{"type": "report", "every": 60, "cron": null}', "report": "1700000040000",
+        "junk:spec": "not json",
+    })  # fmt: skip
+    with Publisher(redis_url, stream) as publisher:
+        publisher.publish("remind", {}, delay=3600)
+    page = web.get("/topic/scheduled", params={"stream": stream}).text
+    rows = table(page, "periodic")
+    assert [row[:3] for row in rows[1:]] == [["report", "report", "every 60s"]]
+    assert rows[1][3].startswith("2023-11-14T22:14")

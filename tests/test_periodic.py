@@ -161,3 +161,20 @@ async def test_a_failing_function_skips_its_tick_and_goes_on(
     async with mq.running():
         await wait_for(lambda: len(handled) >= 1, what="a tick after the failure")
     assert "not published" in caplog.text and "database down" in caplog.text
+
+
+async def test_the_topic_lists_its_periodic_publishers_with_their_next_tick(
+    make_queue: QueueFactory,
+) -> None:
+    mq = make_queue()
+    handled = handled_messages(mq, "report")
+    mq.periodic("report", every=0.2)(lambda: 1)
+    mq.periodic("report", cron="0 * * * *", name="hourly")(lambda: 2)
+    async with mq.running():
+        await wait_for(lambda: len(handled) >= 1, what="a tick")
+        rows = {row.name: row for row in await mq.periodic_publishers()}
+    assert set(rows) == {"report", "hourly"}
+    assert rows["report"].every == 0.2 and rows["report"].last_tick is not None
+    assert rows["hourly"].cron == "0 * * * *" and rows["hourly"].last_tick is None
+    assert rows["hourly"].next_tick.minute == 0 and rows["hourly"].type == "report"
+    assert rows["report"].next_tick.timestamp() > time.time() - 1

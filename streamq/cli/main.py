@@ -288,8 +288,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="partition key (a partitioned topic: same key, same partition)")
     p.add_argument("--delay", type=float, help="deliver after this many seconds (scheduled)")
     p.add_argument("--schedule-id", help="name the scheduled message (again: replaces it)")
-    p = command("scheduled", cmd_scheduled, "scheduled messages: scheduled list|cancel STREAM [ID]",
-                stream=False)  # fmt: skip
+    p = command(
+        "scheduled", cmd_scheduled,
+        "scheduled messages: scheduled list|cancel STREAM [ID]; periodic publishers: "
+        "scheduled periodic STREAM", stream=False,
+    )  # fmt: skip
     add_scheduled_arguments(p)
     p = command(
         "info",

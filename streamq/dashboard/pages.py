@@ -108,7 +108,9 @@ SCHEDULED_SHOWN = 200  # the first ones by due time; the tab says how many wait
 async def scheduled(request: Request) -> Response:
     view, info = await existing_topic(request)
     rows = await view.scheduled(limit=SCHEDULED_SHOWN)
-    return page(request, "scheduled.html", {"info": info, "view": view, "rows": rows})
+    periodics = await view.periodic_publishers()
+    context = {"info": info, "view": view, "rows": rows, "periodics": periodics}
+    return page(request, "scheduled.html", context)
 
 
 async def terminate_form(request: Request) -> Response:

@@ -20,6 +20,7 @@ tick: a tick is published at most once.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -124,8 +125,30 @@ def claim_key(topic: str, name: str, tick: float) -> str:
 
 
 def record_key(topic: str) -> str:
-    """Hash: periodic name -> the last tick published (Unix ms)."""
+    """Hash: periodic name -> the last tick published (Unix ms); ``<name>:spec`` -> what
+    it publishes and when (JSON: type, every, cron), written by every process that runs
+    it, for listings (:func:`streamq.topic.scheduled.periodic_publishers`)."""
     return Keys(topic).periodic
+
+
+def spec_of(periodic: Periodic) -> str:
+    return json.dumps({"type": periodic.message_type, "every": periodic.every,
+                       "cron": periodic.cron})  # fmt: skip
+
+
+def from_spec(name: str, spec: str) -> Periodic | None:
+    """The Periodic a listing reads back (its function is not known there); None if the
+    spec is not one streamq wrote."""
+    try:
+        fields = json.loads(spec)
+        every, cron = fields.get("every"), fields.get("cron")
+        return Periodic(name, str(fields["type"]), _unknown, every, cron)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _unknown() -> None:
+    raise NotImplementedError("a listing does not know the function")
 
 
 Publish = Callable[[Periodic, Any, str], Awaitable[object]]
@@ -143,6 +166,7 @@ class PeriodicRunner:
         self.published = 0
 
     async def run(self) -> None:
+        await self._announce()
         async with anyio.create_task_group() as tg:
             for periodic in self._periodics:
                 tg.start_soon(self._run_one, periodic)
@@ -159,6 +183,14 @@ class PeriodicRunner:
             await self._take(periodic, tick)
             if periodic.catch_up:
                 last = tick
+
+    async def _announce(self) -> None:
+        """Record each publisher's spec, for listings (best effort)."""
+        specs = {f"{p.name}:spec": spec_of(p) for p in self._periodics}
+        try:
+            await self._client.hset(record_key(self._topic), mapping=specs)
+        except RedisFailure as e:
+            log.warning("could not record the periodic publishers of %s: %s", self._topic, e)
 
     async def _last_published(self, periodic: Periodic) -> float | None:
         try:

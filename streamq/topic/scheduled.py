@@ -7,8 +7,10 @@ partition for an ID typed in by hand.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,8 +18,10 @@ import redis.asyncio as aioredis
 
 from ..errors import ConfigError
 from ..publish import scheduling
+from ..publish.periodic import from_spec, record_key
 from ..publish.scheduling import ScheduledId, ScheduledMessage, ScheduledSummary
 from ..wire.client import ride_through
+from ..wire.replies import text
 
 if TYPE_CHECKING:
     from ..wire.routing import Deployment
@@ -28,6 +32,7 @@ T = TypeVar("T")
 class ScheduledOperations:
     """Scheduled-message operations of a queue's topic (part of MessageQueue)."""
 
+    stream: str
     partitions: int
     streams: tuple[str, ...]
 
@@ -68,6 +73,13 @@ class ScheduledOperations:
             rows += await self._on_partition(partition, scheduling.waiting, limit, partition)
         return sorted(rows, key=lambda row: row.due)[:limit]
 
+    async def periodic_publishers(self) -> list[PeriodicInfo]:
+        """The periodic publishers of this topic, as running processes recorded them, each
+        with its last and next tick."""
+        return await ride_through(
+            self.deployment, partial(periodic_publishers, self.client_for(self.stream), self.stream)
+        )
+
     async def scheduled_summary(self) -> ScheduledSummary:
         """How many messages wait over every partition, and the first due time."""
         count, first = 0, None
@@ -76,6 +88,44 @@ class ScheduledOperations:
             count += part.count
             first = _earliest(first, part.next_due)
         return ScheduledSummary(count, first)
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicInfo:
+    """A periodic publisher as the topic records it: ``name``, message ``type``, ``every``
+    (seconds) or ``cron``, the ``last_tick`` published (None if none yet) and the
+    ``next_tick`` (UTC)."""
+
+    name: str
+    type: str
+    every: float | None
+    cron: str | None
+    last_tick: datetime | None
+    next_tick: datetime
+
+
+async def periodic_publishers(client: aioredis.Redis, topic: str) -> list[PeriodicInfo]:
+    """The periodic publishers that processes running ``topic``'s consumers have recorded."""
+    record = {text(k): text(v) for k, v in (await client.hgetall(record_key(topic))).items()}
+    found = []
+    for field, spec in sorted(record.items()):
+        name, _, kind = field.rpartition(":")
+        periodic = from_spec(name, spec) if kind == "spec" and name else None
+        if periodic is None:
+            continue
+        last = record.get(name)
+        last_tick = _utc(int(last) / 1000) if last and last.isdigit() else None
+        try:
+            upcoming = _utc(periodic.next_tick(time.time()))
+        except Exception:  # a spec written by hand: listed without a next tick is worse
+            continue
+        found.append(PeriodicInfo(name, periodic.message_type, periodic.every,
+                                  periodic.cron, last_tick, upcoming))  # fmt: skip
+    return found
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
