@@ -1,5 +1,5 @@
-"""Scheduled delivery and periodic publishing on one node and on a Redis Cluster, plain
-and partitioned: every key of one script call lives in one slot (no CROSSSLOT), the key
+"""Scheduled delivery and periodic publishing on one node, on a Redis Cluster (plain and
+partitioned) and through a Sentinel URL: every key of one script call lives in one slot (no CROSSSLOT), the key
 picks the partition, the wake-up notices ride sharded pub/sub."""
 
 from __future__ import annotations
@@ -66,3 +66,25 @@ async def test_a_periodic_publisher_on_a_cluster(where: str, topic: str) -> None
     async with a.running(), b.running():
         await wait_for(lambda: len(ticks) >= 5, what="five ticks")
     assert len(ticks) == len(set(ticks)), json.dumps(ticks)
+
+
+async def test_scheduled_and_periodic_through_a_sentinel_url(streamq_sentinel_url: str) -> None:
+    import os
+
+    stream = f"test-{os.urandom(5).hex()}"
+    mq = queue(streamq_sentinel_url, stream)
+    handled: list[Message[str]] = []
+
+    @mq.handler("job")
+    async def keep(msg: Message[str]) -> None:
+        handled.append(msg)
+
+    mq.periodic("job", every=0.2, name="tick")(lambda: "tick")
+    await mq.publish("job", "due", delay=0.2)
+    doomed = await mq.publish("job", "cancelled", delay=0.5)
+    assert await mq.cancel_scheduled(doomed)
+    async with mq.running():
+        await wait_for(lambda: "due" in [m.data for m in handled], what="the due message")
+        await wait_for(lambda: "tick" in [m.data for m in handled], what="a tick")
+        await mq.terminate_topic()
+    assert "cancelled" not in [m.data for m in handled]
