@@ -115,8 +115,8 @@ def _check_cron(cron: object) -> None:
     if not isinstance(cron, str):
         raise ConfigError(f"cron must be a string such as '*/5 * * * *', got {cron!r}")
     try:
-        CronSim(cron, datetime.now(UTC))
-    except CronSimError as e:
+        next(CronSim(cron, datetime.now(UTC)))  # also: an expression that never matches
+    except (CronSimError, StopIteration) as e:
         raise ConfigError(f"cron expression {cron!r} is not valid: {e}") from e
 
 
@@ -169,7 +169,15 @@ class PeriodicRunner:
         await self._announce()
         async with anyio.create_task_group() as tg:
             for periodic in self._periodics:
-                tg.start_soon(self._run_one, periodic)
+                tg.start_soon(self._run_guarded, periodic)
+
+    async def _run_guarded(self, periodic: Periodic) -> None:
+        """One publisher; a bug in it ends it, logged, never the queue's consumer."""
+        try:
+            await self._run_one(periodic)
+        except Exception:
+            log.exception("periodic %s stopped: it will not publish again in this process",
+                          periodic.name)  # fmt: skip
 
     async def _run_one(self, periodic: Periodic) -> None:
         last = await self._last_published(periodic) if periodic.catch_up else None
