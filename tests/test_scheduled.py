@@ -414,3 +414,26 @@ async def test_the_documented_acl_lines_cover_scheduling_without_one_refusal(
         assert [e for e in refused if e.get("object") != "client|setinfo"] == []
     finally:
         await client.execute_command("ACL", "DELUSER", *users.values())
+
+
+async def test_an_idle_mover_does_not_poll(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """With the next message an hour away, a running consumer's mover sleeps (at most
+    MAX_SLEEP, 5 s, at a time): a few script calls in 2 s, not one per read loop turn."""
+    mq = make_queue()
+    handled_messages(mq)
+    await mq.publish("job", 1, delay=3600)
+
+    async def move_calls() -> int:
+        stats = await client.info("commandstats")
+        return sum(
+            int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval")
+        )
+
+    async with mq.running():
+        await anyio.sleep(0.5)  # started: its first move is done
+        before = await move_calls()
+        await anyio.sleep(2)
+        calls = await move_calls() - before
+    assert calls <= 2, f"{calls} script calls in 2 s while nothing was due"
