@@ -105,6 +105,10 @@ async def test_a_payload_that_is_not_json_is_refused_at_scheduling(
         await mq.publish("not a type!", 1, delay=1)
     with pytest.raises(MessageFormatError):
         await mq.publish_many("job", [1, object()], delay=1)
+    with pytest.raises(MessageFormatError, match="UTF-8"):
+        await mq.publish("job", 1, delay=1, key=b"\xff")
+    with pytest.raises(ConfigError, match="key"):
+        await mq.publish("job", 1, delay=1, key=5)  # type: ignore[arg-type]
     assert await mq.scheduled() == []
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MessageFormatError
 from ..wire.keys import Keys
 
 MAX_ID_CHARS = 256
@@ -198,9 +198,22 @@ def encode_payload(fields: dict[bytes | str, bytes | str], key: str | bytes | No
     for name, value in fields.items():
         flat.append(name.decode() if isinstance(name, bytes) else name)
         flat.append(value.decode() if isinstance(value, bytes) else value)
-    if key is not None:
-        flat += ["key", key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else key]
+    if key is not None:  # written as the entry's ``key`` field, as a publish writes it
+        flat += ["key", _key_text(key)]
     return json.dumps(flat, ensure_ascii=False, separators=(",", ":"))
+
+
+def _key_text(key: str | bytes) -> str:
+    """A publish key as text: bytes must be UTF-8 (MessageFormatError: a consumer hands
+    the key to handlers as a str)."""
+    if isinstance(key, bytes):
+        try:
+            return key.decode()
+        except UnicodeDecodeError:
+            raise MessageFormatError(f"key {key!r} is not UTF-8 text") from None
+    if not isinstance(key, str):
+        raise ConfigError(f"key must be str or bytes, got {type(key).__name__}")
+    return key
 
 
 def _field(payload: bytes | None, name: str) -> str | None:
