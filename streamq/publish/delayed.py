@@ -64,7 +64,7 @@ class DelayedPublishing:
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
         name = scheduling.checked_schedule_id(schedule_id)
-        meta = scheduling.schedule_meta(dict(with_trace_context(meta) or {}), due, now)
+        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
         payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
         if self.__dict__.get("_shape_of") is not self.deployment:
             await self._check_shape_once()
@@ -112,7 +112,7 @@ class DelayedPublishing:
         stored if one is bad), then scheduled under its own ID."""
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
-        meta = scheduling.schedule_meta(dict(with_trace_context(meta) or {}), due, now)
+        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
         keys = [key(item) if callable(key) else key for item in items]
         payloads = [
             scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)

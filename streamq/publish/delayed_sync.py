@@ -44,7 +44,7 @@ class BlockingScheduler:
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
         name = scheduling.checked_schedule_id(schedule_id)
-        meta = scheduling.schedule_meta(dict(with_trace_context(meta) or {}), due, now)
+        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
         payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
         sid = self._store(name if key is None else key, name, due, payload)
         topic = self._topic()
@@ -65,7 +65,7 @@ class BlockingScheduler:
     ) -> list[ScheduledId]:
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
-        meta = scheduling.schedule_meta(dict(with_trace_context(meta) or {}), due, now)
+        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
         keys = [key(item) if callable(key) else key for item in items]
         payloads = [
             scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)

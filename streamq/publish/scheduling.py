@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -187,8 +188,11 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def schedule_meta(meta: dict[str, str] | None, due: int, now: float) -> dict[str, str]:
-    """``meta`` with when it was scheduled and when it is due (ISO 8601, UTC)."""
+def schedule_meta(meta: Mapping[str, str] | None, due: int, now: float) -> dict[str, str]:
+    """``meta`` with when it was scheduled and when it is due (ISO 8601, UTC); its own
+    values are checked when the entry is encoded (MessageFormatError)."""
+    if meta is not None and not isinstance(meta, Mapping):
+        raise MessageFormatError(f"meta must be a mapping of strings to strings, got {meta!r}")
     return {**(meta or {}), "scheduled_at": _iso(int(now * 1000)), "due_at": _iso(due)}
 
 
