@@ -241,3 +241,15 @@ async def test_the_blocking_publisher_schedules_as_the_queue_does(
         await wait_for(lambda: len(handled) == 4, what="the four messages")
         await anyio.sleep(0.3)
     assert sorted(m.data for m in handled) == ["four", "one", "three", "two"]
+
+
+async def test_scheduling_loads_its_script_on_a_server_that_lost_it(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """A restarted or failed-over server has no scripts: EVALSHA's NOSCRIPT is answered
+    by sending the script itself."""
+    mq = make_queue()
+    await mq.publish("job", 1, delay=60)
+    await client.script_flush()
+    sid = await mq.publish("job", 2, delay=60)
+    assert [row.id for row in await mq.scheduled()][-1] == sid

@@ -23,6 +23,7 @@ message is now the earliest: then the scheduler publishes a wake-up notice on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -33,9 +34,12 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis import exceptions as rx
 
 from ..errors import ConfigError, MessageFormatError
+from ..wire import resp
 from ..wire.keys import Keys
+from ..wire.translate import translate
 
 MAX_ID_CHARS = 256
 PIPELINE_CHUNK = 1000  # scripts one pipeline of publish_many(..., delay=) holds
@@ -51,6 +55,8 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 if first[1] == nil or tonumber(ARGV[2]) < tonumber(first[2]) then return 1 end
 return 0
 """
+
+SCHEDULE_SHA = hashlib.sha1(SCHEDULE.encode()).hexdigest()
 
 # KEYS: scheduled zset, payloads hash. ARGV: id. Returns 1 if it was waiting.
 CANCEL = """
@@ -265,10 +271,16 @@ async def schedule(
     client: aioredis.Redis, stream: str, scheduled_id: str, due: int, payload: str
 ) -> None:
     """Store one message (replacing one of the same ID); wake the movers if it is now
-    the first due."""
-    earliest = await client.register_script(SCHEDULE)(
-        keys=_stored(stream), args=[scheduled_id, due, payload]
+    the first due. Hand-packed (``EVALSHA``, ``EVAL`` if the server lacks the script):
+    redis-py's generic command path costs as much as the round trip."""
+    call: list[bytes | str | int] = [2, *_stored(stream), scheduled_id, due, payload]
+    (earliest,) = await resp.execute(
+        client, resp.pack_command(["EVALSHA", SCHEDULE_SHA, *call]), 1, raise_errors=False
     )
+    if isinstance(earliest, rx.NoScriptError):
+        (earliest,) = await resp.execute(client, resp.pack_command(["EVAL", SCHEDULE, *call]), 1)
+    elif isinstance(earliest, rx.ResponseError):
+        raise translate(earliest, stream) from earliest
     if earliest:
         await client.spublish(Keys(stream).scheduled_wake, str(due))
 
