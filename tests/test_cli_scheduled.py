@@ -42,3 +42,13 @@ def test_periodic_publishers_are_listed_from_the_shell(redis_url: str, stream: s
     listed = streamq("scheduled", "periodic", stream, url=redis_url)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.startswith("hourly  report  cron 0 * * * *  last never  next ")
+
+
+def test_info_shows_how_many_wait_and_the_next_due_time(redis_url: str, stream: str) -> None:
+    assert streamq("publish", stream, "job", "1", url=redis_url).returncode == 0
+    scheduled = streamq("publish", stream, "job", "2", "--delay", "3600", url=redis_url)
+    assert scheduled.returncode == 0, scheduled.stderr
+    out = streamq("info", stream, url=redis_url).stdout
+    assert "scheduled     1 (next due 20" in out
+    listed = json.loads(streamq("info", stream, "--json", url=redis_url).stdout)
+    assert listed["scheduled"] == 1 and listed["next_due"].startswith("20")

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -130,8 +131,15 @@ async def cmd_info(args: argparse.Namespace) -> str:
         if args.json:
             from dataclasses import asdict
 
-            return json.dumps(asdict(info), indent=2)
+            return json.dumps(asdict(info), indent=2, default=_isoformat)
         return render_info(info)
+
+
+def _isoformat(value: object) -> str:
+    """What json cannot write itself in ``info --json``: ``next_due`` (a datetime)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 async def cmd_pending(args: argparse.Namespace) -> str:
