@@ -178,3 +178,15 @@ async def test_the_topic_lists_its_periodic_publishers_with_their_next_tick(
     assert rows["hourly"].cron == "0 * * * *" and rows["hourly"].last_tick is None
     assert rows["hourly"].next_tick.minute == 0 and rows["hourly"].type == "report"
     assert rows["report"].next_tick.timestamp() > time.time() - 1
+
+
+async def test_a_publisher_only_process_runs_its_periodic_publishers_alone(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """``run_periodics()`` without a consumer: a process that publishes and handles nothing
+    takes part in the ticks all the same."""
+    producer = make_queue()
+    producer.periodic("tick", every=0.2)(lambda: 1)
+    with anyio.move_on_after(0.7):
+        await producer.run_periodics()
+    assert len(await ticks_in(client, producer.stream)) >= 2
