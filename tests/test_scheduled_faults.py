@@ -218,3 +218,18 @@ async def test_an_idle_mover_does_not_poll(
         await anyio.sleep(2)
         calls = await move_calls() - before
     assert calls <= 2, f"{calls} script calls in 2 s while nothing was due"
+
+
+async def test_a_broken_schedule_does_not_stop_the_consumer(
+    make_queue: QueueFactory, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The schedule's key overwritten with a string (WRONGTYPE for every move): the mover
+    logs and backs off; the consumer goes on handling what is published."""
+    mq = make_queue()
+    handled = handled_messages(mq)
+    await client.set(Keys(mq.stream).scheduled, "not a sorted set")
+    async with mq.running():
+        await mq.publish("job", 1)
+        await wait_for(lambda: len(handled) == 1, what="the plain message")
+        await wait_for(lambda: "could not move due scheduled" in caplog.text, what="a warning")
+        assert "error" not in await mq.health()

@@ -59,9 +59,10 @@ class Mover:
             self._wake = anyio.Event()  # a notice during the move makes the sleep short
             try:
                 moved = await move_due(self._client, self._stream, self._name, MOVE_BATCH)
-            except RedisFailure as e:
+            except Exception as e:  # a loop that survives: its consumer goes on consuming
                 log.warning("could not move due scheduled messages of %s (again in %.1fs): %s",
-                            self._stream, backoff, e)  # fmt: skip
+                            self._stream, backoff, e,
+                            exc_info=not isinstance(e, RedisFailure))  # fmt: skip
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_FAILURE_BACKOFF)
                 continue
@@ -96,7 +97,9 @@ class Mover:
                         backoff = FAILURE_BACKOFF
                         self.wake()
                         await self._follow(pubsub)
-            except RedisFailure as e:
+            except Exception as e:  # the mover still wakes at least every MAX_SLEEP
+                if not isinstance(e, RedisFailure):
+                    log.exception("following the wake-up channel of %s failed", self._stream)
                 log.debug("scheduled wake-up channel of %s lost: %s", self._stream, e)
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_FAILURE_BACKOFF)
