@@ -46,8 +46,10 @@ async def schedule_publish(url: str, n: int) -> float:
 async def move_all_due(url: str, n: int) -> float:
     mq = queue(url, fresh_stream("schedmove"))
     noop_consumer(mq)
-    due = datetime.now(UTC) + timedelta(seconds=5 + n / 20_000)  # time to schedule them all
+    due = datetime.now(UTC) + timedelta(seconds=5 + n / 5_000)  # time to schedule them all
     await mq.publish_many("email", [payload(i) for i in range(n)], at=due)
+    if datetime.now(UTC) >= due:
+        raise RuntimeError("scheduling took longer than the figure allows: not measured")
     async with mq.running():
         # polled: the figure is the stream's length, not an event of this process
         while await mq.client.xlen(mq.stream) < n:  # noqa: ASYNC110
