@@ -33,6 +33,7 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
+from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .publisher import Publisher
 from .queue import MessageQueue
@@ -103,6 +104,8 @@ __all__ = (
     "Retry",
     "RetryPolicy",
     "Router",
+    "ScheduledId",
+    "ScheduledMessage",
     "ServerUnavailableError",
     "StartFrom",
     "StreamId",

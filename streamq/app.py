@@ -27,6 +27,7 @@ from .stop_signals import owns_signals, watch_stop_signals
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer, QueueCollector
+    from .publish.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,12 @@ class App:
     @property
     def queues(self) -> tuple[MessageQueue, ...]:
         return tuple(self._queues)
+
+    @property
+    def periodics(self) -> list[tuple[MessageQueue, Periodic]]:
+        """The periodic publishers of every queue, each with its queue (they run while
+        the App runs)."""
+        return [(mq, periodic) for mq in self._queues for periodic in mq.periodics]
 
     def add(self, mq: MessageQueue) -> MessageQueue:
         """Add a queue (returned, so ``mq = app.add(MessageQueue(...))`` reads well)."""

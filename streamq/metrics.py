@@ -59,7 +59,8 @@ class QueueCollector:
     def collect(self) -> Iterator[Any]:
         core = _prometheus().core
         labels = ["stream", "group", "consumer"]
-        names = ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked")
+        names = ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked",
+                 "scheduled_moved")  # fmt: skip
         counters = {
             name: core.CounterMetricFamily(
                 f"{PREFIX}_{name}", f"entries {name.replace('_', ' ')}", labels=labels
@@ -75,6 +76,11 @@ class QueueCollector:
         batch = core.HistogramMetricFamily(
             f"{PREFIX}_batch_size", "entries per batch call", labels=labels
         )
+        lateness = core.HistogramMetricFamily(
+            f"{PREFIX}_scheduled_lateness_seconds",
+            "how long after its due time a scheduled message was added to the stream",
+            labels=labels,
+        )
         for mq in self.queues:
             stats, values = mq.stats(), [mq.stream, mq.group, mq.consumer]
             if not stats:
@@ -82,12 +88,15 @@ class QueueCollector:
             for name, family in counters.items():
                 family.add_metric(values, stats[name])
             in_flight.add_metric(values, stats["in_flight"])
-            for family, key in ((duration, "handler_seconds"), (batch, "batch_size")):
+            for family, key in (
+                (duration, "handler_seconds"), (batch, "batch_size"),
+                (lateness, "scheduled_lateness_seconds"),
+            ):  # fmt: skip
                 h = stats[key]
                 buckets = [(_le(bound), n) for bound, n in h["buckets"]]
                 family.add_metric(values, buckets, h["sum"])
         yield from counters.values()
-        yield from (in_flight, duration, batch)
+        yield from (in_flight, duration, batch, lateness)
         yield from self._queue_gauges(core)
 
     def _queue_gauges(self, core: Any) -> Iterator[Any]:
@@ -110,13 +119,16 @@ class QueueCollector:
             "age of the oldest pending entry",
             labels=["stream", "group"],
         )
+        scheduled = core.GaugeMetricFamily(
+            f"{PREFIX}_scheduled_messages", "messages waiting to be delivered", labels=["stream"]
+        )
         # a partitioned topic: one series per partition stream (labelled with its name)
         for stream, url in sorted({(s, mq.url) for mq in self.queues for s in mq.streams}):
             try:
-                self._stream_gauges(url, stream, length, dead, pending, lag, oldest)
+                self._stream_gauges(url, stream, length, dead, pending, lag, oldest, scheduled)
             except Exception as e:  # a scrape must not fail because Redis is away
                 log.warning("queue gauges of %s unavailable: %s", stream, e)
-        yield from (length, dead, pending, lag, oldest)
+        yield from (length, dead, pending, lag, oldest, scheduled)
 
     def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:
         from .ids import StreamId
@@ -124,13 +136,14 @@ class QueueCollector:
         from .wire.client import connect_sync
         from .wire.keys import Keys
 
-        length, dead, pending, lag, oldest = families
+        length, dead, pending, lag, oldest, scheduled = families
         deployment = self._deployments.get(url)
         if deployment is None:
             deployment = self._deployments[url] = connect_sync(url)
         client = deployment.client_for(stream)
         length.add_metric([stream], client.xlen(stream))
         dead.add_metric([stream], client.xlen(Keys(stream).dead_letters))
+        scheduled.add_metric([stream], client.zcard(Keys(stream).scheduled))
         if not client.exists(stream):
             return
         now_ms = time.time() * 1000

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any, cast
 
@@ -15,6 +16,8 @@ import redis
 from .config import Duration
 from .errors import ConfigError
 from .message import encode_entry
+from .publish.delayed import refuse_with_schedule
+from .publish.delayed_sync import BlockingScheduler
 from .publish_plan import (
     Durability,
     Fields,
@@ -91,6 +94,9 @@ class Publisher:
         self._features: Features | None = None
         self._lock = threading.Lock()  # the topic and the features are asked once
         self._next_turn: Callable[[], int] = itertools.count().__next__  # atomic
+        self._scheduler = BlockingScheduler(
+            self._deployment, lambda: self._topic or self._resolve_topic(), self._next_turn
+        )
 
     def publish(
         self,
@@ -103,11 +109,18 @@ class Publisher:
         timeout: Duration = 1.0,
         fsync: bool = False,
         idempotency_key: str | None = None,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+        schedule_id: str | None = None,
     ) -> str:
         """Add one message; return its entry ID (``"3:<ms>-<seq>"`` on a partitioned
         topic). ``key``, ``replicas``, ``timeout``, ``fsync`` and ``idempotency_key`` as
         for :meth:`streamq.MessageQueue.publish`: the same partitions, the same errors
-        (MessageFormatError, ConfigError, NotReplicatedError)."""
+        (MessageFormatError, ConfigError, NotReplicatedError). ``delay``/``at``/
+        ``schedule_id``: schedule it, as ``MessageQueue.publish`` does (a ScheduledId)."""
+        if delay is not None or at is not None or schedule_id is not None:
+            refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
+            return self._scheduler.schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
@@ -160,15 +173,20 @@ class Publisher:
         *,
         key: Key | Callable[[Any], Key] | None = None,
         chunk: int = 1000,
+        delay: Duration | None = None,
+        at: datetime | None = None,
     ) -> list[str]:
         """Add many messages of one type, pipelined; return their IDs in order.
 
         ``key``: one key for all, or a function giving each item's key (as for
         :meth:`streamq.MessageQueue.publish_many`). Every item is encoded before anything
         is sent: a bad one raises MessageFormatError and nothing is published.
+        ``delay``/``at``: schedule them (as :meth:`streamq.MessageQueue.publish_many`).
         """
-        meta = with_trace_context(meta)
         items = list(items)
+        if delay is not None or at is not None:
+            return list(self._scheduler.schedule_many(message_type, items, meta, key, delay, at))
+        meta = with_trace_context(meta)
         encoded = [encode_entry(message_type, item, meta) for item in items]
         topic = self._topic or self._resolve_topic()
         ids = self._publish_many_to(topic, items, encoded, key, chunk, make_stream=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any, cast
 
 import anyio
@@ -16,6 +17,8 @@ import redis.asyncio as aioredis
 from .config import Duration
 from .errors import ServerUnavailableError
 from .message import encode_entry
+from .publish.delayed import DelayedPublishing, refuse_with_schedule
+from .publish.periodic import PeriodicPublishing
 from .publish_plan import (
     NOMKSTREAM,
     Durability,
@@ -41,7 +44,7 @@ from .wire.routing import Deployment
 FIRST_RETRY_DELAY = 0.05  # as ride_through's first backoff
 
 
-class PublishOperations:
+class PublishOperations(DelayedPublishing, PeriodicPublishing):
     """The publishing side of a queue on ``stream``."""
 
     stream: str
@@ -116,6 +119,9 @@ class PublishOperations:
         timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
         fsync: bool = False,
         idempotency_key: str | None = None,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+        schedule_id: str | None = None,
     ) -> str:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input.
 
@@ -135,7 +141,18 @@ class PublishOperations:
         producer may retry a publish whose reply it lost (:mod:`streamq.wire.idempotency`:
         ``XADD ... IDMP`` on Redis >= 8.6, a script elsewhere). Without ``key`` it also
         picks the partition (a retry must go where the first publish went).
+
+        ``delay`` (seconds or a timedelta) or ``at`` (an aware datetime; a time in the past
+        means now): store the message and add it to the stream when it is due (a running
+        consumer of the topic moves it); return its :class:`~streamq.ScheduledId`.
+        ``schedule_id`` names it: scheduling again under the same name replaces the
+        waiting message (time and payload). See :mod:`streamq.publish.scheduling`.
+        Raises ConfigError for a naive datetime, a negative delay, or ``replicas`` /
+        ``idempotency_key`` given with them.
         """
+        if delay is not None or at is not None or schedule_id is not None:
+            refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
+            return await self._schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         if self.__dict__.get("_shape_of") is not self.deployment:  # inline: the hot path
@@ -267,15 +284,20 @@ class PublishOperations:
         *,
         key: Key | Callable[[Any], Key] | None = None,
         chunk: int = 1000,
+        delay: Duration | None = None,
+        at: datetime | None = None,
     ) -> list[str]:
         """Add many messages of one type with pipelined XADD; return their IDs in order.
 
         ``key``: one key for all, or a function giving each item's key (on a partitioned
         topic; see :meth:`publish`). Every item is encoded before anything is sent: a bad
-        one raises MessageFormatError and nothing is published.
+        one raises MessageFormatError and nothing is published. ``delay``/``at``: schedule
+        them all for that time (as :meth:`publish`), each under its own ScheduledId.
         """
-        meta = with_trace_context(meta)
         items = list(items)
+        if delay is not None or at is not None:
+            return list(await self._schedule_many(message_type, items, meta, key, delay, at))
+        meta = with_trace_context(meta)
         encoded = [encode_entry(message_type, item, meta) for item in items]
         if self.__dict__.get("_shape_of") is not self.deployment:
             await self._check_shape_once()

@@ -302,6 +302,8 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
                     await tg.start(watch_stop_signals, consumer)
                 task_status.started()
                 opened = opened or await self._open_until_ready(consumer)
+                if opened and self.periodics:  # one message per tick across processes
+                    tg.start_soon(self.run_periodics)
                 if opened:  # every record of the consumer's tasks says which consumer it is
                     await run_as_consumer(consumer.run, self.stream, self.group, self.consumer)
                 tg.cancel_scope.cancel()
@@ -380,8 +382,9 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
     def stats(self) -> dict[str, Any]:
         """Counters and histograms of this process's consumer (empty before run()).
 
-        Counters: received, handled, failed, retried, dead_lettered, claimed, acked;
-        gauge: in_flight; histograms: handler_seconds, batch_size.
+        Counters: received, handled, failed, retried, dead_lettered, claimed, acked,
+        scheduled_moved; gauge: in_flight; histograms: handler_seconds, batch_size,
+        scheduled_lateness_seconds (how late each scheduled message was moved).
         """
         return {} if self._consumer is None else self._consumer.stats_report()
 

@@ -22,6 +22,7 @@ import sys
 import time
 import typing
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -54,6 +55,7 @@ from .render import (
     terminal_safe,
 )
 from .run import add_run_arguments, cmd_run
+from .scheduled import add_scheduled_arguments, scheduled_command
 from .server import add_server_arguments, cmd_server
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -108,7 +110,10 @@ async def cmd_publish(args: argparse.Namespace) -> str:
         raise CliError(f"JSON argument is not valid JSON: {e}", EXIT_USAGE) from e
     meta = _parse_meta(args.meta or [])
     async with _closing(_queue(args)) as mq:
-        return await mq.publish(args.type, data, meta=meta or None, key=args.key)
+        return await mq.publish(
+            args.type, data, meta=meta or None, key=args.key, delay=args.delay,
+            schedule_id=args.schedule_id,
+        )  # fmt: skip
 
 
 def _parse_meta(items: list[str]) -> dict[str, str]:
@@ -129,8 +134,15 @@ async def cmd_info(args: argparse.Namespace) -> str:
         if args.json:
             from dataclasses import asdict
 
-            return json.dumps(asdict(info), indent=2)
+            return json.dumps(asdict(info), indent=2, default=_isoformat)
         return render_info(info)
+
+
+def _isoformat(value: object) -> str:
+    """What json cannot write itself in ``info --json``: ``next_due`` (a datetime)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 async def cmd_pending(args: argparse.Namespace) -> str:
@@ -182,6 +194,14 @@ async def cmd_dlq(args: argparse.Namespace) -> str:
             new_ids = await mq.replay_dead_letter(args.id)
             return f"replayed {len(new_ids)}: {' '.join(new_ids)}"
         return f"purged {await mq.purge_dead_letters()} dead letters"
+
+
+async def cmd_scheduled(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        output, done = await scheduled_command(mq, args)
+    if not done:
+        raise CliError(output)
+    return output
 
 
 async def cmd_stop_message(args: argparse.Namespace) -> str:
@@ -289,6 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("json")
     p.add_argument("--meta", action="append", metavar="KEY=VALUE")
     p.add_argument("--key", help="partition key (a partitioned topic: same key, same partition)")
+    p.add_argument("--delay", type=float, help="deliver after this many seconds (scheduled)")
+    p.add_argument("--schedule-id", help="name the scheduled message (again: replaces it)")
+    p = command(
+        "scheduled", cmd_scheduled,
+        "scheduled messages: scheduled list|cancel STREAM [ID]; periodic publishers: "
+        "scheduled periodic STREAM", stream=False,
+    )  # fmt: skip
+    add_scheduled_arguments(p)
     p = command(
         "info",
         cmd_info,

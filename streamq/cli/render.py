@@ -67,6 +67,7 @@ def render_info(info: TopicInfo) -> str:
         f"first / last  {one_line(info.first_id or '-')} / {one_line(info.last_id or '-')}",
         f"dead letters  {info.dead_letters}",
         f"stopped IDs   {stopped or '-'}",
+        f"scheduled     {_scheduled(info)}",
         "",
         f"{'group':<20} {'last delivered':<22} {'pending':>8} {'lag':>8} "
         f"{'oldest pending':>15}  consumers",
@@ -90,6 +91,12 @@ def render_info(info: TopicInfo) -> str:
             for p in info.partitions
         )
     return "\n".join(lines)
+
+
+def _scheduled(info: TopicInfo) -> str:
+    if info.next_due is None:
+        return str(info.scheduled)
+    return f"{info.scheduled} (next due {info.next_due.isoformat(timespec='seconds')})"
 
 
 def render_pending(rows: Iterable[Pending]) -> str:

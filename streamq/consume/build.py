@@ -20,6 +20,7 @@ from .claiming import Claimer
 from .consumer import Consumer, Parts
 from .context import Place
 from .dispatch import Dispatcher
+from .mover import Mover
 from .partitioned import PartitionedConsumer
 from .reader import Identity, Reader
 from .router import Router
@@ -80,7 +81,7 @@ def _consumer(
         background.append(Cleaner(client, stream, policies.cleanup).run_periodically)
     # what a Message says of where it comes from: the topic, and the partition if any
     place = Place(stream) if limits is None else Place(topic.name, index)
-    return Consumer(
+    consumer = Consumer(
         client,
         identity,
         router=router,
@@ -89,6 +90,9 @@ def _consumer(
         wiring=lambda consumer: _parts(consumer, client, place, policies, stopped, limits),
         background=background,
     )
+    # every running consumer delivers its stream's scheduled messages when due
+    background.append(Mover(client, stream, topic.consumer, consumer.stats).run)
+    return consumer
 
 
 def _parts(

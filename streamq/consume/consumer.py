@@ -163,6 +163,7 @@ class Consumer:
             in_flight=len(self.capacity.in_flight),
             handler_seconds=stats.handler_seconds.snapshot(),
             batch_size=stats.batch_size.snapshot(),
+            scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),
         )
         return report
 

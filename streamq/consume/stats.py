@@ -44,6 +44,9 @@ class Stats:
     dead_lettered: int = 0
     handler_seconds: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
     batch_size: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
+    scheduled_moved: int = 0  # scheduled messages this consumer added to its stream
+    # seconds after its due time each was added (streamq.consume.mover)
+    scheduled_lateness: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
 
     # "claimed" and "acked" are counted by the Claimer and the Acker that do the work
-    COUNTERS = ("received", "handled", "failed", "retried", "dead_lettered")
+    COUNTERS = ("received", "handled", "failed", "retried", "dead_lettered", "scheduled_moved")

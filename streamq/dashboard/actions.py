@@ -1,5 +1,5 @@
-"""The actions (POST): stop and resume an entry, replay dead letters (one, or all as a
-snapshot), purge them, terminate a topic, log in and out.
+"""The actions (POST): stop and resume an entry, cancel a scheduled message, replay dead
+letters (one, or all as a snapshot), purge them, terminate a topic, log in and out.
 
 Each action first checks the write token (:meth:`Access.require_write`, 403 otherwise),
 then calls the same topic operation ``MessageQueue`` offers (through
@@ -97,6 +97,18 @@ async def resume(request: Request) -> Response:
         return f"resumed {entry_id} (given back to {groups} group(s))"
 
     return await _act(request, stream, href("/topic/stopped", stream=stream), run)
+
+
+async def cancel_scheduled(request: Request) -> Response:
+    form = await authorised_form(request)
+    stream, scheduled_id = field(form, "stream", strip=False), field(form, "id")
+
+    async def run(view: TopicView) -> str:
+        if not await view.cancel_scheduled(scheduled_id):
+            raise MessageNotFoundError(f"{scheduled_id} is not waiting (delivered or cancelled)")
+        return f"cancelled scheduled message {scheduled_id}"
+
+    return await _act(request, stream, href("/topic/scheduled", stream=stream), run)
 
 
 async def replay(request: Request) -> Response:

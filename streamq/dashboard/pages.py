@@ -1,5 +1,5 @@
 """The pages (GET): topics, a topic with its live fragment, pending entries, dead letters,
-stopped IDs, the terminate confirmation and the login form. They only read.
+stopped IDs, scheduled messages, the terminate confirmation and the login form. They only read.
 
 A topic is named in the query string (``/topic?stream=NAME``), not in the path: a stream
 name may hold ``/``, ``?`` or ``#``, which a path segment would mangle.
@@ -45,7 +45,7 @@ async def existing_topic(request: Request) -> tuple[TopicView, TopicInfo]:
     stream = stream_param(request)
     view = await view_of(request, stream)
     info = await view.topic_info()
-    if not info.exists and not info.dead_letters and not info.stopped_ids:
+    if not (info.exists or info.dead_letters or info.stopped_ids or info.scheduled):
         raise HTTPException(404, f"there is no stream {stream!r}")
     return view, info
 
@@ -100,6 +100,17 @@ async def dead_letters(request: Request) -> Response:
 async def stopped(request: Request) -> Response:
     view, info = await existing_topic(request)
     return page(request, "stopped.html", {"info": info, "view": view})
+
+
+SCHEDULED_SHOWN = 200  # the first ones by due time; the tab says how many wait
+
+
+async def scheduled(request: Request) -> Response:
+    view, info = await existing_topic(request)
+    rows = await view.scheduled(limit=SCHEDULED_SHOWN)
+    periodics = await view.periodic_publishers()
+    context = {"info": info, "view": view, "rows": rows, "periodics": periodics}
+    return page(request, "scheduled.html", context)
 
 
 async def terminate_form(request: Request) -> Response:

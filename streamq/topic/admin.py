@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import redis
 import redis.asyncio as aioredis
@@ -111,6 +112,9 @@ class TopicInfo:
     stopped_ids: list[str]
     # a partitioned topic: one row per partition (the fields above are the totals)
     partitions: list[PartitionInfo] = field(default_factory=list)
+    # messages waiting to be delivered (publish(..., delay=/at=)), and the first due time
+    scheduled: int = 0
+    next_due: datetime | None = None
 
     @property
     def pending(self) -> int:

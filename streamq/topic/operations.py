@@ -1,6 +1,7 @@
 """Operations on a topic that need no running consumer: stop/resume of entry IDs,
-termination, seek, inspection, cleanup and dead letters. :class:`MessageQueue` has them
-through :class:`TopicOperations`; each delegates to the module that owns the concern.
+termination, seek, inspection, cleanup, dead letters and scheduled messages (those in
+:mod:`.scheduled`). :class:`MessageQueue` has them through :class:`TopicOperations`; each
+delegates to the module that owns the concern.
 
 On a cluster or a Sentinel service each step rides through a failover or a slot migration
 (:func:`~streamq.wire.client.ride_through`, as publishing does), except replaying dead
@@ -25,6 +26,7 @@ from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
 from .partitioned_info import Part, partitioned_topic_info
 from .partitions import PartitionedId, forget_partitions
+from .scheduled import ScheduledOperations
 
 if TYPE_CHECKING:
     from ..wire.routing import Deployment
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class TopicOperations:
+class TopicOperations(ScheduledOperations):
     """The topic operations of a queue on ``stream`` (consumer group ``group``).
 
     On a partitioned topic each operation goes to the partitions it concerns: an entry ID
@@ -140,13 +142,16 @@ class TopicOperations:
         """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
         a partitioned topic the totals and a row per partition (``partitions``)."""
         if self.partitions == 1:
-            return await self._riding(admin.topic_info, self.client, self.stream)
+            info = await self._riding(admin.topic_info, self.client, self.stream)
+        else:
 
-        async def partitioned() -> admin.TopicInfo:  # a failover may move a partition
-            parts = [Part(i, s, c, self.node_of(s)) for i, s, c in self._parts()]
-            return await partitioned_topic_info(self.stream, parts)
+            async def partitioned() -> admin.TopicInfo:  # a failover may move a partition
+                parts = [Part(i, s, c, self.node_of(s)) for i, s, c in self._parts()]
+                return await partitioned_topic_info(self.stream, parts)
 
-        return await self._riding(partitioned)
+            info = await self._riding(partitioned)
+        waiting = await self.scheduled_summary()
+        return replace(info, scheduled=waiting.count, next_due=waiting.next_due)
 
     # -- cleanup and dead letters ---------------------------------------------------
     def set_cleanup_policy(self, policy: CleanupPolicy) -> None:

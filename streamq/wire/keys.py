@@ -76,6 +76,31 @@ class Keys:
     def cleanup_lock(self) -> str:
         return self.prefix + "cleanup-lock"
 
+    @property
+    def scheduled(self) -> str:
+        """Sorted set: scheduled message ID -> due time (Unix ms); see
+        :mod:`streamq.publish.scheduling`."""
+        return self.prefix + "scheduled"
+
+    @property
+    def scheduled_payloads(self) -> str:
+        """Hash: scheduled message ID -> the entry's fields (a JSON array)."""
+        return self.prefix + "scheduled:payloads"
+
+    @property
+    def scheduled_wake(self) -> str:
+        """Sharded pub/sub channel: a message was scheduled before the earliest one."""
+        return self.prefix + "scheduled:wake"
+
+    @property
+    def periodic(self) -> str:
+        """Hash: periodic publisher name -> the last tick it published (Unix ms); see
+        :mod:`streamq.publish.periodic` (each tick's claim is a key of its own, expiring)."""
+        return self.prefix + "periodic"
+
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
-        return [self.stopped, self.unrouted, self.cleanup_lock, self.partitions]
+        return [
+            self.stopped, self.unrouted, self.cleanup_lock, self.partitions,
+            self.scheduled, self.scheduled_payloads, self.periodic,
+        ]  # fmt: skip

@@ -29,14 +29,16 @@ from .translate import translated
 
 log = logging.getLogger(__name__)
 
-Use = Literal["open", "partition", "consume", "cleanup", "operate"]
-SERVICE_USES: tuple[Use, ...] = ("open", "partition", "consume", "cleanup")
+Use = Literal["open", "partition", "consume", "cleanup", "schedule", "operate"]
+SERVICE_USES: tuple[Use, ...] = ("open", "partition", "consume", "cleanup", "schedule")
 OPERATOR_USES: tuple[Use, ...] = (*SERVICE_USES, "operate")
 
 # Placeholders in Permission.args, bound to one stream's names by names_for().
 STREAM, DEAD_LETTERS, STOPPED, UNROUTED = "<stream>", "<dlq>", "<stopped>", "<unrouted>"
 LOCK, MARK, CONTROL = "<cleanup-lock>", "<terminated>", "<control>"
 PARTS = "<partitions>"
+SCHEDULED, PAYLOADS, WAKE = "<scheduled>", "<scheduled-payloads>", "<scheduled-wake>"
+PERIODIC, TICK = "<periodic>", "<periodic-tick>"
 # Group, consumer, entry ID and script SHA are not subject to the ACL: any value does.
 G, C, ID, SHA = "g", "c", "0-1", "0" * 40
 # Commands whose ACL name includes the subcommand ("xinfo|groups").
@@ -60,7 +62,9 @@ class Permission:
 
     ``use``: ``open`` (MessageQueue opens and publishes), ``partition`` (the first open of
     a partitioned topic records its partitions), ``consume`` (a running consumer),
-    ``cleanup`` (cleanup passes), ``operate`` (stop/resume/terminate, seek, topic_info,
+    ``cleanup`` (cleanup passes), ``schedule`` (publishing with ``delay=``/``at=``: not
+    checked when a queue opens, a producer that never schedules does without it),
+    ``operate`` (stop/resume/terminate, seek, topic_info,
     dead-letter replay and purge, the CLI). ``optional``: only on servers that have the
     command (XDELEX: Redis >= 8.2).
     """
@@ -96,6 +100,23 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("open", "read the topic's partition count", "HGET", PARTS, "count"),
     _p("partition", "record a new partitioned topic's count", "HSETNX", PARTS, "count", "2"),
     _p("partition", "record a new partitioned topic's streams", "HSETNX", PARTS, "names", "[]"),
+    _p("schedule", "schedule a message (script)", "EVALSHA", SHA, "2", SCHEDULED, PAYLOADS),
+    _p("schedule", "load a script the server lacks", "SCRIPT", "LOAD", "return 0"),
+    _p("schedule", "in the scheduling script", "ZRANGE", SCHEDULED, "0", "0", "WITHSCORES"),
+    _p("schedule", "in the scheduling script", "ZADD", SCHEDULED, "1", ID),
+    _p("schedule", "in the scheduling script", "HSET", PAYLOADS, ID, "[]"),
+    _p("schedule", "wake the movers for an earlier message", "SPUBLISH", WAKE, "1"),
+    _p("consume", "in the move script", "ZRANGE", SCHEDULED, "-inf", "1", "BYSCORE"),
+    _p("consume", "move due scheduled messages (script)", "EVALSHA", SHA, "4", SCHEDULED,
+       PAYLOADS, STREAM, DEAD_LETTERS),
+    _p("consume", "in the move script: the server's clock", "TIME"),
+    _p("consume", "in the move script", "HGET", PAYLOADS, ID),
+    _p("consume", "in the move and cancel scripts", "ZREM", SCHEDULED, ID),
+    _p("consume", "in the move and cancel scripts", "HDEL", PAYLOADS, ID),
+    _p("consume", "wake up for an earlier scheduled message", "SSUBSCRIBE", WAKE),
+    _p("consume", "claim a periodic tick", "SET", TICK, "t", "NX", "PX", "1000"),
+    _p("consume", "the last periodic tick", "HGET", PERIODIC, "name"),
+    _p("consume", "the last periodic tick", "HSET", PERIODIC, "name", "1"),
     _p("consume", "read entries", "XREADGROUP", "GROUP", G, C, "COUNT", "1", "BLOCK", "1",
        "STREAMS", STREAM, ">"),
     _p("consume", "acknowledge entries; in scripts", "XACK", STREAM, G, ID),
@@ -147,6 +168,11 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("operate", "replay dead letters", "XREVRANGE", DEAD_LETTERS, "+", "-", "COUNT", "1"),
     _p("operate", "replay a dead letter (script)", "EVAL", "return 0", "2", DEAD_LETTERS, STREAM),
     _p("operate", "in the replay script", "XDEL", DEAD_LETTERS, ID),
+    _p("operate", "cancel a scheduled message (script)", "EVALSHA", SHA, "2", SCHEDULED,
+       PAYLOADS),
+    _p("operate", "topic_info(): scheduled messages", "ZCARD", SCHEDULED),
+    _p("operate", "list scheduled messages", "HMGET", PAYLOADS, ID),
+    _p("operate", "terminate: delete the schedule", "DEL", SCHEDULED, PAYLOADS, PERIODIC),
     _p("operate", "streamq tail", "XREAD", "COUNT", "1", "STREAMS", STREAM, "0"),
 )  # fmt: skip
 
@@ -163,6 +189,11 @@ def names_for(stream: str) -> dict[str, str]:
         MARK: keys.prefix + "terminated",
         CONTROL: keys.control,
         PARTS: keys.partitions,
+        SCHEDULED: keys.scheduled,
+        PAYLOADS: keys.scheduled_payloads,
+        WAKE: keys.scheduled_wake,
+        PERIODIC: keys.periodic,
+        TICK: keys.periodic + ":name:0",
     }
 
 
@@ -195,7 +226,9 @@ def selectors(stream: str, partitions: int = 1) -> list[str]:
 
 def _stream_selectors(stream: str) -> list[str]:
     escaped = _glob_escape(stream)
-    return [f"~{escaped}", f"~streamq:{{{escaped}}}:*", f"&{_glob_escape(Keys(stream).control)}"]
+    keys = Keys(stream)
+    channels = [f"&{_glob_escape(keys.control)}", f"&{_glob_escape(keys.scheduled_wake)}"]
+    return [f"~{escaped}", f"~streamq:{{{escaped}}}:*", *channels]
 
 
 def acl_rules(

@@ -1,0 +1,134 @@
+"""The scheduled messages of a topic, without a running consumer: list, count, cancel.
+
+They are stored per partition stream (:mod:`streamq.publish.scheduling`); these
+operations go to the partition a :class:`~streamq.ScheduledId` names, or to every
+partition for an ID typed in by hand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis.asyncio as aioredis
+
+from ..errors import ConfigError
+from ..publish import scheduling
+from ..publish.periodic import from_spec, record_key
+from ..publish.scheduling import ScheduledId, ScheduledMessage, ScheduledSummary
+from ..wire.client import ride_through
+from ..wire.replies import text
+
+if TYPE_CHECKING:
+    from ..wire.routing import Deployment
+
+T = TypeVar("T")
+
+
+class ScheduledOperations:
+    """Scheduled-message operations of a queue's topic (part of MessageQueue)."""
+
+    stream: str
+    partitions: int
+    streams: tuple[str, ...]
+
+    @property
+    def deployment(self) -> Deployment:
+        raise NotImplementedError
+
+    def client_for(self, stream: str) -> aioredis.Redis:
+        raise NotImplementedError
+
+    async def _on_partition(
+        self, partition: int, operation: Callable[..., Awaitable[T]], *args: Any
+    ) -> T:
+        stream = self.streams[partition]
+        call = partial(operation, self.client_for(stream), stream, *args)
+        return await ride_through(self.deployment, call)
+
+    async def cancel_scheduled(self, scheduled_id: str) -> bool:
+        """Cancel a scheduled message; True if it was still waiting (False once it was
+        added to the stream, cancelled before, or never scheduled)."""
+        if not isinstance(scheduled_id, str) or not scheduled_id:
+            raise ConfigError(f"a scheduled ID is a non-empty string, got {scheduled_id!r}")
+        where = scheduled_id.in_partition if isinstance(scheduled_id, ScheduledId) else None
+        partitions = [where] if where is not None else range(self.partitions)
+        name = str(scheduled_id)
+        cancelled = False
+        for partition in partitions:  # a name waits in one partition; look in each
+            cancelled |= await self._on_partition(partition, scheduling.cancel, name)
+        return cancelled
+
+    async def scheduled(self, limit: int = 100) -> list[ScheduledMessage]:
+        """The first ``limit`` messages waiting to be delivered (over every partition),
+        by due time: each with its ``id``, ``type``, ``due`` (UTC), ``key``, ``partition``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be an integer >= 1, got {limit!r}")
+        rows: list[ScheduledMessage] = []
+        for partition in range(self.partitions):
+            rows += await self._on_partition(partition, scheduling.waiting, limit, partition)
+        return sorted(rows, key=lambda row: row.due)[:limit]
+
+    async def periodic_publishers(self) -> list[PeriodicInfo]:
+        """The periodic publishers of this topic, as running processes recorded them, each
+        with its last and next tick."""
+        return await ride_through(
+            self.deployment, partial(periodic_publishers, self.client_for(self.stream), self.stream)
+        )
+
+    async def scheduled_summary(self) -> ScheduledSummary:
+        """How many messages wait over every partition, and the first due time."""
+        count, first = 0, None
+        for partition in range(self.partitions):
+            part = await self._on_partition(partition, scheduling.summary)
+            count += part.count
+            first = _earliest(first, part.next_due)
+        return ScheduledSummary(count, first)
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicInfo:
+    """A periodic publisher as the topic records it: ``name``, message ``type``, ``every``
+    (seconds) or ``cron``, the ``last_tick`` published (None if none yet) and the
+    ``next_tick`` (UTC)."""
+
+    name: str
+    type: str
+    every: float | None
+    cron: str | None
+    last_tick: datetime | None
+    next_tick: datetime
+
+
+async def periodic_publishers(client: aioredis.Redis, topic: str) -> list[PeriodicInfo]:
+    """The periodic publishers that processes running ``topic``'s consumers have recorded."""
+    record = {text(k): text(v) for k, v in (await client.hgetall(record_key(topic))).items()}
+    found = []
+    for field, spec in sorted(record.items()):
+        name, _, kind = field.rpartition(":")
+        periodic = from_spec(name, spec) if kind == "spec" and name else None
+        if periodic is None:
+            continue
+        last = record.get(name)
+        last_tick = _utc(int(last) / 1000) if last and last.isdigit() else None
+        try:
+            upcoming = _utc(periodic.next_tick(time.time()))
+        except Exception:  # a spec written by hand: listed without a next tick is worse
+            continue
+        found.append(PeriodicInfo(name, periodic.message_type, periodic.every,
+                                  periodic.cron, last_tick, upcoming))  # fmt: skip
+    return found
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
+    if a is None or b is None:
+        return a or b
+    return min(a, b)
