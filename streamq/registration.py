@@ -16,6 +16,7 @@ from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
 from .consume.router import UNSET, BatchSettings, Router
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
+from .publish.periodic import add_periodic
 from .publish.typed import TypedPublisher
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ class HandlerRegistry:
         router's middlewares; a type registered twice raises ConfigError naming both."""
         for route in router.routes():
             self.router.adopt(route)
+        for periodic in router.periodics:
+            add_periodic(self, periodic)
 
 
 class QueueRegistry(HandlerRegistry):

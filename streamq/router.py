@@ -21,12 +21,14 @@ and on the queue) is a :class:`~streamq.ConfigError` naming both places.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
 
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware
 from .consume.router import Route
 from .consume.router import Router as RouteTable
-from .registration import HandlerRegistry
+from .publish.periodic import Periodic, add_periodic, make_periodic
+from .registration import F, HandlerRegistry
 
 
 class Router(HandlerRegistry):
@@ -48,11 +50,6 @@ class Router(HandlerRegistry):
         """Wrap every handler call of this router with ``mw`` (inside those added before)."""
         self._middlewares.append(check_handler_middleware(mw))
 
-    def include_router(self, router: Router) -> None:
-        """Add ``router``'s handlers to this one (its middlewares inside this router's)."""
-        for route in router.routes():
-            self.router.adopt(route)
-
     def routes(self) -> Iterable[Route]:
         """The routes to include, each carrying this router's middlewares."""
         mine = tuple(self._middlewares)
@@ -63,6 +60,35 @@ class Router(HandlerRegistry):
     def message_types(self) -> tuple[str, ...]:
         """The message types this router handles."""
         return tuple(self.router.routes)
+
+    @property
+    def periodics(self) -> tuple[Periodic, ...]:
+        """The periodic publishers of this router (see :meth:`periodic`)."""
+        return tuple(self.__dict__.get("_periodics", ()))
+
+    def periodic(
+        self,
+        message_type: str,
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        catch_up: bool = False,
+        name: str | None = None,
+        key: str | None = None,
+        meta: Mapping[str, str] | None = None,
+    ) -> Callable[[F], F]:
+        """A periodic publisher, as :meth:`streamq.MessageQueue.periodic` makes one, that
+        joins the queue this router is included into."""
+
+        def register(func: F) -> F:
+            periodic = make_periodic(
+                message_type, func, every=every, cron=cron, catch_up=catch_up, name=name,
+                key=key, meta=meta,
+            )  # fmt: skip
+            add_periodic(self, periodic)
+            return func
+
+        return register
 
 
 def _with_outer(route: Route, outer: tuple[HandlerMiddleware, ...]) -> Route:

@@ -242,3 +242,40 @@ def test_mypy_rejects_publishing_another_model(tmp_path: Path) -> None:
         result.stdout
     ), result.stdout
     assert result.stdout.count("error:") == 1, result.stdout
+
+
+async def test_a_routers_periodic_publishers_join_the_queue(make_queue: QueueFactory) -> None:
+    router, other = Router(), Router()
+
+    @router.periodic("report", every=0.2)
+    def report() -> dict[str, int]:
+        return {"n": 1}
+
+    @other.periodic("report", every=60)
+    def report_again() -> dict[str, int]:
+        return {"n": 2}
+
+    mq = make_queue()
+    reports = []
+
+    @mq.handler("report")
+    async def keep(msg: Message[dict[str, int]]) -> None:
+        reports.append(msg.data)
+
+    mq.include_router(router)
+    assert [p.name for p in mq.periodics] == ["report"]
+    with pytest.raises(ConfigError, match="periodic publisher named 'report'"):
+        mq.include_router(other)
+    async with mq:
+        await run_until(mq, lambda: len(reports) >= 2)
+    assert reports[0] == {"n": 1}
+
+
+async def test_a_typed_publisher_schedules_too(make_queue: QueueFactory) -> None:
+    mq = make_queue()
+    signups = mq.publisher("signup", Signup)
+    async with mq:
+        scheduled_id = await signups.publish(Signup(user="later"), delay=3600)
+        (waiting,) = await mq.scheduled()
+        assert waiting.type == "signup" and str(waiting.id) == str(scheduled_id)
+        assert await mq.cancel_scheduled(scheduled_id)

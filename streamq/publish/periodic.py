@@ -269,6 +269,18 @@ async def _sleep_until(when: float) -> None:
         await anyio.sleep(left)
 
 
+def add_periodic(owner: object, periodic: Periodic) -> None:
+    """Register ``periodic`` on ``owner`` (a queue or a :class:`streamq.Router`); a name
+    registered there already is a ConfigError."""
+    registered: list[Periodic] = owner.__dict__.setdefault("_periodics", [])
+    if any(p.name == periodic.name for p in registered):
+        raise ConfigError(
+            f"a periodic publisher named {periodic.name!r} is registered already: "
+            "give the second one its own name="
+        )
+    registered.append(periodic)
+
+
 class PeriodicPublishing:
     """``@mq.periodic(...)`` and the running of a queue's periodic publishers (part of
     :class:`streamq.MessageQueue`)."""
@@ -321,13 +333,7 @@ class PeriodicPublishing:
                 message_type, func, every=every, cron=cron, catch_up=catch_up, name=name,
                 key=key, meta=meta,
             )  # fmt: skip
-            registered: list[Periodic] = self.__dict__.setdefault("_periodics", [])
-            if any(p.name == periodic.name for p in registered):
-                raise ConfigError(
-                    f"a periodic publisher named {periodic.name!r} is registered already: "
-                    "give the second one its own name="
-                )
-            registered.append(periodic)
+            add_periodic(self, periodic)
             return func
 
         return register

@@ -10,7 +10,8 @@ against that handler's model the same way (:func:`check_model`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -43,13 +44,19 @@ class TypedPublisher(Generic[M]):
         timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
         fsync: bool = False,
         idempotency_key: str | None = None,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+        schedule_id: str | None = None,
     ) -> str:
-        """Publish ``data`` (an instance of the model); the options are those of
-        :meth:`streamq.MessageQueue.publish`. Raises MessageFormatError for another model."""
+        """Publish ``data`` (an instance of the model), now or later (``delay``, ``at``,
+        ``schedule_id``: a :class:`~streamq.ScheduledId` is returned); the options are
+        those of :meth:`streamq.MessageQueue.publish`. Raises MessageFormatError for
+        another model."""
         check_instance(self.message_type, self.model, data)
         return await self.queue.publish(
             self.message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
-            fsync=fsync, idempotency_key=idempotency_key,
+            fsync=fsync, idempotency_key=idempotency_key, delay=delay, at=at,
+            schedule_id=schedule_id,
         )  # fmt: skip
 
     async def publish_many(
@@ -57,15 +64,19 @@ class TypedPublisher(Generic[M]):
         items: Iterable[M],
         meta: Mapping[str, str] | None = None,
         *,
-        key: Key | None = None,
+        key: Key | Callable[[M], Key] | None = None,
         chunk: int = 1000,
+        delay: Duration | None = None,
+        at: datetime | None = None,
     ) -> list[str]:
-        """Publish many instances of the model with pipelined writes (see
+        """Publish many instances of the model with pipelined writes, now or later (see
         :meth:`streamq.MessageQueue.publish_many`); nothing is sent if one is of another model."""
         items = list(items)
         for item in items:
             check_instance(self.message_type, self.model, item)
-        return await self.queue.publish_many(self.message_type, items, meta, key=key, chunk=chunk)
+        return await self.queue.publish_many(
+            self.message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
+        )
 
     def __repr__(self) -> str:
         name = getattr(self.model, "__name__", repr(self.model))
