@@ -200,6 +200,28 @@ def test_reload_restarts_the_workers_on_a_code_change(
 
 
 @pytest.mark.slow
+def test_a_syntax_error_during_reload_is_said_once_not_per_worker(
+    tmp_path: Path, session_env: dict[str, str], start_service: StartService
+) -> None:
+    service = start_service(session_env, "--reload", "--workers", "2")
+    source = tmp_path / "service.py"
+    good = source.read_text()
+    source.write_text(good + "\ndef broken(:\n")
+    wait_until(lambda: all(service.worker(i).get("alive") is False for i in (0, 1)),
+               what="both workers to exit on the error")  # fmt: skip
+    wait_until(lambda: "waiting for a change" in service.logs(), what="the supervisor to wait")
+    logs = service.logs()
+    assert "Traceback" not in logs, logs
+    errors = [line for line in logs.splitlines() if "SyntaxError" in line]
+    assert len(errors) == 1, logs
+    assert logs.count("waiting for a change") == 1, logs
+    source.write_text(good)  # fixed: the workers come back
+    wait_until(lambda: all(service.worker(i).get("ready") for i in (0, 1)), what="both back")
+    service.process.send_signal(signal.SIGINT)
+    assert service.process.wait(timeout=20) == 0
+
+
+@pytest.mark.slow
 def test_workers_stop_when_the_supervisor_is_killed(
     session_env: dict[str, str], start_service: StartService
 ) -> None:

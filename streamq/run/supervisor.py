@@ -85,6 +85,7 @@ class Supervisor:
         self.run_dir = Path(tempfile.mkdtemp(prefix="streamq-run-"))
         self._stop = anyio.Event()
         self._changed = anyio.Event()
+        self._said_waiting: anyio.Event | None = None  # the change last said to be awaited
         self._endpoints: list[HttpEndpoints] = []
         self._collectors: list[Any] = []
 
@@ -160,8 +161,11 @@ class Supervisor:
             self.exit_code = EXIT_CONFIG
             self._begin_stop()
             return False
-        log.error("worker %d cannot run %s: waiting for a change", slot.index, self.options.target)
-        await self._changed.wait()
+        changed = self._changed
+        if self._said_waiting is not changed:  # once per change, not once per worker
+            self._said_waiting = changed
+            log.error("the workers cannot run %s: waiting for a change", self.options.target)
+        await changed.wait()
         return not self.stopping
 
     # -- stopping and reloading ---------------------------------------------------------

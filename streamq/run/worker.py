@@ -60,11 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app = load_target(args.target, args.app_dir)
         app.check_runnable()
-    except ConfigError as e:
-        log.error("worker %d cannot start: %s", args.slot, e)
-        return EXIT_CONFIG
-    except Exception as e:  # an import error in the user's module: its traceback helps
-        log.error("worker %d cannot load %s: %s", args.slot, args.target, e, exc_info=e)
+    except ConfigError as e:  # every worker meets the same error: the first one says it
+        log.log(logging.ERROR if args.slot == 0 else logging.DEBUG, "cannot start: %s", e)
+        log.debug("why the target cannot start", exc_info=True)
         return EXIT_CONFIG
     assign_slot(app, args.slot)
     log.info(
