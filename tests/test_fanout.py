@@ -275,3 +275,56 @@ def test_streamq_run_serves_a_fanout_queue(redis_url: str, stream: str, tmp_path
             p.terminate()
         outputs = [p.communicate(timeout=20)[0].decode() for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
+
+
+async def test_handler_middlewares_wrap_fanout_handlers(redis_url: str, stream: str) -> None:
+    mq = subscriber(redis_url, stream)
+    seen = keeper(mq)
+    wrapped: list[str] = []
+
+    async def around(msg: Any, call_next: Any) -> Any:
+        wrapped.append(msg.data.key)
+        return await call_next(msg)
+
+    mq.add_middleware(around)
+    async with mq.running():
+        await mq.publish("invalidate", Invalidate(key="m"))
+        await wait_for(lambda: len(seen) == 1, what="handled")
+    assert wrapped == ["m"]
+
+
+async def test_metrics_of_a_fanout_queue(redis_url: str, stream: str) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamq.metrics import QueueCollector
+
+    mq = subscriber(redis_url, stream, consumer="cache-1")
+    seen = keeper(mq)
+    async with mq.running():
+        await mq.publish("invalidate", Invalidate(key="m"))
+        await wait_for(lambda: len(seen) == 1, what="handled")
+        registry = CollectorRegistry()
+        collector = QueueCollector(mq)
+        registry.register(collector)
+        text = generate_latest(registry).decode()
+        collector.close()
+    assert f'streamq_handled_total{{consumer="cache-1",group="",stream="{stream}"}} 1.0' in text
+    assert f'streamq_failed_total{{consumer="cache-1",group="",stream="{stream}"}} 0.0' in text
+
+
+async def test_an_app_runs_a_fanout_queue_beside_a_group(redis_url: str, stream: str) -> None:
+    from streamq import App
+
+    fanout = subscriber(redis_url, stream, consumer="cache-1")
+    worker = MessageQueue(redis_url, stream=stream, group="g", config=TEST_TIMINGS)
+    seen_fanout, seen_worker = keeper(fanout), keeper(worker)
+    app = App(fanout, worker)
+    assert "(fan-out cache-1)" in repr(app)
+    async with app.running():
+        await worker.publish("invalidate", Invalidate(key="both"))
+        await wait_for(lambda: len(seen_fanout) == 1 and len(seen_worker) == 1, what="both")
+        assert set(app.stats()) == {f"{stream}/(fan-out cache-1)", f"{stream}/g"}
+        health = await app.health()
+        assert health["ready"] and health["queues"][0]["group"] is None
+    with pytest.raises(ConfigError, match="consumer 'cache-1' of a fan-out subscriber"):
+        App(fanout, subscriber(redis_url, stream, consumer="cache-1"))
