@@ -328,3 +328,37 @@ async def test_an_app_runs_a_fanout_queue_beside_a_group(redis_url: str, stream:
         assert health["ready"] and health["queues"][0]["group"] is None
     with pytest.raises(ConfigError, match="consumer 'cache-1' of a fan-out subscriber"):
         App(fanout, subscriber(redis_url, stream, consumer="cache-1"))
+
+
+@pytest.mark.slow
+async def test_tail_reads_every_partition_of_a_partitioned_topic(where: str, topic: str) -> None:
+    import json
+
+    from tests.test_cli import streamq
+
+    async with MessageQueue(where, stream=topic, partitions=4) as mq:
+        ids = [await mq.publish("invalidate", {"key": f"k{n}"}, key=f"x{n}") for n in range(12)]
+    assert len({i.split(":")[0] for i in ids}) > 1
+    result = await anyio.to_thread.run_sync(
+        lambda: streamq("tail", topic, "--from", "0", "--count", "12", url=where)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(line["id"] for line in lines) == sorted(ids)  # IDs name their partition
+    for partition in {i.split(":")[0] for i in ids}:  # in ID order within each partition
+        in_partition = [line["id"] for line in lines if line["id"].startswith(f"{partition}:")]
+        assert in_partition == [i for i in ids if i.startswith(f"{partition}:")]
+    # new entries only (the default), on a topic whose partitions are followed in turn
+    proc = await anyio.open_process(
+        [sys.executable, "-m", "streamq.cli", "tail", topic, "--count", "1", "--url", where]
+    )
+    async with proc, MessageQueue(where, stream=topic, partitions=4) as mq:
+        new: list[str] = []
+        with anyio.fail_after(30):  # publish until the tail, started at `$`, shows one
+            while proc.returncode is None:
+                new.append(await mq.publish("invalidate", {"key": "new"}, key=f"n{len(new)}"))
+                with anyio.move_on_after(0.3):
+                    await proc.wait()
+        assert proc.stdout is not None
+        out = (await proc.stdout.receive()).decode()
+    assert json.loads(out)["id"] in new  # not one of the entries before it started
