@@ -362,3 +362,25 @@ async def test_tail_reads_every_partition_of_a_partitioned_topic(where: str, top
         assert proc.stdout is not None
         out = (await proc.stdout.receive()).decode()
     assert json.loads(out)["id"] in new  # not one of the entries before it started
+
+
+async def test_reads_no_more_than_max_in_flight_ahead_of_the_handlers(
+    redis_url: str, stream: str
+) -> None:
+    mq = subscriber(redis_url, stream, concurrency=2, max_in_flight=4)
+    release, running, done = anyio.Event(), [0], []
+
+    @mq.handler("invalidate")
+    async def slow(msg: Message[Invalidate]) -> None:
+        running[0] += 1
+        await release.wait()
+        done.append(msg.data.key)
+
+    async with mq.running():
+        await mq.publish_many("invalidate", [Invalidate(key=f"k{n}") for n in range(20)])
+        await wait_for(lambda: running[0] == 2 and mq.stats()["in_flight"] == 4, what="full")
+        await anyio.sleep(TEST_TIMINGS.block * 3)  # reads that would overshoot had their chance
+        assert (running[0], mq.stats()["in_flight"], mq.stats()["received"]) == (2, 4, 4)
+        release.set()
+        await wait_for(lambda: len(done) == 20, what="all 20")
+    assert sorted(done) == sorted(f"k{n}" for n in range(20))
