@@ -384,3 +384,26 @@ async def test_reads_no_more_than_max_in_flight_ahead_of_the_handlers(
         release.set()
         await wait_for(lambda: len(done) == 20, what="all 20")
     assert sorted(done) == sorted(f"k{n}" for n in range(20))
+
+
+async def test_a_failing_batch_is_retried_then_logged_once_and_counted(
+    redis_url: str, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    mq = subscriber(redis_url, stream, retry=RetryPolicy(attempts=2, backoff=0.01, jitter=0))
+    calls: list[int] = []
+
+    @mq.batch_handler("invalidate", size=5, timeout=0.5)
+    async def handle(msgs: list[Message[Invalidate]]) -> None:
+        calls.append(len(msgs))
+        if msgs[0].data.key == "bad":
+            raise RuntimeError("cache is down")
+
+    caplog.set_level(logging.WARNING, logger="streamq.consume.fanout_dispatch")
+    async with mq.running():
+        await mq.publish_many("invalidate", [Invalidate(key="bad") for _ in range(5)])
+        await wait_for(lambda: mq.stats()["failed"] == 5, what="5 failed")
+        await mq.publish_many("invalidate", [Invalidate(key="ok") for _ in range(5)])
+        await wait_for(lambda: mq.stats()["handled"] == 5, what="the next batch handled")
+    assert calls == [5, 5, 5]  # two attempts of the failing batch, then the next one
+    mine = [r for r in caplog.records if r.name == "streamq.consume.fanout_dispatch"]
+    assert len(mine) == 1 and "failed for 5 entries" in mine[0].getMessage()

@@ -13,6 +13,7 @@ failure.
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 
 import anyio
 import redis.asyncio as aioredis
@@ -24,7 +25,7 @@ from .acks import Acker
 from .context import Place
 from .dispatch import Dispatcher
 from .failures import describe
-from .router import Router
+from .router import Route, Router
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
 
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 
 # What a fan-out Message says of its group (it has none).
 NO_GROUP = ""
+
+# The failures of the batch being handled in this task (None: not in a batch): a batch's
+# failed entries are logged together, in one WARNING.
+_batch_failures: ContextVar[list[tuple[str, str, BaseException | None]] | None] = ContextVar(
+    "streamq_fanout_batch_failures", default=None
+)
 
 
 class _NoAcks(Acker):
@@ -53,6 +60,10 @@ class FanoutDispatcher(Dispatcher):
         # every outcome that would dead-letter in a group lands here: logged and counted
         self.stats.failed += 1
         self.observer.failed(error or RuntimeError(reason), reason)
+        in_batch = _batch_failures.get()
+        if in_batch is not None:
+            in_batch.append((entry.id, reason, error))
+            return
         log.warning(
             "fan-out handler failed for %s on %s (not redelivered: no consumer group): %s",
             entry.id, self.stream, reason, exc_info=error,
@@ -65,6 +76,21 @@ class FanoutDispatcher(Dispatcher):
     async def _settle(self, entry: RawEntry, error: BaseException) -> None:
         # Reject and Retry(delay) both end here: there is no redelivery to ask for
         await self.failed(entry, error)
+
+    async def _handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
+        failures: list[tuple[str, str, BaseException | None]] = []
+        token = _batch_failures.set(failures)
+        try:
+            await super()._handle_batch(route, entries)
+        finally:
+            _batch_failures.reset(token)
+        if failures:
+            first_id, reason, error = failures[0]
+            log.warning(
+                "fan-out batch handler for %r failed for %d entries on %s (not redelivered: "
+                "no consumer group): %s; first: %s",
+                route.type_name, len(failures), self.stream, reason, first_id, exc_info=error,
+            )  # fmt: skip
 
     async def settled(self, entries: list[RawEntry]) -> None:
         return None  # no unrouted-delivery records: nothing was redelivered
