@@ -407,3 +407,29 @@ async def test_a_failing_batch_is_retried_then_logged_once_and_counted(
     assert calls == [5, 5, 5]  # two attempts of the failing batch, then the next one
     mine = [r for r in caplog.records if r.name == "streamq.consume.fanout_dispatch"]
     assert len(mine) == 1 and "failed for 5 entries" in mine[0].getMessage()
+
+
+async def test_terminate_under_a_steady_flow_stops_the_subscriber(
+    redis_url: str, stream: str
+) -> None:
+    mq = subscriber(redis_url, stream)
+    seen = keeper(mq)
+    async with mq:
+        client = mq.client
+
+        async def produce() -> None:  # a foreign producer, which makes the stream anew
+            n = 0
+            while True:
+                await client.xadd(stream, {"type": "invalidate", "data": f'{{"key": "k{n}"}}'})
+                n += 1
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mq.run)
+            tg.start_soon(produce)
+            await wait_for(lambda: len(seen) > 5, what="flowing")
+            await mq.terminate_topic()
+            with anyio.fail_after(10):
+                await mq.done.wait()
+            tg.cancel_scope.cancel()
+    assert (mq.stop_reason, mq.auto_stopped) == ("topic_terminated", True)

@@ -132,6 +132,7 @@ class StreamReader:
         self._connection = resp.OwnConnection(client, held=config.block)
         self._scope: anyio.CancelScope | None = None
         self._existed = False  # the stream was seen: its absence then means it was deleted
+        self._checked_at = 0.0
 
     def cancel(self) -> None:
         if self._scope is not None:
@@ -155,7 +156,7 @@ class StreamReader:
                     self._existed = True
                     self._positions[self.stream] = entries[-1].id
                     owner.deliver(self.index, entries)
-                elif not owner.stopping():
+                if not owner.stopping() and (not entries or self._check_due()):
                     await self._check_gone()
                 backoff = READ_ERROR_BACKOFF
             except ServerUnavailableError as e:  # the cursor is kept: nothing is missed
@@ -186,7 +187,13 @@ class StreamReader:
         rows = replies.read_rows(reply)
         return replies.entries(rows) if rows else []
 
+    def _check_due(self) -> bool:
+        """Under a steady flow reads are never empty: look every ``block`` all the same
+        (a terminated topic that a producer made again at once still stops us)."""
+        return anyio.current_time() >= self._checked_at + self._block_ms / 1000
+
     async def _check_gone(self) -> None:
+        self._checked_at = anyio.current_time()
         if await was_terminated(self._client, self.stream):
             reason = "topic_terminated"
         elif await self._client.exists(self.stream):
