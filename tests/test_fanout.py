@@ -433,3 +433,21 @@ async def test_terminate_under_a_steady_flow_stops_the_subscriber(
                 await mq.done.wait()
             tg.cancel_scope.cancel()
     assert (mq.stop_reason, mq.auto_stopped) == ("topic_terminated", True)
+
+
+async def test_an_idle_partition_does_not_hold_the_room_of_a_busy_one(
+    redis_url: str, stream: str
+) -> None:
+    publisher = MessageQueue(redis_url, stream=stream, partitions=2)
+    mq = MessageQueue(
+        redis_url, stream=stream, group=None, partitions=2, start=StartFrom.EARLIEST,
+        max_in_flight=10, read_count=10, concurrency=4, block=5,
+    )  # fmt: skip
+    seen = keeper(mq)
+    async with publisher:
+        ids = await publisher.publish_many("invalidate", [{"key": f"k{n}"} for n in range(40)],
+                                           key=lambda _: "same")  # fmt: skip
+        assert len({i.split(":")[0] for i in ids}) == 1  # all in one partition
+        async with mq.running():
+            # the idle partition's reader blocks 5 s a read: it must not hold all the room
+            await wait_for(lambda: len(seen) == 40, timeout=4, what="all 40 of the busy one")

@@ -15,10 +15,11 @@ Tasks of one running subscriber::
 
 In-flight work is bounded for the topic as a whole: a reader asks for no more entries
 than ``max_in_flight`` leaves room for, so entries are read only as fast as the handlers
-take them. An empty read (``BLOCK`` over) checks that the stream still exists: a stream
-that existed and is gone (deleted, or the topic terminated) stops the subscriber on its
-own. Shutdown: stop reading, let the workers drain what was read within ``grace``
-(then cancel them), flush partial batches.
+take them. An empty read (``BLOCK`` over), and under a steady flow one read every
+``block``, checks that the stream still exists: a stream that existed and is gone
+(deleted, or the topic terminated) stops the subscriber on its own. Shutdown: stop
+reading, let the workers drain what was read within ``grace`` (then cancel them), flush
+partial batches.
 """
 
 from __future__ import annotations
@@ -82,15 +83,27 @@ async def prepare_reading(
 
 
 class Room:
-    """Entries read and not yet finished, for the whole topic, up to ``limit``."""
+    """Entries read and not yet finished (``used``), plus the room held by reads under
+    way (``held``), for the whole topic, up to ``limit``. A read holds at most a fair
+    share (``limit / readers``), so a partition whose read blocks on an empty stream does
+    not keep the room from a busy one."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit, self.used = limit, 0
+    def __init__(self, limit: int, readers: int) -> None:
+        self.limit, self.used, self.held = limit, 0, 0
+        self.share = max(1, limit // readers)
         self._freed = anyio.Event()
         self._waiting = 0
 
     def free(self) -> int:
-        return self.limit - self.used
+        return self.limit - self.used - self.held
+
+    def hold(self, n: int) -> None:
+        self.held += n
+
+    def unhold(self, n: int) -> None:
+        self.held -= n
+        if n and self._waiting:
+            self.wake()
 
     def take(self, n: int) -> None:
         self.used += n
@@ -106,7 +119,7 @@ class Room:
         self._freed = anyio.Event()
 
     async def wait(self, stopping: Callable[[], bool]) -> None:
-        while self.used >= self.limit and not stopping():
+        while self.free() <= 0 and not stopping():
             self._waiting += 1
             try:
                 await self._freed.wait()
@@ -151,7 +164,7 @@ class StreamReader:
             if owner.stopping():
                 return
             try:
-                entries = await self._read(min(self._read_count, room.free()))
+                entries = await self._read(min(self._read_count, room.free(), room.share))
                 if entries:
                     self._existed = True
                     self._positions[self.stream] = entries[-1].id
@@ -170,7 +183,7 @@ class StreamReader:
 
     async def _read(self, count: int) -> list[RawEntry]:
         room = self._owner.room
-        room.take(count)  # held while the read is out: readers of other partitions share it
+        room.hold(count)  # while the read is out: readers of other partitions share the room
         reply = None
         try:
             with anyio.CancelScope() as scope:
@@ -183,7 +196,7 @@ class StreamReader:
                     reply = (await self._connection.execute(command, 1))[0]
         finally:
             self._scope = None
-            room.give(count)
+            room.unhold(count)
         rows = replies.read_rows(reply)
         return replies.entries(rows) if rows else []
 
@@ -221,7 +234,7 @@ class FanoutConsumer:
     ) -> None:
         self.router, self.config = router, policies.config
         self.stats = Stats()
-        self.room = Room(self.config.max_in_flight)
+        self.room = Room(self.config.max_in_flight, len(topic.streams))
         self.stop_requested = anyio.Event()
         self.stop_reason: str | None = None
         self.auto_stopped = False
