@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from ..config import RetryPolicy
 from ..message import RawEntry
+from ..signals import HandlerSignal
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .context import Place
@@ -62,15 +63,22 @@ class FanoutDispatcher(Dispatcher):
         self.observer.failed(error or RuntimeError(reason), reason)
         in_batch = _batch_failures.get()
         if in_batch is not None:
-            in_batch.append((entry.id, reason, error))
+            in_batch.append((self._named(entry), reason, error))
             return
         log.warning(
             "fan-out handler failed for %s on %s (not redelivered: no consumer group): %s",
-            entry.id, self.stream, reason, exc_info=error,
+            self._named(entry), self.stream, reason, exc_info=error,
         )  # fmt: skip
 
+    def _named(self, entry: RawEntry) -> str:
+        """The entry's ID as its Message has it (naming its partition, if any)."""
+        return entry.id if self._id_prefix is None else self._id_prefix + entry.id
+
     async def failed(self, entry: RawEntry, error: BaseException) -> None:
-        reason = f"failed after {self.retry.attempts} attempt(s): {describe(error)}"
+        if isinstance(error, HandlerSignal):  # Reject, Retry: not retried in process
+            reason = f"the handler raised {describe(error)} (no redelivery without a group)"
+        else:
+            reason = f"failed after {self.retry.attempts} attempt(s): {describe(error)}"
         await self.dead_letter(entry, reason, error)
 
     async def _settle(self, entry: RawEntry, error: BaseException) -> None:
