@@ -110,9 +110,10 @@ class App:
             raise ConfigError("cannot add a queue to a running App")
         identity = (mq.stream, mq.group, mq.consumer)
         if any((q.stream, q.group, q.consumer) == identity for q in self._queues):
+            of = "a fan-out subscriber" if mq.group is None else f"group {mq.group!r}"
             raise ConfigError(
-                f"two queues of this App would be consumer {mq.consumer!r} of group "
-                f"{mq.group!r} on stream {mq.stream!r}: give them different names"
+                f"two queues of this App would be consumer {mq.consumer!r} of {of} "
+                f"on stream {mq.stream!r}: give them different names"
             )
         _put_outside(mq, self._middlewares)
         self._queues.append(mq)
@@ -152,7 +153,7 @@ class App:
         """Raise ConfigError if the App has no queue or a queue has no handler."""
         if not self._queues:
             raise ConfigError("this App has no queue: App(mq, ...) or app.add(mq)")
-        idle = [f"{mq.stream}/{mq.group}" for mq in self._queues if not len(mq.router)]
+        idle = [_label(mq) for mq in self._queues if not len(mq.router)]
         if idle:
             raise ConfigError(f"no handlers registered on queue(s) {', '.join(idle)}")
 
@@ -216,7 +217,7 @@ class App:
                 self._starting.append((status, starting))
                 await mq.run(handle_signals=False, task_status=status)
         except Exception as e:
-            log.error("queue %s/%s stopped on an error: %s", mq.stream, mq.group, e, exc_info=e)
+            log.error("queue %s stopped on an error: %s", _label(mq), e, exc_info=e)
             errors.append(e)
             self.request_stop("error")
         finally:
@@ -283,8 +284,9 @@ class App:
         return {"app": self.name, "ready": ready, "queues": reports}
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Each queue's :meth:`MessageQueue.stats`, by ``"<stream>/<group>"``."""
-        return {f"{mq.stream}/{mq.group}": mq.stats() for mq in self._queues}
+        """Each queue's :meth:`MessageQueue.stats`, by ``"<stream>/<group>"`` (a fan-out
+        queue's: ``"<stream>/(fan-out <consumer>)"``)."""
+        return {_label(mq): mq.stats() for mq in self._queues}
 
     def collector(self) -> QueueCollector:
         """One Prometheus collector for every queue (extra ``[metrics]``)."""
@@ -302,7 +304,7 @@ class App:
         return serve_metrics(*self._queues, port=port, addr=addr, registry=registry)
 
     def __repr__(self) -> str:
-        queues = ", ".join(f"{mq.stream}/{mq.group}" for mq in self._queues)
+        queues = ", ".join(_label(mq) for mq in self._queues)
         return f"App({self.name!r}: {queues})"
 
 
@@ -315,3 +317,10 @@ def _put_outside(mq: MessageQueue, middlewares: Sequence[Any]) -> None:
         mq.add_middleware(mw)
     mq._handler_middlewares.extend(handler)
     mq._publish_middlewares.extend(publish)
+
+
+def _label(mq: MessageQueue) -> str:
+    """``<stream>/<group>``; a fan-out queue, which has no group, by its consumer name."""
+    if mq.group is None:
+        return f"{mq.stream}/(fan-out {mq.consumer})"
+    return f"{mq.stream}/{mq.group}"

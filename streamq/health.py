@@ -13,14 +13,15 @@ from .topic import admin
 
 async def health_report(
     parts: Sequence[tuple[aioredis.Redis, str]],
-    group: str,
+    group: str | None,
     *,
     state: str,
     consuming: bool,
     stop_reason: str | None,
 ) -> dict[str, Any]:
     """``parts``: each stream of the topic (one per partition) with its client. Pending
-    and lag are the group's over all of them (None when unknown)."""
+    and lag are the group's over all of them (None when unknown, and for a fan-out queue,
+    ``group`` None, which has neither)."""
     report: dict[str, Any] = {
         "connected": False, "consuming": consuming, "state": state,
         "stop_reason": stop_reason, "pending": None, "lag": None,
@@ -30,7 +31,8 @@ async def health_report(
     try:
         client, _ = parts[0]
         report["connected"] = bool(await client.ping())
-        report["pending"], report["lag"] = await _group_totals(parts, group)
+        if group is not None:
+            report["pending"], report["lag"] = await _group_totals(parts, group)
     except RedisFailure as e:
         report["error"] = str(e)
     report["ready"] = report["connected"] and report["consuming"]

@@ -82,7 +82,8 @@ class QueueCollector:
             labels=labels,
         )
         for mq in self.queues:
-            stats, values = mq.stats(), [mq.stream, mq.group, mq.consumer]
+            # a fan-out queue (group None) is labelled group=""
+            stats, values = mq.stats(), [mq.stream, mq.group or "", mq.consumer]
             if not stats:
                 continue
             for name, family in counters.items():

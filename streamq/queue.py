@@ -28,6 +28,8 @@ from .config import (
 from .consume.build import Policies, Topic, build_consumer
 from .consume.consumer import Consumer
 from .consume.context import inside_handler
+from .consume.fanout import FanoutConsumer, prepare_reading
+from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
 from .consume.partitioned import PartitionedConsumer
 from .consume.router import Router
@@ -38,7 +40,6 @@ from .publishing import PublishOperations
 from .registration import QueueRegistry
 from .stop_signals import owns_signals, watch_stop_signals
 from .task_groups import task_group_around_block
-from .topic import admin
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
 from .topic.partitions import (
@@ -52,6 +53,7 @@ from .wire.permissions import check_permissions
 from .wire.routing import Deployment
 
 log = logging.getLogger(__name__)
+AnyConsumer = Consumer | PartitionedConsumer | FanoutConsumer
 
 
 OPEN_RETRY_BACKOFF = 0.5
@@ -76,8 +78,9 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
         url: Redis URL; ``None`` uses ``$STREAMQ_REDIS_URL``, else the embedded server.
         stream, group, consumer: the stream key, the consumer group, this consumer's name
             (default ``<host>-<pid>``; keep it stable across restarts to recover pending
-            entries first).
-        start: where the group starts when this queue creates it.
+            entries first). ``group=None``: a fan-out subscriber (``XREAD``, no group:
+            every instance receives every entry; :mod:`streamq.consume.fanout`).
+        start: where the group starts when this queue creates it (fan-out: on open).
         retry, batch, cleanup: policies (see :mod:`streamq.config`).
         config: read-loop settings as a :class:`ConsumerConfig`; each of its fields may
         also be given as a keyword (``grace=10``), which wins over ``config``.
@@ -91,7 +94,7 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
         self,
         url: str | None = None,
         stream: str | None = None,
-        group: str = "task-group",
+        group: str | None = "task-group",
         consumer: str | None = None,
         start: StartFrom = StartFrom.LATEST,
         *,
@@ -122,8 +125,8 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
         )  # fmt: skip
         self.config = consumer_config(config, settings, unknown)
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
-        if not isinstance(group, str) or not group:
-            raise ConfigError(f"group must be a non-empty string, got {group!r}")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise ConfigError(f"group must be a non-empty string or None, got {group!r}")
         if consumer is not None and not consumer:
             raise ConfigError("consumer must be a non-empty string or None")
         if cluster not in (None, True, False):
@@ -144,7 +147,8 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
         self._state = State.NEW
         self._deployment: Deployment | None = None
         self._client: aioredis.Redis | None = None
-        self._consumer: Consumer | PartitionedConsumer | None = None
+        self._consumer: AnyConsumer | None = None
+        self._positions: dict[str, str] = {}  # fan-out: each stream's read cursor
         self._stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per partition
         self._clients: dict[str, aioredis.Redis] = {}
         self.done = anyio.Event()
@@ -235,13 +239,10 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
         await self.check_shape()
         for stream in self.streams:
             client = self.client_for(stream)
-            await check_permissions(
-                client,
-                stream,
-                consuming=bool(len(self.router)),
-                cleanup=self.cleanup_policy.enabled,
-            )
-            await admin.ensure_group(client, stream, self.group, self.start.position)
+            grouped = self.group is not None  # fan-out: only XREAD, which opening checks
+            consuming, cleanup = grouped and bool(len(self.router)), self.cleanup_policy.enabled
+            await check_permissions(client, stream, consuming=consuming, cleanup=cleanup)
+            await prepare_reading(client, stream, self.group, self.start, self._positions)
 
     async def aclose(self) -> None:
         """Stop (if running) and close the connections. ``open()`` may follow."""
@@ -257,14 +258,13 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
             await deployment.aclose()
 
     # -- consuming ------------------------------------------------------------------
-    def _build_consumer(self) -> Consumer | PartitionedConsumer:
-        return build_consumer(
-            Topic(self.stream, self.streams, self.group, self.consumer),
-            self.client_for,
-            with_middlewares(self.router, self._handler_middlewares),
-            Policies(self.config, self.retry, self.batch, self.cleanup_policy),
-            self._stopped,
-        )
+    def _build_consumer(self) -> AnyConsumer:
+        topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
+        router = with_middlewares(self.router, self._handler_middlewares)
+        policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
+        if self.group is None:
+            return FanoutConsumer(topic, self.client_for, router, policies, self._positions)
+        return build_consumer(topic, self.client_for, router, policies, self._stopped)
 
     async def run(
         self,
@@ -305,7 +305,8 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
                 if opened and self.periodics:  # one message per tick across processes
                     tg.start_soon(self.run_periodics)
                 if opened:  # every record of the consumer's tasks says which consumer it is
-                    await run_as_consumer(consumer.run, self.stream, self.group, self.consumer)
+                    ids = (self.stream, self.group or NO_GROUP, self.consumer)
+                    await run_as_consumer(consumer.run, *ids)
                 tg.cancel_scope.cancel()
         finally:
             self.stop_reason = consumer.stop_reason or "stopped"
@@ -324,7 +325,7 @@ class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
             return False
         return True
 
-    async def _open_until_ready(self, consumer: Consumer | PartitionedConsumer) -> bool:
+    async def _open_until_ready(self, consumer: AnyConsumer) -> bool:
         """Retry opening with backoff until it works (True) or a stop is asked (False)."""
         backoff = OPEN_RETRY_BACKOFF
         while not consumer.stop_requested.is_set():

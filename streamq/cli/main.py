@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import typing
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
@@ -43,7 +42,7 @@ from ..ids import StreamId
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
 from ..wire.keys import Keys
-from ..wire.replies import pending_rows, stream_rows
+from ..wire.replies import pending_rows
 from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
 from .dashboard import add_dashboard_arguments, cmd_dashboard
 from .render import (
@@ -51,12 +50,12 @@ from .render import (
     render_dead_letters,
     render_info,
     render_pending,
-    tail_line,
     terminal_safe,
 )
 from .run import add_run_arguments, cmd_run
 from .scheduled import add_scheduled_arguments, scheduled_command
 from .server import add_server_arguments, cmd_server
+from .tail import tail
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 
@@ -84,7 +83,7 @@ def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue
 
 
 async def _require_one_stream(mq: MessageQueue) -> None:
-    """For commands that read one stream (pending, tail): not a partitioned topic."""
+    """For commands that read one stream (pending): not a partitioned topic."""
     if mq.partitions > 1:
         raise CliError(
             f"{mq.stream!r} is a partitioned topic: name one of its partition streams "
@@ -164,19 +163,10 @@ async def cmd_tail(args: argparse.Namespace) -> str:
     if args.start != "$":
         StreamId.parse(args.start)
     async with _closing(_queue(args)) as mq:
-        await _require_one_stream(mq)
-        cursor, shown = args.start, 0
-        deadline = time.monotonic() + args.seconds if args.seconds else None
-        while deadline is None or time.monotonic() < deadline:
-            rows = stream_rows(await mq.client.xread({mq.stream: cursor}, count=100, block=500))
-            if not rows:
-                await _require_stream(mq)  # deleted while we follow it: say so, exit 1
-            for entry_id, fields in rows:
-                cursor = entry_id.decode()
-                print(tail_line(cursor, fields), flush=True)
-                shown += 1
-                if args.count and shown >= args.count:
-                    return ""
+        await _require_stream(mq)
+        await tail(
+            mq, args.start, count=args.count, seconds=args.seconds, still_there=_require_stream
+        )
         return ""
 
 
@@ -327,7 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("group")
     p.add_argument("--count", type=_count(1), default=100, help="at most this many (100)")
     p = command(
-        "tail", cmd_tail, 'follow new entries, one JSON object {"id","type","data","meta"} a line'
+        "tail",
+        cmd_tail,
+        "follow new entries (every partition of a partitioned topic), one JSON object "
+        '{"id","type","data","meta"} a line',
     )
     p.add_argument(
         "--from", dest="start", default="$", help="entry ID to start after (default: new only)"

@@ -91,7 +91,8 @@ class _QueueView:
     """A worker's queue as QueueCollector reads a MessageQueue: identity, URL, stats()."""
 
     def __init__(self, report: Mapping[str, Any]) -> None:
-        self.stream, self.group = str(report["stream"]), str(report["group"])
+        # a fan-out queue's group is None: labelled "" as QueueCollector does
+        self.stream, self.group = str(report["stream"]), str(report["group"] or "")
         self.consumer, self.url = str(report["consumer"]), str(report["url"])
         # a partitioned topic's partition streams (a plain stream: itself)
         self.streams = tuple(str(s) for s in report.get("streams") or [self.stream])

@@ -42,7 +42,7 @@ class TopicOperations(ScheduledOperations):
     """
 
     stream: str
-    group: str
+    group: str | None  # None: a fan-out queue, which has no consumer group
     cleanup_policy: CleanupPolicy
     partitions: int
     streams: tuple[str, ...]
@@ -70,6 +70,15 @@ class TopicOperations(ScheduledOperations):
         stream = self.streams[where.partition]
         return where.partition, where.entry_id, self.client_for(stream)
 
+    def _require_group(self, operation: str) -> str:
+        """This queue's group, for an operation that needs one (ConfigError on fan-out)."""
+        if self.group is None:
+            raise ConfigError(
+                f"a fan-out queue (group=None) has no consumer group: {operation} needs one; "
+                "use a MessageQueue with a group on the same stream"
+            )
+        return self.group
+
     def _named(self, partition: int, entry_id: str) -> str:
         return entry_id if self.partitions == 1 else f"{partition}:{entry_id}"
 
@@ -87,8 +96,10 @@ class TopicOperations(ScheduledOperations):
         """Stop one entry for every consumer of every group until resumed; return how many
         groups' pending entries it was taken from.
 
-        Raises MessageNotFoundError if the entry does not exist.
+        Raises MessageNotFoundError if the entry does not exist, ConfigError on a fan-out
+        queue (it reads without a group, so a stopped ID would not be set aside for it).
         """
+        self._require_group("stop_message")
         index, raw, client = self._locate(entry_id)
         stream = self.streams[index]
         groups = await self._riding(control.stop_message, client, stream, raw)
@@ -100,7 +111,9 @@ class TopicOperations(ScheduledOperations):
         how many groups it was given back to.
 
         Raises MessageNotFoundError if the entry is not stopped (also when a resume whose
-        reply a failover cut off is retried: it was resumed then)."""
+        reply a failover cut off is retried: it was resumed then); ConfigError on a fan-out
+        queue."""
+        self._require_group("resume_message")
         index, raw, client = self._locate(entry_id)
         stream = self.streams[index]
         groups = await self._riding(control.resume_message, client, stream, raw)
@@ -126,17 +139,19 @@ class TopicOperations(ScheduledOperations):
 
     async def seek(self, entry_id: str) -> None:
         """Move this queue's group: it next delivers entries after ``entry_id``. On a
-        partitioned topic ``"$"`` or ``"0"`` move every partition, an ID its own."""
+        partitioned topic ``"$"`` or ``"0"`` move every partition, an ID its own.
+        ConfigError on a fan-out queue (its start position is ``start=``)."""
+        group = self._require_group("seek")
         if entry_id in ("$", "0"):
             for _, stream, client in self._parts():
-                await self._riding(admin.seek, client, stream, self.group, entry_id)
+                await self._riding(admin.seek, client, stream, group, entry_id)
             return
         try:
             index, raw, client = self._locate(entry_id)
         except InvalidMessageIdError as e:
             raise ConfigError(f"seek: {e}") from e
         stream = self.streams[index]
-        await self._riding(admin.seek, client, stream, self.group, raw)
+        await self._riding(admin.seek, client, stream, group, raw)
 
     async def topic_info(self) -> admin.TopicInfo:
         """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
