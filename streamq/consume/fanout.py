@@ -395,6 +395,7 @@ class FanoutConsumer:
             in_flight=self.room.used,
             handler_seconds=stats.handler_seconds.snapshot(),
             batch_size=stats.batch_size.snapshot(),
+            scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),
         )
         if self._partitions > 1:
             report["partitions"] = self._partitions

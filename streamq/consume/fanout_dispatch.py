@@ -74,7 +74,7 @@ class FanoutDispatcher(Dispatcher):
         """The entry's ID as its Message has it (naming its partition, if any)."""
         return entry.id if self._id_prefix is None else self._id_prefix + entry.id
 
-    async def failed(self, entry: RawEntry, error: BaseException) -> None:
+    async def failed(self, entry: RawEntry, error: BaseException, *, outside: bool = False) -> None:
         if isinstance(error, HandlerSignal):  # Reject, Retry: not retried in process
             reason = f"the handler raised {describe(error)} (no redelivery without a group)"
         else:
