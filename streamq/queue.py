@@ -36,7 +36,7 @@ from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
 from .health import health_report
 from .logs import run_as_consumer
-from .publishing import PublishOperations
+from .publish.checked import CheckedPublishing
 from .registration import QueueRegistry
 from .stop_signals import owns_signals, watch_stop_signals
 from .task_groups import task_group_around_block
@@ -71,7 +71,7 @@ def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class MessageQueue(QueueRegistry, PublishOperations, TopicOperations):
+class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:

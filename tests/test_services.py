@@ -279,3 +279,56 @@ async def test_a_typed_publisher_schedules_too(make_queue: QueueFactory) -> None
         (waiting,) = await mq.scheduled()
         assert waiting.type == "signup" and str(waiting.id) == str(scheduled_id)
         assert await mq.cancel_scheduled(scheduled_id)
+
+
+async def test_publish_middlewares_wrap_every_publish(
+    make_queue: QueueFactory, client: Any
+) -> None:
+    trail: list[str] = []
+
+    async def stamp(message_type: str, data: Any, meta: Any, call_next: Any) -> Any:
+        trail.append(f"before {message_type}")
+        entry_id = await call_next(message_type, data, {**(meta or {}), "origin": "checkout"})
+        trail.append(f"after {entry_id}")
+        return entry_id
+
+    async def refuse_drafts(message_type: str, data: Any, meta: Any, call_next: Any) -> Any:
+        if isinstance(data, Signup) and data.user.startswith("draft"):
+            raise ValueError("drafts are not published")
+        return await call_next(message_type, data, meta)
+
+    mq = make_queue()
+    mq.add_middleware(stamp)
+    App(mq, middlewares=[refuse_drafts])
+    async with mq:
+        first = await mq.publish("signup", Signup(user="ada"))
+        more = await mq.publish_many("signup", [Signup(user="bob"), Signup(user="cy")])
+        with pytest.raises(ValueError, match="drafts"):
+            await mq.publish("signup", Signup(user="draft-1"))
+        rows = await client.xrange(mq.stream)
+    assert [row[0].decode() for row in rows] == [first, *more]
+    assert all(b'"origin":"checkout"' in row[1][b"meta"] for row in rows)
+    assert trail == [
+        "before signup", f"after {first}", "before signup", f"after {more[0]}",
+        "before signup", f"after {more[1]}",
+    ]  # fmt: skip
+
+
+async def test_publish_checks_the_model_of_a_type_this_process_handles(
+    make_queue: QueueFactory, client: Any
+) -> None:
+    mq = make_queue()
+
+    @mq.handler("signup")
+    async def welcome(msg: Message[Signup]) -> None: ...
+
+    async with mq:
+        await mq.publish("signup", Signup(user="ada"))
+        await mq.publish("signup", {"user": "bob"})  # a dict that validates is fine
+        with pytest.raises(MessageFormatError, match="'signup' messages carry Signup, got Click"):
+            await mq.publish("signup", Click(button="x"))
+        await mq.publish("signup", {"name": "no user"})  # plain data: the consumer validates
+        with pytest.raises(MessageFormatError):
+            await mq.publish_many("signup", [Signup(user="cy"), Click(button="x")])
+        await mq.publish("click", Click(button="x"))  # no handler here: not checked
+        assert await client.xlen(mq.stream) == 4

@@ -217,6 +217,11 @@ class Router:
     def routes(self) -> dict[str, Route]:
         return dict(self._routes)
 
+    def model_of(self, type_name: str) -> Any | None:
+        """The model of the handler of ``type_name`` in this process, None if it has none."""
+        route = self._routes.get(type_name)
+        return None if route is None else route.model
+
     def get(self, type_field: bytes) -> Route | None:
         """Fast lookup by the raw ``type`` field."""
         return self._by_bytes.get(type_field)

@@ -1,0 +1,91 @@
+"""What a queue does around each publish before it is sent: the model check of a type this
+process handles, and the queue's publish middlewares (part of :class:`streamq.MessageQueue`).
+
+A queue without handlers and without publish middlewares goes straight on to the send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..config import Duration
+from ..publishing import PublishOperations
+from .middlewares import Meta, PublishMiddleware, publish_chain
+from .typed import check_model
+
+if TYPE_CHECKING:
+    from ..consume.router import Router
+    from ..publish_plan import Key
+
+
+class CheckedPublishing(PublishOperations):
+    """``publish`` and ``publish_many`` with the model check and the publish middlewares."""
+
+    router: Router
+    _publish_middlewares: list[PublishMiddleware]
+
+    async def publish(
+        self,
+        message_type: str,
+        data: Any,
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | None = None,
+        replicas: int = 0,
+        timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
+        fsync: bool = False,
+        idempotency_key: str | None = None,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+        schedule_id: str | None = None,
+    ) -> str:
+        """Add one message (see :meth:`PublishOperations.publish`), after checking ``data``
+        against the model of this process's handler of ``message_type``, if any, and
+        through the queue's publish middlewares, if any."""
+        model = self.router.model_of(message_type)
+        if model is not None:
+            check_model(message_type, model, data)
+
+        async def send(message_type: str, data: Any, meta: Meta) -> str:
+            return await PublishOperations.publish(
+                self, message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
+                fsync=fsync, idempotency_key=idempotency_key, delay=delay, at=at,
+                schedule_id=schedule_id,
+            )  # fmt: skip
+
+        if not self._publish_middlewares:
+            return await send(message_type, data, meta)
+        return str(await publish_chain(self._publish_middlewares, send)(message_type, data, meta))
+
+    async def publish_many(
+        self,
+        message_type: str,
+        items: Iterable[Any],
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | Callable[[Any], Key] | None = None,
+        chunk: int = 1000,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+    ) -> list[str]:
+        """Add many messages (see :meth:`PublishOperations.publish_many`), each checked as
+        :meth:`publish` checks one. With publish middlewares, every message goes through
+        them and is published on its own, in order (one write each, not a pipeline)."""
+        items = list(items)
+        model = self.router.model_of(message_type)
+        if model is not None:
+            for item in items:
+                check_model(message_type, model, item)
+        if not self._publish_middlewares:
+            return await PublishOperations.publish_many(
+                self, message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
+            )
+        ids = []
+        for item in items:
+            one_key = key(item) if callable(key) else key
+            ids.append(
+                await self.publish(message_type, item, meta, key=one_key, delay=delay, at=at)
+            )
+        return ids
