@@ -1,5 +1,8 @@
 """The pages (GET): topics, a topic with its live fragment, pending entries, dead letters,
-stopped IDs, the terminate confirmation and the login form. They only read.
+stopped IDs, the terminate confirmation and the login form. They only read, a few at a
+time (:mod:`.limits`), and never an entry's values whole: the dead-letter page shows each
+field cut on the server (:data:`~.paging.SHOWN_BYTES`) and links its download
+(:mod:`.downloads`), and topic figures leave out the first and last entries' values.
 
 A topic is named in the query string (``/topic?stream=NAME``), not in the path: a stream
 name may hold ``/``, ``?`` or ``#``, which a path segment would mangle.
@@ -13,6 +16,7 @@ from starlette.responses import Response
 
 from ..topic.admin import TopicInfo
 from ..wire.routing import Deployment
+from .limits import reading
 from .paging import dead_letter_page, parse_cursor, pending_page
 from .render import page
 from .samples import SampleStore, chart_series
@@ -50,16 +54,19 @@ async def existing_topic(request: Request) -> tuple[TopicView, TopicInfo]:
     return view, info
 
 
+@reading
 async def topics(request: Request) -> Response:
     listing = await list_topics(deployment_of(request))
     return page(request, "topics.html", {"listing": listing})
 
 
+@reading
 async def topic(request: Request) -> Response:
     view, info = await existing_topic(request)
     return page(request, "topic.html", await _live_context(request, view, info))
 
 
+@reading
 async def topic_live(request: Request) -> Response:
     """The part of the topic page that the page polls: figures, groups, partitions, chart
     data."""
@@ -74,6 +81,7 @@ async def _live_context(request: Request, view: TopicView, info: TopicInfo) -> d
     return {"info": info, "view": view, "series": chart_series(samples)}
 
 
+@reading
 async def pending(request: Request) -> Response:
     view, info = await existing_topic(request)
     group = request.query_params.get("group") or (info.groups[0].name if info.groups else "")
@@ -89,6 +97,7 @@ async def pending(request: Request) -> Response:
     return page(request, "pending.html", context)
 
 
+@reading
 async def dead_letters(request: Request) -> Response:
     view, info = await existing_topic(request)
     after = parse_cursor(view, request.query_params.get("after"))
@@ -97,11 +106,13 @@ async def dead_letters(request: Request) -> Response:
     return page(request, "dead_letters.html", context)
 
 
+@reading
 async def stopped(request: Request) -> Response:
     view, info = await existing_topic(request)
     return page(request, "stopped.html", {"info": info, "view": view})
 
 
+@reading
 async def terminate_form(request: Request) -> Response:
     view, info = await existing_topic(request)
     return page(request, "terminate.html", {"info": info, "view": view})
