@@ -17,6 +17,7 @@ from starlette.responses import Response
 from ..topic.admin import TopicInfo
 from ..wire.routing import Deployment
 from .limits import reading
+from .names import name_in
 from .paging import dead_letter_page, parse_cursor, pending_page
 from .render import page
 from .samples import SampleStore, chart_series
@@ -31,8 +32,9 @@ def deployment_of(request: Request) -> Deployment:
 
 
 def stream_param(request: Request) -> str:
-    """The ``stream`` named in the query string; 400 if there is none."""
-    stream = request.query_params.get("stream", "")
+    """The ``stream`` (or encoded ``stream64``) named in the query string; 400 if there is
+    none."""
+    stream = name_in(request.query_params, "stream")
     if not stream:
         raise HTTPException(400, "no topic given: add ?stream=NAME")
     return stream
@@ -84,7 +86,7 @@ async def _live_context(request: Request, view: TopicView, info: TopicInfo) -> d
 @reading
 async def pending(request: Request) -> Response:
     view, info = await existing_topic(request)
-    group = request.query_params.get("group") or (info.groups[0].name if info.groups else "")
+    group = name_in(request.query_params, "group") or (info.groups[0].name if info.groups else "")
     if group and group not in {g.name for g in info.groups}:
         raise HTTPException(404, f"topic {info.stream!r} has no consumer group {group!r}")
     after = parse_cursor(view, request.query_params.get("after"))
