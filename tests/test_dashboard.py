@@ -21,6 +21,7 @@ import redis
 pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
 
 from streamq.dashboard import create_app
+from streamq.dashboard.limits import ReadSlots
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import acl_rules
 from tests.conftest import sync_client
@@ -149,6 +150,38 @@ def test_dead_letters_page_shows_payload_error_and_traceback(
     assert "{&#34;order&#34;:7}" in page, "the payload is not shown"
     assert "<summary>Traceback</summary>" in page and "raise ValueError" in page
     assert "1 deliveries" in page and "group workers" in page
+
+
+def test_big_dead_letter_fields_are_cut_and_downloadable_whole(
+    web: Web, r: redis.Redis, stream: str
+) -> None:
+    data = "".join(f"{i:08d}" for i in range(4000)).encode()  # 32,000 bytes
+    r.xadd(stream, {"type": "job", "data": "1"})
+    r.xgroup_create(stream, "g", id="0")
+    letter_id = r.xadd(Keys(stream).dead_letters, {"type": "job", "data": data}).decode()
+    page = web.get("/topic/dead-letters", params={"stream": stream}).text
+    assert "(32000 bytes, cut)" in page and data[:19_990].decode() in page
+    assert data[20_001:20_100].decode() not in page
+    field = {"stream": stream, "id": letter_id, "field": "data"}
+    download = web.get("/topic/dead-letters/field", params=field)
+    assert download.status_code == 200 and download.content == data
+    assert download.headers["content-type"] == "application/octet-stream"
+    missing = web.get("/topic/dead-letters/field", params={**field, "field": "nope"})
+    assert missing.status_code == 404
+    assert "no field 'nope'" in text_of(missing.text, "error-message")
+    bad_id = web.get("/topic/dead-letters/field", params={**field, "id": "x"})
+    assert bad_id.status_code == 400
+
+
+def test_pages_wait_for_a_read_slot_then_answer_busy(redis_url: str, stream: str) -> None:
+    app = create_app(redis_url, token=None)
+    app.state.read_slots = ReadSlots(slots=0, wait=0.2)  # every slot taken
+    with serving(app) as base:
+        busy = httpx.get(f"{base}/topic/dead-letters", params={"stream": stream})
+        login = httpx.get(f"{base}/login")
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "5"
+    assert "busy" in text_of(busy.text, "error-message")
+    assert login.status_code == 200, "a page that reads nothing needs no slot"
 
 
 def test_pages_for_stopped_ids_terminate_and_login_render(

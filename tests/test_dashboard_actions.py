@@ -5,6 +5,7 @@ dashboard) and leaving the data as it was; with the token, each does what it say
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -13,10 +14,14 @@ import redis
 
 pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
 
+from streamq.cli.render import one_line
 from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
+from streamq.dashboard.names import encoded
 from streamq.dashboard.throttle import LoginThrottle
+from streamq.testing import delete_stream_keys
 from streamq.wire.keys import Keys
+from tests.conftest import sync_client
 from tests.dashboard_helpers import (
     TOKEN,
     csrf_of,
@@ -241,3 +246,40 @@ def test_a_script_acts_with_a_bearer_token_and_gets_plain_text(
     assert missing.status_code == 404 and "is not stopped" in missing.text
     typo = web.post("/topic/terminate", data={"stream": stream, "confirm": "?"}, headers=auth)
     assert typo.status_code == 400 and "not terminated" in typo.text
+
+
+def test_a_name_with_control_characters_round_trips_through_the_forms(
+    web: Web, redis_url: str
+) -> None:
+    """The pages' forms carry names encoded (stream64, group64); scripts may send them
+    plain; a purge is confirmed with the name as the page shows it."""
+    stream = f"n\x00\r\n\t ü/%+&{uuid.uuid4().hex[:8]}"
+    group = "g\r\n\x00"
+    r = sync_client(redis_url, stream)
+    try:
+        entry_id = r.xadd(stream, {"type": "job", "data": "1"}).decode()
+        r.xgroup_create(stream, "other", id="0")
+        r.xgroup_create(stream, group, id="0")
+        r.xreadgroup(group, "c1", {stream: ">"})
+        for _ in range(2):
+            r.xadd(Keys(stream).dead_letters, {"type": "job", "data": "2"})
+        page = web.get("/topic/pending", params={"stream": stream}).text
+        stream64, group64 = encoded(stream), encoded(group)
+        assert f'name="stream64" value="{stream64}"' in page and f'value="{group64}"' in page
+        filtered = web.get("/topic/pending", params={"stream64": stream64, "group64": group64})
+        assert [row[0] for row in table(filtered.text, "pending")[1:]] == [entry_id]
+        csrf = log_in(web)
+        stop = web.post("/topic/stop", data={"csrf": csrf, "stream64": stream64, "id": entry_id})
+        assert stop.status_code == 303 and r.hexists(Keys(stream).stopped, entry_id)
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=web.base_url, headers=bearer) as script:  # no session
+            resume = script.post("/topic/resume", data={"stream": stream, "id": entry_id})
+            assert resume.status_code == 200 and "resumed" in resume.text
+            bad = script.post("/topic/dead-letters/purge", data={"stream64": "*", "confirm": "x"})
+            assert bad.status_code == 400 and "not a name encoded" in bad.text
+            purge = {"stream64": stream64, "confirm": one_line(stream)}
+            purged = script.post("/topic/dead-letters/purge", data=purge)
+            assert purged.text == "purged 2 dead letter(s)"
+    finally:
+        r.close()
+        delete_stream_keys(redis_url, stream)

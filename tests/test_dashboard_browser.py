@@ -26,8 +26,10 @@ pytest.importorskip(
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from streamq.cli.render import one_line
 from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
+from streamq.testing import delete_stream_keys
 from streamq.wire.keys import Keys
 from tests.conftest import sync_client
 from tests.dashboard_helpers import (
@@ -176,3 +178,53 @@ def test_pages_are_readable_without_javascript(
         expect(tab.get_by_text("The chart needs JavaScript")).to_be_visible()
     finally:
         context.close()
+
+
+def test_a_stream_named_with_control_characters_goes_through_forms_and_actions(
+    page: Page, site: str, redis_url: str
+) -> None:
+    """The browser rewrites NUL and CR in form fields (and CR LF in option values): names
+    travel encoded, so the filter form and every action reach the very stream."""
+    stream = f"q\x00 n\r\ne\tü/%2F%20+&名 {uuid.uuid4().hex[:8]}"
+    group, shown_stream = "g\r\nx\x00", one_line(stream)
+    letters = Keys(stream).dead_letters
+    r = sync_client(redis_url, stream)
+    try:
+        ids = [r.xadd(stream, {"type": "job", "data": str(i)}).decode() for i in range(3)]
+        r.xgroup_create(stream, "audit", id="0")
+        r.xgroup_create(stream, group, id="0")
+        r.xreadgroup(group, "c1", {stream: ">"}, count=2)
+        for i in range(2):
+            r.xadd(letters, {"type": "job", "data": f'"letter {i}"', "original_id": ids[2]})
+        page.goto(site + "/")
+        page.locator("#topics a", has_text=shown_stream).click()
+        expect(page.locator("h1")).to_have_text(shown_stream)
+        page.get_by_role("link", name="Pending", exact=True).click()
+        page.get_by_label("Group").select_option(label=f"{one_line(group)} (2)")
+        page.get_by_role("button", name="Show").click()
+        expect(page.locator("#pending tbody tr")).to_have_count(2)
+        page.get_by_role("link", name="Log in with the token to change data").click()
+        page.get_by_label("Write token").fill(TOKEN)
+        page.get_by_role("button", name="Log in").click()
+        expect(page.locator("#pending tbody tr")).to_have_count(2)  # back where it came from
+        page.get_by_role("button", name="Stop", exact=True).first.click()
+        expect(page.locator(".flash.ok")).to_contain_text(f"stopped {ids[0]}")
+        expect(page.locator("#pending tbody tr")).to_have_count(1)
+        page.get_by_role("link", name="Stopped IDs (1)").click()
+        page.get_by_role("button", name="Resume", exact=True).click()
+        expect(page.locator(".flash.ok")).to_contain_text(f"resumed {ids[0]}")
+        page.get_by_role("link", name="Dead letters (2)").click()
+        page.get_by_role("button", name="Replay", exact=True).first.click()
+        expect(page.locator(".flash.ok")).to_contain_text("replayed dead letter")
+        page.get_by_label("Type the topic's name to purge all").fill(shown_stream)
+        page.get_by_role("button", name="Purge", exact=True).click()
+        expect(page.locator(".flash.ok")).to_contain_text("purged 1 dead letter(s)")
+        assert r.xlen(stream) == 4 and r.xrevrange(stream, count=1)[0][1][b"data"] == b'"letter 0"'
+        page.get_by_role("link", name="Terminate").click()
+        page.get_by_label("Type the topic's name to confirm").fill(shown_stream)
+        page.get_by_role("button", name="Terminate").click()
+        expect(page.locator(".flash.ok")).to_contain_text("terminated")
+        assert not r.exists(stream) and not r.exists(letters)
+    finally:
+        r.close()
+        delete_stream_keys(redis_url, stream)

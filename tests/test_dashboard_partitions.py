@@ -169,6 +169,8 @@ def test_dead_letters_of_every_partition_are_replayed_and_purged(
     page = web.get("/topic/dead-letters", params={"stream": topic}).text
     letters = re.findall(r'<article class="letter" id="letter-([^"]+)"', page)
     assert [letter.split(":")[0] for letter in letters] == ["0", "1", "2"], letters
+    field = {"stream": topic, "id": letters[2], "field": "data"}  # one field, downloaded
+    assert web.get("/topic/dead-letters/field", params=field).content in (b"1", b"2", b"3")
     csrf = log_in(web)
     one = web.post("/topic/dead-letters/replay",
                    data={"csrf": csrf, "stream": topic, "id": letters[1]})  # fmt: skip

@@ -19,8 +19,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from ..errors import ConfigError, InvalidMessageIdError, MessageNotFoundError
+from .names import name_in
 from .pages import view_of
-from .render import href, page
+from .render import href, page, shown
 from .samples import SampleStore
 from .security import Access, safe_next, same_origin
 from .view import TopicView
@@ -40,15 +41,29 @@ async def authorised_form(request: Request) -> FormData:
     return form
 
 
-def field(form: FormData, name: str, *, strip: bool = True) -> str:
-    """A required text field; 400 without it. An ID typed by hand is stripped of spaces; a
-    stream name (``strip=False``) is taken as it is, since it may hold them."""
+def field(form: FormData, name: str) -> str:
+    """A required text field (an ID, typed by hand: stripped of spaces); 400 without it."""
     value = form.get(name)
-    if isinstance(value, str) and strip:
+    if isinstance(value, str):
         value = value.strip()
     if not isinstance(value, str) or not value:
         raise HTTPException(400, f"the form has no {name!r}")
     return value
+
+
+def stream_field(form: FormData) -> str:
+    """The topic a form names: ``stream64`` (encoded, as the pages' forms send it) or
+    ``stream`` (plain, as a script may), taken as it is; 400 without either."""
+    stream = name_in(form, "stream")
+    if stream is None:
+        raise HTTPException(400, "the form has no 'stream'")
+    return stream
+
+
+def confirmed(form: FormData, stream: str) -> bool:
+    """Whether the form's ``confirm`` is the topic's name, as it is or as the page shows
+    it (control characters as escapes, which no one can type)."""
+    return form.get("confirm") in (stream, shown(stream))
 
 
 def optional_field(form: FormData, name: str) -> str | None:
@@ -78,7 +93,7 @@ async def _act(
 
 async def stop(request: Request) -> Response:
     form = await authorised_form(request)
-    stream, entry_id = field(form, "stream", strip=False), field(form, "id")
+    stream, entry_id = stream_field(form), field(form, "id")
     back = safe_next(optional_field(form, "back"), href("/topic/stopped", stream=stream))
 
     async def run(view: TopicView) -> str:
@@ -90,7 +105,7 @@ async def stop(request: Request) -> Response:
 
 async def resume(request: Request) -> Response:
     form = await authorised_form(request)
-    stream, entry_id = field(form, "stream", strip=False), field(form, "id")
+    stream, entry_id = stream_field(form), field(form, "id")
 
     async def run(view: TopicView) -> str:
         groups = await view.resume_message(entry_id)
@@ -101,7 +116,7 @@ async def resume(request: Request) -> Response:
 
 async def cancel_scheduled(request: Request) -> Response:
     form = await authorised_form(request)
-    stream, scheduled_id = field(form, "stream", strip=False), field(form, "id")
+    stream, scheduled_id = stream_field(form), field(form, "id")
 
     async def run(view: TopicView) -> str:
         if not await view.cancel_scheduled(scheduled_id):
@@ -113,7 +128,7 @@ async def cancel_scheduled(request: Request) -> Response:
 
 async def replay(request: Request) -> Response:
     form = await authorised_form(request)
-    stream, letter_id = field(form, "stream", strip=False), field(form, "id")
+    stream, letter_id = stream_field(form), field(form, "id")
 
     async def run(view: TopicView) -> str:
         (new_id,) = await view.replay_dead_letter(letter_id)
@@ -124,7 +139,7 @@ async def replay(request: Request) -> Response:
 
 async def replay_all(request: Request) -> Response:
     form = await authorised_form(request)
-    stream = field(form, "stream", strip=False)
+    stream = stream_field(form)
 
     async def run(view: TopicView) -> str:
         return f"replayed {len(await view.replay_dead_letter())} dead letter(s)"
@@ -134,9 +149,9 @@ async def replay_all(request: Request) -> Response:
 
 async def purge(request: Request) -> Response:
     form = await authorised_form(request)
-    stream = field(form, "stream", strip=False)
+    stream = stream_field(form)
     back = href("/topic/dead-letters", stream=stream)
-    if form.get("confirm") != stream:
+    if not confirmed(form, stream):
         return outcome(request, back, "not purged: type the topic's name to confirm", status=400)
 
     async def run(view: TopicView) -> str:
@@ -147,8 +162,8 @@ async def purge(request: Request) -> Response:
 
 async def terminate(request: Request) -> Response:
     form = await authorised_form(request)
-    stream = field(form, "stream", strip=False)
-    if form.get("confirm") != stream:
+    stream = stream_field(form)
+    if not confirmed(form, stream):
         back = href("/topic/terminate", stream=stream)
         return outcome(
             request, back, "not terminated: type the topic's name to confirm", status=400

@@ -31,7 +31,8 @@ from ..errors import (
     StreamqError,
 )
 from ..wire.client import connect
-from . import actions, pages
+from . import actions, downloads, pages
+from .limits import ReadSlots
 from .render import build_templates, page
 from .samples import SampleStore
 from .security import Access, display_url
@@ -81,6 +82,7 @@ def create_app(
     )
     app.state.access = Access(token)
     app.state.samples = SampleStore()
+    app.state.read_slots = ReadSlots()
     app.state.templates = build_templates()
     app.state.server_url = display_url(url)
     return app
@@ -92,6 +94,7 @@ ROUTES = [
     Route("/topic/live", pages.topic_live, name="topic_live"),
     Route("/topic/pending", pages.pending, name="pending"),
     Route("/topic/dead-letters", pages.dead_letters, name="dead_letters"),
+    Route("/topic/dead-letters/field", downloads.dead_letter_field, name="dead_letter_field"),
     Route("/topic/stopped", pages.stopped, name="stopped"),
     Route("/topic/scheduled", pages.scheduled, name="scheduled"),
     Route("/topic/terminate", pages.terminate_form, name="terminate_form"),

@@ -1,5 +1,8 @@
 """The pages (GET): topics, a topic with its live fragment, pending entries, dead letters,
-stopped IDs, scheduled messages, the terminate confirmation and the login form. They only read.
+stopped IDs, scheduled messages, the terminate confirmation and the login form. They only
+read, a few at a time (:mod:`.limits`), and never an entry's values whole: the dead-letter
+page shows each field cut on the server (:data:`~.paging.SHOWN_BYTES`) and links its
+download (:mod:`.downloads`), and topic figures leave out the first and last entries' values.
 
 A topic is named in the query string (``/topic?stream=NAME``), not in the path: a stream
 name may hold ``/``, ``?`` or ``#``, which a path segment would mangle.
@@ -13,6 +16,8 @@ from starlette.responses import Response
 
 from ..topic.admin import TopicInfo
 from ..wire.routing import Deployment
+from .limits import reading
+from .names import name_in
 from .paging import dead_letter_page, parse_cursor, pending_page
 from .render import page
 from .samples import SampleStore, chart_series
@@ -27,8 +32,9 @@ def deployment_of(request: Request) -> Deployment:
 
 
 def stream_param(request: Request) -> str:
-    """The ``stream`` named in the query string; 400 if there is none."""
-    stream = request.query_params.get("stream", "")
+    """The ``stream`` (or encoded ``stream64``) named in the query string; 400 if there is
+    none."""
+    stream = name_in(request.query_params, "stream")
     if not stream:
         raise HTTPException(400, "no topic given: add ?stream=NAME")
     return stream
@@ -50,16 +56,19 @@ async def existing_topic(request: Request) -> tuple[TopicView, TopicInfo]:
     return view, info
 
 
+@reading
 async def topics(request: Request) -> Response:
     listing = await list_topics(deployment_of(request))
     return page(request, "topics.html", {"listing": listing})
 
 
+@reading
 async def topic(request: Request) -> Response:
     view, info = await existing_topic(request)
     return page(request, "topic.html", await _live_context(request, view, info))
 
 
+@reading
 async def topic_live(request: Request) -> Response:
     """The part of the topic page that the page polls: figures, groups, partitions, chart
     data."""
@@ -74,9 +83,10 @@ async def _live_context(request: Request, view: TopicView, info: TopicInfo) -> d
     return {"info": info, "view": view, "series": chart_series(samples)}
 
 
+@reading
 async def pending(request: Request) -> Response:
     view, info = await existing_topic(request)
-    group = request.query_params.get("group") or (info.groups[0].name if info.groups else "")
+    group = name_in(request.query_params, "group") or (info.groups[0].name if info.groups else "")
     if group and group not in {g.name for g in info.groups}:
         raise HTTPException(404, f"topic {info.stream!r} has no consumer group {group!r}")
     after = parse_cursor(view, request.query_params.get("after"))
@@ -89,6 +99,7 @@ async def pending(request: Request) -> Response:
     return page(request, "pending.html", context)
 
 
+@reading
 async def dead_letters(request: Request) -> Response:
     view, info = await existing_topic(request)
     after = parse_cursor(view, request.query_params.get("after"))
@@ -97,6 +108,7 @@ async def dead_letters(request: Request) -> Response:
     return page(request, "dead_letters.html", context)
 
 
+@reading
 async def stopped(request: Request) -> Response:
     view, info = await existing_topic(request)
     return page(request, "stopped.html", {"info": info, "view": view})
@@ -105,6 +117,7 @@ async def stopped(request: Request) -> Response:
 SCHEDULED_SHOWN = 200  # the first ones by due time; the tab says how many wait
 
 
+@reading
 async def scheduled(request: Request) -> Response:
     view, info = await existing_topic(request)
     rows = await view.scheduled(limit=SCHEDULED_SHOWN)
@@ -113,6 +126,7 @@ async def scheduled(request: Request) -> Response:
     return page(request, "scheduled.html", context)
 
 
+@reading
 async def terminate_form(request: Request) -> Response:
     view, info = await existing_topic(request)
     return page(request, "terminate.html", {"info": info, "view": view})

@@ -32,6 +32,9 @@ R = TypeVar("R", bound=_Row)
 
 PENDING_PAGE = 50
 DEAD_LETTER_PAGE = 20
+# Each field of a dead letter is read cut to this many bytes (on the server): a page holds
+# at most DEAD_LETTER_PAGE letters of a few such fields, however big the letters are.
+SHOWN_BYTES = 20_000
 
 # what one partition gives: (client, stream, start as XRANGE takes it, count) -> rows
 Fetch = Callable[[aioredis.Redis, str, str, int], Awaitable[list[R]]]
@@ -96,10 +99,10 @@ async def dead_letter_page(
     view: TopicView, *, after: str | None = None, count: int = DEAD_LETTER_PAGE
 ) -> Page[DeadLetter]:
     """Dead letters of the topic after the letter ID ``after``, oldest first in each
-    partition."""
+    partition, each field cut to :data:`SHOWN_BYTES`."""
 
     async def fetch(client: aioredis.Redis, stream: str, start: str, n: int) -> list[DeadLetter]:
-        return await DeadLetters(client, stream).list(n, start)
+        return await DeadLetters(client, stream).list(n, start, limit=SHOWN_BYTES)
 
     return await _over_partitions(view, after, count, fetch, view.qualified_letter)
 

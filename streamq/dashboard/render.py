@@ -20,6 +20,7 @@ from starlette.templating import Jinja2Templates
 
 from ..cli.render import age, one_line, terminal_safe
 from ..topic.deadletter import keep_start
+from .names import encoded
 from .topics import total_lag
 
 # A payload or traceback longer than this is cut on the page, saying how much was left out.
@@ -57,7 +58,7 @@ def build_templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(shown=shown, shown_lines=shown_lines, age=age, when=when)
+    env.filters.update(shown=shown, shown_lines=shown_lines, age=age, when=when, encoded=encoded)
     env.globals.update(href=href, total_lag=total_lag)
     return Jinja2Templates(env=env)
 

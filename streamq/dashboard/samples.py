@@ -6,10 +6,11 @@ the last :data:`RING_SIZE` samples kept in this process. So the chart covers the
 since someone first opened the topic, and is empty again after a restart: it is a view of
 now, not a metrics store (Prometheus is, see :mod:`streamq.metrics`).
 
-A sample is two commands per stream: XINFO STREAM (``entries-added``: what was ever
-published) and XINFO GROUPS (each group's lag, pending count and ``entries-read``); a
-partitioned topic's sample is the sum over its partitions. Rates come from the difference
-between consecutive samples, so a gap in polling shows as an average, not a spike.
+A sample is two commands per stream: XINFO STREAM (in a script that leaves out the first
+and last entries' values; ``entries-added``: what was ever published) and XINFO GROUPS
+(each group's lag, pending count and ``entries-read``); a partitioned topic's sample is
+the sum over its partitions. Rates come from the difference between consecutive samples,
+so a gap in polling shows as an average, not a spike.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import redis.asyncio as aioredis
 
 from ..errors import StreamNotFoundError
 from ..wire import replies
+from ..wire.excerpts import stream_summary
 from .view import TopicView
 
 MIN_INTERVAL = 1.0
@@ -43,7 +45,7 @@ class Sample:
 async def take_sample(client: aioredis.Redis, stream: str) -> Sample | None:
     """A sample of ``stream`` now; None if the stream does not exist."""
     try:
-        info = replies.stream_summary(await client.xinfo_stream(stream))
+        info = await stream_summary(client, stream)  # not the entries' values
         groups = replies.groups(await client.xinfo_groups(stream))
     except StreamNotFoundError:
         return None

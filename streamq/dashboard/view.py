@@ -16,6 +16,7 @@ from ..topic.control import StoppedView
 from ..topic.deadletter import DeadLetter
 from ..topic.operations import TopicOperations
 from ..topic.partitions import partition_streams, recorded_partitions
+from ..wire.keys import Keys
 from ..wire.routing import Deployment
 
 
@@ -65,6 +66,15 @@ class TopicView(TopicOperations):
 
     def qualified_letter(self, partition: int, letter: DeadLetter) -> DeadLetter:
         return self._named_letter(partition, letter)
+
+    def dead_letter_at(self, letter_id: str) -> tuple[aioredis.Redis, str, str]:
+        """The client, dead-letter stream and bare ID of the letter ``letter_id`` (as
+        shown: naming its partition on a partitioned topic).
+
+        Raises InvalidMessageIdError for an ID of no partition of the topic.
+        """
+        index, raw, client = self._locate(letter_id)
+        return client, Keys(self.streams[index]).dead_letters, raw
 
     def part(self, partition: int) -> tuple[str, aioredis.Redis]:
         """The stream of partition ``partition`` and its client."""

@@ -17,7 +17,7 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..ids import StreamId
-from ..wire import replies
+from ..wire import excerpts, replies
 from ..wire.keys import Keys
 from .control import stopped_ids
 
@@ -133,7 +133,7 @@ async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
     stopped = await stopped_ids(client, stream)
     if not await client.exists(stream):
         return TopicInfo(stream, False, 0, None, None, [], dead, stopped)
-    info = replies.stream_summary(await client.xinfo_stream(stream))
+    info = await excerpts.stream_summary(client, stream)  # not the entries' values
     rows = replies.groups(await client.xinfo_groups(stream))
     groups = [await _group_info(client, stream, row) for row in rows]
     return TopicInfo(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from traceback import format_exception
 from typing import Any
 
@@ -29,6 +29,7 @@ from ..ids import StreamId
 from ..log_summary import LogSummary, shortened
 from ..message import RawEntry
 from ..signals import HandlerSignal
+from ..wire.excerpts import range_excerpts
 from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,17 @@ def _text(raw: object) -> str:
     return str(raw)
 
 
+def _prefix_text(raw: bytes) -> str:
+    """The first bytes of a UTF-8 value as text: a character cut in two at the end is
+    left out, not shown as a replacement character."""
+    for end in range(len(raw), max(len(raw) - 4, 0), -1):
+        try:
+            return raw[:end].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return _text(raw)
+
+
 def _int(raw: str | None) -> int:
     try:
         return int(raw or 0)
@@ -67,7 +79,8 @@ class DeadLetter:
 
     ``error_type`` (e.g. ``builtins.KeyError``) and ``traceback`` are set when the failure
     was an exception; ``attempts`` and ``dead_at_ms`` are 0 when the letter lacks them (or
-    holds something else: letters written by hand are listed too).
+    holds something else: letters written by hand are listed too). ``cut``: the full size
+    in bytes of each field listed cut short (:meth:`DeadLetters.list` with a ``limit``).
     """
 
     id: str
@@ -82,28 +95,35 @@ class DeadLetter:
     dead_at_ms: int
     error_type: str | None = None
     traceback: str | None = None
+    cut: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_fields(cls, entry_id: bytes | str, fields: dict[Any, Any]) -> DeadLetter:
-        """Read a dead-letter entry; never raises, fills what the entry has."""
+    def from_fields(
+        cls, entry_id: bytes | str, fields: dict[Any, Any], cut: dict[bytes, int] | None = None
+    ) -> DeadLetter:
+        """Read a dead-letter entry; never raises, fills what the entry has. ``cut``: the
+        full sizes of the fields given cut short."""
 
-        def field(name: bytes) -> str | None:
+        def value(name: bytes) -> str | None:
             raw = fields.get(name)
-            return _text(raw) if raw is not None else None
+            if raw is None:
+                return None
+            return _prefix_text(raw) if cut and name in cut else _text(raw)
 
         return cls(
             id=_text(entry_id),
-            original_id=field(b"original_id") or "",
-            type=field(b"type"),
-            data=field(b"data"),
-            meta=field(b"meta"),
-            group=field(b"group") or "",
-            consumer=field(b"consumer") or "",
-            error=field(b"error") or "",
-            attempts=_int(field(b"attempts")),
-            dead_at_ms=_int(field(b"dead_at_ms")),
-            error_type=field(b"error_type"),
-            traceback=field(b"traceback"),
+            original_id=value(b"original_id") or "",
+            type=value(b"type"),
+            data=value(b"data"),
+            meta=value(b"meta"),
+            group=value(b"group") or "",
+            consumer=value(b"consumer") or "",
+            error=value(b"error") or "",
+            attempts=_int(value(b"attempts")),
+            dead_at_ms=_int(value(b"dead_at_ms")),
+            error_type=value(b"error_type"),
+            traceback=value(b"traceback"),
+            cut={_text(name): size for name, size in (cut or {}).items()},
         )
 
 
@@ -222,8 +242,18 @@ class DeadLetters:
             exc_info=exception if failed else None,
         )  # fmt: skip
 
-    async def list(self, count: int = 100, start: str = "-") -> builtins.list[DeadLetter]:
-        """The oldest ``count`` dead letters from ``start``."""
+    async def list(
+        self, count: int = 100, start: str = "-", *, limit: int | None = None
+    ) -> builtins.list[DeadLetter]:
+        """The oldest ``count`` dead letters from ``start``.
+
+        ``limit``: cut each field to its first ``limit`` bytes on the server (a letter's
+        ``cut`` says which were cut and their full sizes), so that listing letters of any
+        size takes a bounded amount of memory.
+        """
+        if limit is not None:
+            excerpts = await range_excerpts(self._client, self.key, start, "+", count, limit)
+            return [DeadLetter.from_fields(e.id, e.fields, e.sizes) for e in excerpts]
         rows = await self._client.xrange(self.key, min=start, max="+", count=count)
         return [DeadLetter.from_fields(entry_id, fields) for entry_id, fields in rows]
 
