@@ -33,7 +33,7 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
-from .publisher import Publisher
+from .publish.blocking import Publisher
 from .queue import MessageQueue
 from .signals import PartialFailure, Reject, Retry
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo

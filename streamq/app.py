@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from ._stop_signals import owns_signals, watch_stop_signals
 from .consume.context import inside_handler
 from .errors import ConfigError
 from .queue import MessageQueue
-from .stop_signals import owns_signals, watch_stop_signals
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer, QueueCollector

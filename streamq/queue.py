@@ -16,6 +16,10 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
+from ._health import health_report
+from ._registration import HandlerRegistry
+from ._stop_signals import owns_signals, watch_stop_signals
+from ._task_groups import task_group_around_block
 from .config import (
     BatchConfig,
     CleanupPolicy,
@@ -31,12 +35,8 @@ from .consume.context import inside_handler
 from .consume.partitioned import PartitionedConsumer
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
-from .health import health_report
 from .logs import run_as_consumer
-from .publishing import PublishOperations
-from .registration import HandlerRegistry
-from .stop_signals import owns_signals, watch_stop_signals
-from .task_groups import task_group_around_block
+from .publish.operations import PublishOperations
 from .topic import admin
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations

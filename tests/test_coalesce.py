@@ -1,4 +1,4 @@
-"""Coalesced publishing (streamq.wire.coalesce): concurrent publishes on one queue share
+"""Coalesced publishing (streamq.publish.coalesce): concurrent publishes on one queue share
 pipelined writes on one connection, each caller gets its own ID or its own error, queued
 callers that are cancelled are not published, a cancelled writer does not fail the others,
 and the queue is bounded. The server's writes are held with ``CLIENT PAUSE ... WRITE`` to
@@ -22,10 +22,10 @@ from streamq import (
     ServerUnavailableError,
     StreamId,
 )
-from streamq.wire import coalesce
+from streamq.publish import coalesce
+from streamq.publish.coalesce import Coalescer, Lane, destination
+from streamq.publish.coalesce_blocking import SyncCoalescer
 from streamq.wire.client import connect
-from streamq.wire.coalesce import Coalescer, Lane, destination
-from streamq.wire.coalesce_sync import SyncCoalescer
 from tests.conftest import QueueFactory, sync_client, wait_for
 from tests.jobs import (
     Job,

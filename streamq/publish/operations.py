@@ -13,10 +13,19 @@ from typing import Any, cast
 import anyio
 import redis.asyncio as aioredis
 
-from .config import Duration
-from .errors import ServerUnavailableError
-from .message import encode_entry
-from .publish_plan import (
+from ..config import Duration
+from ..errors import ServerUnavailableError
+from ..message import encode_entry
+from ..topic.partitions import check_partition_count
+from ..tracing import with_trace_context
+from ..wire import resp
+from ..wire.client import ride_through
+from ..wire.features import Features, probe
+from ..wire.replies import StreamMissing
+from ..wire.routing import Deployment
+from . import idempotency
+from .coalesce import Coalescer
+from .plan import (
     NOMKSTREAM,
     Durability,
     Fields,
@@ -29,14 +38,6 @@ from .publish_plan import (
     stream_options,
     xadd_command,
 )
-from .topic.partitions import check_partition_count
-from .tracing import with_trace_context
-from .wire import idempotency, resp
-from .wire.client import ride_through
-from .wire.coalesce import Coalescer
-from .wire.features import Features, probe
-from .wire.replies import StreamMissing
-from .wire.routing import Deployment
 
 FIRST_RETRY_DELAY = 0.05  # as ride_through's first backoff
 
@@ -132,7 +133,7 @@ class PublishOperations:
 
         ``idempotency_key``: at most one entry per key (within a window): publishing again
         with a key already used returns the first entry's ID and adds nothing, so a
-        producer may retry a publish whose reply it lost (:mod:`streamq.wire.idempotency`:
+        producer may retry a publish whose reply it lost (:mod:`streamq.publish.idempotency`:
         ``XADD ... IDMP`` on Redis >= 8.6, a script elsewhere). Without ``key`` it also
         picks the partition (a retry must go where the first publish went).
         """
@@ -230,7 +231,7 @@ class PublishOperations:
 
     @property
     def coalescer(self) -> Coalescer:
-        """Concurrent publishes share pipelined writes (:mod:`streamq.wire.coalesce`); one
+        """Concurrent publishes share pipelined writes (:mod:`streamq.publish.coalesce`); one
         coalescer per deployment (a reopened queue has new connections)."""
         deployment = self.deployment
         mine = self.__dict__.get("_coalescer")
