@@ -249,7 +249,7 @@ class App:
 
     def collector(self) -> QueueCollector:
         """One Prometheus collector for every queue (extra ``[metrics]``)."""
-        from .metrics import QueueCollector
+        from .metrics import QueueCollector  # extra [metrics]: prometheus_client
 
         return QueueCollector(*self._queues)
 
@@ -258,7 +258,7 @@ class App:
     ) -> MetricsServer:
         """Serve every queue's metrics on one /metrics endpoint (see
         :func:`streamq.metrics.serve_metrics`)."""
-        from .metrics import serve_metrics
+        from .metrics import serve_metrics  # extra [metrics]: prometheus_client
 
         return serve_metrics(*self._queues, port=port, addr=addr, registry=registry)
 

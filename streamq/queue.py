@@ -153,6 +153,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     @property
     def url(self) -> str:
         if self._url is None:
+            # the embedded-server machinery loads only for a queue given no URL
             from .server.single import default_url
 
             self._url = default_url()

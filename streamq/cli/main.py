@@ -39,6 +39,7 @@ from ..errors import (
 from ..ids import StreamId
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
+from ..topic.cleanup import Cleaner
 from ..wire.keys import Keys
 from ..wire.replies import pending_rows, stream_rows
 from .dashboard import add_dashboard_arguments, cmd_dashboard
@@ -202,8 +203,6 @@ async def cmd_terminate(args: argparse.Namespace) -> str:
 
 
 async def cmd_cleanup(args: argparse.Namespace) -> str:
-    from ..topic.cleanup import Cleaner
-
     policy = CleanupPolicy(
         max_stream_length=args.max_length,
         min_retention=args.min_retention,

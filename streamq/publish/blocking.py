@@ -79,6 +79,7 @@ class Publisher:
         if cluster not in (None, True, False):
             raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if url is None:
+            # the embedded-server machinery loads only for a Publisher given no URL
             from ..server.single import default_url
 
             url = default_url()

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import ServerUnavailableError
 from . import keeper
+from .binary import binary_path, free_port
 from .keeper import Paths, file_lock, live_leases, pid_alive, read_info, server_pid
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,6 @@ def _terminate(pid: int, timeout: float = STOP_WAIT) -> None:
 def _preferred_port(paths: Paths, wanted: int | None) -> int:
     """The port asked for, else the last one used (so that URLs held by users keep
     working after a restart), else a free one."""
-    from .single import free_port
-
     if wanted:
         return wanted
     try:
@@ -166,8 +165,6 @@ def _port_free(port: int) -> bool:
 def start_keeper(paths: Paths, port: int) -> ServerInfo:
     """Start a keeper (and so Valkey) on ``port``; raises ServerUnavailableError if it
     does not answer ``ready``. Call with the lock held."""
-    from .single import binary_path
-
     command = [  # -I: no script directory, user site or PYTHON* variables on its path
         sys.executable, "-I", keeper.__file__,
         "--home", str(paths.home), "--binary", str(binary_path()), "--port", str(port),
