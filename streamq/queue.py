@@ -140,7 +140,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         self.cleanup_policy = cleanup or CleanupPolicy()
         self.router = Router()
         self._state = State.NEW
-        self._deployment: Deployment | None = None
+        self._made_deployment: Deployment | None = None
         self._client: aioredis.Redis | None = None
         self._consumer: Consumer | PartitionedConsumer | None = None
         self._stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per partition
@@ -160,29 +160,29 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         return self._url
 
     @property
-    def deployment(self) -> Deployment:
+    def _deployment(self) -> Deployment:
         """The server's node(s): one node or a cluster (connects lazily)."""
         if self._state is State.CLOSED:
             raise QueueStateError("this MessageQueue is closed; open it again with `async with mq`")
-        if self._deployment is None:
-            self._deployment = connect(self.url, cluster=self._cluster)
-        return self._deployment
+        if self._made_deployment is None:
+            self._made_deployment = connect(self.url, cluster=self._cluster)
+        return self._made_deployment
 
     @property
     def client(self) -> aioredis.Redis:
         """The asyncio Redis client for this stream's keys (on a cluster: its slot's master)."""
         if self._client is None:
-            self._client = self.deployment.client_for(self.stream)
+            self._client = self._deployment.client_for(self.stream)
         return self._client
 
-    def client_for(self, stream: str) -> aioredis.Redis:
+    def _client_for(self, stream: str) -> aioredis.Redis:
         """The client for one of this topic's streams (a partition's) and its keys."""
         client = self._clients.get(stream)
         if client is None:
-            client = self._clients[stream] = self.deployment.client_for(stream)
+            client = self._clients[stream] = self._deployment.client_for(stream)
         return client
 
-    async def discover_partitions(self) -> int:
+    async def _discover_partitions(self) -> int:
         """Take the partition count recorded for this topic (for tools that operate on any
         topic, as the CLI does); return it. Only before the queue runs."""
         if self._state is State.RUNNING:
@@ -192,11 +192,11 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         self._stopped = [StoppedView() for _ in self.streams]
         return self.partitions
 
-    def stopped_view(self, partition: int) -> StoppedView:
+    def _stopped_view(self, partition: int) -> StoppedView:
         return self._stopped[partition]
 
-    def node_of(self, stream: str) -> str:
-        return self.deployment.node_of(stream)
+    def _node_of(self, stream: str) -> str:
+        return self._deployment.node_of(stream)
 
     async def __aenter__(self) -> MessageQueue:
         await self.open()
@@ -221,7 +221,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             raise QueueStateError(f"this MessageQueue is already {self._state.value}")
         self._state = State.NEW  # a closed queue reopens with a fresh client
         try:
-            await ride_through(self.deployment, self._prepare)
+            await ride_through(self._deployment, self._prepare)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._close_client()
@@ -231,9 +231,9 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     async def _prepare(self) -> None:
         if self.partitions > 1:  # the topic's own record of its partitions
             await check_permissions(self.client, self.stream, consuming=False, partitioned=True)
-        await self.check_shape()
+        await self._check_shape()
         for stream in self.streams:
-            client = self.client_for(stream)
+            client = self._client_for(stream)
             await check_permissions(
                 client,
                 stream,
@@ -250,7 +250,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         self._state = State.CLOSED
 
     async def _close_client(self) -> None:
-        deployment, self._deployment, self._client = self._deployment, None, None
+        deployment, self._made_deployment, self._client = self._made_deployment, None, None
         self._clients.clear()
         if deployment is not None:
             await deployment.aclose()
@@ -259,7 +259,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
     def _build_consumer(self) -> Consumer | PartitionedConsumer:
         return build_consumer(
             Topic(self.stream, self.streams, self.group, self.consumer),
-            self.client_for,
+            self._client_for,
             self.router,
             Policies(self.config, self.retry, self.batch, self.cleanup_policy),
             self._stopped,
@@ -392,7 +392,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         consumer = self._consumer
         running = self._state is State.RUNNING and consumer is not None and consumer.reading
         closed = self._state is State.CLOSED
-        parts = [] if closed else [(self.client_for(s), s) for s in self.streams]
+        parts = [] if closed else [(self._client_for(s), s) for s in self.streams]
         return await health_report(
             parts, self.group, state=self._state.value, consuming=running,
             stop_reason=self.stop_reason,

@@ -226,7 +226,7 @@ class _closing:
         self.mq = mq
 
     async def __aenter__(self) -> MessageQueue:
-        await self.mq.discover_partitions()  # a partitioned topic is operated as such
+        await self.mq._discover_partitions()  # a partitioned topic is operated as such
         return self.mq
 
     async def __aexit__(self, *exc: object) -> None:
