@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib as _importlib
 import typing as _typing
 
+from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .errors import (
     AuthenticationFailedError,
@@ -33,9 +34,9 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
+from .publish.blocking import Publisher
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
-from .publisher import Publisher
 from .queue import MessageQueue
 from .router import Router
 from .signals import PartialFailure, Reject, Retry
@@ -49,7 +50,6 @@ if _typing.TYPE_CHECKING:
     from .server.sentinel import EmbeddedSentinel
     from .server.single import EmbeddedServer
 
-__version__ = "0.1.0"
 
 _LAZY = {
     "App": ".app",

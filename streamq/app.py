@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from ._stop_signals import owns_signals, watch_stop_signals
 from .consume.context import inside_handler
 from .consume.middlewares import HandlerMiddleware
 from .errors import ConfigError
 from .publish.middlewares import PublishMiddleware
 from .queue import MessageQueue
 from .router import Router
-from .stop_signals import owns_signals, watch_stop_signals
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer, QueueCollector
@@ -290,7 +290,7 @@ class App:
 
     def collector(self) -> QueueCollector:
         """One Prometheus collector for every queue (extra ``[metrics]``)."""
-        from .metrics import QueueCollector
+        from .metrics import QueueCollector  # extra [metrics]: prometheus_client
 
         return QueueCollector(*self._queues)
 
@@ -299,7 +299,7 @@ class App:
     ) -> MetricsServer:
         """Serve every queue's metrics on one /metrics endpoint (see
         :func:`streamq.metrics.serve_metrics`)."""
-        from .metrics import serve_metrics
+        from .metrics import serve_metrics  # extra [metrics]: prometheus_client
 
         return serve_metrics(*self._queues, port=port, addr=addr, registry=registry)
 

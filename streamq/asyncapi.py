@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter
 
-from . import __version__
+from ._version import __version__
 from .config import env_url
 
 if TYPE_CHECKING:

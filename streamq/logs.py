@@ -28,6 +28,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol, TextIO
 
+from .errors import ConfigError
+
 
 class ConsumerContext(NamedTuple):
     stream: str
@@ -159,8 +161,6 @@ def configure_logging(
     """Set up the root logger of a process streamq owns (``streamq run``): one handler
     on stderr, text or JSON, replacing any there was."""
     if fmt not in LOG_FORMATS:
-        from .errors import ConfigError
-
         raise ConfigError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())

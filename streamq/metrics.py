@@ -21,6 +21,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .ids import StreamId
+from .wire import replies
+from .wire.client import connect_sync
+from .wire.keys import Keys
 
 if TYPE_CHECKING:
     from .queue import MessageQueue
@@ -132,11 +136,6 @@ class QueueCollector:
         yield from (length, dead, pending, lag, oldest, scheduled)
 
     def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:
-        from .ids import StreamId
-        from .wire import replies
-        from .wire.client import connect_sync
-        from .wire.keys import Keys
-
         length, dead, pending, lag, oldest, scheduled = families
         deployment = self._deployments.get(url)
         if deployment is None:

@@ -16,6 +16,10 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
+from ._health import health_report
+from ._registration import QueueRegistry
+from ._stop_signals import owns_signals, watch_stop_signals
+from ._task_groups import task_group_around_block
 from .config import (
     BatchConfig,
     CleanupPolicy,
@@ -34,12 +38,8 @@ from .consume.middlewares import with_middlewares
 from .consume.partitioned import PartitionedConsumer
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
-from .health import health_report
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
-from .registration import QueueRegistry
-from .stop_signals import owns_signals, watch_stop_signals
-from .task_groups import task_group_around_block
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
 from .topic.partitions import (
@@ -145,7 +145,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
         self.router = Router()
         self._handler_middlewares, self._publish_middlewares, self._typed_publishers = [], [], {}
         self._state = State.NEW
-        self._deployment: Deployment | None = None
+        self._made_deployment: Deployment | None = None
         self._client: aioredis.Redis | None = None
         self._consumer: AnyConsumer | None = None
         self._positions: dict[str, str] = {}  # fan-out: each stream's read cursor
@@ -159,35 +159,36 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
     @property
     def url(self) -> str:
         if self._url is None:
+            # the embedded-server machinery loads only for a queue given no URL
             from .server.single import default_url
 
             self._url = default_url()
         return self._url
 
     @property
-    def deployment(self) -> Deployment:
+    def _deployment(self) -> Deployment:
         """The server's node(s): one node or a cluster (connects lazily)."""
         if self._state is State.CLOSED:
             raise QueueStateError("this MessageQueue is closed; open it again with `async with mq`")
-        if self._deployment is None:
-            self._deployment = connect(self.url, cluster=self._cluster)
-        return self._deployment
+        if self._made_deployment is None:
+            self._made_deployment = connect(self.url, cluster=self._cluster)
+        return self._made_deployment
 
     @property
     def client(self) -> aioredis.Redis:
         """The asyncio Redis client for this stream's keys (on a cluster: its slot's master)."""
         if self._client is None:
-            self._client = self.deployment.client_for(self.stream)
+            self._client = self._deployment.client_for(self.stream)
         return self._client
 
-    def client_for(self, stream: str) -> aioredis.Redis:
+    def _client_for(self, stream: str) -> aioredis.Redis:
         """The client for one of this topic's streams (a partition's) and its keys."""
         client = self._clients.get(stream)
         if client is None:
-            client = self._clients[stream] = self.deployment.client_for(stream)
+            client = self._clients[stream] = self._deployment.client_for(stream)
         return client
 
-    async def discover_partitions(self) -> int:
+    async def _discover_partitions(self) -> int:
         """Take the partition count recorded for this topic (for tools that operate on any
         topic, as the CLI does); return it. Only before the queue runs."""
         if self._state is State.RUNNING:
@@ -197,11 +198,11 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
         self._stopped = [StoppedView() for _ in self.streams]
         return self.partitions
 
-    def stopped_view(self, partition: int) -> StoppedView:
+    def _stopped_view(self, partition: int) -> StoppedView:
         return self._stopped[partition]
 
-    def node_of(self, stream: str) -> str:
-        return self.deployment.node_of(stream)
+    def _node_of(self, stream: str) -> str:
+        return self._deployment.node_of(stream)
 
     async def __aenter__(self) -> MessageQueue:
         await self.open()
@@ -226,7 +227,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
             raise QueueStateError(f"this MessageQueue is already {self._state.value}")
         self._state = State.NEW  # a closed queue reopens with a fresh client
         try:
-            await ride_through(self.deployment, self._prepare)
+            await ride_through(self._deployment, self._prepare)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._close_client()
@@ -236,9 +237,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
     async def _prepare(self) -> None:
         if self.partitions > 1:  # the topic's own record of its partitions
             await check_permissions(self.client, self.stream, consuming=False, partitioned=True)
-        await self.check_shape()
+        await self._check_shape()
         for stream in self.streams:
-            client = self.client_for(stream)
+            client = self._client_for(stream)
             grouped = self.group is not None  # fan-out: only XREAD, which opening checks
             consuming, cleanup = grouped and bool(len(self.router)), self.cleanup_policy.enabled
             await check_permissions(client, stream, consuming=consuming, cleanup=cleanup)
@@ -252,7 +253,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
         self._state = State.CLOSED
 
     async def _close_client(self) -> None:
-        deployment, self._deployment, self._client = self._deployment, None, None
+        deployment, self._made_deployment, self._client = self._made_deployment, None, None
         self._clients.clear()
         if deployment is not None:
             await deployment.aclose()
@@ -263,8 +264,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
         router = with_middlewares(self.router, self._handler_middlewares)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
         if self.group is None:
-            return FanoutConsumer(topic, self.client_for, router, policies, self._positions)
-        return build_consumer(topic, self.client_for, router, policies, self._stopped)
+            return FanoutConsumer(topic, self._client_for, router, policies, self._positions)
+        return build_consumer(topic, self._client_for, router, policies, self._stopped)
 
     async def run(
         self,
@@ -397,7 +398,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
         consumer = self._consumer
         running = self._state is State.RUNNING and consumer is not None and consumer.reading
         closed = self._state is State.CLOSED
-        parts = [] if closed else [(self.client_for(s), s) for s in self.streams]
+        parts = [] if closed else [(self._client_for(s), s) for s in self.streams]
         return await health_report(
             parts, self.group, state=self._state.value, consuming=running,
             stop_reason=self.stop_reason,

@@ -24,11 +24,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 
+from ._registration import F, HandlerRegistry
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware
 from .consume.router import Route
 from .consume.router import Router as RouteTable
 from .publish.periodic import Periodic, add_periodic, make_periodic
-from .registration import F, HandlerRegistry
 
 
 class Router(HandlerRegistry):

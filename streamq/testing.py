@@ -29,6 +29,7 @@ from .config import ConsumerConfig, StartFrom, env_url
 from .errors import RedisFailure
 from .queue import MessageQueue
 from .server.single import EmbeddedServer
+from .wire.client import connect_sync
 from .wire.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def streamq_cluster_url() -> Iterator[str]:
     ``$STREAMQ_CLUSTER_URL``, else an embedded cluster of three masters started once."""
     import os
 
+    # a cluster (or sentinel, below) is started only by the tests that ask for one
     from .server.cluster import ENV_CLUSTER_URL, EmbeddedCluster
 
     url = os.environ.get(ENV_CLUSTER_URL)
@@ -70,7 +72,7 @@ def streamq_sentinel_url() -> Iterator[str]:
     else an embedded master, one replica and three sentinels started once."""
     import os
 
-    from .server.sentinel import ENV_SENTINEL_URL, EmbeddedSentinel
+    from .server.sentinel import ENV_SENTINEL_URL, EmbeddedSentinel  # only when asked
 
     url = os.environ.get(ENV_SENTINEL_URL)
     if url:
@@ -91,8 +93,6 @@ def streamq_stream(streamq_url: str) -> Iterator[str]:
 def delete_stream_keys(url: str, stream: str) -> None:
     """Delete ``stream`` and every ``streamq:{<stream>}:*`` key (best effort: a test that
     broke the server must not also fail its teardown)."""
-    from .wire.client import connect_sync
-
     pattern = _glob_escape(Keys(stream).prefix) + "*"
     try:
         with connect_sync(url).client_for(stream, owner=True) as client:

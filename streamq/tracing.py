@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
+from ._version import __version__
+
 if TYPE_CHECKING:
     from .message import RawEntry
 
@@ -66,8 +68,6 @@ def consumer_tracer(stream: str, group: str, consumer: str) -> ConsumerTracer | 
     provider = _provider or trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
-    from . import __version__
-
     return ConsumerTracer(provider.get_tracer("streamq", __version__), stream, group, consumer)
 
 

@@ -24,6 +24,7 @@ from streamq.dashboard.samples import SampleStore
 from streamq.dashboard.server import bind, url_of, uvicorn_server
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.partitions import partition_streams
+from streamq.wire.client import connect
 from tests.conftest import each_master, wait_for
 
 T = TypeVar("T")
@@ -148,10 +149,14 @@ def partitioned_topic(
         async with mq:
             ids = await mq.publish_many("job", list(range(entries)))
             if read:
-                for stream in mq.streams:
-                    await mq.client_for(stream).xreadgroup(
-                        "billing", "c1", {stream: ">"}, count=read
-                    )
+                deployment = connect(url)
+                try:
+                    for stream in mq.streams:
+                        await deployment.client_for(stream).xreadgroup(
+                            "billing", "c1", {stream: ">"}, count=read
+                        )
+                finally:
+                    await deployment.aclose()
             return ids
 
     return in_own_thread(run)

@@ -59,7 +59,7 @@ async def test_every_feature_through_a_node_that_does_not_serve_the_stream(
     handled = ok_and_poison(mq)
 
     async with mq:
-        assert mq.deployment.cluster is True
+        assert mq._deployment.cluster is True  # white box: routed as a cluster
         ids = await mq.publish_many("ok", range(30))
         ids.append(await mq.publish("ok", 30))
         await mq.publish("poison", 0)
@@ -321,7 +321,7 @@ async def test_a_slot_being_migrated_is_served_without_waiting_then_moved(
         assert terminated.is_set()
         published += await mq.publish_many("ok", range(20, 30))  # MOVED, followed
         await wait_for(lambda: set(published) <= set(handled), what="handled after")
-        assert mq.deployment.node_of(replicated_stream) == f"127.0.0.1:{migration.target.port}"
+        assert mq._deployment.node_of(replicated_stream) == f"127.0.0.1:{migration.target.port}"
         # a handler's ack is sent after it returns (coalesced): wait for it, do not race it
         await wait_for(acknowledged_all(mq), what="every handled entry acknowledged")
         assert (await other.topic_info()).exists is False

@@ -74,7 +74,7 @@ async def test_a_dead_first_node_is_passed_over_for_the_next(
     try:
         with anyio.fail_after(20):
             async with mq, mq.running():
-                assert mq.deployment.cluster is True
+                assert mq._deployment.cluster is True  # white box: routed as a cluster
                 entry_id = await mq.publish("ok", 1)
                 with Publisher(seeded, stream=stream) as publisher:
                     other_id = publisher.publish("ok", 2)

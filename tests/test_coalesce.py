@@ -1,4 +1,4 @@
-"""Coalesced publishing (streamq.wire.coalesce): concurrent publishes on one queue share
+"""Coalesced publishing (streamq.publish.coalesce): concurrent publishes on one queue share
 pipelined writes on one connection, each caller gets its own ID or its own error, queued
 callers that are cancelled are not published, a cancelled writer does not fail the others,
 and the queue is bounded. The server's writes are held with ``CLIENT PAUSE ... WRITE`` to
@@ -22,10 +22,10 @@ from streamq import (
     ServerUnavailableError,
     StreamId,
 )
-from streamq.wire import coalesce
+from streamq.publish import coalesce
+from streamq.publish.coalesce import Coalescer, Lane, destination
+from streamq.publish.coalesce_blocking import SyncCoalescer
 from streamq.wire.client import connect
-from streamq.wire.coalesce import Coalescer, Lane, destination
-from streamq.wire.coalesce_sync import SyncCoalescer
 from tests.conftest import QueueFactory, sync_client, wait_for
 from tests.jobs import (
     Job,
@@ -65,7 +65,12 @@ async def queue_and_lane(make_queue: QueueFactory) -> tuple[MessageQueue, Lane]:
     pause of the server's writes holds what it sends next."""
     mq = make_queue()
     await mq.publish("job", Job(i=-1))
-    return mq, next(iter(mq.coalescer._lanes.values()))
+    return mq, the_lane(mq)
+
+
+def the_lane(mq: MessageQueue) -> Lane:
+    """The queue's one coalescing lane (white box: its connection is what these tests hold)."""
+    return next(iter(mq._coalescer._lanes.values()))
 
 
 async def queue_and_paused_lane(
@@ -210,7 +215,7 @@ async def test_a_publish_after_the_server_closed_the_idle_connection_reconnects(
 ) -> None:
     mq = make_queue()
     first = await mq.publish("job", Job(i=1))
-    lane = next(iter(mq.coalescer._lanes.values()))
+    lane = the_lane(mq)
     kept = lane._connection._connection
     await client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
     await wait_for(lambda: kept._reader is None or kept._reader.at_eof(), what="the close seen")

@@ -9,8 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import MessageFormatError, MessageQueue, NotReplicatedError
+from streamq.publish import idempotency
 from streamq.topic.partitions import partition_for_key
-from streamq.wire import idempotency
 from streamq.wire.features import Features, probe
 from tests.conftest import QueueFactory
 

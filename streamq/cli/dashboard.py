@@ -30,7 +30,7 @@ def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    try:
+    try:  # extra [dashboard]: starlette, jinja2, uvicorn load only for this command
         from ..dashboard import create_app
         from ..dashboard.server import bind, is_loopback, url_of, uvicorn_server
     except ImportError as e:
@@ -64,6 +64,7 @@ def _exit_quietly(signum: int, frame: object) -> None:
 
 def _token(args: argparse.Namespace) -> tuple[str | None, bool]:
     """The write token and whether it was made here."""
+    # the [dashboard] extra loads only for this command
     from ..dashboard.security import new_token
 
     if args.read_only:
@@ -73,7 +74,7 @@ def _token(args: argparse.Namespace) -> tuple[str | None, bool]:
 
 
 def _loopback_names() -> list[str]:
-    from ..dashboard.app import LOOPBACK_HOSTS
+    from ..dashboard.app import LOOPBACK_HOSTS  # extra [dashboard], this command only
 
     return list(LOOPBACK_HOSTS)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from .. import __version__
+from .._version import __version__
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import (
     AuthenticationFailedError,
@@ -41,6 +41,7 @@ from ..errors import (
 from ..ids import StreamId
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
+from ..topic.cleanup import Cleaner
 from ..wire.keys import Keys
 from ..wire.replies import pending_rows
 from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
@@ -216,8 +217,6 @@ async def cmd_terminate(args: argparse.Namespace) -> str:
 
 
 async def cmd_cleanup(args: argparse.Namespace) -> str:
-    from ..topic.cleanup import Cleaner
-
     policy = CleanupPolicy(
         max_stream_length=args.max_length,
         min_retention=args.min_retention,
@@ -241,7 +240,7 @@ class _closing:
         self.mq = mq
 
     async def __aenter__(self) -> MessageQueue:
-        await self.mq.discover_partitions()  # a partitioned topic is operated as such
+        await self.mq._discover_partitions()  # a partitioned topic is operated as such
         return self.mq
 
     async def __aexit__(self, *exc: object) -> None:

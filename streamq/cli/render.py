@@ -15,18 +15,12 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from .._text import age as age
+from .._text import one_line as one_line
+from .._text import terminal_safe as terminal_safe
 from ..topic.admin import TopicInfo
 from ..topic.deadletter import DeadLetter, keep_start
 from ..wire.replies import Pending, text
-
-# C0 and C1 controls and DEL (Unicode category Cc), the line and paragraph separators, and
-# the bidirectional formatting characters ("Trojan Source").
-_UNSAFE = [*range(0x20), *range(0x7F, 0xA0)]
-_UNSAFE_WIDE = [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F)]
-_UNSAFE_WIDE += range(0x2066, 0x206A)
-_ONE_LINE = {c: f"\\x{c:02x}" for c in _UNSAFE} | {c: f"\\u{c:04x}" for c in _UNSAFE_WIDE}
-_ONE_LINE.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
-_MULTI_LINE = {c: e for c, e in _ONE_LINE.items() if c != ord("\n")}
 
 # A reason longer than this (written by hand: streamq stores at most 4,000 chars) is cut,
 # saying how much was left out.
@@ -35,28 +29,7 @@ TRACEBACK_TAIL_LINES = 3
 _COLUMNS = (b"type", b"data", b"meta")
 
 
-def one_line(value: object) -> str:
-    """``value`` as text with every control character escaped, newlines included."""
-    return str(value).translate(_ONE_LINE)
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with every control character but the newline escaped."""
-    return text.translate(_MULTI_LINE)
-
-
 decoded = text  # a reply value as text; bytes that are not UTF-8 as ``\\x..`` escapes
-
-
-def age(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    seconds = ms / 1000
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def render_info(info: TopicInfo) -> str:

@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..logs import LOG_FORMATS, configure_logging
 from ..run.supervisor import SHUTDOWN_MARGIN, RunOptions, Supervisor
 from ..run.target import load_target, uses_default_server
+from ..server.shared import shared_url
 
 log = logging.getLogger("streamq.run")
 
@@ -73,6 +74,4 @@ def _prepare(options: RunOptions) -> None:
         return
     options.shutdown_timeout = max(mq.config.grace for mq in app.queues) + SHUTDOWN_MARGIN
     if uses_default_server(app) and not env_url():
-        from ..server.shared import shared_url
-
         shared_url()

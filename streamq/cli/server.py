@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..server.cluster import ENV_CLUSTER_URL, EmbeddedCluster
 from ..server.sentinel import ENV_SENTINEL_URL, EmbeddedSentinel
 from ..server.single import EmbeddedServer
+from .shared_server import shared_server_command
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +62,6 @@ def cmd_server(args: argparse.Namespace) -> int:
         raise ConfigError("--sentinel takes only --replicas")
     private = args.private or args.appendonly or args.cluster is not None or args.sentinel
     if args.action != "start" or not private:
-        from .shared_server import shared_server_command
-
         return shared_server_command(args)
     for signum in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop the server, then exit
         signal.signal(signum, _interrupt)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -22,12 +22,9 @@ from anyio.abc import TaskStatus
 from ..message import RawEntry
 from .context import inside_handler
 from .failures import cancelled_by_streamq
-from .inflight import Running, Workers
+from .inflight import InFlight, Running, Workers
 from .router import Route
 from .workqueue import WorkQueue
-
-if TYPE_CHECKING:
-    from .consumer import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +57,33 @@ async def run_worker(
         raise
 
 
+class _Room(Protocol):
+    @property
+    def in_flight(self) -> InFlight: ...
+
+
+class Partition(Protocol):
+    """What the pool needs of a partition's consumer (:class:`~.consumer.Consumer`): its
+    in-flight table, where a stop notice looks, and how it processes an entry."""
+
+    @property
+    def capacity(self) -> _Room: ...
+
+    async def _process(self, entry: RawEntry, route: Route | None, running: Running) -> None: ...
+
+
 class SharedPool:
     """``concurrency`` workers processing the entries of every partition of a topic."""
 
     def __init__(self, concurrency: int, partitions: int) -> None:
-        self.queue: WorkQueue[tuple[Consumer, RawEntry, Route | None]] = WorkQueue()
+        self.queue: WorkQueue[tuple[Partition, RawEntry, Route | None]] = WorkQueue()
         self.workers = Workers()  # shared with each partition's in-flight table
         self._concurrency = concurrency
         self._open = partitions  # entrances not closed yet
         self._scope = anyio.CancelScope()
         self.done = anyio.Event()  # every worker has ended
 
-    def entrance(self, partition: Consumer) -> PoolEntrance:
+    def entrance(self, partition: Partition) -> PoolEntrance:
         return PoolEntrance(self, partition)
 
     def close_one(self) -> None:
@@ -118,7 +130,7 @@ class PoolEntrance:
     """How one partition's consumer hands entries to the shared pool (it stands in for
     the consumer's own work queue: ``put_many`` and ``close``)."""
 
-    def __init__(self, pool: SharedPool, partition: Consumer) -> None:
+    def __init__(self, pool: SharedPool, partition: Partition) -> None:
         self.pool = pool
         self._partition = partition
         self._closed = False

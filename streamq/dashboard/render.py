@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from ..cli.render import age, one_line, terminal_safe
+from .._text import age, one_line, terminal_safe
 from ..topic.deadletter import keep_start
 from .names import encoded
 from .topics import total_lag

@@ -25,7 +25,7 @@ class TopicView(TopicOperations):
     ``deployment``; no consumer group of its own (``seek`` is not offered here)."""
 
     def __init__(self, deployment: Deployment, stream: str, partitions: int = 1) -> None:
-        self._deployment = deployment
+        self._given_deployment = deployment
         self.stream = stream
         self.group = ""
         self.cleanup_policy = CleanupPolicy()
@@ -33,23 +33,23 @@ class TopicView(TopicOperations):
         self.streams = partition_streams(stream, partitions)
 
     @property
-    def deployment(self) -> Deployment:
-        return self._deployment
+    def _deployment(self) -> Deployment:
+        return self._given_deployment
 
     @property
     def client(self) -> aioredis.Redis:
-        return self.deployment.client_for(self.stream)
+        return self._deployment.client_for(self.stream)
 
-    def client_for(self, stream: str) -> aioredis.Redis:
-        return self.deployment.client_for(stream)
+    def _client_for(self, stream: str) -> aioredis.Redis:
+        return self._deployment.client_for(stream)
 
-    def stopped_view(self, partition: int) -> StoppedView:
+    def _stopped_view(self, partition: int) -> StoppedView:
         # a queue keeps its consumers' copy of the stopped IDs; the dashboard has none
         # (consumers learn of a stop from Redis), so a throwaway copy takes the update
         return StoppedView()
 
-    def node_of(self, stream: str) -> str:
-        return self.deployment.node_of(stream)
+    def _node_of(self, stream: str) -> str:
+        return self._deployment.node_of(stream)
 
     @property
     def partitioned(self) -> bool:
@@ -57,7 +57,7 @@ class TopicView(TopicOperations):
 
     def nodes(self) -> list[str]:
         """The nodes serving the topic's streams (as last known), each once."""
-        return sorted({self.node_of(stream) for stream in self.streams})
+        return sorted({self._node_of(stream) for stream in self.streams})
 
     def qualified(self, partition: int, entry_id: str) -> str:
         """An entry ID of partition ``partition`` as shown and accepted: ``"<i>:<id>"`` on
@@ -79,7 +79,7 @@ class TopicView(TopicOperations):
     def part(self, partition: int) -> tuple[str, aioredis.Redis]:
         """The stream of partition ``partition`` and its client."""
         stream = self.streams[partition]
-        return stream, self.client_for(stream)
+        return stream, self._client_for(stream)
 
 
 async def open_view(deployment: Deployment, stream: str) -> TopicView:

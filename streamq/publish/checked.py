@@ -11,13 +11,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..config import Duration
-from ..publishing import PublishOperations
 from .middlewares import Meta, PublishMiddleware, publish_chain
+from .operations import PublishOperations
 from .typed import check_model
 
 if TYPE_CHECKING:
     from ..consume.router import Router
-    from ..publish_plan import Key
+    from .plan import Key
 
 
 class CheckedPublishing(PublishOperations):

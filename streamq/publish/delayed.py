@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis.asyncio as aioredis
 
@@ -30,24 +30,34 @@ if TYPE_CHECKING:
 Key = str | bytes
 
 
-class DelayedPublishing:
-    """Scheduling messages on a queue's topic (part of :class:`streamq.MessageQueue`)."""
+class SchedulingQueue(Protocol):
+    """What :class:`DelayedPublishing` needs of the queue it is mixed into
+    (:class:`~streamq.MessageQueue`): the topic's streams, their clients, the partition
+    rule and the check of the topic's shape."""
 
     partitions: int
     streams: tuple[str, ...]
+    _shape_of: Deployment | None
 
     @property
-    def deployment(self) -> Deployment:
-        raise NotImplementedError
+    def _deployment(self) -> Deployment: ...
 
-    def client_for(self, stream: str) -> aioredis.Redis:
-        raise NotImplementedError
+    def _client_for(self, stream: str) -> aioredis.Redis: ...
 
-    def _partition(self, key: Key | None) -> int:
-        raise NotImplementedError
+    def _partition(self, key: Key | None) -> int: ...
 
-    async def _check_shape_once(self) -> None:
-        raise NotImplementedError
+    async def _check_shape_once(self) -> None: ...
+
+
+# the type checker sees the protocol's members; at run time the queue provides them
+if TYPE_CHECKING:
+    _Queue = SchedulingQueue
+else:
+    _Queue = object
+
+
+class DelayedPublishing(_Queue):
+    """Scheduling messages on a queue's topic (part of :class:`streamq.MessageQueue`)."""
 
     async def _schedule(
         self,
@@ -66,7 +76,7 @@ class DelayedPublishing:
         name = scheduling.checked_schedule_id(schedule_id)
         meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
         payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
-        if self.__dict__.get("_shape_of") is not self.deployment:
+        if self._shape_of is not self._deployment:
             await self._check_shape_once()
         partition = self._partition(name if key is None else key)
         await self._store(partition, name, due, payload)
@@ -76,12 +86,12 @@ class DelayedPublishing:
 
     async def _store(self, partition: int, name: str, due: int, payload: str) -> None:
         stream = self.streams[partition]
-        client = self.client_for(stream)
+        client = self._client_for(stream)
 
         async def store() -> None:  # the same ID again replaces: safe to retry
             await scheduling.schedule(client, stream, name, due, payload)
 
-        await ride_through(self.deployment, store)
+        await ride_through(self._deployment, store)
 
     async def _cancel_elsewhere(self, name: str, partition: int) -> None:
         """A name scheduled again with another key: the earlier message may wait in
@@ -92,12 +102,12 @@ class DelayedPublishing:
 
     async def _cancel_in(self, partition: int, name: str) -> bool:
         stream = self.streams[partition]
-        client = self.client_for(stream)
+        client = self._client_for(stream)
 
         async def cancel() -> bool:
             return await scheduling.cancel(client, stream, name)
 
-        return await ride_through(self.deployment, cancel)
+        return await ride_through(self._deployment, cancel)
 
     async def _schedule_many(
         self,
@@ -118,7 +128,7 @@ class DelayedPublishing:
             scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
             for item, one_key in zip(items, keys, strict=True)
         ]
-        if self.__dict__.get("_shape_of") is not self.deployment:
+        if self._shape_of is not self._deployment:
             await self._check_shape_once()
         names = [scheduling.checked_schedule_id(None) for _ in items]
         partitions = [
@@ -136,12 +146,12 @@ class DelayedPublishing:
         self, partition: int, names: list[str], due: int, payloads: list[str]
     ) -> None:
         stream = self.streams[partition]
-        client = self.client_for(stream)
+        client = self._client_for(stream)
 
         async def store() -> None:  # each ID again replaces itself: safe to retry
             await scheduling.schedule_many(client, stream, names, due, payloads)
 
-        await ride_through(self.deployment, store)
+        await ride_through(self._deployment, store)
 
 
 def refuse_with_schedule(**options: object) -> None:

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Duration
 from ..message import encode_entry
-from ..publish_plan import Key, choose_partition
 from ..tracing import with_trace_context
 from ..wire.client import ride_through_sync
 from . import scheduling
+from .plan import Key, choose_partition
 from .scheduling import ScheduledId
 
 if TYPE_CHECKING:
-    from ..publisher import PublishedTopic
     from ..wire.routing_sync import SyncDeployment
+    from .blocking import PublishedTopic
 
 
 class BlockingScheduler:

@@ -21,8 +21,8 @@ from ..errors import MessageFormatError
 from ..message import validate_type_name
 
 if TYPE_CHECKING:
-    from ..publish_plan import Key
     from ..queue import MessageQueue
+    from .plan import Key
 
 M = TypeVar("M")
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import redis
 
 from ..errors import ConfigError, ServerUnavailableError
+from .binary import free_port
 from .cluster_nodes import (
     SLOTS,
     ClusterNode,
@@ -32,7 +33,7 @@ from .cluster_nodes import (
     view_problem,
 )
 from .process_set import ProcessSet
-from .single import PORT_ATTEMPTS, free_port
+from .single import PORT_ATTEMPTS
 
 ENV_CLUSTER_URL = "STREAMQ_CLUSTER_URL"
 READY_TIMEOUT = 30.0  # a loaded 2-core machine; an idle one is ready in ~2.5 s

@@ -19,8 +19,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .binary import binary_path
 from .private import reap, spawn_private
-from .single import STOP_TIMEOUT, binary_path
+from .single import STOP_TIMEOUT
 
 SLOTS = 16384
 COMMAND_TIMEOUT = 2.0

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 import redis
 
 from ..errors import ConfigError, ServerUnavailableError
+from .binary import binary_path, free_port
 from .cluster_nodes import NodeProcess
 from .process_set import ProcessSet
-from .single import PORT_ATTEMPTS, binary_path, free_port
+from .single import PORT_ATTEMPTS
 
 ENV_SENTINEL_URL = "STREAMQ_SENTINEL_URL"
 SERVICE_NAME = "streamq"

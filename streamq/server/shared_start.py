@@ -11,6 +11,7 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from typing import Any
 
 from ..errors import ServerUnavailableError
 from . import keeper
+from .binary import binary_path, free_port
 from .keeper import Paths, pid_alive, read_info, server_pid, server_state
 
 log = logging.getLogger("streamq.server.shared")  # one logger for the shared server's story
@@ -148,8 +150,6 @@ def terminate(pid: int, timeout: float = STOP_WAIT) -> None:
 def preferred_port(paths: Paths) -> int:
     """The server's recorded port (so that URLs held by running users keep working after
     a restart), else a free one; a recorded port another program took meanwhile is said."""
-    from .single import free_port
-
     try:
         last = int(paths.last_port.read_text())
     except (OSError, ValueError):
@@ -167,8 +167,6 @@ def preferred_port(paths: Paths) -> int:
 def port_free(port: int) -> bool:
     """Whether a server can listen on ``port``: bound with address reuse, as Valkey does,
     so that connections of the last run still in TIME_WAIT do not push it elsewhere."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -181,8 +179,6 @@ def port_free(port: int) -> bool:
 def start_keeper(paths: Paths, port: int) -> ServerInfo:
     """Start a keeper (and so Valkey) on ``port``; raises ServerUnavailableError if it
     does not answer ``ready``. Call with the lock held."""
-    from .single import binary_path
-
     command = [  # -I: no script directory, user site or PYTHON* variables on its path
         sys.executable, "-I", keeper.__file__,
         "--home", str(paths.home), "--binary", str(binary_path()), "--port", str(port),

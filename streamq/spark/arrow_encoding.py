@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..message import TYPE_PATTERN
-from ..wire import idempotency, resp
+from ..publish import idempotency
+from ..wire import resp
 from .idempotent import IDMP_ROWS, PLAIN, WINDOW_MS, RowKeys
 
 if TYPE_CHECKING:

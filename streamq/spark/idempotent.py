@@ -10,7 +10,7 @@ option ``idempotent`` each row's entry is added under that name:
   default): each run of :data:`IDMP_ROWS` rows is a producer of its own, so every row is
   remembered however large the partition; a retry later than the duration adds again.
 * Elsewhere (Valkey, older Redis), with ``idempotent=true``: the script of
-  :mod:`streamq.wire.idempotency`, which adds the entry and keeps the row's name for an
+  :mod:`streamq.publish.idempotency`, which adds the entry and keeps the row's name for an
   hour in ``streamq:{<stream>}:idmp:<name>``, atomically (a key per row: about 130 bytes
   of server memory per row, for an hour).
 
@@ -26,8 +26,9 @@ from typing import Literal
 
 import redis
 
-from ..publish_plan import stream_options
-from ..wire import idempotency, resp
+from ..publish import idempotency
+from ..publish.plan import stream_options
+from ..wire import resp
 from ..wire.features import probe_sync
 
 IDMP_ROWS = 100  # rows per IDMP producer: the server's default IDMP-MAXSIZE
@@ -52,7 +53,7 @@ class RowKeys:
 
     @property
     def script_flag(self) -> str:
-        """The script's ARGV[2] (see :func:`streamq.wire.idempotency.script_flag`)."""
+        """The script's ARGV[2] (see :func:`streamq.publish.idempotency.script_flag`)."""
         return idempotency.script_flag(self.make_stream)
 
     def pack(

@@ -17,6 +17,7 @@ from pyspark.sql.datasource import InputPartition
 from ..errors import DataLossError
 from ..ids import MAX_SEQ, StreamId
 from ..wire import replies
+from ..wire.client import connect_sync
 from .options import ReadOptions
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,6 @@ def split_range(
 def connect(url: str, stream: str) -> Any:
     """A blocking client for ``stream``'s keys (any node of a cluster works); closing it
     closes its connections."""
-    from ..wire.client import connect_sync
-
     return connect_sync(url).client_for(stream, owner=True)
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..errors import ConfigError
+
 ENTRY_SCHEMA = (
     "id string, type string, data string, meta map<string,string>, published_at timestamp"
 )
@@ -68,8 +70,6 @@ def typed_schema(model: type[BaseModel], partitioned: bool = False) -> Any:
     reserved = {"id", "type", "meta", "published_at", *(["partition"] if partitioned else [])}
     clash = reserved & set(model.model_fields)
     if clash:
-        from ..errors import ConfigError
-
         raise ConfigError(f"model {model.__name__} has fields named like entry columns: {clash}")
     fields = [
         T.StructField("id", T.StringType(), False),

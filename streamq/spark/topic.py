@@ -23,6 +23,7 @@ from ..topic.partitions import (
     partition_streams,
     recorded_partitions_sync,
 )
+from ..wire.client import connect_sync
 from .offsets import connect
 
 Offset = dict[str, Any]
@@ -118,8 +119,6 @@ class TopicClients:
     """Blocking clients for each partition stream, over one set of connections."""
 
     def __init__(self, url: str, topic: SparkTopic) -> None:
-        from ..wire.client import connect_sync
-
         self._deployment = connect_sync(url)
         self.streams = topic.streams
         self.clients = [self._deployment.client_for(s) for s in self.streams]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -34,12 +34,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class TopicOperations(ScheduledOperations):
-    """The topic operations of a queue on ``stream`` (consumer group ``group``).
-
-    On a partitioned topic each operation goes to the partitions it concerns: an entry ID
-    names its partition (``"3:<ms>-<seq>"``), and listings cover every partition.
-    """
+class TopicQueue(Protocol):
+    """What :class:`TopicOperations` needs of the queue it is mixed into
+    (:class:`~streamq.MessageQueue`, the dashboard's topic view): the topic, its streams,
+    the clients for them and each partition's copy of the stopped IDs."""
 
     stream: str
     group: str | None  # None: a fan-out queue, which has no consumer group
@@ -48,27 +46,37 @@ class TopicOperations(ScheduledOperations):
     streams: tuple[str, ...]
 
     @property
-    def client(self) -> aioredis.Redis:
-        raise NotImplementedError
+    def client(self) -> aioredis.Redis: ...
 
     @property
-    def deployment(self) -> Deployment:
-        raise NotImplementedError
+    def _deployment(self) -> Deployment: ...
 
-    def client_for(self, stream: str) -> aioredis.Redis:
-        raise NotImplementedError
+    def _client_for(self, stream: str) -> aioredis.Redis: ...
 
-    def stopped_view(self, partition: int) -> StoppedView:
-        raise NotImplementedError
+    def _stopped_view(self, partition: int) -> StoppedView: ...
 
-    def node_of(self, stream: str) -> str:
-        raise NotImplementedError
+    def _node_of(self, stream: str) -> str: ...
+
+
+# the type checker sees the protocol's members; at run time the queue provides them
+if TYPE_CHECKING:
+    _Queue = TopicQueue
+else:
+    _Queue = object
+
+
+class TopicOperations(ScheduledOperations, _Queue):
+    """The topic operations of a queue on ``stream`` (consumer group ``group``).
+
+    On a partitioned topic each operation goes to the partitions it concerns: an entry ID
+    names its partition (``"3:<ms>-<seq>"``), and listings cover every partition.
+    """
 
     def _locate(self, entry_id: str) -> tuple[int, str, aioredis.Redis]:
         """The partition, its stream and its client, of an entry ID's text form."""
         where = PartitionedId.parse(entry_id, self.partitions)
         stream = self.streams[where.partition]
-        return where.partition, where.entry_id, self.client_for(stream)
+        return where.partition, where.entry_id, self._client_for(stream)
 
     def _require_group(self, operation: str) -> str:
         """This queue's group, for an operation that needs one (ConfigError on fan-out)."""
@@ -83,13 +91,13 @@ class TopicOperations(ScheduledOperations):
         return entry_id if self.partitions == 1 else f"{partition}:{entry_id}"
 
     def _parts(self) -> list[tuple[int, str, aioredis.Redis]]:
-        return [(i, s, self.client_for(s)) for i, s in enumerate(self.streams)]
+        return [(i, s, self._client_for(s)) for i, s in enumerate(self.streams)]
 
     async def _riding(self, operation: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """``operation(*args, **kwargs)``, retried while a cluster or a Sentinel service
         reconfigures (up to 30 s); on a single node its ServerUnavailableError is raised
         at once."""
-        return await ride_through(self.deployment, partial(operation, *args, **kwargs))
+        return await ride_through(self._deployment, partial(operation, *args, **kwargs))
 
     # -- control --------------------------------------------------------------------
     async def stop_message(self, entry_id: str) -> int:
@@ -103,7 +111,7 @@ class TopicOperations(ScheduledOperations):
         index, raw, client = self._locate(entry_id)
         stream = self.streams[index]
         groups = await self._riding(control.stop_message, client, stream, raw)
-        self.stopped_view(index).ids.add(raw)
+        self._stopped_view(index).ids.add(raw)
         return groups
 
     async def resume_message(self, entry_id: str) -> int:
@@ -117,7 +125,7 @@ class TopicOperations(ScheduledOperations):
         index, raw, client = self._locate(entry_id)
         stream = self.streams[index]
         groups = await self._riding(control.resume_message, client, stream, raw)
-        self.stopped_view(index).ids.discard(raw)
+        self._stopped_view(index).ids.discard(raw)
         return groups
 
     async def stopped_messages(self) -> list[str]:
@@ -161,7 +169,7 @@ class TopicOperations(ScheduledOperations):
         else:
 
             async def partitioned() -> admin.TopicInfo:  # a failover may move a partition
-                parts = [Part(i, s, c, self.node_of(s)) for i, s, c in self._parts()]
+                parts = [Part(i, s, c, self._node_of(s)) for i, s, c in self._parts()]
                 return await partitioned_topic_info(self.stream, parts)
 
             info = await self._riding(partitioned)

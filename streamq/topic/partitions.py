@@ -21,9 +21,7 @@ return value, ``Message.id``, dead letters, stop/resume, the CLI).
 
 from __future__ import annotations
 
-import functools
 import json
-import zlib
 from dataclasses import dataclass
 from typing import cast
 
@@ -33,44 +31,12 @@ import redis.asyncio as aioredis
 from ..errors import ConfigError, InvalidMessageIdError
 from ..ids import StreamId
 from ..wire.keys import Keys
-from ..wire.slots import SLOTS, slot_of
 
-MAX_PARTITIONS = 1024
-
-
-def validate_partitions(partitions: object) -> int:
-    if isinstance(partitions, bool) or not isinstance(partitions, int):
-        raise ConfigError(f"partitions must be an int, got {partitions!r}")
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise ConfigError(f"partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}")
-    return partitions
-
-
-@functools.lru_cache(maxsize=64)
-def partition_streams(topic: str, partitions: int) -> tuple[str, ...]:
-    """The stream of each partition of ``topic`` (a plain topic: the topic itself)."""
-    if partitions == 1:
-        return (topic,)
-    return tuple(_partition_stream(topic, i, partitions) for i in range(partitions))
-
-
-def _partition_stream(topic: str, index: int, partitions: int) -> str:
-    low, high = index * SLOTS // partitions, (index + 1) * SLOTS // partitions
-    salt = 0
-    while True:
-        name = f"{topic}:p{index}.{salt}"
-        if low <= slot_of(name) < high:
-            return name
-        salt += 1
-
-
-def partition_for_key(key: str | bytes, partitions: int) -> int:
-    """The partition of a message published with ``key`` (CRC32 of its UTF-8 bytes)."""
-    if isinstance(key, str):
-        key = key.encode()
-    elif not isinstance(key, bytes):
-        raise ConfigError(f"key must be str or bytes, got {type(key).__name__}")
-    return zlib.crc32(key) % partitions
+# re-exported: the names every importer of this module used before they moved down
+from ..wire.partition_names import MAX_PARTITIONS as MAX_PARTITIONS
+from ..wire.partition_names import partition_for_key as partition_for_key
+from ..wire.partition_names import partition_streams as partition_streams
+from ..wire.partition_names import validate_partitions as validate_partitions
 
 
 @dataclass(frozen=True, slots=True)

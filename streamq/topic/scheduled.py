@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -29,26 +29,35 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class ScheduledOperations:
-    """Scheduled-message operations of a queue's topic (part of MessageQueue)."""
+class ScheduledQueue(Protocol):
+    """What :class:`ScheduledOperations` needs of the queue it is mixed into."""
 
     stream: str
     partitions: int
     streams: tuple[str, ...]
 
     @property
-    def deployment(self) -> Deployment:
-        raise NotImplementedError
+    def _deployment(self) -> Deployment: ...
 
-    def client_for(self, stream: str) -> aioredis.Redis:
-        raise NotImplementedError
+    def _client_for(self, stream: str) -> aioredis.Redis: ...
+
+
+# the type checker sees the protocol's members; at run time the queue provides them
+if TYPE_CHECKING:
+    _Queue = ScheduledQueue
+else:
+    _Queue = object
+
+
+class ScheduledOperations(_Queue):
+    """Scheduled-message operations of a queue's topic (part of MessageQueue)."""
 
     async def _on_partition(
         self, partition: int, operation: Callable[..., Awaitable[T]], *args: Any
     ) -> T:
         stream = self.streams[partition]
-        call = partial(operation, self.client_for(stream), stream, *args)
-        return await ride_through(self.deployment, call)
+        call = partial(operation, self._client_for(stream), stream, *args)
+        return await ride_through(self._deployment, call)
 
     async def cancel_scheduled(self, scheduled_id: str) -> bool:
         """Cancel a scheduled message; True if it was still waiting (False once it was
@@ -77,7 +86,7 @@ class ScheduledOperations:
         """The periodic publishers of this topic, as running processes recorded them, each
         with its last and next tick."""
         return await ride_through(
-            self.deployment, partial(periodic_publishers, self.client_for(self.stream), self.stream)
+            self._deployment, partial(periodic_publishers, self._client_for(self.stream), self.stream)
         )
 
     async def scheduled_summary(self) -> ScheduledSummary:

@@ -22,8 +22,8 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ..errors import AuthenticationFailedError, ConfigError, RedisFailure
-from ..topic.partitions import partition_streams
 from .keys import Keys
+from .partition_names import partition_streams
 from .replies import text
 from .translate import translated
 

@@ -104,7 +104,7 @@ async def execute(
 
 class HeldConnection:
     """One pooled connection kept checked out between commands (:class:`OwnConnection`,
-    the publishing lanes' :class:`~streamq.wire.coalesce.KeptConnection`): dropped and given
+    the publishing lanes' :class:`~streamq.publish.coalesce.KeptConnection`): dropped and given
     back after a failure, given back after a reply saying that the cluster moved the key's
     slot; the next command takes one from the pool again, which finds the master (a
     cluster's slot owner, Sentinel's master)."""

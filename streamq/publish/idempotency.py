@@ -23,8 +23,8 @@ import redis
 import redis.asyncio as aioredis
 
 from ..errors import MessageFormatError
-from .keys import Keys
-from .replies import added_id
+from ..wire.keys import Keys
+from ..wire.replies import added_id
 
 PRODUCERS = 64  # IDMP producer-ids ("streamq:0".."streamq:63") the keys are spread over
 WINDOW = 3600.0  # seconds the fallback remembers a key

@@ -9,17 +9,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 import redis.asyncio as aioredis
 
-from .config import Duration
-from .errors import ServerUnavailableError
-from .message import encode_entry
-from .publish.delayed import DelayedPublishing, refuse_with_schedule
-from .publish.periodic import PeriodicPublishing
-from .publish_plan import (
+from ..config import Duration
+from ..errors import ServerUnavailableError
+from ..message import encode_entry
+from ..topic.partitions import check_partition_count
+from ..tracing import with_trace_context
+from ..wire import resp
+from ..wire.client import ride_through, worth_waiting
+from ..wire.features import Features, probe
+from ..wire.replies import StreamMissing
+from ..wire.routing import Deployment
+from . import idempotency
+from .coalesce import Coalescer
+from .delayed import DelayedPublishing, refuse_with_schedule
+from .periodic import PeriodicPublishing
+from .plan import (
     NOMKSTREAM,
     Durability,
     Fields,
@@ -32,53 +41,60 @@ from .publish_plan import (
     stream_options,
     xadd_command,
 )
-from .topic.partitions import check_partition_count
-from .tracing import with_trace_context
-from .wire import idempotency, resp
-from .wire.client import ride_through, worth_waiting
-from .wire.coalesce import Coalescer
-from .wire.features import Features, probe
-from .wire.replies import StreamMissing
-from .wire.routing import Deployment
 
 FIRST_RETRY_DELAY = 0.05  # as ride_through's first backoff
 
 
-class PublishOperations(DelayedPublishing, PeriodicPublishing):
-    """The publishing side of a queue on ``stream``."""
+class PublishingQueue(Protocol):
+    """What :class:`PublishOperations` needs of the queue it is mixed into
+    (:class:`~streamq.MessageQueue`): the topic's streams and the clients for them."""
 
     stream: str
-
-    @property
-    def client(self) -> aioredis.Redis:
-        raise NotImplementedError
-
-    @property
-    def deployment(self) -> Deployment:
-        raise NotImplementedError
-
     partitions: int
     streams: tuple[str, ...]
+
+    @property
+    def client(self) -> aioredis.Redis: ...
+
+    @property
+    def _deployment(self) -> Deployment: ...
+
+    def _client_for(self, stream: str) -> aioredis.Redis: ...
+
+
+# the type checker sees the protocol's members; at run time the queue provides them
+if TYPE_CHECKING:
+    _Queue = PublishingQueue
+else:
+    _Queue = object
+
+
+class PublishOperations(DelayedPublishing, PeriodicPublishing, _Queue):
+    """The publishing side of a queue on ``stream``."""
+
     _turns: int = 0  # keyless publishes so far: the next goes to this one's partition
+    # per-queue state, made on first use (the class defaults stand until then)
+    _shape_of: Deployment | None = None  # the deployment the topic's shape was checked on
+    _shape_checked_at = -1.0  # when its record was last checked again (a stream was missing)
+    _shape_lock_made: anyio.Lock | None = None
+    _features_of: tuple[Deployment, Features] | None = None
+    _coalescer_of: tuple[Deployment, Coalescer] | None = None
 
-    def client_for(self, stream: str) -> aioredis.Redis:
-        raise NotImplementedError
-
-    async def check_shape(self) -> None:
+    async def _check_shape(self) -> None:
         """Check the topic's recorded partition count against this queue's (recording it
         the first time), as ``open()`` does; a queue that publishes without being opened
         does it at its first publish (once per connection): a plain queue's publish to a
         partitioned topic would go to a stream no consumer reads."""
-        deployment = self.deployment
+        deployment = self._deployment
         await check_partition_count(self.client, self.stream, self.partitions)
-        self.__dict__["_shape_of"] = deployment
+        self._shape_of = deployment
 
     async def _check_shape_once(self) -> None:
         """:meth:`check_shape` for publishes without ``open()``: one at a time (200 first
         publishes at once make one check, not 200 on as many connections)."""
         async with self._shape_lock:
-            if self.__dict__.get("_shape_of") is not self.deployment:
-                await ride_through(self.deployment, self.check_shape)
+            if self._shape_of is not self._deployment:
+                await ride_through(self._deployment, self._check_shape)
 
     async def _check_shape_again(self) -> None:
         """A publish found its stream missing (``NOMKSTREAM``): the topic is new, or was
@@ -88,14 +104,15 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
         they did."""
         found_missing = anyio.current_time()
         async with self._shape_lock:
-            if self.__dict__.get("_shape_checked_at", -1.0) <= found_missing:
-                self.__dict__["_shape_checked_at"] = anyio.current_time()
-                await ride_through(self.deployment, self.check_shape)
+            if self._shape_checked_at <= found_missing:
+                self._shape_checked_at = anyio.current_time()
+                await ride_through(self._deployment, self._check_shape)
 
     @property
     def _shape_lock(self) -> anyio.Lock:
-        lock: anyio.Lock = self.__dict__.setdefault("_shape_lock", anyio.Lock())
-        return lock
+        if self._shape_lock_made is None:
+            self._shape_lock_made = anyio.Lock()
+        return self._shape_lock_made
 
     def _partition(self, key: Key | None) -> int:
         """The partition of a message: by its key's hash, else the next in turn."""
@@ -138,7 +155,7 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
 
         ``idempotency_key``: at most one entry per key (within a window): publishing again
         with a key already used returns the first entry's ID and adds nothing, so a
-        producer may retry a publish whose reply it lost (:mod:`streamq.wire.idempotency`:
+        producer may retry a publish whose reply it lost (:mod:`streamq.publish.idempotency`:
         ``XADD ... IDMP`` on Redis >= 8.6, a script elsewhere). Without ``key`` it also
         picks the partition (a retry must go where the first publish went).
 
@@ -155,7 +172,7 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
             return await self._schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
-        if self.__dict__.get("_shape_of") is not self.deployment:  # inline: the hot path
+        if self._shape_of is not self._deployment:  # inline: the hot path
             await self._check_shape_once()
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         # without a key, the idempotency key picks the partition: a retry goes where the
@@ -165,14 +182,14 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
         if durability is None and once is None:
             stream = self.streams[partition]
             try:  # the usual case, without the wrappers below (a fifth of a publish's CPU)
-                entry_id = await self.coalescer.xadd(
-                    self.client_for(stream), stream, fields, NOMKSTREAM
+                entry_id = await self._coalescer.xadd(
+                    self._client_for(stream), stream, fields, NOMKSTREAM
                 )
                 return named(self.partitions, partition, entry_id)
             except StreamMissing:
                 return await self._add(partition, fields, None, None, found_missing=True)
             except ServerUnavailableError as e:
-                if not worth_waiting(self.deployment, e):
+                if not worth_waiting(self._deployment, e):
                     raise
                 await anyio.sleep(FIRST_RETRY_DELAY)  # then ride through (failover, LOADING)
         return await self._add(partition, fields, durability, once)
@@ -212,7 +229,7 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
         make_stream: bool,
     ) -> str:
         stream = self.streams[partition]
-        client = self.client_for(stream)
+        client = self._client_for(stream)
         if durability is not None:
             entry_id, reached = await self._publish_durably(
                 client, stream, fields, durability, once, make_stream
@@ -223,38 +240,36 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
         async def xadd() -> str:
             if once is not None:
                 return await self._xadd_once(client, stream, fields, once, make_stream)
-            return await self.coalescer.xadd(client, stream, fields, options)
+            return await self._coalescer.xadd(client, stream, fields, options)
 
-        return named(self.partitions, partition, await ride_through(self.deployment, xadd))
+        return named(self.partitions, partition, await ride_through(self._deployment, xadd))
 
     async def _xadd_once(
         self, client: aioredis.Redis, stream: str, fields: Fields, key: str, make_stream: bool
     ) -> str:
         if (await self._server_features()).xadd_idmp:
             options = stream_options(make_stream) + idempotency.idmp_options(key)
-            return await self.coalescer.xadd(client, stream, fields, options)
+            return await self._coalescer.xadd(client, stream, fields, options)
         return await idempotency.fallback_xadd(client, stream, key, fields, make_stream=make_stream)
 
     async def _server_features(self) -> Features:
         """What the server supports beyond Redis 7.0 (:mod:`streamq.wire.features`),
         asked once per connection to a deployment."""
-        deployment = self.deployment
-        known = self.__dict__.get("_features")
+        deployment = self._deployment
+        known = self._features_of
         if known is None or known[0] is not deployment:
-            known = self.__dict__["_features"] = (deployment, await probe(self.client))
-        found: Features = known[1]
-        return found
+            known = self._features_of = (deployment, await probe(self.client))
+        return known[1]
 
     @property
-    def coalescer(self) -> Coalescer:
-        """Concurrent publishes share pipelined writes (:mod:`streamq.wire.coalesce`); one
+    def _coalescer(self) -> Coalescer:
+        """Concurrent publishes share pipelined writes (:mod:`streamq.publish.coalesce`); one
         coalescer per deployment (a reopened queue has new connections)."""
-        deployment = self.deployment
-        mine = self.__dict__.get("_coalescer")
+        deployment = self._deployment
+        mine = self._coalescer_of
         if mine is None or mine[0] is not deployment:
-            mine = self.__dict__["_coalescer"] = (deployment, Coalescer())
-        coalescer: Coalescer = mine[1]
-        return coalescer
+            mine = self._coalescer_of = (deployment, Coalescer())
+        return mine[1]
 
     async def _publish_durably(
         self,
@@ -274,7 +289,7 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
             replies = await resp.execute(client, packed, 2, held=durability.wait)
             return durability.read(replies)
 
-        return await ride_through(self.deployment, xadd_and_wait)
+        return await ride_through(self._deployment, xadd_and_wait)
 
     async def publish_many(
         self,
@@ -299,7 +314,7 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
             return list(await self._schedule_many(message_type, items, meta, key, delay, at))
         meta = with_trace_context(meta)
         encoded = [encode_entry(message_type, item, meta) for item in items]
-        if self.__dict__.get("_shape_of") is not self.deployment:
+        if self._shape_of is not self._deployment:
             await self._check_shape_once()
         ids: list[str] = [""] * len(encoded)
         for partition, positions in group_by_partition(items, key, self._partition).items():
@@ -327,14 +342,14 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
         self, partition: int, entries: list[Fields], chunk: int, *, make_stream: bool
     ) -> list[str | None]:
         stream = self.streams[partition]
-        client = self.client_for(stream)
+        client = self._client_for(stream)
         ids: list[str | None] = []
         for packed, count in packed_chunks(stream, entries, chunk, make_stream=make_stream):
 
             async def send(packed: bytes = packed, count: int = count) -> list[Any]:
                 return await resp.execute(client, packed, count)
 
-            sent = added_ids(await ride_through(self.deployment, send))
+            sent = added_ids(await ride_through(self._deployment, send))
             ids.extend(sent)
             if None in sent:  # the stream is missing: so would it be for the rest
                 break

@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config import Duration, positive, seconds
-from .errors import NotReplicatedError
-from .topic.partitions import partition_for_key
-from .wire import idempotency, resp
-from .wire.replies import added_id
+from ..config import Duration, positive, seconds
+from ..errors import NotReplicatedError
+from ..topic.partitions import partition_for_key
+from ..wire import resp
+from ..wire.replies import added_id
+from . import idempotency
 
 Fields = dict[bytes | str, bytes | str]
 Key = str | bytes

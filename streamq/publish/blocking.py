@@ -13,12 +13,26 @@ from typing import Any, cast
 
 import redis
 
-from .config import Duration
-from .errors import ConfigError
-from .message import encode_entry
-from .publish.delayed import refuse_with_schedule
-from .publish.delayed_sync import BlockingScheduler
-from .publish_plan import (
+from ..config import Duration
+from ..errors import ConfigError
+from ..message import encode_entry
+from ..topic.partitions import (
+    check_partition_count_sync,
+    partition_streams,
+    recorded_partitions_sync,
+    validate_partitions,
+)
+from ..tracing import with_trace_context
+from ..wire import resp
+from ..wire.client import connect_sync, ride_through_sync
+from ..wire.features import Features, probe_sync
+from ..wire.keys import require_stream
+from ..wire.replies import StreamMissing
+from . import idempotency
+from .coalesce_blocking import SyncCoalescer
+from .delayed import refuse_with_schedule
+from .delayed_sync import BlockingScheduler
+from .plan import (
     Durability,
     Fields,
     Key,
@@ -30,19 +44,6 @@ from .publish_plan import (
     stream_options,
     xadd_command,
 )
-from .topic.partitions import (
-    check_partition_count_sync,
-    partition_streams,
-    recorded_partitions_sync,
-    validate_partitions,
-)
-from .tracing import with_trace_context
-from .wire import idempotency, resp
-from .wire.client import connect_sync, ride_through_sync
-from .wire.coalesce_sync import SyncCoalescer
-from .wire.features import Features, probe_sync
-from .wire.keys import require_stream
-from .wire.replies import StreamMissing
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,8 @@ class Publisher:
         if cluster not in (None, True, False):
             raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if url is None:
-            from .server.single import default_url
+            # the embedded-server machinery loads only for a Publisher given no URL
+            from ..server.single import default_url
 
             url = default_url()
         self.url, self.stream = url, stream
@@ -132,7 +134,7 @@ class Publisher:
         started = time.monotonic()
         try:
             return self._publish_to(topic, partition, fields, durability, once, make_stream=False)
-        except StreamMissing:  # see streamq.publish_plan: the topic is new, or was terminated
+        except StreamMissing:  # see streamq.publish.plan: the topic is new, or was terminated
             before, topic = topic, self._resolve_again(time.monotonic())
             if topic.partitions != before.partitions:
                 partition = choose_partition(key, topic.partitions, self._next_turn)
@@ -191,7 +193,7 @@ class Publisher:
         topic = self._topic or self._resolve_topic()
         ids = self._publish_many_to(topic, items, encoded, key, chunk, make_stream=False)
         missing = [position for position, entry_id in enumerate(ids) if entry_id is None]
-        if missing:  # see streamq.publish_plan: the topic is new, or was terminated
+        if missing:  # see streamq.publish.plan: the topic is new, or was terminated
             topic = self._resolve_again(time.monotonic())
             again = self._publish_many_to(
                 topic, [items[i] for i in missing], [encoded[i] for i in missing], key, chunk,

@@ -1,7 +1,7 @@
 """Taking turns to write: the queue of one coalesced publishing lane, without I/O.
 
-Shared by the asyncio lane (:mod:`streamq.wire.coalesce`) and the threads' lane
-(:mod:`streamq.wire.coalesce_sync`), which add only the waiting and the writing. A caller
+Shared by the asyncio lane (:mod:`streamq.publish.coalesce`) and the threads' lane
+(:mod:`streamq.publish.coalesce_blocking`), which add only the waiting and the writing. A caller
 that finds nobody writing sends alone; callers arriving meanwhile queue (:class:`Waiter`);
 when a write completes, the first of them is named to lead the next one, which carries the
 head of the queue (up to ``MAX_BATCH`` entries, the leader's first); each caller of a write

@@ -1,4 +1,4 @@
-"""Coalesced publishing for threads: :mod:`streamq.wire.coalesce` for the blocking client.
+"""Coalesced publishing for threads: :mod:`streamq.publish.coalesce` for the blocking client.
 
 A :class:`streamq.Publisher` shared by the threads of a web server: a thread that finds
 nobody writing sends its XADD at once, alone; threads arriving meanwhile queue, and when the
@@ -15,9 +15,9 @@ from typing import Any
 
 import redis
 
-from . import resp
+from ..wire import resp
+from ..wire.translate import RECONFIGURING, translate
 from .coalesce import MAX_QUEUED, Shape, destination, new_head, outcome, pack_fields
-from .translate import RECONFIGURING, translate
 from .turns import LEADING, Turns, Waiter, joined
 
 

@@ -28,9 +28,9 @@ import anyio
 import redis
 import redis.asyncio as aioredis
 
-from . import resp
-from .replies import added_id
-from .translate import RECONFIGURING, translate
+from ..wire import resp
+from ..wire.replies import added_id
+from ..wire.translate import RECONFIGURING, translate
 from .turns import LEADING, Turns, Waiter, joined
 
 MAX_QUEUED = 10_000  # publishes queued per destination before callers wait for room

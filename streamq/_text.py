@@ -1,0 +1,40 @@
+"""Text shown to people (the ``streamq`` command's tables, the dashboard's pages) made safe.
+
+Every text that comes from Redis (names, types, reasons, tracebacks) is escaped before it
+reaches a terminal or a page: an entry must not be able to send escape sequences (ESC, CSI,
+OSC), rewrite a line (CR) or reorder text (bidi controls). Shared by :mod:`streamq.cli` and
+:mod:`streamq.dashboard`, which otherwise do not import each other's rendering.
+"""
+
+from __future__ import annotations
+
+# C0 and C1 controls and DEL (Unicode category Cc), the line and paragraph separators, and
+# the bidirectional formatting characters ("Trojan Source").
+_UNSAFE = [*range(0x20), *range(0x7F, 0xA0)]
+_UNSAFE_WIDE = [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F)]
+_UNSAFE_WIDE += range(0x2066, 0x206A)
+_ONE_LINE = {c: f"\\x{c:02x}" for c in _UNSAFE} | {c: f"\\u{c:04x}" for c in _UNSAFE_WIDE}
+_ONE_LINE.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+_MULTI_LINE = {c: e for c, e in _ONE_LINE.items() if c != ord("\n")}
+
+
+def one_line(value: object) -> str:
+    """``value`` as text with every control character escaped, newlines included."""
+    return str(value).translate(_ONE_LINE)
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character but the newline escaped."""
+    return text.translate(_MULTI_LINE)
+
+
+def age(ms: int | None) -> str:
+    """How long ago ``ms`` milliseconds is, for people: ``4.2s``, ``3.0m``, ``1.5h``."""
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
