@@ -40,6 +40,7 @@ from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
+from .publish.scheduled import ScheduledOperations
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
 from .topic.partitions import (
@@ -71,7 +72,7 @@ def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class MessageQueue(QueueRegistry, CheckedPublishing, TopicOperations):
+class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicOperations):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:

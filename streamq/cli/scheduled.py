@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..publish.scheduled import PeriodicInfo
 from ..publish.scheduling import ScheduledMessage
 from ..queue import MessageQueue
-from ..topic.scheduled import PeriodicInfo
 from .render import one_line
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from ..config import CleanupPolicy
+from ..publish.scheduled import ScheduledOperations
 from ..topic.control import StoppedView
 from ..topic.deadletter import DeadLetter
 from ..topic.operations import TopicOperations
@@ -20,7 +21,7 @@ from ..wire.keys import Keys
 from ..wire.routing import Deployment
 
 
-class TopicView(TopicOperations):
+class TopicView(ScheduledOperations, TopicOperations):
     """The operations of the topic ``stream`` (``partitions`` as recorded) through
     ``deployment``; no consumer group of its own (``seek`` is not offered here)."""
 

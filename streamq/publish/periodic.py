@@ -127,7 +127,7 @@ def claim_key(topic: str, name: str, tick: float) -> str:
 def record_key(topic: str) -> str:
     """Hash: periodic name -> the last tick published (Unix ms); ``<name>:spec`` -> what
     it publishes and when (JSON: type, every, cron), written by every process that runs
-    it, for listings (:func:`streamq.topic.scheduled.periodic_publishers`)."""
+    it, for listings (:func:`streamq.publish.scheduled.periodic_publishers`)."""
     return Keys(topic).periodic
 
 

@@ -26,9 +26,9 @@ from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
 from .partitioned_info import Part, partitioned_topic_info
 from .partitions import PartitionedId, forget_partitions
-from .scheduled import ScheduledOperations
 
 if TYPE_CHECKING:
+    from ..publish.scheduling import ScheduledSummary
     from ..wire.routing import Deployment
 
 T = TypeVar("T")
@@ -57,6 +57,8 @@ class TopicQueue(Protocol):
 
     def _node_of(self, stream: str) -> str: ...
 
+    async def scheduled_summary(self) -> ScheduledSummary: ...
+
 
 # the type checker sees the protocol's members; at run time the queue provides them
 if TYPE_CHECKING:
@@ -65,7 +67,7 @@ else:
     _Queue = object
 
 
-class TopicOperations(ScheduledOperations, _Queue):
+class TopicOperations(_Queue):
     """The topic operations of a queue on ``stream`` (consumer group ``group``).
 
     On a partitioned topic each operation goes to the partitions it concerns: an entry ID

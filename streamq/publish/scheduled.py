@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import redis.asyncio as aioredis
 
 from ..errors import ConfigError
-from ..publish import scheduling
-from ..publish.periodic import from_spec, record_key
-from ..publish.scheduling import ScheduledId, ScheduledMessage, ScheduledSummary
 from ..wire.client import ride_through
 from ..wire.replies import text
+from . import scheduling
+from .periodic import from_spec, record_key
+from .scheduling import ScheduledId, ScheduledMessage, ScheduledSummary
 
 if TYPE_CHECKING:
     from ..wire.routing import Deployment
@@ -86,7 +86,8 @@ class ScheduledOperations(_Queue):
         """The periodic publishers of this topic, as running processes recorded them, each
         with its last and next tick."""
         return await ride_through(
-            self._deployment, partial(periodic_publishers, self._client_for(self.stream), self.stream)
+            self._deployment,
+            partial(periodic_publishers, self._client_for(self.stream), self.stream),
         )
 
     async def scheduled_summary(self) -> ScheduledSummary:
