@@ -166,9 +166,14 @@ async def test_running_inside_an_asgi_lifespan_and_health(make_queue: QueueFacto
         assert (await from_app.receive())["type"] == "lifespan.startup.complete"
         await mq.publish("job", 7)
         await wait_for(lambda: handled == [7])
+
+        async def acked() -> bool:  # acks are coalesced: sent just after the handler returns
+            report = await mq.health()
+            return (report["pending"], report["lag"]) == (0, 0)
+
+        await wait_for(acked, what="the handled entry's ack")
         health = await mq.health()
         assert health["connected"] and health["consuming"]
-        assert (health["pending"], health["lag"]) == (0, 0)
         await to_app.send({"type": "lifespan.shutdown"})
         assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
     assert mq.done.is_set() and mq.stop_reason == "stopped"
