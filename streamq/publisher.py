@@ -22,6 +22,7 @@ from .publish_plan import (
     added_ids,
     choose_partition,
     group_by_partition,
+    key_of,
     named,
     packed_chunks,
     stream_options,
@@ -109,7 +110,7 @@ class Publisher:
         for :meth:`streamq.MessageQueue.publish`: the same partitions, the same errors
         (MessageFormatError, ConfigError, NotReplicatedError)."""
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
-        fields = encode_entry(message_type, data, meta)
+        fields = encode_entry(message_type, data, meta, key)
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
         # without a key, the idempotency key picks the partition (as MessageQueue.publish)
@@ -169,7 +170,7 @@ class Publisher:
         """
         meta = with_trace_context(meta)
         items = list(items)
-        encoded = [encode_entry(message_type, item, meta) for item in items]
+        encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         topic = self._topic or self._resolve_topic()
         ids = self._publish_many_to(topic, items, encoded, key, chunk, make_stream=False)
         missing = [position for position, entry_id in enumerate(ids) if entry_id is None]

@@ -24,6 +24,7 @@ from .publish_plan import (
     added_ids,
     choose_partition,
     group_by_partition,
+    key_of,
     named,
     packed_chunks,
     stream_options,
@@ -137,7 +138,7 @@ class PublishOperations:
         picks the partition (a retry must go where the first publish went).
         """
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
-        fields = encode_entry(message_type, data, meta)
+        fields = encode_entry(message_type, data, meta, key)
         if self.__dict__.get("_shape_of") is not self.deployment:  # inline: the hot path
             await self._check_shape_once()
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
@@ -276,7 +277,7 @@ class PublishOperations:
         """
         meta = with_trace_context(meta)
         items = list(items)
-        encoded = [encode_entry(message_type, item, meta) for item in items]
+        encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         if self.__dict__.get("_shape_of") is not self.deployment:
             await self._check_shape_once()
         ids: list[str] = [""] * len(encoded)
