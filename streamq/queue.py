@@ -25,10 +25,9 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consume.build import Policies, Topic, build_consumer
-from .consume.consumer import Consumer
+from .consume.build import AnyConsumer, Policies, Topic, build_consumer, build_ordered
 from .consume.context import inside_handler
-from .consume.partitioned import PartitionedConsumer
+from .consume.ordered import OnPoison, check_ordered
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
 from .health import health_report
@@ -40,6 +39,7 @@ from .task_groups import task_group_around_block
 from .topic import admin
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
+from .topic.ownership import check_mode
 from .topic.partitions import (
     partition_streams,
     recorded_partitions,
@@ -82,6 +82,10 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         also be given as a keyword (``grace=10``), which wins over ``config``.
         cluster: ``None`` detects whether ``url`` names a Redis Cluster node (any node
         works); ``True``/``False`` say so (``True`` fails on a single node).
+        ordered: entries of one key one at a time, in publish order, across the group's
+            consumers (docs/guides/ordering.md); ``on_poison``: what an entry failing
+            ``max_deliveries`` times does to its key, ``"dead_letter"`` (it goes on) or
+            ``"halt"`` (it waits for :meth:`release_halted_key`).
 
     Raises ConfigError for invalid arguments, naming the argument.
     """
@@ -109,8 +113,11 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         handler_timeout: Duration | None = None,
         dead_consumer_idle: Duration | None = None,
         stopped_resync: Duration | None = None,
+        ownership_lease: Duration | None = None,
         cluster: bool | None = None,
         partitions: int = 1,
+        ordered: bool = False,
+        on_poison: OnPoison = "dead_letter",
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         validate_stream_name(stream)
@@ -127,8 +134,10 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             block=block, claim_idle=claim_idle, claim_interval=claim_interval,
             claim_count=claim_count, grace=grace, handler_timeout=handler_timeout,
             dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
+            ownership_lease=ownership_lease,
         )  # fmt: skip
         self.config = consumer_config(config, settings, unknown)
+        self.ordered, self.on_poison = check_ordered(ordered, on_poison)
         self._url, self._cluster = url, cluster
         self.partitions = validate_partitions(partitions)
         self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain
@@ -142,7 +151,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
         self._state = State.NEW
         self._deployment: Deployment | None = None
         self._client: aioredis.Redis | None = None
-        self._consumer: Consumer | PartitionedConsumer | None = None
+        self._consumer: AnyConsumer | None = None
         self._stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per partition
         self._clients: dict[str, aioredis.Redis] = {}
         self.done = anyio.Event()
@@ -240,6 +249,10 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
                 cleanup=self.cleanup_policy.enabled,
             )
             await admin.ensure_group(client, stream, self.group, self.start.position)
+        await check_mode(
+            self.client_for, self.stream, self.streams, self.group, self.consumer,
+            ordered=self.ordered, active_within=self.config.ownership_lease,
+        )  # fmt: skip
 
     async def aclose(self) -> None:
         """Stop (if running) and close the connections. ``open()`` may follow."""
@@ -255,7 +268,13 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             await deployment.aclose()
 
     # -- consuming ------------------------------------------------------------------
-    def _build_consumer(self) -> Consumer | PartitionedConsumer:
+    def _build_consumer(self) -> AnyConsumer:
+        if self.ordered:
+            return build_ordered(
+                Topic(self.stream, self.streams, self.group, self.consumer), self.client_for,
+                self.router, Policies(self.config, self.retry, self.batch, self.cleanup_policy),
+                self.on_poison,
+            )  # fmt: skip
         return build_consumer(
             Topic(self.stream, self.streams, self.group, self.consumer),
             self.client_for,
@@ -320,7 +339,7 @@ class MessageQueue(HandlerRegistry, PublishOperations, TopicOperations):
             return False
         return True
 
-    async def _open_until_ready(self, consumer: Consumer | PartitionedConsumer) -> bool:
+    async def _open_until_ready(self, consumer: AnyConsumer) -> bool:
         """Retry opening with backoff until it works (True) or a stop is asked (False)."""
         backoff = OPEN_RETRY_BACKOFF
         while not consumer.stop_requested.is_set():

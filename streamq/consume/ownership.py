@@ -128,9 +128,12 @@ class Ownership:
         if lease is not None:
             await self._store.release(partition, self.me, lease.token)
 
-    def forget(self, partition: int) -> None:
-        """Drop a lease found lost outside a tick (a fenced op was refused)."""
-        self.leases.pop(partition, None)
+    def forget(self, partition: int, token: int | None = None) -> None:
+        """Drop a lease found lost outside a tick (a fenced op was refused); ``token``:
+        only that lease, not a newer one of the same partition."""
+        lease = self.leases.get(partition)
+        if lease is not None and token in (None, lease.token):
+            del self.leases[partition]
 
     async def leave(self) -> None:
         for partition in list(self.leases):
