@@ -12,7 +12,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import ConfigError, Message, MessageQueue, RetryPolicy
+from streamq import ConfigError, Message, MessageQueue, RetryPolicy, StartFrom
 from streamq.wire import ownership as wire
 from tests.conftest import QueueFactory, wait_for
 
@@ -268,3 +268,35 @@ def test_bad_ordered_settings_are_refused() -> None:
         MessageQueue(stream="s", ordered=True, on_poison="drop")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="ownership_lease"):
         MessageQueue(stream="s", ordered=True, ownership_lease=0)
+
+
+async def test_a_terminated_topic_stops_its_ordered_consumers(make_queue: QueueFactory) -> None:
+    mq = make_queue(ordered=True, partitions=2, ownership_lease=LEASE)
+    journal = Journal()
+    journal.register(mq)
+    async with mq:
+        await mq.publish("job", {"n": 0}, key="a")
+        async with mq.running():
+            await wait_for(lambda: journal.handled == 1, what="handled")
+            await mq.terminate_topic()
+            with anyio.fail_after(10):
+                await mq.done.wait()
+    assert mq.auto_stopped and mq.stop_reason in ("topic_terminated", "stream_deleted")
+
+
+async def test_ordered_consumers_keep_keys_in_order_on_a_cluster_too(
+    where: str, topic: str
+) -> None:
+    queues = [
+        MessageQueue(where, stream=topic, group="g", consumer=f"c{i}", partitions=4,
+                     ordered=True, ownership_lease=LEASE, block=0.2, start=StartFrom.EARLIEST)
+        for i in range(2)
+    ]  # fmt: skip
+    journal = Journal()
+    for mq in queues:
+        journal.register(mq, delay=0.002)
+    async with queues[0], queues[1], queues[0].running():
+        published = await _publish(queues[0], [f"k{i}" for i in range(8)], 10)
+        async with queues[1].running():
+            await wait_for(lambda: journal.handled == 80, timeout=20, what="80 handled")
+    assert dict(journal.by_key) == dict(published) and journal.overlaps == []

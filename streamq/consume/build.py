@@ -78,7 +78,7 @@ def build_ordered(
     return OrderedConsumer(
         topic.name, topic.streams, topic.group, topic.consumer, client_for=client_for,
         router=router, config=policies.config, retry=policies.retry, batch=policies.batch,
-        on_poison=on_poison,
+        cleanup=policies.cleanup, on_poison=on_poison,
     )  # fmt: skip
 
 

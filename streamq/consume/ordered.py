@@ -19,7 +19,7 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskGroup, TaskStatus
 
-from ..config import BatchConfig, ConsumerConfig, RetryPolicy
+from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy
 from ..errors import (
     ConfigError,
     GroupNotFoundError,
@@ -27,6 +27,7 @@ from ..errors import (
     ServerUnavailableError,
     StreamNotFoundError,
 )
+from ..topic.cleanup import Cleaner
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .context import Place
@@ -70,12 +71,14 @@ class OrderedConsumer:
         config: ConsumerConfig,
         retry: RetryPolicy,
         batch: BatchConfig,
+        cleanup: CleanupPolicy,
         on_poison: OnPoison,
         clock: Callable[[], float] = anyio.current_time,
     ) -> None:
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
         self._client_for, self.router, self._config = client_for, router, config
         self._retry, self._batch, self._halt = retry, batch, on_poison == "halt"
+        self._cleanup = cleanup
         store = RedisLeases(topic, streams, group, client_for)
         self.ownership = Ownership(store, me, len(streams), config.ownership_lease, clock)
         self._tick = min(config.ownership_lease / 4, MAX_TICK)
@@ -112,6 +115,10 @@ class OrderedConsumer:
         self._gone_seen = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_gone)
+            if self._cleanup.enabled:  # acked entries go, whoever owns their partition
+                for stream in self.streams:
+                    cleaner = Cleaner(self._client_for(stream), stream, self._cleanup)
+                    tg.start_soon(cleaner.run_periodically)
             task_status.started()
             self.reading = True
             try:
