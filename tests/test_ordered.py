@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import ConfigError, Message, MessageQueue, RetryPolicy, StartFrom
+from streamq.consume.acks import Acker
 from streamq.wire import ownership as wire
 from tests.conftest import QueueFactory, wait_for
 
@@ -300,3 +301,40 @@ async def test_ordered_consumers_keep_keys_in_order_on_a_cluster_too(
         async with queues[1].running():
             await wait_for(lambda: journal.handled == 80, timeout=20, what="80 handled")
     assert dict(journal.by_key) == dict(published) and journal.overlaps == []
+
+
+async def test_a_stopped_entry_holds_its_key_until_resumed(make_queue: QueueFactory) -> None:
+    mq = make_queue(ordered=True, ownership_lease=LEASE)
+    handled: list[tuple[str | None, int]] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        handled.append((msg.key, msg.data["n"]))
+
+    async with mq:
+        ids = [await mq.publish("job", {"n": n}, key="a") for n in range(3)]
+        await mq.stop_message(ids[1])
+        await mq.publish("job", {"n": 9}, key="b")
+        async with mq.running():
+            await wait_for(lambda: ("b", 9) in handled and ("a", 0) in handled, what="a0, b9")
+            await anyio.sleep(0.5)  # a1 is stopped: a2 must not run meanwhile
+            assert ("a", 2) not in handled and ("a", 1) not in handled
+            await mq.resume_message(ids[1])
+            await wait_for(lambda: ("a", 2) in handled, what="a resumed")
+    assert [n for key, n in handled if key == "a"] == [0, 1, 2]
+
+
+async def test_the_acker_returns_once_closed_with_acks_still_queued(
+    client: aioredis.Redis, stream: str
+) -> None:
+    """A partition released right after its last ack: the acker sends it and returns at
+    once (it used to wait for a wake-up already spent, up to the flush timeout)."""
+    await client.xgroup_create(stream, "g", id="0", mkstream=True)
+    entry = await client.xadd(stream, {"type": "job", "data": "{}"})
+    await client.xreadgroup("g", "c", {stream: ">"})
+    acker = Acker(client, stream, "g")
+    acker.ack(entry.decode())
+    acker.close()
+    with anyio.fail_after(2):
+        await acker.run()
+    assert acker.acked == 1 and (await client.xpending(stream, "g"))["pending"] == 0

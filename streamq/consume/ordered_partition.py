@@ -33,6 +33,7 @@ from ..wire.replies import text
 from .claiming import delivery_counts
 from .failures import describe
 from .halting import HaltedKeys
+from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, OrderedDispatcher
 from .ordering import KeyedLanes, Room
 from .router import Router
@@ -73,6 +74,7 @@ class PartitionWorker:
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self.dispatcher = make_dispatcher(self.acker, token)
         self.halted = HaltedKeys(client, stream, group)
+        self.holds = StoppedHolds(client, stream, group)
         self.lost = False  # the lease lapsed or a fenced op was refused
         self.draining = False
         self._scope = anyio.CancelScope()  # everything of this partition
@@ -101,10 +103,11 @@ class PartitionWorker:
             with self._scope:
                 async with anyio.create_task_group() as tg:
                     lanes = self._lanes = KeyedLanes(
-                        tg, self._run_entry, self._shared.limiter, self._shared.room
+                        tg, self._run_entry_safely, self._shared.limiter, self._shared.room
                     )
                     tg.start_soon(self._run_acker)
                     tg.start_soon(self.halted.watch, lanes, self._may_act)
+                    tg.start_soon(self.holds.watch, lanes, self._may_act)
                     with self._read_scope:
                         await self._takeover(lanes)
                         await self._read_loop(lanes)
@@ -164,6 +167,7 @@ class PartitionWorker:
                 await room.wait()
                 reply = await self._fenced("read", min(config.read_count, max(room.free(), 1)))
                 if reply[0] == 1:
+                    self.holds.flagged.update(text(i) for i in reply[2])
                     self._add(lanes, replies.entries(reply[1]))
                     continue
                 await self._client.xread(
@@ -193,9 +197,27 @@ class PartitionWorker:
         return reply
 
     # -- handling -------------------------------------------------------------------
+    async def _run_entry_safely(self, entry: RawEntry) -> bool:
+        """:meth:`_run_entry`; an error outside the handler (the server away while an entry
+        is held or halted, a bug) gives the partition up: the next tick takes it again with
+        a new token and takes over its pending entries, so no entry is skipped."""
+        try:
+            return await self._run_entry(entry)
+        except Exception as e:
+            log.error("partition %s: giving it up after an error at entry %s: %s",
+                      self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
+            self.abandon()
+            return False
+
     async def _run_entry(self, entry: RawEntry) -> bool:
         """Handle ``entry`` until it is settled (acked or dead-lettered): True, its lane goes
         on; False if the partition stops here (lost, draining) or its key halted."""
+        if entry.id in self.holds.flagged and await self.holds.hold(entry):
+            return False  # stopped: its key waits until it is resumed
+        if entry.id in self.holds.resumed:
+            self.holds.resumed.discard(entry.id)
+            if not await self.redeliver(entry, fresh=False):
+                return not self.draining and self._may_act()  # deleted: the key goes on
         action = self.halted.released.pop(entry.id, None)
         if action == "skip":
             await self.dispatcher.dead_letter(entry, "skipped by an operator after its key halted")

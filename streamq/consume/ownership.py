@@ -92,6 +92,7 @@ class Ownership:
             target = assign(self.partitions, names, held).get(self.me, set())
         if target != set(self.leases):
             self.rebalances += 1
+            log.debug("%s: assignment %s, holding %s", self.me, sorted(target), sorted(self.leases))
         for partition, lease in self.leases.items():
             if partition not in target and not lease.releasing:
                 lease.releasing = True

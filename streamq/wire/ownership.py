@@ -88,9 +88,10 @@ return 1
 """
 
 # What only the lease's holder may do to the partition's pending list.
-# KEYS: lease hash, stream. ARGV: me, token, group, op, op's arguments.
+# KEYS: lease hash, stream, stopped hash. ARGV: me, token, group, op, op's arguments.
 # Returns {0} when the lease is not held (lost: nothing was done), else per op:
-#   read COUNT     -> {1, rows} or {2, last ID of the stream} when nothing is new
+#   read COUNT     -> {1, rows, IDs of those rows that are stopped} or {2, last ID of the
+#                     stream} when nothing is new
 #   claim START N  -> {1, next start, rows}   (XAUTOCLAIM ... 0: every consumer's entries)
 #   redeliver ID R -> {1, rows}               (XCLAIM to me; R > 0: RETRYCOUNT R)
 #   ack ID...      -> {1, acked count}
@@ -102,7 +103,15 @@ if not valid then return {0} end
 local s, g, me, op = KEYS[2], ARGV[3], ARGV[1], ARGV[4]
 if op == 'read' then
   local r = redis.call('XREADGROUP', 'GROUP', g, me, 'COUNT', ARGV[5], 'STREAMS', s, '>')
-  if r and r[1] and #r[1][2] > 0 then return {1, r[1][2]} end
+  if r and r[1] and #r[1][2] > 0 then
+    local stopped = {}
+    if redis.call('EXISTS', KEYS[3]) == 1 then  -- stop_message was used on this stream
+      for _, row in ipairs(r[1][2]) do
+        if redis.call('HEXISTS', KEYS[3], row[1]) == 1 then stopped[#stopped + 1] = row[1] end
+      end
+    end
+    return {1, r[1][2], stopped}
+  end
   local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
   if #last > 0 then return {2, last[1][1]} end
   return {2, '0-0'}
@@ -210,9 +219,8 @@ async def fenced(
     client: aioredis.Redis, stream: str, group: str, me: str, token: int, *args: str | int
 ) -> list[Any] | None:
     """Run one fenced op (see :data:`FENCED`); None when the lease is no longer held."""
-    reply = await client.eval(
-        FENCED, 2, lease_key(stream, group), stream, me, str(token), group, *args
-    )
+    keys = (lease_key(stream, group), stream, Keys(stream).stopped)
+    reply = await client.eval(FENCED, 3, *keys, me, str(token), group, *args)
     return None if reply[0] == 0 else list(reply)
 
 
