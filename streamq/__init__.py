@@ -10,6 +10,7 @@ import importlib as _importlib
 import typing as _typing
 
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
+from .consume.halting import HaltedKey
 from .errors import (
     AuthenticationFailedError,
     ConfigError,
@@ -84,6 +85,7 @@ __all__ = (
     "GroupExistsError",
     "GroupInfo",
     "GroupNotFoundError",
+    "HaltedKey",
     "HandlerCrashError",
     "HandlerError",
     "InvalidMessageIdError",
