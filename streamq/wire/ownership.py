@@ -220,7 +220,9 @@ async def fenced(
 ) -> list[Any] | None:
     """Run one fenced op (see :data:`FENCED`); None when the lease is no longer held."""
     keys = (lease_key(stream, group), stream, Keys(stream).stopped)
-    reply = await client.eval(FENCED, 3, *keys, me, str(token), group, *args)
+    # EVALSHA (loaded once per server, NOSCRIPT handled): every read and ack runs this one
+    script = client.register_script(FENCED)
+    reply = await script(keys=keys, args=(me, str(token), group, *args))
     return None if reply[0] == 0 else list(reply)
 
 
