@@ -35,7 +35,7 @@ from .failures import describe
 from .gone import confirmed_gone
 from .ordered_dispatch import OrderedDispatcher
 from .ordered_partition import PartitionWorker, Shared
-from .ordering import Room
+from .ordering import Room, Slots
 from .ownership import Changes, Ownership, RedisLeases
 from .router import Router
 from .stats import Stats
@@ -90,8 +90,9 @@ class OrderedConsumer:
         self.error: BaseException | None = None
         self.reading = False
         self._shared = Shared(
-            router, config, retry, anyio.CapacityLimiter(config.concurrency),
-            Room(config.max_in_flight), self.ownership.valid, self._gone,
+            router, config, retry, Slots(config.concurrency),
+            Room(config.max_in_flight, min(config.read_count, config.max_in_flight // 4)),
+            self.ownership.valid, self._gone,
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
         self._acked_before = 0  # acks of the workers that ended

@@ -72,7 +72,7 @@ class OrderedDispatcher(Dispatcher):
         self.halted: dict[str, str] = {}  # entry ID -> why its key halted
         super().__init__(schedule_retry=self._remember_delay, **kwargs)
         self.fencing_token = fencing_token
-        self._halt = halt
+        self.halt = halt
 
     def _remember_delay(self, entry: RawEntry, delay: float) -> None:
         self.retry_delays[entry.id] = delay
@@ -83,14 +83,14 @@ class OrderedDispatcher(Dispatcher):
         return message
 
     async def over_limit(self, entry: RawEntry) -> bool:
-        if self._halt:  # the lane halts it instead (see halts_before_handling)
+        if self.halt:  # the lane halts it instead (see halts_before_handling)
             return False
         return await super().over_limit(entry)
 
     async def halts_before_handling(self, entry: RawEntry) -> bool:
         """With ``on_poison="halt"``: an entry already past ``max_deliveries`` (its earlier
         owner halted on it, or crashed on it) halts its key without another call."""
-        if not self._halt or entry.delivery_count <= self.retry.max_deliveries:
+        if not self.halt or entry.delivery_count <= self.retry.max_deliveries:
             return False
         attempts = await self.attempts(entry)
         if attempts <= self.retry.max_deliveries:
@@ -99,7 +99,7 @@ class OrderedDispatcher(Dispatcher):
         return True
 
     async def failed(self, entry: RawEntry, error: BaseException) -> None:
-        if not self._halt:
+        if not self.halt:
             await super().failed(entry, error)
             return
         attempts = await self.attempts(entry)

@@ -35,7 +35,7 @@ from .failures import describe
 from .halting import HaltedKeys
 from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, OrderedDispatcher
-from .ordering import KeyedLanes, Room
+from .ordering import KeyedLanes, Room, Slots
 from .router import Router
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class Shared:
     router: Router
     config: ConsumerConfig
     retry: RetryPolicy
-    limiter: anyio.CapacityLimiter  # handler slots: ``concurrency``
+    slots: Slots  # handler slots: ``concurrency``
     room: Room  # entries held: ``max_in_flight``
     valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
     on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
@@ -103,7 +103,7 @@ class PartitionWorker:
             with self._scope:
                 async with anyio.create_task_group() as tg:
                     lanes = self._lanes = KeyedLanes(
-                        tg, self._run_entry_safely, self._shared.limiter, self._shared.room
+                        tg, self._run_entry_safely, self._shared.slots, self._shared.room
                     )
                     tg.start_soon(self._run_acker)
                     tg.start_soon(self.halted.watch, lanes, self._may_act)
@@ -240,7 +240,7 @@ class PartitionWorker:
         """One delivery of ``entry``: True (settled), False (its key halted or it cannot be
         delivered again here), None (failed: deliver it again)."""
         dispatcher = self.dispatcher
-        if await dispatcher.halts_before_handling(entry):
+        if dispatcher.halt and await dispatcher.halts_before_handling(entry):
             await self.halted.halt(entry, dispatcher.halted.pop(entry.id))
             return False
         await self._deliver(entry)
@@ -263,6 +263,8 @@ class PartitionWorker:
         try:
             if route is None:
                 await dispatcher.no_route(entry)
+            elif route.single is not None and not dispatcher.traced:
+                await dispatcher.handle_entry(route, entry)  # the log context is set above
             elif route.single is not None:
                 await dispatcher.handle_single(route, entry)
             else:  # a type with only a batch handler: batches of one keep the order

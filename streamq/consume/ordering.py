@@ -22,18 +22,22 @@ RunEntry = Callable[[RawEntry], Awaitable[bool]]
 
 
 class Room:
-    """How many more entries this consumer's lanes may hold (``max_in_flight``)."""
+    """How many more entries this consumer's lanes may hold (``max_in_flight``).
 
-    def __init__(self, limit: int) -> None:
+    Readers wait until a useful amount is free (``low_water``), not one slot: waking every
+    partition's reader for each finished entry would turn reads into one entry each."""
+
+    def __init__(self, limit: int, low_water: int = 1) -> None:
         self.limit, self.held = limit, 0
+        self.low_water = max(1, min(low_water, limit))
         self._freed = anyio.Event()
 
     def free(self) -> int:
         return max(0, self.limit - self.held)
 
     async def wait(self) -> None:
-        while self.held >= self.limit:
-            if self._freed.is_set():  # one event for every waiter: each give() wakes them all
+        while self.free() < self.low_water:
+            if self._freed.is_set():  # one event for every waiter
                 self._freed = anyio.Event()
             await self._freed.wait()
 
@@ -42,8 +46,39 @@ class Room:
 
     def give(self, count: int) -> None:
         self.held -= count
-        if count:
+        if self.free() >= self.low_water:
             self._freed.set()
+
+
+class Slots:
+    """Handler slots shared by the lanes (``concurrency``). Taking a free slot does not
+    yield to the event loop (an anyio ``CapacityLimiter`` checkpoints twice per entry, a
+    measurable cost per entry here); a released slot goes to the longest waiter."""
+
+    def __init__(self, total: int) -> None:
+        self.free = total
+        self._waiters: deque[anyio.Event] = deque()
+
+    async def acquire(self) -> None:
+        if self.free and not self._waiters:
+            self.free -= 1
+            return
+        handed = anyio.Event()
+        self._waiters.append(handed)
+        try:
+            await handed.wait()
+        except BaseException:
+            if handed.is_set():  # the slot came with the cancellation: pass it on
+                self.release()
+            else:
+                self._waiters.remove(handed)
+            raise
+
+    def release(self) -> None:
+        if self._waiters:
+            self._waiters.popleft().set()
+        else:
+            self.free += 1
 
 
 class KeyedLanes:
@@ -51,10 +86,8 @@ class KeyedLanes:
     whether its lane goes on (False: the lane stops, e.g. the lease was lost or the key
     halted; its remaining entries stay where they are, pending in Redis)."""
 
-    def __init__(
-        self, tg: TaskGroup, run_entry: RunEntry, limiter: anyio.CapacityLimiter, room: Room
-    ) -> None:
-        self._tg, self._run_entry, self._limiter, self._room = tg, run_entry, limiter, room
+    def __init__(self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room) -> None:
+        self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
         self._idle = anyio.Event()
         self._idle.set()
@@ -83,8 +116,11 @@ class KeyedLanes:
         lane = self._lanes[key]
         try:
             while lane:
-                async with self._limiter:
+                await self._slots.acquire()
+                try:
                     go_on = await self._run_entry(lane[0])
+                finally:
+                    self._slots.release()
                 if not go_on:
                     self.stopped_keys.add(key)
                     return
