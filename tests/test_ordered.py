@@ -12,7 +12,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import ConfigError, Message, MessageQueue, RetryPolicy, StartFrom
+from streamq import ConfigError, Message, MessageQueue, Retry, RetryPolicy, StartFrom
 from streamq.consume.acks import Acker
 from streamq.wire import ownership as wire
 from tests.conftest import QueueFactory, wait_for
@@ -338,3 +338,26 @@ async def test_the_acker_returns_once_closed_with_acks_still_queued(
     with anyio.fail_after(2):
         await acker.run()
     assert acker.acked == 1 and (await client.xpending(stream, "g"))["pending"] == 0
+
+
+async def test_retry_with_a_delay_keeps_its_key_waiting_behind_it(
+    make_queue: QueueFactory,
+) -> None:
+    mq = make_queue(ordered=True, ownership_lease=LEASE)
+    handled: list[tuple[int, float]] = []
+    asked: list[float] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        if msg.data["n"] == 0 and not asked:
+            asked.append(anyio.current_time())
+            raise Retry(delay=0.3)
+        handled.append((msg.data["n"], anyio.current_time()))
+
+    async with mq:
+        for n in range(3):
+            await mq.publish("job", {"n": n}, key="a")
+        async with mq.running():
+            await wait_for(lambda: len(handled) == 3, what="3 handled")
+    assert [n for n, _ in handled] == [0, 1, 2]
+    assert handled[0][1] - asked[0] >= 0.3
