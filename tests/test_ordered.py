@@ -361,3 +361,20 @@ async def test_retry_with_a_delay_keeps_its_key_waiting_behind_it(
             await wait_for(lambda: len(handled) == 3, what="3 handled")
     assert [n for n, _ in handled] == [0, 1, 2]
     assert handled[0][1] - asked[0] >= 0.3
+
+
+async def test_terminating_the_topic_forgets_its_halted_keys(make_queue: QueueFactory) -> None:
+    retry = RetryPolicy(attempts=1, backoff=0.01, max_backoff=0.05, max_deliveries=1)
+    mq = make_queue(ordered=True, ownership_lease=LEASE, retry=retry, on_poison="halt")
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        raise RuntimeError("poison")
+
+    async with mq:
+        await mq.publish("job", {}, key="a")
+        async with mq.running():
+            await wait_for(_halted(mq), what="halted")
+            await mq.terminate_topic()
+            await mq.done.wait()
+        assert await mq.halted_keys() == []

@@ -1,9 +1,10 @@
 """Halted keys (``on_poison="halt"``): a key whose entry failed ``max_deliveries`` times
 stops, with its later entries behind it, until an operator releases it.
 
-Each halted key is recorded in ``streamq:{<partition stream>}:halted:<group>``: field = the
-key as JSON (``null`` for the keyless entries of the partition), value = JSON ``{"id",
-"reason", "action"}``. An operator releases it by setting ``action`` (:func:`release_key`):
+Each halted key is recorded in ``streamq:{<partition stream>}:halted`` (one hash for every
+group, so that terminating the topic deletes it): field = JSON ``[group, key]`` (key
+``null`` for the keyless entries of the partition), value = JSON ``{"id", "reason",
+"action"}``. An operator releases it by setting ``action`` (:func:`release_key`):
 ``"skip"`` dead-letters the poison entry and the key goes on, ``"retry"`` runs it again with
 a fresh delivery count. The partition's owner polls its halted keys and acts; the record
 outlives an owner (the next one halts on the same entry, which is past ``max_deliveries``,
@@ -16,7 +17,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import redis.asyncio as aioredis
@@ -35,12 +36,16 @@ POLL_INTERVAL = 0.5
 ACTIONS = ("skip", "retry")
 
 
-def halted_key(stream: str, group: str) -> str:
-    return f"{Keys(stream).prefix}halted:{group}"
+def halted_key(stream: str) -> str:
+    return Keys(stream).halted
 
 
-def _field(key: bytes | None) -> str:
-    return json.dumps(None if key is None else key.decode("utf-8", "replace"))
+def _field(group: str, key: str | None) -> str:
+    return json.dumps([group, key])
+
+
+def _lane_field(group: str, key: bytes | None) -> str:
+    return _field(group, None if key is None else key.decode("utf-8", "replace"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +64,14 @@ class HaltedKeys:
     """The halted keys of one owned partition."""
 
     def __init__(self, client: aioredis.Redis, stream: str, group: str) -> None:
-        self._client, self._hash = client, halted_key(stream, group)
+        self._client, self._hash, self._group = client, halted_key(stream), group
         self._waiting: dict[str, tuple[str, LaneKey]] = {}  # field -> (entry ID, lane key)
         self.released: dict[str, str] = {}  # entry ID -> action, for its lane to apply
 
     async def halt(self, entry: RawEntry, reason: str) -> None:
         """Record that ``entry``'s key halts (keeping a release already asked for it)."""
         lane_key = entry.fields.get(b"key")
-        field = _field(lane_key)
+        field = _lane_field(self._group, lane_key)
         known = await self._client.hget(self._hash, field)
         if known is None or json.loads(known).get("id") != entry.id:
             record = {"id": entry.id, "reason": reason, "action": None}
@@ -107,25 +112,26 @@ class HaltedKeys:
 async def list_halted(
     client: aioredis.Redis, stream: str, group: str, partition: int
 ) -> list[HaltedKey]:
-    found = await client.hgetall(halted_key(stream, group))
-    return [_parse(text(field), value, partition) for field, value in found.items()]
-
-
-def _parse(field: str, value: Any, partition: int) -> HaltedKey:
-    record = json.loads(value)
-    return HaltedKey(json.loads(field), partition, record["id"], record["reason"],
-                     record.get("action"))  # fmt: skip
+    found = await client.hgetall(halted_key(stream))
+    halted = []
+    for field, value in found.items():
+        of_group, key = json.loads(text(field))
+        if of_group == group:
+            record = json.loads(value)
+            halted.append(HaltedKey(key, partition, record["id"], record["reason"],
+                                    record.get("action")))  # fmt: skip
+    return halted
 
 
 async def release_key(
     client: aioredis.Redis, stream: str, group: str, key: str | None, action: str
 ) -> bool:
     """Ask the owner to release halted ``key`` with ``action``; False if it is not halted."""
-    field = json.dumps(key)
-    value = await client.hget(halted_key(stream, group), field)
+    field = _field(group, key)
+    value = await client.hget(halted_key(stream), field)
     if value is None:
         return False
     record = json.loads(value)
     record["action"] = action
-    await client.hset(halted_key(stream, group), field, json.dumps(record))
+    await client.hset(halted_key(stream), field, json.dumps(record))
     return True

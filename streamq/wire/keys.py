@@ -62,9 +62,14 @@ class Keys:
         return self.prefix + "partitions"
 
     @property
+    def halted(self) -> str:
+        """Hash of ordered mode's halted keys (see :mod:`streamq.consume.halting`)."""
+        return self.prefix + "halted"
+
+    @property
     def cleanup_lock(self) -> str:
         return self.prefix + "cleanup-lock"
 
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
-        return [self.stopped, self.unrouted, self.cleanup_lock, self.partitions]
+        return [self.stopped, self.unrouted, self.cleanup_lock, self.partitions, self.halted]
