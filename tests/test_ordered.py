@@ -378,3 +378,26 @@ async def test_terminating_the_topic_forgets_its_halted_keys(make_queue: QueueFa
             await mq.terminate_topic()
             await mq.done.wait()
         assert await mq.halted_keys() == []
+
+
+async def test_an_ordered_consumer_exports_its_partitions_rebalances_and_halted_keys(
+    make_queue: QueueFactory,
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamq.metrics import QueueCollector
+
+    mq = make_queue(ordered=True, partitions=3, ownership_lease=LEASE)
+    Journal().register(mq)
+    async with mq.running():
+        await wait_for(lambda: mq.stats().get("owned_partitions") == [0, 1, 2], what="owned")
+        registry = CollectorRegistry()
+        collector = QueueCollector(mq)
+        registry.register(collector)
+        text = (await anyio.to_thread.run_sync(generate_latest, registry)).decode()
+        registry.unregister(collector)
+        collector.close()
+    labels = f'consumer="{mq.consumer}",group="{mq.group}",stream="{mq.stream}"'
+    assert f"streamq_owned_partitions{{{labels}}} 3.0" in text
+    assert f"streamq_halted_keys{{{labels}}} 0.0" in text
+    assert f"streamq_rebalances_total{{{labels}}}" in text
