@@ -32,6 +32,10 @@ async def check_mode(
     in the last ``active_within`` seconds without being ordered members."""
     topic_client = client_for(topic)
     if not ordered:
+        # EXISTS first: a user limited to shared mode's commands (no TIME, no HGETALL) can
+        # open a topic no ordered consumer ever used without being refused anything
+        if not await topic_client.exists(wire.members_key(topic, group)):
+            return
         live = [m for m in await wire.live_members(topic_client, topic, group) if m != me]
         if live:
             raise ConfigError(
