@@ -145,6 +145,7 @@ redis-up: setup
 bench: setup
 	$(PY) -m bench.run
 	$(PY) -m bench.cluster
+	$(PY) -m bench.ordered
 
 lint: setup
 	$(PY) -m ruff check streamq tests bench demos handlers

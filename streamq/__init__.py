@@ -11,6 +11,7 @@ import typing as _typing
 
 from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
+from .consume.halting import HaltedKey
 from .errors import (
     AuthenticationFailedError,
     ConfigError,
@@ -87,6 +88,7 @@ __all__ = (
     "GroupExistsError",
     "GroupInfo",
     "GroupNotFoundError",
+    "HaltedKey",
     "HandlerCrashError",
     "HandlerError",
     "InvalidMessageIdError",

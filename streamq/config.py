@@ -207,7 +207,9 @@ class ConsumerConfig:
     """How the read loop behaves. Defaults suit most services.
 
     ``concurrency``: handlers running at once. ``max_in_flight``: entries fetched but not
-    finished (bounded so fetched entries do not age in the PEL). ``claim_idle``: pending
+    finished (bounded so fetched entries do not age in the PEL). ``ownership_lease``: in
+    ordered mode, how long a partition's lease and a member's heartbeat last (a dead
+    member's partitions move within about this time). ``claim_idle``: pending
     entries idle this long are taken over; leases of running handlers are renewed well
     before that. ``grace``: how long ``stop()`` waits for running handlers. Durations in
     seconds (a ``timedelta`` is accepted too and normalised).
@@ -224,12 +226,14 @@ class ConsumerConfig:
     handler_timeout: float | None = None
     dead_consumer_idle: float = 3600.0
     stopped_resync: float = 30.0
+    ownership_lease: float = 10.0
 
     def __post_init__(self) -> None:
         _check_counts(self, "concurrency", "max_in_flight", "read_count", "claim_count")
         _set_seconds(
-            self, "block", "claim_idle", "claim_interval", "stopped_resync", allow_zero=False
-        )
+            self, "block", "claim_idle", "claim_interval", "stopped_resync", "ownership_lease",
+            allow_zero=False,
+        )  # fmt: skip
         _set_seconds(self, "grace", "dead_consumer_idle")
         _set_seconds(self, "handler_timeout", allow_zero=False, optional=True)
         if self.max_in_flight < self.concurrency:

@@ -1,7 +1,8 @@
 """The Message envelope and wire format v1.
 
 An entry has the fields ``type`` (routing key, 1-128 chars of ``[A-Za-z0-9_.:-]``),
-``data`` (JSON) and optionally ``meta`` (a JSON object of strings). Any Redis client can
+``data`` (JSON), optionally ``meta`` (a JSON object of strings) and ``key`` (the publish
+key, UTF-8 text: ordered consumption keeps the entries of one key in order). Any Redis client can
 produce one: ``XADD task-stream '*' type email data '{"to":"a@b.c"}'``.
 """
 
@@ -16,13 +17,13 @@ from typing import Any, Generic, TypeVar
 import pydantic_core
 from pydantic import BaseModel
 
-from .errors import MessageFormatError
+from .errors import ConfigError, MessageFormatError
 from .ids import StreamId
 
 T = TypeVar("T")
 
 TYPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
-_FIELD_TYPE, _FIELD_DATA, _FIELD_META = b"type", b"data", b"meta"
+_FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY = b"type", b"data", b"meta", b"key"
 
 
 class Message(Generic[T]):
@@ -30,9 +31,14 @@ class Message(Generic[T]):
 
     On a partitioned topic ``id`` names the partition (``"3:1700000000000-0"``, as
     ``publish`` returned it), ``stream`` is the topic and ``partition`` the index (0 on a
-    plain stream)."""
+    plain stream). ``key`` is the publish key (None when the entry has none);
+    ``fencing_token`` is set by an ordered consumer (None otherwise): it grows with each new
+    owner of the partition, so a sink can refuse a write carrying an older one."""
 
-    __slots__ = ("data", "delivery_count", "group", "id", "meta", "partition", "stream", "type")
+    __slots__ = (
+        "data", "delivery_count", "fencing_token", "group", "id", "key", "meta", "partition",
+        "stream", "type",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -44,8 +50,12 @@ class Message(Generic[T]):
         stream: str,
         group: str,
         partition: int = 0,
+        key: str | None = None,
+        fencing_token: int | None = None,
     ) -> None:
         self.id = id
+        self.key = key
+        self.fencing_token = fencing_token
         self.partition = partition
         self.type = type
         self.data = data
@@ -73,9 +83,13 @@ def validate_type_name(name: str) -> str:
 
 
 def encode_entry(
-    type_name: str, data: BaseModel | Any, meta: Mapping[str, str] | None = None
+    type_name: str,
+    data: BaseModel | Any,
+    meta: Mapping[str, str] | None = None,
+    key: str | bytes | None = None,
 ) -> dict[bytes | str, bytes | str]:
-    """The XADD fields for one message."""
+    """The XADD fields for one message (``key``: the publish key, written as the ``key``
+    field; MessageFormatError if it is not text)."""
     validate_type_name(type_name)
     if isinstance(data, BaseModel):
         payload = data.__pydantic_serializer__.to_json(data)
@@ -87,7 +101,35 @@ def encode_entry(
     fields: dict[bytes | str, bytes | str] = {_FIELD_TYPE: type_name, _FIELD_DATA: payload}
     if meta:
         fields[_FIELD_META] = pydantic_core.to_json(_checked_meta(meta))
+    if key is not None:
+        fields[_FIELD_KEY] = _checked_key(key)
     return fields
+
+
+def _checked_key(key: str | bytes) -> str | bytes:
+    """``key`` if it is text (a str, or bytes of UTF-8), else MessageFormatError (bytes that
+    are not UTF-8: a consumer hands the key to handlers as ``Message.key``, a str) or
+    ConfigError (neither str nor bytes)."""
+    if isinstance(key, bytes):
+        try:
+            key.decode()
+        except UnicodeDecodeError:
+            raise MessageFormatError(f"key {key!r} is not UTF-8 text") from None
+        return key
+    if not isinstance(key, str):
+        # as the partition's choice has always said it (a wrong argument, not a wrong message)
+        raise ConfigError(f"key must be str or bytes, got {type(key).__name__}")
+    return key
+
+
+def decode_key(raw: bytes | None) -> str | None:
+    """The ``key`` field as text (None when absent); MessageFormatError if not UTF-8."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise MessageFormatError("'key' is not UTF-8 text") from None
 
 
 def _checked_meta(meta: Mapping[str, str]) -> dict[str, str]:

@@ -102,7 +102,32 @@ class QueueCollector:
                 family.add_metric(values, buckets, h["sum"])
         yield from counters.values()
         yield from (in_flight, duration, batch, lateness)
+        yield from self._ordered_metrics(core, labels)
         yield from self._queue_gauges(core)
+
+    def _ordered_metrics(self, core: Any, labels: list[str]) -> Iterator[Any]:
+        """Of ordered consumers: partitions owned, rebalances, halted keys."""
+        owned = core.GaugeMetricFamily(
+            f"{PREFIX}_owned_partitions", "partitions this ordered consumer owns", labels=labels
+        )
+        rebalances = core.CounterMetricFamily(
+            f"{PREFIX}_rebalances", "assignment changes seen by this ordered consumer",
+            labels=labels,
+        )  # fmt: skip
+        halted = core.GaugeMetricFamily(
+            f"{PREFIX}_halted_keys", "keys halted on a poison entry", labels=labels
+        )
+        found = False
+        for mq in self.queues:
+            stats = mq.stats()
+            if "owned_partitions" not in stats:
+                continue
+            found, values = True, [mq.stream, mq.group, mq.consumer]
+            owned.add_metric(values, len(stats["owned_partitions"]))
+            rebalances.add_metric(values, stats["rebalances"])
+            halted.add_metric(values, stats["halted_keys"])
+        if found:
+            yield from (owned, rebalances, halted)
 
     def _queue_gauges(self, core: Any) -> Iterator[Any]:
         length = core.GaugeMetricFamily(

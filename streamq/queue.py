@@ -29,13 +29,13 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consume.build import Policies, Topic, build_consumer
-from .consume.consumer import Consumer
+from .consume.build import AnyConsumer as GroupConsumer
+from .consume.build import Policies, Topic, build_consumer, build_ordered
 from .consume.context import inside_handler
 from .consume.fanout import FanoutConsumer, prepare_reading
 from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
-from .consume.partitioned import PartitionedConsumer
+from .consume.ordered import OnPoison, check_ordered
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError, ServerUnavailableError
 from .logs import run_as_consumer
@@ -43,6 +43,7 @@ from .publish.checked import CheckedPublishing
 from .publish.scheduled import ScheduledOperations
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
+from .topic.ownership import check_mode
 from .topic.partitions import (
     partition_streams,
     recorded_partitions,
@@ -54,7 +55,7 @@ from .wire.permissions import check_permissions
 from .wire.routing import Deployment
 
 log = logging.getLogger(__name__)
-AnyConsumer = Consumer | PartitionedConsumer | FanoutConsumer
+AnyConsumer = GroupConsumer | FanoutConsumer
 
 
 OPEN_RETRY_BACKOFF = 0.5
@@ -87,6 +88,10 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         also be given as a keyword (``grace=10``), which wins over ``config``.
         cluster: ``None`` detects whether ``url`` names a Redis Cluster node (any node
         works); ``True``/``False`` say so (``True`` fails on a single node).
+        ordered: entries of one key one at a time, in publish order, across the group's
+            consumers (docs/guides/ordering.md); ``on_poison``: what an entry failing
+            ``max_deliveries`` times does to its key, ``"dead_letter"`` (it goes on) or
+            ``"halt"`` (it waits for :meth:`release_halted_key`).
 
     Raises ConfigError for invalid arguments, naming the argument.
     """
@@ -114,8 +119,11 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         handler_timeout: Duration | None = None,
         dead_consumer_idle: Duration | None = None,
         stopped_resync: Duration | None = None,
+        ownership_lease: Duration | None = None,
         cluster: bool | None = None,
         partitions: int = 1,
+        ordered: bool = False,
+        on_poison: OnPoison = "dead_letter",
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         settings = dict(
@@ -123,6 +131,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             block=block, claim_idle=claim_idle, claim_interval=claim_interval,
             claim_count=claim_count, grace=grace, handler_timeout=handler_timeout,
             dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
+            ownership_lease=ownership_lease,
         )  # fmt: skip
         self.config = consumer_config(config, settings, unknown)
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
@@ -134,6 +143,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if not isinstance(start, StartFrom):
             raise ConfigError(f"start must be a StartFrom, got {start!r}")
+        self.ordered, self.on_poison = check_ordered(ordered, on_poison)
+        if self.ordered and group is None:
+            raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
         self._url, self._cluster = url, cluster
         self.partitions = validate_partitions(partitions)
         self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain
@@ -245,6 +257,11 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             consuming, cleanup = grouped and bool(len(self.router)), self.cleanup_policy.enabled
             await check_permissions(client, stream, consuming=consuming, cleanup=cleanup)
             await prepare_reading(client, stream, self.group, self.start, self._positions)
+        if self.group is not None:
+            await check_mode(
+                self._client_for, self.stream, self.streams, self.group, self.consumer,
+                ordered=self.ordered, active_within=self.config.ownership_lease,
+            )  # fmt: skip
 
     async def aclose(self) -> None:
         """Stop (if running) and close the connections. ``open()`` may follow."""
@@ -266,6 +283,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
         if self.group is None:
             return FanoutConsumer(topic, self._client_for, router, policies, self._positions)
+        if self.ordered:
+            return build_ordered(topic, self._client_for, router, policies, self.on_poison)
         return build_consumer(topic, self._client_for, router, policies, self._stopped)
 
     async def run(

@@ -93,6 +93,9 @@ class Acker:
     async def run(self) -> None:
         """Flush until :meth:`close` is called and the backlog is empty."""
         while True:
+            # closed while a flush was under way: its wake-up was spent before the flush
+            if self._closing and not self._pending:
+                return
             await self._wakeup.wait()
             self._wakeup = anyio.Event()
             if not self._pending and self._closing:

@@ -21,6 +21,7 @@ from .consumer import Consumer, Parts
 from .context import Place
 from .dispatch import Dispatcher
 from .mover import Mover
+from .ordered import OnPoison, OrderedConsumer
 from .partitioned import PartitionedConsumer
 from .reader import Identity, Reader
 from .router import Router
@@ -35,6 +36,9 @@ class Topic:
     streams: tuple[str, ...]
     group: str
     consumer: str
+
+
+AnyConsumer = Consumer | PartitionedConsumer | OrderedConsumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,21 @@ def build_consumer(
         ],
         limits.pool,
     )
+
+
+def build_ordered(
+    topic: Topic,
+    client_for: Callable[[str], aioredis.Redis],
+    router: Router,
+    policies: Policies,
+    on_poison: OnPoison,
+) -> OrderedConsumer:
+    """The consumer of ``ordered=True``: the partitions this member owns, one key at a time."""
+    return OrderedConsumer(
+        topic.name, topic.streams, topic.group, topic.consumer, client_for=client_for,
+        router=router, config=policies.config, retry=policies.retry, batch=policies.batch,
+        cleanup=policies.cleanup, on_poison=on_poison,
+    )  # fmt: skip
 
 
 def _consumer(

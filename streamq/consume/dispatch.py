@@ -19,7 +19,7 @@ import anyio.to_thread
 from ..config import RetryPolicy
 from ..errors import MessageFormatError
 from ..log_summary import LogSummary, shortened
-from ..message import Message, RawEntry
+from ..message import Message, RawEntry, decode_key
 from ..signals import HandlerSignal, PartialFailure, Reject, Retry
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
@@ -94,6 +94,7 @@ class Dispatcher:
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
         """Build the typed Message; raises whatever decoding or validation raised."""
         prefix = self._id_prefix
+        raw_key = entry.fields.get(b"key")
         return Message(
             entry.id if prefix is None else prefix + entry.id,
             route.type_name,
@@ -103,6 +104,7 @@ class Dispatcher:
             self._topic,
             self.group,
             self._partition,
+            None if raw_key is None else decode_key(raw_key),
         )
 
     async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:

@@ -39,6 +39,7 @@ from .plan import (
     added_ids,
     choose_partition,
     group_by_partition,
+    key_of,
     named,
     packed_chunks,
     stream_options,
@@ -124,7 +125,7 @@ class Publisher:
             refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
             return self._scheduler.schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
-        fields = encode_entry(message_type, data, meta)
+        fields = encode_entry(message_type, data, meta, key)
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
         # without a key, the idempotency key picks the partition (as MessageQueue.publish)
@@ -189,7 +190,7 @@ class Publisher:
         if delay is not None or at is not None:
             return list(self._scheduler.schedule_many(message_type, items, meta, key, delay, at))
         meta = with_trace_context(meta)
-        encoded = [encode_entry(message_type, item, meta) for item in items]
+        encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         topic = self._topic or self._resolve_topic()
         ids = self._publish_many_to(topic, items, encoded, key, chunk, make_stream=False)
         missing = [position for position, entry_id in enumerate(ids) if entry_id is None]

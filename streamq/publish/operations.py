@@ -36,6 +36,7 @@ from .plan import (
     added_ids,
     choose_partition,
     group_by_partition,
+    key_of,
     named,
     packed_chunks,
     stream_options,
@@ -171,7 +172,7 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing, _Queue):
             refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
             return await self._schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
-        fields = encode_entry(message_type, data, meta)
+        fields = encode_entry(message_type, data, meta, key)
         if self._shape_of is not self._deployment:  # inline: the hot path
             await self._check_shape_once()
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
@@ -313,7 +314,7 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing, _Queue):
         if delay is not None or at is not None:
             return list(await self._schedule_many(message_type, items, meta, key, delay, at))
         meta = with_trace_context(meta)
-        encoded = [encode_entry(message_type, item, meta) for item in items]
+        encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         if self._shape_of is not self._deployment:
             await self._check_shape_once()
         ids: list[str] = [""] * len(encoded)

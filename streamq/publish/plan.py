@@ -40,6 +40,11 @@ def choose_partition(key: Key | None, partitions: int, next_turn: Callable[[], i
     return next_turn() % partitions
 
 
+def key_of(key: Key | Callable[[Any], Key] | None, item: Any) -> Key | None:
+    """The key of one item of ``publish_many`` (one key for all, or each item's)."""
+    return key(item) if callable(key) else key
+
+
 def group_by_partition(
     items: Iterable[Any],
     key: Key | Callable[[Any], Key] | None,
@@ -49,7 +54,7 @@ def group_by_partition(
     from a function), as ``publish_many`` sends them."""
     by_partition: dict[int, list[int]] = {}
     for position, item in enumerate(items):
-        one_key = key(item) if callable(key) else key
+        one_key = key_of(key, item)
         by_partition.setdefault(choose(one_key), []).append(position)
     return by_partition
 

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import redis.asyncio as aioredis
 
 from ..config import CleanupPolicy
+from ..consume.halting import HaltedKey
 from ..errors import ConfigError, InvalidMessageIdError
 from ..wire.client import ride_through
-from . import admin, control
+from . import admin, control, ownership
 from .cleanup import Cleaner
 from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
@@ -232,3 +233,23 @@ class TopicOperations(_Queue):
     async def purge_dead_letters(self) -> int:
         """Delete all dead letters; return how many there were."""
         return sum([await self._riding(DeadLetters(c, s).purge) for _, s, c in self._parts()])
+
+    # -- ordered mode ---------------------------------------------------------------
+    async def halted_keys(self) -> list[HaltedKey]:
+        """The keys halted in ordered mode with ``on_poison="halt"``: each with its
+        partition, the entry it halted on, the reason, and a release asked for (or None)."""
+        group = self._require_group("halted_keys")
+        return await ownership.halted_keys(self._client_for, self.streams, group)
+
+    async def release_halted_key(self, key: str | None, *, skip: bool = False) -> bool:
+        """Let a halted ``key`` go on (None: the keyless entries): ``skip=True``
+        dead-letters the entry it halted on, ``skip=False`` runs that entry again with a
+        fresh delivery count. The partition's owner acts within a second. Returns False if
+        the key is not halted."""
+        group = self._require_group("release_halted_key")
+        return await ownership.release_halted(self._client_for, self.streams, group, key, skip=skip)
+
+    async def partition_owners(self) -> list[tuple[str, int] | None]:
+        """In ordered mode, each partition's owner and fencing token (None: unowned)."""
+        group = self._require_group("partition_owners")
+        return await ownership.owners(self._client_for, self.streams, group)

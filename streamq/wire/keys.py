@@ -73,6 +73,11 @@ class Keys:
         return self.prefix + "partitions"
 
     @property
+    def halted(self) -> str:
+        """Hash of ordered mode's halted keys (see :mod:`streamq.consume.halting`)."""
+        return self.prefix + "halted"
+
+    @property
     def cleanup_lock(self) -> str:
         return self.prefix + "cleanup-lock"
 
@@ -102,5 +107,5 @@ class Keys:
         """streamq's keys for this stream except the dead letters."""
         return [
             self.stopped, self.unrouted, self.cleanup_lock, self.partitions,
-            self.scheduled, self.scheduled_payloads, self.periodic,
+            self.scheduled, self.scheduled_payloads, self.periodic, self.halted,
         ]  # fmt: skip

@@ -1,0 +1,263 @@
+"""The consumer of ``MessageQueue(..., ordered=True)``: the partitions this member owns, each
+run by a :class:`PartitionWorker` while its lease holds (docs/guides/ordering.md).
+
+Every tick (``ownership_lease / 4``, at most 0.5 s) :class:`Ownership` heartbeats, renews
+the leases and moves towards the assignment; this consumer starts a worker for each
+partition acquired, drains and then releases each partition that moves away (the others
+never pause), and stops at once the worker of a partition whose lease was lost. On stop,
+every partition is drained and released, and the member leaves the group's membership.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+import anyio
+import redis.asyncio as aioredis
+from anyio.abc import TaskGroup, TaskStatus
+
+from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy
+from ..errors import (
+    ConfigError,
+    GroupNotFoundError,
+    RedisFailure,
+    ServerUnavailableError,
+    StreamNotFoundError,
+)
+from ..topic.cleanup import Cleaner
+from ..topic.deadletter import DeadLetters
+from .acks import Acker
+from .context import Place
+from .failures import describe
+from .gone import confirmed_gone
+from .mover import Mover
+from .ordered_dispatch import OrderedDispatcher
+from .ordered_partition import PartitionWorker, Shared
+from .ordering import Room, Slots
+from .ownership import Changes, Ownership, RedisLeases
+from .router import Router
+from .stats import Stats
+from .unrouted import UnroutedDeliveries
+
+log = logging.getLogger(__name__)
+
+MAX_TICK = 0.5
+OnPoison = Literal["dead_letter", "halt"]
+
+
+def check_ordered(ordered: object, on_poison: object) -> tuple[bool, OnPoison]:
+    """The ordered-mode settings of a queue, or ConfigError naming the valid choices."""
+    if ordered not in (True, False):
+        raise ConfigError(f"ordered must be True or False, got {ordered!r}")
+    if on_poison not in ("dead_letter", "halt"):
+        raise ConfigError(f"on_poison must be 'dead_letter' or 'halt', got {on_poison!r}")
+    return bool(ordered), on_poison
+
+
+class OrderedConsumer:
+    """The ordered consumer of one topic (plain or partitioned) and group."""
+
+    def __init__(
+        self,
+        topic: str,
+        streams: tuple[str, ...],
+        group: str,
+        me: str,
+        *,
+        client_for: Callable[[str], aioredis.Redis],
+        router: Router,
+        config: ConsumerConfig,
+        retry: RetryPolicy,
+        batch: BatchConfig,
+        cleanup: CleanupPolicy,
+        on_poison: OnPoison,
+        clock: Callable[[], float] = anyio.current_time,
+    ) -> None:
+        self.topic, self.streams, self.group, self.me = topic, streams, group, me
+        self._client_for, self.router, self._config = client_for, router, config
+        self._retry, self._batch, self._halt = retry, batch, on_poison == "halt"
+        self._cleanup = cleanup
+        store = RedisLeases(topic, streams, group, client_for)
+        self.ownership = Ownership(store, me, len(streams), config.ownership_lease, clock)
+        self._tick = min(config.ownership_lease / 4, MAX_TICK)
+        self.workers: dict[int, PartitionWorker] = {}
+        self.stats = Stats()
+        self.stop_requested = anyio.Event()
+        self.stop_reason: str | None = None
+        self.auto_stopped = False
+        self.error: BaseException | None = None
+        self.reading = False
+        self._shared = Shared(
+            router, config, retry, Slots(config.concurrency),
+            Room(config.max_in_flight, min(config.read_count, config.max_in_flight // 4)),
+            self.ownership.valid, self._gone,
+        )  # fmt: skip
+        self._threads = anyio.CapacityLimiter(config.concurrency)
+        self._acked_before = 0  # acks of the workers that ended
+
+    # -- stopping -------------------------------------------------------------------
+    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.auto_stopped = reason, auto
+            log.info("ordered consumer %s stopping: %s", self.me, reason)
+            self.stop_requested.set()
+
+    def _gone(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
+        self._gone_error = error
+        self._gone_seen.set()
+
+    _gone_error: GroupNotFoundError | StreamNotFoundError | None = None
+    _gone_seen: anyio.Event
+
+    # -- running --------------------------------------------------------------------
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._gone_seen = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_gone)
+            for stream in self.streams:
+                client = self._client_for(stream)
+                if self._cleanup.enabled:  # acked entries go, whoever owns their partition
+                    tg.start_soon(Cleaner(client, stream, self._cleanup).run_periodically)
+                # scheduled messages fall due into every partition, whoever owns it: a moved
+                # entry takes its place behind the entries of its key already in the stream
+                tg.start_soon(Mover(client, stream, self.me, self.stats).run)
+            task_status.started()
+            self.reading = True
+            try:
+                await self._own(tg)
+            except Exception as e:
+                log.error("ordered consumer %s died: %s", self.me, describe(e), exc_info=e)
+                self.error = e
+                self.request_stop("error", auto=True)
+            finally:
+                self.reading = False
+                with anyio.CancelScope(shield=True):
+                    await self._shutdown()
+                tg.cancel_scope.cancel()
+
+    async def _own(self, tg: TaskGroup) -> None:
+        while not self.stop_requested.is_set():
+            try:
+                self._apply(tg, await self.ownership.tick())
+            except ServerUnavailableError as e:
+                log.warning("ownership tick failed, retrying: %s", e)
+                self._apply(tg, self._lapsed())
+            with anyio.move_on_after(self._tick):
+                await self.stop_requested.wait()
+
+    def _lapsed(self) -> Changes:
+        """Without the server, leases only lapse (by the local clock)."""
+        changes = Changes()
+        for partition in list(self.ownership.leases):
+            if not self.ownership.valid(partition):
+                self.ownership.forget(partition)
+                changes.lost.append(partition)
+        return changes
+
+    def _apply(self, tg: TaskGroup, changes: Changes) -> None:
+        for partition in changes.lost:
+            worker = self.workers.get(partition)
+            if worker is not None:
+                worker.abandon()
+        for partition in changes.to_release:
+            tg.start_soon(self._release, partition)
+        for lease in changes.acquired:
+            worker = self._worker(lease.partition, lease.token)
+            self.workers[lease.partition] = worker
+            tg.start_soon(self._run_worker, worker)
+
+    async def _run_worker(self, worker: PartitionWorker) -> None:
+        try:
+            await worker.run()
+        except RedisFailure as e:  # the partition is given up; the next tick may take it again
+            log.error("partition %s stopped: %s", worker.stream, e)
+            worker.lost = True
+        finally:
+            if self.workers.get(worker.index) is worker:
+                del self.workers[worker.index]
+            self._acked_before += worker.acker.acked
+            if worker.lost:
+                self.ownership.forget(worker.index, worker.token)
+
+    async def _release(self, partition: int) -> None:
+        """Drain ``partition`` (its running entries finish), then give its lease up."""
+        worker = self.workers.get(partition)
+        if worker is not None:
+            worker.drain()
+            await worker.done.wait()
+            if worker.lost:
+                return
+        try:
+            await self.ownership.release(partition)
+        except RedisFailure as e:  # it expires on its own
+            log.warning("could not release partition %d: %s", partition, e)
+        log.info("partition %s released by %s", self.streams[partition], self.me)
+
+    async def _shutdown(self) -> None:
+        for worker in list(self.workers.values()):
+            worker.drain()
+        for worker in list(self.workers.values()):
+            await worker.done.wait()
+        try:
+            await self.ownership.leave()
+        except RedisFailure as e:
+            log.warning("could not leave the membership (it expires): %s", e)
+
+    async def _watch_gone(self) -> None:
+        """A partition found its stream or group gone: stop if Redis confirms it."""
+        while True:
+            await self._gone_seen.wait()
+            self._gone_seen = anyio.Event()
+            stream = self.streams[0]
+            reason = await confirmed_gone(
+                self._client_for(stream), stream, self.group,
+                hint=f"a read said: {self._gone_error}", failure_means_gone=True,
+            )  # fmt: skip
+            if reason is not None:
+                self.request_stop(reason, auto=True)
+
+    # -- building -------------------------------------------------------------------
+    def _worker(self, partition: int, token: int) -> PartitionWorker:
+        stream = self.streams[partition]
+        client = self._client_for(stream)
+        make = functools.partial(self._dispatcher, partition, client)
+        return PartitionWorker(partition, stream, self.group, self.me, token, client,
+                               self._shared, make)  # fmt: skip
+
+    def _dispatcher(
+        self, partition: int, client: aioredis.Redis, acker: Acker, token: int
+    ) -> OrderedDispatcher:
+        stream = self.streams[partition]
+        place = Place(stream) if len(self.streams) == 1 else Place(self.topic, partition)
+        return OrderedDispatcher(
+            fencing_token=token, halt=self._halt, router=self.router, stream=stream,
+            group=self.group, consumer=self.me, retry=self._retry, acker=acker,
+            dead_letters=DeadLetters(client, stream),
+            unrouted=UnroutedDeliveries(client, stream, self.group),
+            handler_timeout=self._config.handler_timeout, thread_limiter=self._threads,
+            stats=self.stats, bisect_batches=self._batch.bisect, place=place,
+        )  # fmt: skip
+
+    # -- observing ------------------------------------------------------------------
+    def stats_report(self) -> dict[str, Any]:
+        """The shared counters plus ``owned_partitions``, ``rebalances`` and
+        ``halted_keys``."""
+        stats = self.stats
+        report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
+        workers = list(self.workers.values())
+        report.update(
+            claimed=0,
+            acked=self._acked_before + sum(w.acker.acked for w in workers),
+            in_flight=self._shared.room.held,
+            handler_seconds=stats.handler_seconds.snapshot(),
+            batch_size=stats.batch_size.snapshot(),
+            scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),
+            partitions=len(self.streams),
+            owned_partitions=sorted(self.ownership.leases),
+            rebalances=self.ownership.rebalances,
+            halted_keys=sum(w.halted.count for w in workers),
+        )
+        return report

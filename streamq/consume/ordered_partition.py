@@ -1,0 +1,300 @@
+"""One partition owned by an ordered consumer, for as long as it holds the lease.
+
+Takeover first: the partition's whole pending list, of every consumer, is claimed to this
+one (fenced ``XAUTOCLAIM ... 0``, page by page in ID order) and fed to the keyed lanes;
+then new entries are read (fenced ``XREADGROUP ... >``; when nothing is new, a side-effect
+free ``XREAD BLOCK`` waits from the stream's last ID). Each entry runs in its key's lane:
+handled, then acked through the fenced acker; a failure is retried in place (only its key
+waits), each retry a redelivery counted by Redis (fenced ``XCLAIM`` to itself).
+
+Two ways to end: :meth:`drain` (the partition moves away or the consumer stops: stop
+reading, let running entries finish within ``grace``, flush the acks, then the caller
+releases the lease) and :meth:`abandon` (the lease lapsed or was refused: stop at once;
+nothing more is handled or acked, the next owner takes the pending entries).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+
+from ..config import ConsumerConfig, RetryPolicy
+from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
+from ..logs import ENTRY
+from ..message import RawEntry
+from ..wire import ownership as wire
+from ..wire import replies
+from ..wire.replies import text
+from .claiming import delivery_counts
+from .failures import describe
+from .halting import HaltedKeys
+from .holding import StoppedHolds
+from .ordered_dispatch import FencedAcker, OrderedDispatcher
+from .ordering import KeyedLanes, Room, Slots
+from .router import Router
+
+log = logging.getLogger(__name__)
+
+ERROR_BACKOFF = 0.5
+ACK_FLUSH_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What the partitions of one ordered consumer share."""
+
+    router: Router
+    config: ConsumerConfig
+    retry: RetryPolicy
+    slots: Slots  # handler slots: ``concurrency``
+    room: Room  # entries held: ``max_in_flight``
+    valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
+    on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
+
+
+class PartitionWorker:
+    def __init__(
+        self,
+        index: int,
+        stream: str,
+        group: str,
+        me: str,
+        token: int,
+        client: aioredis.Redis,
+        shared: Shared,
+        make_dispatcher: Callable[[FencedAcker, int], OrderedDispatcher],
+    ) -> None:
+        self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
+        self._client, self._shared = client, shared
+        self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
+        self.dispatcher = make_dispatcher(self.acker, token)
+        self.halted = HaltedKeys(client, stream, group)
+        self.holds = StoppedHolds(client, stream, group)
+        self.lost = False  # the lease lapsed or a fenced op was refused
+        self.draining = False
+        self._scope = anyio.CancelScope()  # everything of this partition
+        self._read_scope = anyio.CancelScope()
+        self._lanes: KeyedLanes | None = None
+        self.done = anyio.Event()
+        self._acks_done = anyio.Event()
+
+    def _may_act(self) -> bool:
+        return not self.lost and self._shared.valid(self.index)
+
+    def abandon(self) -> None:
+        """Stop at once: the lease is gone (nothing more is handled or acked here)."""
+        if not self.lost:
+            log.warning("partition %s: lease lost, stopping at once", self.stream)
+        self.lost = True
+        self._scope.cancel()
+
+    def drain(self) -> None:
+        """Stop reading; running entries finish (within ``grace``), then :meth:`run` ends."""
+        self.draining = True
+        self._read_scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            with self._scope:
+                async with anyio.create_task_group() as tg:
+                    lanes = self._lanes = KeyedLanes(
+                        tg, self._run_entry_safely, self._shared.slots, self._shared.room
+                    )
+                    tg.start_soon(self._run_acker)
+                    tg.start_soon(self.halted.watch, lanes, self._may_act)
+                    tg.start_soon(self.holds.watch, lanes, self._may_act)
+                    with self._read_scope:
+                        await self._takeover(lanes)
+                        await self._read_loop(lanes)
+                    await self._finish(lanes)
+                    tg.cancel_scope.cancel()
+        finally:
+            if self._lanes is not None:
+                self._lanes.drop_all()
+            self.done.set()
+
+    async def _finish(self, lanes: KeyedLanes) -> None:
+        """Draining: running entries finish within ``grace``; then the acks are flushed."""
+        with anyio.move_on_after(self._shared.config.grace):
+            await lanes.wait_idle()
+        if lanes.held:
+            log.info("partition %s: %d entries left pending for the next owner",
+                     self.stream, lanes.held)  # fmt: skip
+        lanes.drop_all()
+        self.acker.close()  # the acker returns once every ack was sent, a flush under way too
+        with anyio.move_on_after(ACK_FLUSH_TIMEOUT):
+            await self._acks_done.wait()
+        if self.acker.backlog:
+            log.warning("partition %s: %d acks not sent; the next owner runs those entries again",
+                        self.stream, self.acker.backlog)  # fmt: skip
+
+    async def _run_acker(self) -> None:
+        try:
+            await self.acker.run()
+        finally:
+            self._acks_done.set()
+
+    # -- reading --------------------------------------------------------------------
+    async def _takeover(self, lanes: KeyedLanes) -> None:
+        """Claim the partition's pending entries of every consumer, in ID order, first."""
+        start, count = "0-0", self._shared.config.claim_count
+        while not self.draining:
+            reply = await self._fenced("claim", start, count)
+            entries = replies.entries([row for row in reply[2] if row and row[1]])
+            if entries:
+                counts = await delivery_counts(
+                    self._client, self.stream, self.group, self.me, [e.id for e in entries]
+                )
+                for entry in entries:
+                    entry.delivery_count = counts.get(entry.id, 1)
+                log.info("partition %s: taking over %d pending entries (token %d)",
+                         self.stream, len(entries), self.token)  # fmt: skip
+                await self._shared.room.wait()
+                self._add(lanes, entries)
+            start = text(reply[1])
+            if start == "0-0":
+                return
+
+    async def _read_loop(self, lanes: KeyedLanes) -> None:
+        config, room = self._shared.config, self._shared.room
+        while not self.draining:
+            try:
+                await room.wait()
+                reply = await self._fenced("read", min(config.read_count, max(room.free(), 1)))
+                if reply[0] == 1:
+                    self.holds.flagged.update(text(i) for i in reply[2])
+                    self._add(lanes, replies.entries(reply[1]))
+                    continue
+                await self._client.xread(
+                    {self.stream: text(reply[1])}, count=1, block=int(config.block * 1000)
+                )
+            except ServerUnavailableError as e:
+                log.warning("partition %s: read failed, retrying: %s", self.stream, e)
+                await anyio.sleep(ERROR_BACKOFF)
+            except (GroupNotFoundError, StreamNotFoundError) as e:
+                self._shared.on_gone(e)
+                await anyio.sleep_forever()  # the consumer drains this partition
+
+    def _add(self, lanes: KeyedLanes, entries: list[RawEntry]) -> None:
+        self.dispatcher.stats.received += len(entries)
+        lanes.add(entries)
+
+    async def _fenced(self, op: str, *args: str | int) -> list[Any]:
+        if not self._may_act():
+            self.abandon()
+            await anyio.sleep_forever()  # cancelled by abandon()
+        reply = await wire.fenced(self._client, self.stream, self.group, self.me, self.token,
+                                  op, *args)  # fmt: skip
+        if reply is None:
+            self.abandon()
+            await anyio.sleep_forever()
+        assert reply is not None
+        return reply
+
+    # -- handling -------------------------------------------------------------------
+    async def _run_entry_safely(self, entry: RawEntry) -> bool:
+        """:meth:`_run_entry`; an error outside the handler (the server away while an entry
+        is held or halted, a bug) gives the partition up: the next tick takes it again with
+        a new token and takes over its pending entries, so no entry is skipped."""
+        try:
+            return await self._run_entry(entry)
+        except Exception as e:
+            log.error("partition %s: giving it up after an error at entry %s: %s",
+                      self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
+            self.abandon()
+            return False
+
+    async def _run_entry(self, entry: RawEntry) -> bool:
+        """Handle ``entry`` until it is settled (acked or dead-lettered): True, its lane goes
+        on; False if the partition stops here (lost, draining) or its key halted."""
+        if entry.id in self.holds.flagged and await self.holds.hold(entry):
+            return False  # stopped: its key waits until it is resumed
+        if entry.id in self.holds.resumed:
+            self.holds.resumed.discard(entry.id)
+            if not await self.redeliver(entry, fresh=False):
+                return not self.draining and self._may_act()  # deleted: the key goes on
+        action = self.halted.released.pop(entry.id, None)
+        if action == "skip":
+            await self.dispatcher.dead_letter(entry, "skipped by an operator after its key halted")
+            self.acker.settled.discard(entry.id)
+            return True
+        if action == "retry" and not await self.redeliver(entry, fresh=True):
+            return not self.draining and self._may_act()
+        while not self.draining and self._may_act():
+            try:
+                outcome = await self._attempt(entry)
+            except RedisFailure as e:  # the server is away: try again after a pause
+                log.warning("partition %s: %s waits for the server: %s", self.stream, entry.id, e)
+                await anyio.sleep(ERROR_BACKOFF)
+                continue
+            if outcome is not None:
+                return outcome
+        return False
+
+    async def _attempt(self, entry: RawEntry) -> bool | None:
+        """One delivery of ``entry``: True (settled), False (its key halted or it cannot be
+        delivered again here), None (failed: deliver it again)."""
+        dispatcher = self.dispatcher
+        if dispatcher.halt and await dispatcher.halts_before_handling(entry):
+            await self.halted.halt(entry, dispatcher.halted.pop(entry.id))
+            return False
+        await self._deliver(entry)
+        if entry.id in self.acker.settled:
+            self.acker.settled.discard(entry.id)
+            return True
+        if entry.id in dispatcher.halted:
+            await self.halted.halt(entry, dispatcher.halted[entry.id])
+            del dispatcher.halted[entry.id]
+            return False
+        await anyio.sleep(self._backoff(entry))
+        if await self.redeliver(entry, fresh=False):
+            return None
+        return not self.draining and self._may_act()  # deleted meanwhile: the key goes on
+
+    async def _deliver(self, entry: RawEntry) -> None:
+        route = self._shared.router.by_type_field.get(entry.fields.get(b"type", b""))
+        ENTRY.set(entry)
+        dispatcher = self.dispatcher
+        try:
+            if route is None:
+                await dispatcher.no_route(entry)
+            elif route.single is not None and not dispatcher.traced:
+                await dispatcher.handle_entry(route, entry)  # the log context is set above
+            elif route.single is not None:
+                await dispatcher.handle_single(route, entry)
+            else:  # a type with only a batch handler: batches of one keep the order
+                await dispatcher.handle_batch(route, [entry])
+        except RedisFailure as e:
+            log.error("could not record the outcome of %s (retried in place): %s", entry.id, e)
+        except Exception as e:  # a bug in streamq: the entry is retried, the lane lives
+            log.error("processing %s failed (retried in place): %s", entry.id, describe(e),
+                      exc_info=e)  # fmt: skip
+
+    def _backoff(self, entry: RawEntry) -> float:
+        asked = self.dispatcher.retry_delays.pop(entry.id, None)
+        if asked is not None:
+            return asked
+        retry = self._shared.retry
+        return float(min(retry.max_backoff, retry.backoff * 2 ** max(0, entry.delivery_count)))
+
+    async def redeliver(self, entry: RawEntry, *, fresh: bool) -> bool:
+        """Deliver ``entry`` again to this consumer (counted by Redis; ``fresh``: the count
+        starts over, an operator released its halted key). False if it cannot be: the
+        lease is lost, or the entry was deleted or acked meanwhile."""
+        if self.draining or not self._may_act():
+            return False
+        reply = await wire.fenced(self._client, self.stream, self.group, self.me, self.token,
+                                  "redeliver", entry.id, 1 if fresh else 0)  # fmt: skip
+        if reply is None:
+            self.abandon()
+            return False
+        rows = reply[1]
+        if not rows or not rows[0]:
+            return False
+        entry.delivery_count = 1 if fresh else entry.delivery_count + 1
+        return True

@@ -1,0 +1,158 @@
+"""Keyed lanes: the entries of one key run one at a time, in the order they were added;
+lanes of different keys run concurrently within a shared limit (``concurrency``).
+
+One lane per key with work, as one task that lives while its queue is not empty: an idle
+key costs nothing. Entries without a key share the lane of the key ``None`` (the keyless
+entries of a partition are ordered among themselves). :class:`Room` bounds the entries held
+by a consumer's lanes (``max_in_flight``): a partition reads only what the lanes can take.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..message import RawEntry
+
+LaneKey = bytes | None
+RunEntry = Callable[[RawEntry], Awaitable[bool]]
+
+
+class Room:
+    """How many more entries this consumer's lanes may hold (``max_in_flight``).
+
+    Readers wait until a useful amount is free (``low_water``), not one slot: waking every
+    partition's reader for each finished entry would turn reads into one entry each."""
+
+    def __init__(self, limit: int, low_water: int = 1) -> None:
+        self.limit, self.held = limit, 0
+        self.low_water = max(1, min(low_water, limit))
+        self._freed = anyio.Event()
+
+    def free(self) -> int:
+        return max(0, self.limit - self.held)
+
+    async def wait(self) -> None:
+        while self.free() < self.low_water:
+            if self._freed.is_set():  # one event for every waiter
+                self._freed = anyio.Event()
+            await self._freed.wait()
+
+    def take(self, count: int) -> None:
+        self.held += count
+
+    def give(self, count: int) -> None:
+        self.held -= count
+        if self.free() >= self.low_water:
+            self._freed.set()
+
+
+class Slots:
+    """Handler slots shared by the lanes (``concurrency``). Taking a free slot does not
+    yield to the event loop (an anyio ``CapacityLimiter`` checkpoints twice per entry, a
+    measurable cost per entry here); a released slot goes to the longest waiter."""
+
+    def __init__(self, total: int) -> None:
+        self.free = total
+        self._waiters: deque[anyio.Event] = deque()
+
+    async def acquire(self) -> None:
+        if self.free and not self._waiters:
+            self.free -= 1
+            return
+        handed = anyio.Event()
+        self._waiters.append(handed)
+        try:
+            await handed.wait()
+        except BaseException:
+            if handed.is_set():  # the slot came with the cancellation: pass it on
+                self.release()
+            else:
+                self._waiters.remove(handed)
+            raise
+
+    def release(self) -> None:
+        if self._waiters:
+            self._waiters.popleft().set()
+        else:
+            self.free += 1
+
+
+class KeyedLanes:
+    """The lanes of one partition. ``run_entry(entry)`` handles one entry and returns
+    whether its lane goes on (False: the lane stops, e.g. the lease was lost or the key
+    halted; its remaining entries stay where they are, pending in Redis)."""
+
+    def __init__(self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room) -> None:
+        self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
+        self._lanes: dict[LaneKey, deque[RawEntry]] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+        self.stopped_keys: set[LaneKey] = set()  # lanes that stopped with entries left
+
+    @property
+    def held(self) -> int:
+        return sum(len(lane) for lane in self._lanes.values())
+
+    def add(self, entries: list[RawEntry]) -> None:
+        """Queue ``entries`` (in ID order) behind the earlier entries of their keys."""
+        self._room.take(len(entries))
+        for entry in entries:
+            key = entry.fields.get(b"key")
+            lane = self._lanes.get(key)
+            if lane is not None:
+                lane.append(entry)
+                continue
+            self._lanes[key] = deque((entry,))
+            if key in self.stopped_keys:  # a stopped lane takes no more work
+                continue
+            self._idle = anyio.Event() if self._idle.is_set() else self._idle
+            self._tg.start_soon(self._run_lane, key)
+
+    async def _run_lane(self, key: LaneKey) -> None:
+        lane = self._lanes[key]
+        try:
+            while lane:
+                await self._slots.acquire()
+                try:
+                    go_on = await self._run_entry(lane[0])
+                finally:
+                    self._slots.release()
+                if not go_on:
+                    self.stopped_keys.add(key)
+                    return
+                lane.popleft()
+                if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
+                    self._room.give(1)
+        finally:
+            if not lane and self._lanes.get(key) is lane:
+                del self._lanes[key]
+            if not self._running():
+                self._idle.set()
+
+    def _running(self) -> bool:
+        return any(key not in self.stopped_keys for key in self._lanes)
+
+    async def wait_idle(self) -> None:
+        """Until no lane is running (stopped lanes do not count)."""
+        if self._running():
+            await self._idle.wait()
+
+    def resume(self, key: LaneKey) -> None:
+        """Let a stopped lane (a halted key) go on from the entry it stopped at."""
+        if key in self.stopped_keys:
+            self.stopped_keys.discard(key)
+            if key in self._lanes:
+                self._idle = anyio.Event() if self._idle.is_set() else self._idle
+                self._tg.start_soon(self._run_lane, key)
+
+    def drop_all(self) -> None:
+        """Forget every queued entry (the partition was lost or is being left: they stay
+        pending in Redis for the next owner) and give their room back."""
+        self._room.give(self.held)
+        self._lanes.clear()
+        self.stopped_keys.clear()
+        self._idle.set()

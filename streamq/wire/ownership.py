@@ -1,0 +1,230 @@
+"""The server side of ordered consumption: membership, partition leases with fencing tokens,
+and the fenced reads, claims and acks of a partition's owner (see docs/guides/ordering.md).
+
+Keys (each on one slot, so every script is atomic there):
+
+* ``streamq:{<topic>}:members:<group>``: hash, member name -> ``<expiry ms>|<held>`` where
+  ``held`` lists the partitions the member holds (``0,3,5``).
+* ``streamq:{<partition stream>}:owner:<group>``: hash ``consumer``, ``token`` (the fencing
+  token: incremented by each acquire, never reset, so never reused), ``expires`` (ms).
+
+Times are the server's (``TIME``), so members' clocks need not agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from .keys import Keys
+from .replies import text
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: members hash. ARGV: me, ttl ms, held ("0,3"), leaving ("1": delete me and stop).
+# Returns the live members as a flat [name, value, ...] list (expired ones are deleted).
+HEARTBEAT = (
+    _NOW
+    + """
+if ARGV[4] == '1' then redis.call('HDEL', KEYS[1], ARGV[1]) return {} end
+local expires = string.format('%d', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], ARGV[1], expires .. '|' .. ARGV[3])
+local all = redis.call('HGETALL', KEYS[1])
+local live = {}
+for i = 1, #all, 2 do
+  local expires = tonumber(string.match(all[i + 1], '^(%d+)|'))
+  if expires == nil or expires <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    table.insert(live, all[i]); table.insert(live, all[i + 1])
+  end
+end
+return live
+"""
+)
+
+# KEYS: lease hash. ARGV: me, ttl ms. Returns {1, token} (acquired, with a new fencing
+# token) or {0, holder} (someone else holds an unexpired lease).
+ACQUIRE = (
+    _NOW
+    + """
+local h = redis.call('HMGET', KEYS[1], 'consumer', 'expires')
+if h[1] and h[1] ~= ARGV[1] and tonumber(h[2] or '0') > now then return {0, h[1]} end
+local token = redis.call('HINCRBY', KEYS[1], 'token', 1)
+local expires = string.format('%d', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'consumer', ARGV[1], 'expires', expires)
+return {1, token}
+"""
+)
+
+_VALID = """
+local h = redis.call('HMGET', KEYS[1], 'consumer', 'token', 'expires')
+local valid = h[1] == ARGV[1] and h[2] == ARGV[2] and tonumber(h[3] or '0') > now
+"""
+
+# KEYS: lease hash. ARGV: me, token, ttl ms. Returns 1 (renewed) or 0 (lost).
+RENEW = (
+    _NOW
+    + _VALID
+    + """
+if not valid then return 0 end
+redis.call('HSET', KEYS[1], 'expires', string.format('%d', now + tonumber(ARGV[3])))
+return 1
+"""
+)
+
+# KEYS: lease hash. ARGV: me, token. Returns 1 (released) or 0 (not held with that token).
+RELEASE = """
+local h = redis.call('HMGET', KEYS[1], 'consumer', 'token')
+if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'expires', '0')
+return 1
+"""
+
+# What only the lease's holder may do to the partition's pending list.
+# KEYS: lease hash, stream, stopped hash. ARGV: me, token, group, op, op's arguments.
+# Returns {0} when the lease is not held (lost: nothing was done), else per op:
+#   read COUNT     -> {1, rows, IDs of those rows that are stopped} or {2, last ID of the
+#                     stream} when nothing is new
+#   claim START N  -> {1, next start, rows}   (XAUTOCLAIM ... 0: every consumer's entries)
+#   redeliver ID R -> {1, rows}               (XCLAIM to me; R > 0: RETRYCOUNT R)
+#   ack ID...      -> {1, acked count}
+FENCED = (
+    _NOW
+    + _VALID
+    + """
+if not valid then return {0} end
+local s, g, me, op = KEYS[2], ARGV[3], ARGV[1], ARGV[4]
+if op == 'read' then
+  local r = redis.call('XREADGROUP', 'GROUP', g, me, 'COUNT', ARGV[5], 'STREAMS', s, '>')
+  if r and r[1] and #r[1][2] > 0 then
+    local stopped = {}
+    if redis.call('EXISTS', KEYS[3]) == 1 then  -- stop_message was used on this stream
+      for _, row in ipairs(r[1][2]) do
+        if redis.call('HEXISTS', KEYS[3], row[1]) == 1 then stopped[#stopped + 1] = row[1] end
+      end
+    end
+    return {1, r[1][2], stopped}
+  end
+  local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
+  if #last > 0 then return {2, last[1][1]} end
+  return {2, '0-0'}
+elseif op == 'claim' then
+  local r = redis.call('XAUTOCLAIM', s, g, me, 0, ARGV[5], 'COUNT', ARGV[6])
+  return {1, r[1], r[2]}
+elseif op == 'redeliver' then
+  local r
+  if tonumber(ARGV[6]) > 0 then
+    r = redis.call('XCLAIM', s, g, me, 0, ARGV[5], 'RETRYCOUNT', ARGV[6])
+  else
+    r = redis.call('XCLAIM', s, g, me, 0, ARGV[5])
+  end
+  return {1, r}
+elseif op == 'ack' then
+  local ids = {}
+  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+  return {1, redis.call('XACK', s, g, unpack(ids))}
+end
+return redis.error_reply('unknown fenced op ' .. op)
+"""
+)
+
+
+def members_key(topic: str, group: str) -> str:
+    return f"{Keys(topic).prefix}members:{group}"
+
+
+def lease_key(stream: str, group: str) -> str:
+    return f"{Keys(stream).prefix}owner:{group}"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A live member as its last heartbeat said: its name and the partitions it holds."""
+
+    name: str
+    held: frozenset[int]
+
+
+def parse_members(flat: Sequence[Any]) -> list[Member]:
+    members = []
+    for i in range(0, len(flat), 2):
+        _, _, held = text(flat[i + 1]).partition("|")
+        parts = frozenset(int(p) for p in held.split(",") if p.isdigit())
+        members.append(Member(text(flat[i]), parts))
+    return members
+
+
+async def heartbeat(
+    client: aioredis.Redis, topic: str, group: str, me: str, ttl: float, held: Sequence[int]
+) -> list[Member]:
+    """Say ``me`` is alive and holds ``held``; return the live members (``me`` included)."""
+    flat = await client.eval(
+        HEARTBEAT, 1, members_key(topic, group), me, _ms(ttl), ",".join(map(str, held)), "0"
+    )
+    return parse_members(flat)
+
+
+async def leave(client: aioredis.Redis, topic: str, group: str, me: str) -> None:
+    await client.eval(HEARTBEAT, 1, members_key(topic, group), me, "0", "", "1")
+
+
+async def live_members(client: aioredis.Redis, topic: str, group: str) -> list[str]:
+    """Names of the live members, without joining (a read: expired fields are skipped)."""
+    now_s, now_us = await client.time()
+    now = now_s * 1000 + now_us // 1000
+    found = await client.hgetall(members_key(topic, group))
+    return sorted(
+        text(name) for name, value in found.items() if int(text(value).partition("|")[0] or 0) > now
+    )
+
+
+async def acquire(
+    client: aioredis.Redis, stream: str, group: str, me: str, ttl: float
+) -> int | None:
+    """Take the lease of ``stream``: its new fencing token, or None if someone holds it."""
+    ok, value = await client.eval(ACQUIRE, 1, lease_key(stream, group), me, _ms(ttl))
+    return int(value) if ok == 1 else None
+
+
+async def renew(
+    client: aioredis.Redis, stream: str, group: str, me: str, token: int, ttl: float
+) -> bool:
+    return bool(await client.eval(RENEW, 1, lease_key(stream, group), me, str(token), _ms(ttl)))
+
+
+async def release(client: aioredis.Redis, stream: str, group: str, me: str, token: int) -> bool:
+    return bool(await client.eval(RELEASE, 1, lease_key(stream, group), me, str(token)))
+
+
+async def lease_holder(client: aioredis.Redis, stream: str, group: str) -> tuple[str, int] | None:
+    """The lease's holder and token if it is unexpired (for ``topic_info`` and tests)."""
+    now_s, now_us = await client.time()
+    now = now_s * 1000 + now_us // 1000
+    consumer, token, expires = await client.hmget(
+        lease_key(stream, group), "consumer", "token", "expires"
+    )
+    if consumer is None or int(expires or 0) <= now:
+        return None
+    return text(consumer), int(token)
+
+
+async def fenced(
+    client: aioredis.Redis, stream: str, group: str, me: str, token: int, *args: str | int
+) -> list[Any] | None:
+    """Run one fenced op (see :data:`FENCED`); None when the lease is no longer held."""
+    keys = (lease_key(stream, group), stream, Keys(stream).stopped)
+    # EVALSHA (loaded once per server, NOSCRIPT handled): every read and ack runs this one
+    script = client.register_script(FENCED)
+    reply = await script(keys=keys, args=(me, str(token), group, *args))
+    return None if reply[0] == 0 else list(reply)
+
+
+def _ms(seconds: float) -> str:
+    return str(max(1, int(seconds * 1000)))
