@@ -11,7 +11,6 @@ import typing as _typing
 
 from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
-from .consume.halting import HaltedKey
 from .errors import (
     AuthenticationFailedError,
     ConfigError,
@@ -44,6 +43,7 @@ from .signals import PartialFailure, Reject, Retry
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
 from .topic.deadletter import DeadLetter
+from .topic.halted import HaltedKey
 
 if _typing.TYPE_CHECKING:
     from .app import App

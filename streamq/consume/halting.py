@@ -1,4 +1,4 @@
-"""Halted keys (``on_poison="halt"``): a key whose entry failed ``max_deliveries`` times
+"""The halted keys of an owned partition (``on_poison="halt"``): a key whose entry failed ``max_deliveries`` times
 stops, with its later entries behind it, until an operator releases it.
 
 Each halted key is recorded in ``streamq:{<partition stream>}:halted`` (one hash for every
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -24,8 +23,7 @@ import redis.asyncio as aioredis
 
 from ..errors import RedisFailure
 from ..message import RawEntry
-from ..wire.keys import Keys
-from ..wire.replies import text
+from ..topic.halted import ACTIONS, halted_key, lane_field
 
 if TYPE_CHECKING:
     from .ordering import KeyedLanes, LaneKey
@@ -33,31 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.5
-ACTIONS = ("skip", "retry")
-
-
-def halted_key(stream: str) -> str:
-    return Keys(stream).halted
-
-
-def _field(group: str, key: str | None) -> str:
-    return json.dumps([group, key])
-
-
-def _lane_field(group: str, key: bytes | None) -> str:
-    return _field(group, None if key is None else key.decode("utf-8", "replace"))
-
-
-@dataclass(frozen=True, slots=True)
-class HaltedKey:
-    """A halted key: the publish key (None: the keyless entries of the partition), the
-    partition, the ID of the entry it halted on, why, and a release asked for (or None)."""
-
-    key: str | None
-    partition: int
-    entry_id: str
-    reason: str
-    action: str | None
 
 
 class HaltedKeys:
@@ -71,7 +44,7 @@ class HaltedKeys:
     async def halt(self, entry: RawEntry, reason: str) -> None:
         """Record that ``entry``'s key halts (keeping a release already asked for it)."""
         lane_key = entry.fields.get(b"key")
-        field = _lane_field(self._group, lane_key)
+        field = lane_field(self._group, lane_key)
         known = await self._client.hget(self._hash, field)
         if known is None or json.loads(known).get("id") != entry.id:
             record = {"id": entry.id, "reason": reason, "action": None}
@@ -107,31 +80,3 @@ class HaltedKeys:
     @property
     def count(self) -> int:
         return len(self._waiting)
-
-
-async def list_halted(
-    client: aioredis.Redis, stream: str, group: str, partition: int
-) -> list[HaltedKey]:
-    found = await client.hgetall(halted_key(stream))
-    halted = []
-    for field, value in found.items():
-        of_group, key = json.loads(text(field))
-        if of_group == group:
-            record = json.loads(value)
-            halted.append(HaltedKey(key, partition, record["id"], record["reason"],
-                                    record.get("action")))  # fmt: skip
-    return halted
-
-
-async def release_key(
-    client: aioredis.Redis, stream: str, group: str, key: str | None, action: str
-) -> bool:
-    """Ask the owner to release halted ``key`` with ``action``; False if it is not halted."""
-    field = _field(group, key)
-    value = await client.hget(halted_key(stream), field)
-    if value is None:
-        return False
-    record = json.loads(value)
-    record["action"] = action
-    await client.hset(halted_key(stream), field, json.dumps(record))
-    return True

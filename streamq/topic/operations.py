@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import redis.asyncio as aioredis
 
 from ..config import CleanupPolicy
-from ..consume.halting import HaltedKey
 from ..errors import ConfigError, InvalidMessageIdError
 from ..wire.client import ride_through
 from . import admin, control, ownership
 from .cleanup import Cleaner
 from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
+from .halted import HaltedKey
 from .partitioned_info import Part, partitioned_topic_info
 from .partitions import PartitionedId, forget_partitions
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..consume.halting import HaltedKey, list_halted, release_key
 from ..errors import ConfigError
 from ..wire import ownership as wire
 from ..wire.replies import text
+from .halted import HaltedKey, list_halted, release_key
 
 Clients = Callable[[str], aioredis.Redis]
 

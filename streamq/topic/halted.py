@@ -1,0 +1,77 @@
+"""The record of halted keys (``on_poison="halt"``): a key whose entry failed
+``max_deliveries`` times stops, with its later entries behind it, until an operator
+releases it.
+
+Each halted key is recorded in ``streamq:{<partition stream>}:halted`` (one hash for every
+group, so that terminating the topic deletes it): field = JSON ``[group, key]`` (key
+``null`` for the keyless entries of the partition), value = JSON ``{"id", "reason",
+"action"}``. An operator releases it by setting ``action`` (:func:`release_key`):
+``"skip"`` dead-letters the poison entry and the key goes on, ``"retry"`` runs it again with
+a fresh delivery count. The partition's owner polls its halted keys and acts; the record
+outlives an owner (the next one halts on the same entry, which is past ``max_deliveries``,
+and keeps a release already asked for).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from ..wire.keys import Keys
+from ..wire.replies import text
+
+ACTIONS = ("skip", "retry")
+
+
+def halted_key(stream: str) -> str:
+    return Keys(stream).halted
+
+
+def record_field(group: str, key: str | None) -> str:
+    return json.dumps([group, key])
+
+
+def lane_field(group: str, key: bytes | None) -> str:
+    return record_field(group, None if key is None else key.decode("utf-8", "replace"))
+
+
+@dataclass(frozen=True, slots=True)
+class HaltedKey:
+    """A halted key: the publish key (None: the keyless entries of the partition), the
+    partition, the ID of the entry it halted on, why, and a release asked for (or None)."""
+
+    key: str | None
+    partition: int
+    entry_id: str
+    reason: str
+    action: str | None
+
+
+async def list_halted(
+    client: aioredis.Redis, stream: str, group: str, partition: int
+) -> list[HaltedKey]:
+    found = await client.hgetall(halted_key(stream))
+    halted = []
+    for field, value in found.items():
+        of_group, key = json.loads(text(field))
+        if of_group == group:
+            record = json.loads(value)
+            halted.append(HaltedKey(key, partition, record["id"], record["reason"],
+                                    record.get("action")))  # fmt: skip
+    return halted
+
+
+async def release_key(
+    client: aioredis.Redis, stream: str, group: str, key: str | None, action: str
+) -> bool:
+    """Ask the owner to release halted ``key`` with ``action``; False if it is not halted."""
+    field = record_field(group, key)
+    value = await client.hget(halted_key(stream), field)
+    if value is None:
+        return False
+    record = json.loads(value)
+    record["action"] = action
+    await client.hset(halted_key(stream), field, json.dumps(record))
+    return True
