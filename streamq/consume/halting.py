@@ -1,15 +1,6 @@
-"""The halted keys of an owned partition (``on_poison="halt"``): a key whose entry failed ``max_deliveries`` times
-stops, with its later entries behind it, until an operator releases it.
-
-Each halted key is recorded in ``streamq:{<partition stream>}:halted`` (one hash for every
-group, so that terminating the topic deletes it): field = JSON ``[group, key]`` (key
-``null`` for the keyless entries of the partition), value = JSON ``{"id", "reason",
-"action"}``. An operator releases it by setting ``action`` (:func:`release_key`):
-``"skip"`` dead-letters the poison entry and the key goes on, ``"retry"`` runs it again with
-a fresh delivery count. The partition's owner polls its halted keys and acts; the record
-outlives an owner (the next one halts on the same entry, which is past ``max_deliveries``,
-and keeps a release already asked for).
-"""
+"""The halted keys of an owned partition (``on_poison="halt"``): the owner records the key
+that halts on a poison entry and polls for an operator's release
+(:mod:`streamq.topic.halted` holds the record, its listing and the release)."""
 
 from __future__ import annotations
 
