@@ -1,8 +1,7 @@
 """streamq: typed message handlers over Redis Streams consumer groups.
 
-The embedded servers, :class:`App` and the blocking :class:`Publisher` are imported when
-first used (``streamq.App``, ``from streamq import Publisher``): a plain consumer does not
-load them.
+The embedded servers and :class:`App` are imported when first used (``streamq.App``,
+``from streamq import EmbeddedServer``): a plain consumer or publisher does not load them.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
+from .publish.blocking import Publisher
 from .queue import MessageQueue
 from .signals import PartialFailure, Reject, Retry
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
@@ -43,7 +43,6 @@ from .topic.deadletter import DeadLetter
 
 if _typing.TYPE_CHECKING:
     from .app import App
-    from .publish.blocking import Publisher
     from .server.cluster import EmbeddedCluster
     from .server.sentinel import EmbeddedSentinel
     from .server.single import EmbeddedServer
@@ -54,7 +53,6 @@ _LAZY = {
     "EmbeddedCluster": ".server.cluster",
     "EmbeddedSentinel": ".server.sentinel",
     "EmbeddedServer": ".server.single",
-    "Publisher": ".publish.blocking",
 }
 
 

@@ -1,5 +1,5 @@
-"""What a plain consumer's process loads: not the retry engine until a handler fails, not
-the blocking Publisher, the embedded servers or App (memory of a running consumer)."""
+"""What a plain consumer's process loads: not the retry engine until a handler fails, nor
+the embedded servers or App (memory of a running consumer)."""
 
 from __future__ import annotations
 
@@ -48,5 +48,4 @@ def test_a_consumer_whose_handlers_succeed_loads_only_what_it_uses(
     loaded = set(done.stdout.split())
     assert "streamq.consume.dispatch" in loaded  # the program did consume
     assert not {m for m in loaded if m.split(".")[0] == "tenacity"}
-    assert "streamq.publish.blocking" not in loaded
     assert "streamq.server.single" not in loaded and "streamq.app" not in loaded

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -25,12 +25,10 @@ from .acks import Acker
 from .context import Place
 from .failures import describe, reraise_unless_failure
 from .observe import Observer
+from .retrying import last_failure, retrying
 from .router import Route, Router
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
-
-if TYPE_CHECKING:
-    from tenacity import AsyncRetrying
 
 log = logging.getLogger(__name__)
 
@@ -83,30 +81,10 @@ class Dispatcher:
         self.stats = stats
         self.bisect_batches = bisect_batches
         self.observer = Observer(stream, group, consumer)
-        # the first call is made outside tenacity (the hot path); the retries' engines are
-        # made at the first failure, so a consumer whose handlers succeed never loads it
-        self._retrying_made: AsyncRetrying | None = None
-        self._batch_retrying_made: AsyncRetrying | None = None
-
-    @property
-    def _retrying(self) -> AsyncRetrying:
-        """The retries of a single entry's handler."""
-        if self._retrying_made is None:
-            from .retrying import retrying  # tenacity: at the first failure only
-
-            self._retrying_made = retrying(self.retry, self.retry.attempts - 1)
-        return self._retrying_made
-
-    @property
-    def _batch_retrying(self) -> AsyncRetrying:
-        """The retries of the entries of a batch that failed."""
-        if self._batch_retrying_made is None:
-            from .retrying import retrying  # tenacity: at the first failure only
-
-            retry = self.retry
-            made = retrying(retry, retry.attempts - 1, retry_on=_BatchFailed)
-            self._batch_retrying_made = made
-        return self._batch_retrying_made
+        # singles: the first call is made outside tenacity (the hot path), these are the rest
+        self._retrying = retrying(retry, retry.attempts - 1)
+        # batches: the first call is made outside tenacity too
+        self._batch_retrying = retrying(retry, retry.attempts - 1, retry_on=_BatchFailed)
 
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
@@ -284,8 +262,6 @@ class Dispatcher:
             return first
         log.info("handler raised %s; retrying in process", describe(first))
         self.stats.retried += 1
-        from .retrying import last_failure  # tenacity: at the first failure only
-
         return await last_failure(self._retrying, partial(self._call_once, func, is_async, arg))
 
     # -- batches --------------------------------------------------------------------
