@@ -1,5 +1,6 @@
 """What a plain consumer's process loads: not the retry engine until a handler fails, nor
-the embedded servers or App (memory of a running consumer)."""
+the Sentinel clients (a URL of one node), the embedded servers or App (memory of a running
+consumer)."""
 
 from __future__ import annotations
 
@@ -48,4 +49,5 @@ def test_a_consumer_whose_handlers_succeed_loads_only_what_it_uses(
     loaded = set(done.stdout.split())
     assert "streamq.consume.dispatch" in loaded  # the program did consume
     assert not {m for m in loaded if m.split(".")[0] == "tenacity"}
+    assert "streamq.wire.sentinel" not in loaded
     assert "streamq.server.single" not in loaded and "streamq.app" not in loaded
