@@ -1,47 +1,63 @@
-"""The one retry engine (tenacity), for single handlers and batches alike."""
+"""The one retry engine (tenacity), for single handlers and batches alike.
+
+tenacity is loaded at the first retry (a handler's first failure): a consumer whose handlers
+succeed never loads it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    retry_if_not_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..config import RetryPolicy
 from ..signals import HandlerSignal
 
+if TYPE_CHECKING:
+    from tenacity import AsyncRetrying
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """How a handler is retried in process; :meth:`copy` makes the engine for one run."""
+
+    policy: RetryPolicy
+    attempts: int
+    retry_on: type[Exception] | None = None
+
+    def copy(self) -> AsyncRetrying:
+        """A fresh tenacity engine: ``attempts`` tries with exponential backoff from
+        ``policy.backoff``, capped, plus jitter; signals end it."""
+        import tenacity  # loaded at the first retry only (see the module's docstring)
+
+        policy = self.policy
+        return tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(max(self.attempts, 1)),
+            # exponential from `backoff`, capped, plus random jitter (tenacity 8 and 9)
+            wait=tenacity.wait_exponential(multiplier=policy.backoff, max=policy.max_backoff)
+            + tenacity.wait_random(0, policy.jitter),
+            retry=(
+                tenacity.retry_if_not_exception_type(HandlerSignal)
+                if self.retry_on is None
+                else tenacity.retry_if_exception_type(self.retry_on)
+            ),
+            reraise=True,
+        )
+
 
 def retrying(
     policy: RetryPolicy, attempts: int, *, retry_on: type[Exception] | None = None
-) -> AsyncRetrying:
-    """The one retry engine (tenacity) for singles and batches: ``attempts`` tries with
-    exponential backoff from ``policy.backoff``, capped, plus jitter; signals end it."""
-    return AsyncRetrying(
-        stop=stop_after_attempt(max(attempts, 1)),
-        # exponential from `backoff`, capped, plus random jitter (works on tenacity 8 and 9)
-        wait=wait_exponential(multiplier=policy.backoff, max=policy.max_backoff)
-        + wait_random(0, policy.jitter),
-        retry=(
-            retry_if_not_exception_type(HandlerSignal)
-            if retry_on is None
-            else retry_if_exception_type(retry_on)
-        ),
-        reraise=True,
-    )
+) -> Retrying:
+    """The one retry engine for singles and batches (see :class:`Retrying`)."""
+    return Retrying(policy, attempts, retry_on)
 
 
 async def last_failure(
-    retrying: AsyncRetrying, call: Callable[[], Awaitable[object]]
+    retrying: Retrying, call: Callable[[], Awaitable[object]]
 ) -> Exception | None:
-    """Call ``call`` under a copy of ``retrying``: None once a call succeeds, else the last
-    call's exception with the traceback it was raised with (tenacity re-raises it through
-    its own frames, which would be logged with it)."""
+    """Call ``call`` under a fresh engine of ``retrying``: None once a call succeeds, else the
+    last call's exception with the traceback it was raised with (tenacity re-raises it
+    through its own frames, which would be logged with it)."""
     failure: Exception | None = None
     traceback = None
     try:

@@ -18,13 +18,12 @@ import redis
 import redis.asyncio as aioredis
 
 from ..errors import ConfigError, ServerUnavailableError
-from . import sentinel
 from .pool_options import MAX_CONNECTIONS as MAX_CONNECTIONS
 from .pool_options import POOL_OPTIONS as POOL_OPTIONS
 from .routing import Deployment
 from .routing_sync import SyncDeployment
+from .schemes import is_sentinel_url
 from .seeds import split_seeds
-from .sentinel import is_sentinel_url
 from .timeouts import POOL_WAIT
 from .translate import (  # noqa: F401  (re-exported: the boundary's names)
     TRANSIENT_ERRORS,
@@ -49,6 +48,8 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
     with comma-separated ``host:port`` pairs names several nodes of a cluster (see
     :mod:`.seeds`)."""
     if is_sentinel_url(url):
+        from . import sentinel  # redis-py's Sentinel clients, for a Sentinel URL only
+
         client = sentinel.async_client(url, max_connections=MAX_CONNECTIONS, pool_timeout=POOL_WAIT)
         return Deployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     first, seeds = split_seeds(url)
@@ -59,6 +60,8 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
 def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
     """The blocking twin of :func:`connect` (Publisher, metrics, Spark)."""
     if is_sentinel_url(url):
+        from . import sentinel  # redis-py's Sentinel clients, for a Sentinel URL only
+
         client = sentinel.sync_client(url)
         return SyncDeployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     first, seeds = split_seeds(url)

@@ -47,11 +47,11 @@ from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 
 from ..errors import ConfigError
 from .pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS
+from .schemes import SCHEMES, is_sentinel_url
 from .timeouts import POOL_WAIT
 
 __all__ = ("SentinelUrl", "async_client", "is_sentinel_url", "sync_client")
 
-SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}  # scheme -> TLS
 DEFAULT_PORT = 26379
 # A sentinel that does not answer a lookup within this is skipped for the next one.
 SENTINEL_TIMEOUT = 2.0
@@ -59,12 +59,6 @@ _OPTIONS = (
     "protocol", "sentinel_password", "sentinel_username", "ssl_ca_certs", "ssl_cert_reqs",
 )  # fmt: skip
 _CERT_REQS = ("none", "optional", "required")
-
-
-def is_sentinel_url(url: str) -> bool:
-    """True for a ``redis+sentinel://`` or ``rediss+sentinel://`` URL."""
-    scheme, sep, _ = url.partition("://")
-    return bool(sep) and scheme.lower() in SCHEMES
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,21 @@ class SlotTable:
     """Slot → the address of the master serving it (None: nobody, e.g. mid-failover)."""
 
     def __init__(self) -> None:
-        self._owners: list[Address | None] = [None] * SLOTS
+        # made when a cluster's slots are first learnt: one node never needs the 16,384
+        # entries (128 kB per deployment)
+        self._owners: list[Address | None] | None = None
 
     def owner(self, slot: int) -> Address | None:
-        return self._owners[slot]
+        return None if self._owners is None else self._owners[slot]
 
     def masters(self) -> list[Address]:
         """Every address that serves at least one slot, in slot order."""
-        return list(dict.fromkeys(a for a in self._owners if a is not None))
+        owners = self._owners or ()
+        return list(dict.fromkeys(a for a in owners if a is not None))
 
     def move(self, slot: int, address: Address) -> None:
+        if self._owners is None:
+            self._owners = [None] * SLOTS
         self._owners[slot] = address
 
     def load(self, reply: Sequence[Any], asked: Address) -> None:
