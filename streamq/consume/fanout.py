@@ -35,6 +35,7 @@ from anyio.abc import TaskStatus
 
 from ..config import StartFrom
 from ..errors import ConsumerError, RedisFailure, ServerUnavailableError
+from ..log_summary import LogSummary
 from ..message import RawEntry
 from ..topic import admin
 from ..topic.control import was_terminated
@@ -43,9 +44,10 @@ from .batching import Batcher
 from .build import Policies, Topic
 from .context import Place, inside_handler
 from .failures import describe
-from .fanout_dispatch import FanoutDispatcher, fanout_dispatcher
+from .fanout_dispatch import NO_GROUP, FanoutDispatcher, fanout_dispatcher
 from .router import Route, Router
 from .stats import Stats
+from .traced import traced
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -232,7 +234,9 @@ class FanoutConsumer:
         policies: Policies,
         positions: MutableMapping[str, str],
     ) -> None:
-        self.router, self.config = router, policies.config
+        # [otel] with a tracer provider: the tracing middleware outermost; else as registered
+        self.router = traced(router, topic.name, NO_GROUP, topic.consumer, LogSummary())
+        self.config = policies.config
         self.stats = Stats()
         self.room = Room(self.config.max_in_flight, len(topic.streams))
         self.stop_requested = anyio.Event()
