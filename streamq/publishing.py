@@ -33,7 +33,6 @@ from .publish_plan import (
     xadd_command,
 )
 from .topic.partitions import check_partition_count
-from .tracing import with_trace_context
 from .wire import idempotency, resp
 from .wire.client import ride_through, worth_waiting
 from .wire.coalesce import Coalescer
@@ -153,7 +152,6 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
         if delay is not None or at is not None or schedule_id is not None:
             refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
             return await self._schedule(message_type, data, meta, key, delay, at, schedule_id)
-        meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta)
         if self.__dict__.get("_shape_of") is not self.deployment:  # inline: the hot path
             await self._check_shape_once()
@@ -297,7 +295,6 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing):
         items = list(items)
         if delay is not None or at is not None:
             return list(await self._schedule_many(message_type, items, meta, key, delay, at))
-        meta = with_trace_context(meta)
         encoded = [encode_entry(message_type, item, meta) for item in items]
         if self.__dict__.get("_shape_of") is not self.deployment:
             await self._check_shape_once()

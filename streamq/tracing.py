@@ -1,9 +1,12 @@
 """Tracing with OpenTelemetry (extra ``[otel]``): one trace from publish to handler.
 
-* ``publish``/``publish_many`` (and the sync ``Publisher``) inject the active span's
-  context into the message's ``meta`` (W3C ``traceparent``/``tracestate``, through the
-  globally configured propagator) when a span is active.
-* The consumer continues it: one CONSUMER span ``process <stream>`` per message, child of
+* ``publish``/``publish_many`` inject the active span's context into the message's
+  ``meta`` (W3C ``traceparent``/``tracestate``, through the globally configured
+  propagator) when a span is active: a built-in publish middleware,
+  :func:`inject_trace_context`, put innermost when the extra is installed (the sync
+  ``Publisher``, which has no middlewares, calls :func:`with_trace_context` itself).
+* The consumer continues it in a built-in handler middleware, outermost
+  (:mod:`streamq.consume.traced`): one CONSUMER span ``process <stream>`` per message, child of
   the publisher's span; for a batch handler one span per batch, linked to each message's
   context. Attributes follow OpenTelemetry's messaging conventions: ``messaging.system``
   (``redis``), ``messaging.destination.name``, ``messaging.message.id``,
@@ -14,8 +17,11 @@
   ``error.type`` and an ERROR status.
 
 Consumer spans are made when a tracer provider is configured (the global one, or one
-given to :func:`set_tracer_provider`) as the consumer starts. Without the extra nothing
-is imported: publishing checks one module flag.
+given to :func:`set_tracer_provider`) as the consumer starts; without one the consumer's
+routes are the registered handlers, unwrapped. Without the extra nothing is imported and
+publishing runs no tracing middleware. With the extra the publish middleware runs even
+without a tracer provider: a context extracted from an incoming request (the API alone,
+no SDK) still travels on.
 """
 
 from __future__ import annotations
@@ -53,6 +59,21 @@ def with_trace_context(meta: Mapping[str, str] | None) -> Mapping[str, str] | No
     carrier = dict(meta or {})
     propagate.inject(carrier)
     return carrier
+
+
+async def inject_trace_context(
+    message_type: str, data: Any, meta: Mapping[str, str] | None, call_next: Any
+) -> Any:
+    """The built-in publish middleware (with the extra): the message goes on with the
+    active span's W3C context in its ``meta`` (see :func:`with_trace_context`).
+
+    A queue puts it innermost, after the user's publish middlewares, so that the context
+    sent is the one active at the send: a span a user's middleware opens around the
+    publish is the consumer span's parent. ``publish_many`` without user middlewares
+    calls it once with all the items as ``data`` (the context is the same for each): the
+    items stay pipelined.
+    """
+    return await call_next(message_type, data, with_trace_context(meta))
 
 
 def consumer_tracer(stream: str, group: str, consumer: str) -> ConsumerTracer | None:

@@ -280,3 +280,28 @@ async def test_each_handler_call_is_a_span_so_a_retry_in_process_is_another(
     assert first.status.status_code is StatusCode.ERROR
     assert first.attributes["error.type"] == "ValueError"
     assert second.status.status_code is StatusCode.UNSET
+
+
+async def test_the_trace_context_is_injected_inside_the_users_publish_middlewares(
+    make_queue: QueueFactory, exporter: InMemorySpanExporter
+) -> None:
+    """Injection is the innermost publish middleware: a span a user's middleware opens
+    around the publish is the consumer span's parent, and the user's middleware sees the
+    meta as the caller gave it."""
+    mq = make_queue()
+    given: list[Any] = []
+    handled: list[int] = []
+
+    async def publish_span(message_type: str, data: Any, meta: Any, call_next: Any) -> Any:
+        given.append(meta)
+        with caller(exporter).start_as_current_span(f"send {message_type}"):
+            return await call_next(message_type, data, meta)
+
+    mq.add_middleware(publish_span)
+    mq.handler("job")(lambda msg: handled.append(msg.data))
+    await mq.publish("job", 1, meta={"k": "v"})
+    await run_until(mq, lambda: handled == [1], "the job handled")
+    (send,) = [s for s in exporter.get_finished_spans() if s.name == "send job"]
+    (span,) = consumer_spans(exporter)
+    assert span.parent is not None and span.parent.span_id == send.context.span_id
+    assert given == [{"k": "v"}]

@@ -19,7 +19,6 @@ import redis.asyncio as aioredis
 from ..config import Duration
 from ..errors import ConfigError
 from ..message import encode_entry
-from ..tracing import with_trace_context
 from ..wire.client import ride_through
 from . import scheduling
 from .scheduling import ScheduledId
@@ -64,7 +63,7 @@ class DelayedPublishing:
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
         name = scheduling.checked_schedule_id(schedule_id)
-        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
+        meta = scheduling.schedule_meta(meta, due, now)
         payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
         if self.__dict__.get("_shape_of") is not self.deployment:
             await self._check_shape_once()
@@ -112,7 +111,7 @@ class DelayedPublishing:
         stored if one is bad), then scheduled under its own ID."""
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
-        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
+        meta = scheduling.schedule_meta(meta, due, now)
         keys = [key(item) if callable(key) else key for item in items]
         payloads = [
             scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
