@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from streamq import Message, Publisher, Reject, RetryPolicy, tracing
+from streamq import Message, Publisher, Reject, RetryPolicy, StartFrom, tracing
 from tests.conftest import QueueFactory, sync_client, wait_for
 
 otel = pytest.importorskip("opentelemetry.sdk.trace", reason="the tracing tests need the SDK")
@@ -305,3 +305,22 @@ async def test_the_trace_context_is_injected_inside_the_users_publish_middleware
     (span,) = consumer_spans(exporter)
     assert span.parent is not None and span.parent.span_id == send.context.span_id
     assert given == [{"k": "v"}]
+
+
+async def test_a_fan_out_subscriber_traces_through_the_same_middleware(
+    make_queue: QueueFactory, stream: str, exporter: InMemorySpanExporter
+) -> None:
+    mq = make_queue(group=None, start=StartFrom.EARLIEST)
+    inside: list[bool] = []
+
+    async def user_middleware(msg: Any, call_next: Any) -> Any:
+        inside.append(trace.get_current_span().is_recording())
+        return await call_next(msg)
+
+    mq.add_middleware(user_middleware)
+    mq.handler("job")(lambda msg: None)
+    await mq.publish("job", 1)
+    await run_until(mq, lambda: inside == [True], "the job handled in its span")
+    (span,) = consumer_spans(exporter)
+    assert span.attributes["messaging.destination.name"] == stream
+    assert span.attributes["messaging.consumer.group.name"] == ""

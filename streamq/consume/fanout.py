@@ -234,8 +234,13 @@ class FanoutConsumer:
         policies: Policies,
         positions: MutableMapping[str, str],
     ) -> None:
-        # [otel] with a tracer provider: the tracing middleware outermost; else as registered
-        self.router = traced(router, topic.name, NO_GROUP, topic.consumer, LogSummary())
+        self.router = router
+        # per stream (a partition's): [otel] with a tracer provider, the tracing middleware
+        # outermost (its spans name the stream, as a group consumer's); else as registered
+        summary = LogSummary()
+        self._routers = [
+            traced(router, s, NO_GROUP, topic.consumer, summary) for s in topic.streams
+        ]
         self.config = policies.config
         self.stats = Stats()
         self.room = Room(self.config.max_in_flight, len(topic.streams))
@@ -274,7 +279,7 @@ class FanoutConsumer:
         """Hand read entries to the workers (batch-handled types to their batcher); types
         without a handler here are skipped: a fan-out subscriber takes what it handles."""
         now = anyio.current_time()
-        get_route = self.router.by_type_field.get
+        get_route = self._routers[index].by_type_field.get
         ready: list[tuple[int, RawEntry, Route]] = []
         batched: dict[str, tuple[Route, list[RawEntry]]] = {}
         for entry in entries:
