@@ -1,9 +1,12 @@
 """Tracing with OpenTelemetry (extra ``[otel]``): one trace from publish to handler.
 
-* ``publish``/``publish_many`` (and the sync ``Publisher``) inject the active span's
-  context into the message's ``meta`` (W3C ``traceparent``/``tracestate``, through the
-  globally configured propagator) when a span is active.
-* The consumer continues it: one CONSUMER span ``process <stream>`` per message, child of
+* ``publish``/``publish_many`` inject the active span's context into the message's
+  ``meta`` (W3C ``traceparent``/``tracestate``, through the globally configured
+  propagator) when a span is active: a built-in publish middleware,
+  :func:`inject_trace_context`, put innermost when the extra is installed (the sync
+  ``Publisher``, which has no middlewares, calls :func:`with_trace_context` itself).
+* The consumer continues it in a built-in handler middleware, outermost
+  (:mod:`streamq.consume.traced`): one CONSUMER span ``process <stream>`` per message, child of
   the publisher's span; for a batch handler one span per batch, linked to each message's
   context. Attributes follow OpenTelemetry's messaging conventions: ``messaging.system``
   (``redis``), ``messaging.destination.name``, ``messaging.message.id``,
@@ -14,8 +17,11 @@
   ``error.type`` and an ERROR status.
 
 Consumer spans are made when a tracer provider is configured (the global one, or one
-given to :func:`set_tracer_provider`) as the consumer starts. Without the extra nothing
-is imported: publishing checks one module flag.
+given to :func:`set_tracer_provider`) as the consumer starts; without one the consumer's
+routes are the registered handlers, unwrapped. Without the extra nothing is imported and
+publishing runs no tracing middleware. With the extra the publish middleware runs even
+without a tracer provider: a context extracted from an incoming request (the API alone,
+no SDK) still travels on.
 """
 
 from __future__ import annotations
@@ -25,12 +31,10 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-import pydantic_core
-
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .message import RawEntry
+    from .message import Message
 
 AVAILABLE = importlib.util.find_spec("opentelemetry") is not None
 SYSTEM = "redis"
@@ -59,6 +63,21 @@ def with_trace_context(meta: Mapping[str, str] | None) -> Mapping[str, str] | No
     return carrier
 
 
+async def inject_trace_context(
+    message_type: str, data: Any, meta: Mapping[str, str] | None, call_next: Any
+) -> Any:
+    """The built-in publish middleware (with the extra): the message goes on with the
+    active span's W3C context in its ``meta`` (see :func:`with_trace_context`).
+
+    A queue puts it innermost, after the user's publish middlewares, so that the context
+    sent is the one active at the send: a span a user's middleware opens around the
+    publish is the consumer span's parent. ``publish_many`` without user middlewares
+    calls it once with all the items as ``data`` (the context is the same for each): the
+    items stay pipelined.
+    """
+    return await call_next(message_type, data, with_trace_context(meta))
+
+
 def consumer_tracer(stream: str, group: str, consumer: str) -> ConsumerTracer | None:
     """The tracer of one consumer, or None (no extra, or no tracer provider configured)."""
     if not AVAILABLE:
@@ -69,27 +88,6 @@ def consumer_tracer(stream: str, group: str, consumer: str) -> ConsumerTracer | 
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
     return ConsumerTracer(provider.get_tracer("streamq", __version__), stream, group, consumer)
-
-
-def _meta_of(entry: RawEntry) -> dict[str, str]:
-    """The string values of the entry's ``meta``, where a trace context would be.
-
-    A trace context is a hint: a ``meta`` that is not JSON, nested deeper than the parser
-    goes, not an object, or holds other values than strings gives none (the span starts a
-    trace). Whether the entry is valid is decided where it is decoded, the same with tracing
-    on or off. The parser is the one decoding uses, whose recursion limit raises ValueError
-    (``json.loads`` raises RecursionError instead).
-    """
-    raw = entry.fields.get(b"meta")
-    if not raw:
-        return {}
-    try:
-        meta = pydantic_core.from_json(raw)
-    except ValueError:
-        return {}
-    if not isinstance(meta, dict):
-        return {}
-    return {key: value for key, value in meta.items() if type(value) is str}
 
 
 class ConsumerTracer:
@@ -111,57 +109,62 @@ class ConsumerTracer:
             "messaging.client.id": consumer,
         }
 
-    def _attributes(self, entry: RawEntry, type_name: str) -> dict[str, Any]:
+    def _attributes(self, msg: Message[Any]) -> dict[str, Any]:
         return {
             **self._common,
-            "messaging.destination.partition.id": str(getattr(entry, "partition", 0)),
-            "streamq.message.type": type_name,
+            "messaging.destination.partition.id": str(msg.partition),
+            "streamq.message.type": msg.type,
         }
 
-    def start(self, entry: RawEntry, type_name: str) -> Any:
-        """Start the span of one entry's handling, child of its publisher's span if any
+    def start(self, msg: Message[Any]) -> Any:
+        """Start the span of one message's handling, child of its publisher's span if any
         (made current by :meth:`current`, ended by :meth:`end`)."""
-        parent = self._propagate.extract(_meta_of(entry))
-        attributes = self._attributes(entry, type_name)
-        attributes["messaging.message.id"] = entry.id
-        attributes["streamq.delivery_count"] = entry.delivery_count
+        parent = self._propagate.extract(_strings(msg.meta))
+        attributes = self._attributes(msg)
+        attributes["messaging.message.id"] = msg.id
+        attributes["streamq.delivery_count"] = msg.delivery_count
         return self._tracer.start_span(
             self._name, context=parent, kind=self._kind, attributes=attributes
         )
 
-    def start_batch(self, entries: list[RawEntry], type_name: str) -> Any:
+    def start_batch(self, msgs: list[Message[Any]]) -> Any:
         """Start one span for a batch, linked to each message's publisher span."""
         from opentelemetry.trace import Link
 
         links = []
-        for entry in entries:
-            context = self._propagate.extract(_meta_of(entry))
+        for msg in msgs:
+            context = self._propagate.extract(_strings(msg.meta))
             span_context = self._trace.get_current_span(context).get_span_context()
             if span_context.is_valid:
-                links.append(Link(span_context, {"messaging.message.id": entry.id}))
-        attributes = self._attributes(entries[0], type_name)
-        attributes["messaging.batch.message_count"] = len(entries)
-        attributes["streamq.delivery_count"] = max(e.delivery_count for e in entries)
+                links.append(Link(span_context, {"messaging.message.id": msg.id}))
+        attributes = self._attributes(msgs[0])
+        attributes["messaging.batch.message_count"] = len(msgs)
+        attributes["streamq.delivery_count"] = max(m.delivery_count for m in msgs)
         return self._tracer.start_span(
             self._name, kind=self._kind, links=links, attributes=attributes
         )
 
     def current(self, span: Any) -> AbstractContextManager[Any]:
         """``span`` as the current span (what the handler sees) while in the block."""
-        return self._trace.use_span(span)
+        # failures are recorded by the caller (error.type, one event), the span ended by it
+        return self._trace.use_span(
+            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
 
     @staticmethod
     def end(span: Any) -> None:
         span.end()
 
-    def failed(self, error: BaseException | None, reason: str) -> None:
-        """Record a failed delivery (or a dead letter) on the current span."""
-        span = self._trace.get_current_span()
+    def failed(self, span: Any, error: BaseException, reason: str) -> None:
+        """Record a failed handler call (its exception, ``error.type``, ERROR) on ``span``."""
         if not span.is_recording():
             return
-        if error is not None:
-            span.record_exception(error)
-        span.set_attribute(
-            "error.type", type(error).__qualname__ if error is not None else "dead_letter"
-        )
+        span.record_exception(error)
+        span.set_attribute("error.type", type(error).__qualname__)
         span.set_status(self._status(self._error, reason))
+
+
+def _strings(meta: dict[str, str]) -> dict[str, str]:
+    """The string values of a message's ``meta`` (decoding has checked they all are: this
+    keeps a hand-built Message from reaching the propagator with others)."""
+    return {key: value for key, value in meta.items() if type(value) is str}

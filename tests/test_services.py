@@ -332,3 +332,21 @@ async def test_publish_checks_the_model_of_a_type_this_process_handles(
             await mq.publish_many("signup", [Signup(user="cy"), Click(button="x")])
         await mq.publish("click", Click(button="x"))  # no handler here: not checked
         assert await client.xlen(mq.stream) == 4
+
+
+async def test_a_scheduled_publish_through_a_publish_middleware_returns_its_scheduled_id(
+    make_queue: QueueFactory,
+) -> None:
+    """The ID comes back as the send returned it: a ScheduledId stays one (it names the
+    scheduled message, to cancel it), whatever middlewares it went through."""
+    from streamq import ScheduledId
+
+    mq = make_queue()
+
+    async def passing(message_type: str, data: Any, meta: Any, call_next: Any) -> Any:
+        return await call_next(message_type, data, meta)
+
+    mq.add_middleware(passing)
+    async with mq:
+        scheduled = await mq.publish("job", 1, delay=60)
+        assert isinstance(scheduled, ScheduledId), type(scheduled)

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from streamq import Message, Publisher, Reject, RetryPolicy, tracing
+from streamq import Message, Publisher, Reject, RetryPolicy, StartFrom, tracing
 from tests.conftest import QueueFactory, sync_client, wait_for
 
 otel = pytest.importorskip("opentelemetry.sdk.trace", reason="the tracing tests need the SDK")
@@ -212,3 +212,115 @@ def test_nothing_is_imported_without_the_extra(redis_url: str, stream: str) -> N
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False [{}] []"
+
+
+async def test_the_tracing_middleware_is_outermost(
+    make_queue: QueueFactory, exporter: InMemorySpanExporter
+) -> None:
+    """Tracing is a handler middleware put before the user's: theirs run in the span."""
+    mq = make_queue()
+    seen: list[tuple[bool, int]] = []
+
+    async def user_middleware(msg: Any, call_next: Any) -> Any:
+        span = trace.get_current_span()
+        seen.append((span.is_recording(), span.get_span_context().span_id))
+        return await call_next(msg)
+
+    mq.add_middleware(user_middleware)
+    mq.handler("job")(lambda msg: None)
+    await mq.publish("job", 1)
+    await run_until(mq, lambda: len(seen) == 1, "the job handled")
+    (span,) = consumer_spans(exporter)
+    assert seen == [(True, span.context.span_id)], "the user's middleware runs in the span"
+
+
+async def test_without_a_tracer_provider_the_routes_are_the_registered_ones(
+    make_queue: QueueFactory,
+) -> None:
+    """No tracer provider: nothing wraps the handlers (no cost per message)."""
+    mq = make_queue()
+    handled: list[int] = []
+
+    async def job(msg: Message[int]) -> None:
+        handled.append(msg.data)
+
+    mq.handler("job")(job)
+    route = mq.router.routes["job"]
+    async with mq, anyio.create_task_group() as tg:
+        await tg.start(mq.run)
+        consumer: Any = mq._consumer
+        assert consumer.router.routes["job"] is route and route.single is job
+        await mq.publish("job", 1)
+        await wait_for(lambda: handled == [1], what="the job handled")
+        await mq.stop()
+
+
+async def test_each_handler_call_is_a_span_so_a_retry_in_process_is_another(
+    make_queue: QueueFactory, exporter: InMemorySpanExporter
+) -> None:
+    """The span wraps one call of the handler chain: a failed call and its retry are two
+    spans of the message, the first recording the error."""
+    mq = make_queue(retry=RetryPolicy(attempts=2, max_deliveries=1, backoff=0.0))
+    calls: list[int] = []
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        calls.append(msg.data)
+        if len(calls) == 1:
+            raise ValueError("database restarting")
+
+    entry_id = await mq.publish("job", 1)
+    await run_until(mq, lambda: mq.stats()["acked"] == 1, "the job handled on its retry")
+    first, second = consumer_spans(exporter)
+    assert (
+        first.attributes["messaging.message.id"]
+        == entry_id
+        == second.attributes["messaging.message.id"]
+    )
+    assert first.status.status_code is StatusCode.ERROR
+    assert first.attributes["error.type"] == "ValueError"
+    assert second.status.status_code is StatusCode.UNSET
+
+
+async def test_the_trace_context_is_injected_inside_the_users_publish_middlewares(
+    make_queue: QueueFactory, exporter: InMemorySpanExporter
+) -> None:
+    """Injection is the innermost publish middleware: a span a user's middleware opens
+    around the publish is the consumer span's parent, and the user's middleware sees the
+    meta as the caller gave it."""
+    mq = make_queue()
+    given: list[Any] = []
+    handled: list[int] = []
+
+    async def publish_span(message_type: str, data: Any, meta: Any, call_next: Any) -> Any:
+        given.append(meta)
+        with caller(exporter).start_as_current_span(f"send {message_type}"):
+            return await call_next(message_type, data, meta)
+
+    mq.add_middleware(publish_span)
+    mq.handler("job")(lambda msg: handled.append(msg.data))
+    await mq.publish("job", 1, meta={"k": "v"})
+    await run_until(mq, lambda: handled == [1], "the job handled")
+    (send,) = [s for s in exporter.get_finished_spans() if s.name == "send job"]
+    (span,) = consumer_spans(exporter)
+    assert span.parent is not None and span.parent.span_id == send.context.span_id
+    assert given == [{"k": "v"}]
+
+
+async def test_a_fan_out_subscriber_traces_through_the_same_middleware(
+    make_queue: QueueFactory, stream: str, exporter: InMemorySpanExporter
+) -> None:
+    mq = make_queue(group=None, start=StartFrom.EARLIEST)
+    inside: list[bool] = []
+
+    async def user_middleware(msg: Any, call_next: Any) -> Any:
+        inside.append(trace.get_current_span().is_recording())
+        return await call_next(msg)
+
+    mq.add_middleware(user_middleware)
+    mq.handler("job")(lambda msg: None)
+    await mq.publish("job", 1)
+    await run_until(mq, lambda: inside == [True], "the job handled in its span")
+    (span,) = consumer_spans(exporter)
+    assert span.attributes["messaging.destination.name"] == stream
+    assert span.attributes["messaging.consumer.group.name"] == ""

@@ -49,6 +49,7 @@ from .pool import WORKER_TASK, PoolEntrance, run_worker
 from .reader import Identity, Reader
 from .router import Route, Router
 from .stats import Stats
+from .traced import traced
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,12 @@ class Consumer:
         """``wiring``: builds the parts, which call back into this consumer."""
         self._client = client
         self.id = identity
-        self.router = router
+        self.stats = Stats()
+        self.summary = LogSummary()  # the repeated records of this consumer's parts
+        # [otel] with a tracer provider: the tracing middleware outermost; else as registered
+        self.router = traced(
+            router, identity.stream, identity.group, identity.consumer, self.summary
+        )
         self._config = config
         self._stopped = stopped
         self._background = background
@@ -102,8 +108,6 @@ class Consumer:
         self.reading = False  # between start-up and shutdown of run()
         self.auto_stopped = False
         self.error: BaseException | None = None
-        self.stats = Stats()
-        self.summary = LogSummary()  # the repeated records of this consumer's parts
         parts = wiring(self)
         self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
         self.claimer, self.dispatcher, self.batcher = parts.claimer, parts.dispatcher, parts.batcher
@@ -112,7 +116,6 @@ class Consumer:
         self._intake: WorkQueue[tuple[RawEntry, Route | None]] | PoolEntrance = (
             parts.pool or self._queue
         )
-        self._traced = self.dispatcher.traced
 
     async def enqueue(self, entries: list[RawEntry]) -> None:
         """Hand fetched entries to the workers, each with its route (stopped ones are set
@@ -325,8 +328,6 @@ class Consumer:
         try:
             if route is None:
                 await dispatcher.no_route(entry)
-            elif self._traced:
-                await self._handle_traced(route, entry)
             elif self._handler_slots is None:  # the hot path: no coroutine in between
                 await dispatcher.handle_entry(route, entry)
             else:  # a partition: handler slots shared with the other partitions
@@ -337,19 +338,11 @@ class Consumer:
                 log, "outcomes not recorded", logging.ERROR,
                 "could not record the outcome of %s (it stays pending): %s", entry_id, e,
             )  # fmt: skip
-        except Exception as e:  # tracing, a span processor, a bug: the entry's failure
+        except Exception as e:  # a bug, a failure outside the handler: the entry's failure
             await self._escaped([entry], e)
         finally:
             running.entry_id = None
             self.capacity.finish(entry_id)
-
-    async def _handle_traced(self, route: Route, entry: RawEntry) -> None:
-        """In a trace span (``[otel]``) and the log context, set and reset around it."""
-        if self._handler_slots is None:
-            await self.dispatcher.handle_single(route, entry)
-        else:
-            async with self._handler_slots:
-                await self.dispatcher.handle_single(route, entry)
 
     async def flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
         stopped = self._stopped.ids

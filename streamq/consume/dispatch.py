@@ -84,7 +84,7 @@ class Dispatcher:
         self.bisect_batches = bisect_batches
         # the records each failing or foreign entry makes, summarised (streamq.log_summary)
         self.summary = summary or LogSummary()
-        self.observer = Observer(stream, group, consumer, self.summary)
+        self.observer = Observer()  # log context; trace spans are a middleware (.traced)
         # singles: the first call is made outside tenacity (the hot path), these are the rest
         self._retrying = retrying(retry, retry.attempts - 1)
         # batches: the first call is made outside tenacity too
@@ -118,7 +118,6 @@ class Dispatcher:
         self, entry: RawEntry, reason: str, error: BaseException | None = None
     ) -> None:
         self.stats.dead_lettered += 1
-        self.observer.dead_lettered(reason, error)
         await self.dead_letters.write(
             entry, group=self.group, consumer=self.consumer, error=reason, exception=error
         )
@@ -164,11 +163,10 @@ class Dispatcher:
             "processing" if outside else "handler", entry.id, attempts,
             self.retry.max_deliveries, shortened(describe(error)), exc_info=error,
         )  # fmt: skip
-        self.observer.failed(error, f"failed delivery {attempts}: {describe(error)}")
 
     async def escaped(self, entries: list[RawEntry], error: Exception) -> None:
-        """Processing ``entries`` raised outside their handler (a trace span that could not
-        start, a span processor, a bug in streamq): that is their failure, counted like a
+        """Processing ``entries`` raised outside their handler (a bug in streamq, a failure
+        of an optional part): that is their failure, counted like a
         handler's, so that no entry escapes ``max_deliveries``."""
         for entry in entries:
             await self.failed(entry, error, outside=True)
@@ -228,14 +226,8 @@ class Dispatcher:
             raise reraise_unless_failure(e) from e
 
     # -- single entries -------------------------------------------------------------
-    @property
-    def traced(self) -> bool:
-        """Whether deliveries get trace spans (``[otel]`` with a tracer provider)."""
-        return self.observer.tracer is not None
-
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
-        """Handle one entry in its log context (and trace span, with ``[otel]``); raises
-        what starting its span raised (the caller records the entry's failure)."""
+        """Handle one entry in its log context, set and reset around it."""
         await self.observer.single(self.handle_entry(route, entry), entry, route.type_name)
 
     async def handle_entry(self, route: Route, entry: RawEntry) -> None:
@@ -295,8 +287,7 @@ class Dispatcher:
 
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
-        """Run a batch handler; only the entries that failed follow the failure path.
-        Raises what starting the batch's span raised (as :meth:`handle_single`)."""
+        """Run a batch handler; only the entries that failed follow the failure path."""
         await self.observer.batch(self._handle_batch(route, entries), entries, route.type_name)
 
     async def _handle_batch(self, route: Route, entries: list[RawEntry]) -> None:

@@ -35,6 +35,7 @@ from anyio.abc import TaskStatus
 
 from ..config import StartFrom
 from ..errors import ConsumerError, RedisFailure, ServerUnavailableError
+from ..log_summary import LogSummary
 from ..message import RawEntry
 from ..topic import admin
 from ..topic.control import was_terminated
@@ -43,9 +44,10 @@ from .batching import Batcher
 from .build import Policies, Topic
 from .context import Place, inside_handler
 from .failures import describe
-from .fanout_dispatch import FanoutDispatcher, fanout_dispatcher
+from .fanout_dispatch import NO_GROUP, FanoutDispatcher, fanout_dispatcher
 from .router import Route, Router
 from .stats import Stats
+from .traced import traced
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -232,7 +234,14 @@ class FanoutConsumer:
         policies: Policies,
         positions: MutableMapping[str, str],
     ) -> None:
-        self.router, self.config = router, policies.config
+        self.router = router
+        # per stream (a partition's): [otel] with a tracer provider, the tracing middleware
+        # outermost (its spans name the stream, as a group consumer's); else as registered
+        summary = LogSummary()
+        self._routers = [
+            traced(router, s, NO_GROUP, topic.consumer, summary) for s in topic.streams
+        ]
+        self.config = policies.config
         self.stats = Stats()
         self.room = Room(self.config.max_in_flight, len(topic.streams))
         self.stop_requested = anyio.Event()
@@ -270,7 +279,7 @@ class FanoutConsumer:
         """Hand read entries to the workers (batch-handled types to their batcher); types
         without a handler here are skipped: a fan-out subscriber takes what it handles."""
         now = anyio.current_time()
-        get_route = self.router.by_type_field.get
+        get_route = self._routers[index].by_type_field.get
         ready: list[tuple[int, RawEntry, Route]] = []
         batched: dict[str, tuple[Route, list[RawEntry]]] = {}
         for entry in entries:

@@ -60,7 +60,6 @@ class FanoutDispatcher(Dispatcher):
     ) -> None:
         # every outcome that would dead-letter in a group lands here: logged and counted
         self.stats.failed += 1
-        self.observer.failed(error or RuntimeError(reason), reason)
         in_batch = _batch_failures.get()
         if in_batch is not None:
             in_batch.append((self._named(entry), reason, error))

@@ -27,6 +27,7 @@ from ..errors import (
     ServerUnavailableError,
     StreamNotFoundError,
 )
+from ..log_summary import LogSummary
 from ..topic.cleanup import Cleaner
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
@@ -40,6 +41,7 @@ from .ordering import Room, Slots
 from .ownership import Changes, Ownership, RedisLeases
 from .router import Router
 from .stats import Stats
+from .traced import traced
 from .unrouted import UnroutedDeliveries
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,8 @@ class OrderedConsumer:
         clock: Callable[[], float] = anyio.current_time,
     ) -> None:
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
+        # [otel] with a tracer provider: the tracing middleware outermost; else as registered
+        router = traced(router, topic, group, me, LogSummary())
         self._client_for, self.router, self._config = client_for, router, config
         self._retry, self._batch, self._halt = retry, batch, on_poison == "halt"
         self._cleanup = cleanup

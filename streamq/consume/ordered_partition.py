@@ -263,10 +263,8 @@ class PartitionWorker:
         try:
             if route is None:
                 await dispatcher.no_route(entry)
-            elif route.single is not None and not dispatcher.traced:
-                await dispatcher.handle_entry(route, entry)  # the log context is set above
             elif route.single is not None:
-                await dispatcher.handle_single(route, entry)
+                await dispatcher.handle_entry(route, entry)  # the log context is set above
             else:  # a type with only a batch handler: batches of one keep the order
                 await dispatcher.handle_batch(route, [entry])
         except RedisFailure as e:

@@ -1,7 +1,9 @@
 """What a queue does around each publish before it is sent: the model check of a type this
 process handles, and the queue's publish middlewares (part of :class:`streamq.MessageQueue`).
 
-A queue without handlers and without publish middlewares goes straight on to the send.
+A queue without handlers and without publish middlewares goes straight on to the send
+(through the built-in trace context middleware alone when the ``[otel]`` extra is
+installed: :func:`streamq.tracing.inject_trace_context`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .. import tracing
 from ..config import Duration
 from .middlewares import Meta, PublishMiddleware, publish_chain
 from .operations import PublishOperations
@@ -55,9 +58,15 @@ class CheckedPublishing(PublishOperations):
                 schedule_id=schedule_id,
             )  # fmt: skip
 
-        if not self._publish_middlewares:
-            return await send(message_type, data, meta)
-        return str(await publish_chain(self._publish_middlewares, send)(message_type, data, meta))
+        middlewares = self._publish_middlewares
+        if not middlewares:  # the usual case: no chain built
+            if not tracing.AVAILABLE:
+                return await send(message_type, data, meta)
+            # the ID as send returned it: a ScheduledId stays one
+            return await tracing.inject_trace_context(message_type, data, meta, send)  # type: ignore[no-any-return]
+        if tracing.AVAILABLE:  # innermost: the context of the span active at the send
+            middlewares = [*middlewares, tracing.inject_trace_context]
+        return await publish_chain(middlewares, send)(message_type, data, meta)  # type: ignore[no-any-return]
 
     async def publish_many(
         self,
@@ -79,9 +88,16 @@ class CheckedPublishing(PublishOperations):
             for item in items:
                 check_model(message_type, model, item)
         if not self._publish_middlewares:
-            return await PublishOperations.publish_many(
-                self, message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
-            )
+
+            async def send(message_type: str, items: Any, meta: Meta) -> list[str]:
+                return await PublishOperations.publish_many(
+                    self, message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
+                )
+
+            if not tracing.AVAILABLE:
+                return await send(message_type, items, meta)
+            # one call for all the items (one context): they stay pipelined
+            return await tracing.inject_trace_context(message_type, items, meta, send)  # type: ignore[no-any-return]
         ids = []
         for item in items:
             one_key = key(item) if callable(key) else key

@@ -19,7 +19,6 @@ import redis.asyncio as aioredis
 from ..config import Duration
 from ..errors import ConfigError
 from ..message import encode_entry
-from ..tracing import with_trace_context
 from ..wire.client import ride_through
 from . import scheduling
 from .scheduling import ScheduledId
@@ -74,7 +73,7 @@ class DelayedPublishing(_Queue):
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
         name = scheduling.checked_schedule_id(schedule_id)
-        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
+        meta = scheduling.schedule_meta(meta, due, now)
         payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
         if self._shape_of is not self._deployment:
             await self._check_shape_once()
@@ -122,7 +121,7 @@ class DelayedPublishing(_Queue):
         stored if one is bad), then scheduled under its own ID."""
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
-        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
+        meta = scheduling.schedule_meta(meta, due, now)
         keys = [key(item) if callable(key) else key for item in items]
         payloads = [
             scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)

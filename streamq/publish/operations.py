@@ -18,7 +18,6 @@ from ..config import Duration
 from ..errors import ServerUnavailableError
 from ..message import encode_entry
 from ..topic.partitions import check_partition_count
-from ..tracing import with_trace_context
 from ..wire import resp
 from ..wire.client import ride_through, worth_waiting
 from ..wire.features import Features, probe
@@ -171,7 +170,6 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing, _Queue):
         if delay is not None or at is not None or schedule_id is not None:
             refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
             return await self._schedule(message_type, data, meta, key, delay, at, schedule_id)
-        meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta, key)
         if self._shape_of is not self._deployment:  # inline: the hot path
             await self._check_shape_once()
@@ -313,7 +311,6 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing, _Queue):
         items = list(items)
         if delay is not None or at is not None:
             return list(await self._schedule_many(message_type, items, meta, key, delay, at))
-        meta = with_trace_context(meta)
         encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         if self._shape_of is not self._deployment:
             await self._check_shape_once()
