@@ -3,7 +3,9 @@ says (matched in one place, wire/client.py), against the real server."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -12,6 +14,8 @@ from redis import exceptions as rx
 from streamq import (
     GroupExistsError,
     GroupNotFoundError,
+    MessageQueue,
+    Publisher,
     ServerUnavailableError,
     StreamNotFoundError,
     UnknownCommandError,
@@ -224,3 +228,19 @@ def test_claimed_entries_carry_their_earlier_deliveries() -> None:
     ]
     got = [(e.id, e.fields.get(b"meta"), before) for e, before in replies.claimed_entries(rows)]
     assert got == [("1-0", None, 0), ("2-0", b"{}", 3)]
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+async def test_tls_against_a_plain_port_names_the_cause(redis_url: str, blocking: bool) -> None:
+    parts = urlsplit(redis_url)
+    url = parts._replace(scheme="rediss").geturl()
+    says = rf"TLS handshake with {parts.hostname}:{parts.port} got no answer: is it a plain port"
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailableError, match=says):
+        if blocking:
+            with Publisher(url=url, stream="s") as publisher:
+                publisher.publish("job", 1)
+        else:
+            async with MessageQueue(url=url, stream="s"):
+                pass
+    assert time.monotonic() - started < 2.5

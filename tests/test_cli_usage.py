@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -97,6 +98,18 @@ def test_a_refused_connection_names_the_address(unused_port: int) -> None:
     line = one_line_error(streamq("info", "S", url=url), 3)
     assert f"cannot connect to 127.0.0.1:{unused_port}" in line, line
     assert "CLUSTER SLOTS" not in line, line
+
+
+def test_tls_against_a_plain_port_fails_fast_and_says_so(redis_url: str) -> None:
+    """A plain server never answers a TLS ClientHello: the handshake is given a short
+    timeout of its own, not the 5 s reply timeout (then "Timeout connecting")."""
+    parts = urlsplit(redis_url)
+    started = time.monotonic()
+    line = one_line_error(streamq("info", "S", url=parts._replace(scheme="rediss").geturl()), 3)
+    took = time.monotonic() - started  # a Python start included
+    assert f"TLS handshake with {parts.hostname}:{parts.port} got no answer" in line, line
+    assert "use redis:// for it" in line, line
+    assert took < 3.5, f"took {took:.1f} s"
 
 
 def test_a_database_index_the_server_lacks_is_a_usage_error(

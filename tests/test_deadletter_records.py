@@ -8,12 +8,14 @@ from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
+from pydantic import BaseModel
 
-from streamq import DeadLetter
+from streamq import DeadLetter, Message, RetryPolicy
 from streamq.message import RawEntry
-from streamq.topic.deadletter import DeadLetters, dead_letter_fields
+from streamq.topic.deadletter import MAX_ERROR_CHARS, DeadLetters, dead_letter_fields
 from streamq.wire.keys import Keys
 from tests.conftest import QueueFactory, pending_count
+from tests.test_deadletter import run_until_dead
 
 pytestmark = pytest.mark.anyio
 
@@ -142,5 +144,64 @@ def test_a_long_reason_is_cut_saying_so() -> None:
     entry = RawEntry("1-1", {b"type": b"t", b"data": b"{}"})
     fields = dead_letter_fields(entry, group="g", consumer="c", error="x" * 10_000)
     error = fields["error"]
-    assert isinstance(error, bytes) and error.endswith("… (6000 more chars)".encode())
+    assert isinstance(error, bytes) and len(error.decode()) == MAX_ERROR_CHARS
+    cut = 10_000 - error.count(b"x")
+    assert error.decode().endswith(f"x… [cut {cut:,} characters]"), error[-40:]
     assert "error_type" not in fields and "traceback" not in fields
+
+
+class Email(BaseModel):
+    to: str
+
+
+async def test_a_payload_failing_validation_is_one_warning_line(
+    make_queue: QueueFactory, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bad input is an expected outcome: one WARNING line with the short reason, the
+    traceback at DEBUG and in the dead letter, nothing at ERROR."""
+    caplog.set_level(logging.DEBUG, logger="streamq")
+    mq = make_queue()
+
+    @mq.handler("email")
+    async def email(msg: Message[Email]) -> None:
+        raise AssertionError("never called")
+
+    async with mq:
+        fields = {"type": "email", "data": '{"subject": "no recipient"}'}
+        bad = (await client.xadd(mq.stream, fields)).decode()  # type: ignore[arg-type]
+        await run_until_dead(mq, 1)
+        (letter,) = await mq.dead_letters()
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.levelno for r in loud] == [logging.WARNING], [r.getMessage() for r in loud]
+    (line,) = loud
+    assert line.exc_info is None and "Traceback" not in line.getMessage()
+    assert line.getMessage() == f"dead-lettered {bad} (email): {letter.error}"
+    assert "to: Field required" in letter.error and "\n" not in letter.error
+    debug = [r for r in caplog.records if r.levelno == logging.DEBUG and r.exc_info]
+    assert any(bad in r.getMessage() for r in debug), "the traceback at DEBUG"
+    assert letter.traceback and "ValidationError" in letter.traceback
+    assert letter.error_type == "pydantic_core._pydantic_core.ValidationError"
+
+
+@pytest.mark.parametrize(("length", "whole"), [(3_000, True), (10_000, False)])
+async def test_a_long_handler_error_is_kept_to_the_documented_limit(
+    make_queue: QueueFactory, length: int, whole: bool
+) -> None:
+    mq = make_queue(retry=RetryPolicy(attempts=1, max_deliveries=1))
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        raise ValueError("x" * length)
+
+    async with mq:
+        await mq.publish("job", 1)
+        await run_until_dead(mq, 1)
+        (letter,) = await mq.dead_letters()
+    if whole:
+        assert letter.error.endswith("ValueError: " + "x" * length), letter.error[-80:]
+        return
+    assert len(letter.error) == MAX_ERROR_CHARS
+    prefix = letter.error.index("x")
+    kept = letter.error.rindex("x") + 1 - prefix
+    cut = length - kept
+    assert letter.error.endswith(f"… [cut {cut:,} characters]"), letter.error[-80:]

@@ -62,7 +62,7 @@ async def test_ten_thousand_unknown_type_entries_make_tens_of_warnings(
     assert len(lines) < 100, f"{len(lines)} WARNING lines: {lines[:5]} ..."
     # (an entry can come twice: a read retried after a timeout re-reads the pending list)
     assert reported(lines, "no handler for type 'sms'", "entries without a handler here") >= 10_000
-    assert 10_000 <= reported(lines, "dead-lettering", "dead letters") <= 10_100
+    assert 10_000 <= reported(lines, "dead-lettered", "dead letters") <= 10_100
     assert any(SUMMARY.fullmatch(line) for line in lines), "counts are reported"
 
 
@@ -84,7 +84,7 @@ async def test_thousands_of_failing_entries_make_tens_of_short_lines(
     assert len(lines) < 50, f"{len(lines)} WARNING lines: {[x[:100] for x in lines[:5]]} ..."
     assert max(map(len, lines)) < 700, "errors in repeated warnings are shortened"
     assert 2_000 <= reported(lines, "handler failed", "failed deliveries of type 'job'") <= 2_100
-    assert 2_000 <= reported(lines, "dead-lettering", "dead letters with an error") <= 2_100
+    assert 2_000 <= reported(lines, "dead-lettered", "dead letters with an error") <= 2_100
 
 
 def test_a_summary_logs_the_first_in_full_then_a_count_per_interval(

@@ -182,7 +182,7 @@ RETRIED = RetryPolicy(attempts=3, backoff=0.01, jitter=0.01, max_deliveries=2)
 
 
 @pytest.mark.parametrize(
-    ("max_deliveries", "starts"), [(2, "handler failed"), (1, "dead-lettering")]
+    ("max_deliveries", "starts"), [(2, "handler failed"), (1, "dead-lettered")]
 )
 async def test_a_failed_handler_is_logged_with_its_own_traceback_once(
     make_queue: QueueFactory, caplog: pytest.LogCaptureFixture, max_deliveries: int, starts: str

@@ -110,16 +110,26 @@ class Dispatcher:
     async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:
         """Any error raised while decoding or validating (a validator's KeyError too) is
         that entry's failure: dead-lettered with the reason."""
-        reason = f"invalid payload for {route.type_name!r}: {describe(error)}"
-        await self.dead_letter(entry, reason, error)
+        reason = f"invalid payload for {route.type_name!r}: {describe(error, limit=None)}"
+        await self.dead_letter(entry, reason, error, bad_input=True)
 
     # -- outcomes -------------------------------------------------------------------
     async def dead_letter(
-        self, entry: RawEntry, reason: str, error: BaseException | None = None
+        self,
+        entry: RawEntry,
+        reason: str,
+        error: BaseException | None = None,
+        *,
+        bad_input: bool = False,
     ) -> None:
         self.stats.dead_lettered += 1
         await self.dead_letters.write(
-            entry, group=self.group, consumer=self.consumer, error=reason, exception=error
+            entry,
+            group=self.group,
+            consumer=self.consumer,
+            error=reason,
+            exception=error,
+            bad_input=bad_input,
         )
         self.acker.ack(entry.id)  # once the letter is written: a crash in between redelivers
         if entry.delivery_count > 1:
@@ -148,7 +158,8 @@ class Dispatcher:
         attempts = await self.attempts(entry)
         where = " (outside the handler)" if outside else ""
         if attempts >= self.retry.max_deliveries:
-            reason = f"failed {attempts} deliveries{where}; last error: {describe(error)}"
+            last = describe(error, limit=None)  # the letter keeps up to MAX_ERROR_CHARS
+            reason = f"failed {attempts} deliveries{where}; last error: {last}"
             await self.dead_letter(entry, reason, error)
             return
         # per handled type (a bounded set); failures outside handlers are one kind
@@ -182,7 +193,7 @@ class Dispatcher:
         try:
             type_name = entry.check_type()
         except MessageFormatError as e:
-            await self.dead_letter(entry, f"malformed entry: {e}", e)
+            await self.dead_letter(entry, f"malformed entry: {e}", e, bad_input=True)
             return
         if entry.delivery_count >= self.retry.unknown_type_deliveries:
             await self.dead_letter(

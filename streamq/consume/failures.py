@@ -19,12 +19,16 @@ import anyio
 from pydantic import ValidationError
 
 from ..errors import HandlerCrashError
+from ..topic.deadletter import keep_start
 
+# For log lines and errors raised to callers; a dead letter's reason takes the whole
+# description (limit=None) and is cut to its own, documented MAX_ERROR_CHARS.
 MAX_DESCRIPTION = 2000
 
 
-def describe(error: BaseException) -> str:
-    """One line naming the error; pydantic validation errors listed field by field.
+def describe(error: BaseException, limit: int | None = MAX_DESCRIPTION) -> str:
+    """One line naming the error; pydantic validation errors listed field by field; cut
+    to ``limit`` characters saying how many were cut (``None``: whole).
 
     Never raises: an exception whose ``__str__`` (or ``errors()``) raises is described by
     its class name.
@@ -42,7 +46,7 @@ def describe(error: BaseException) -> str:
             text = f"{name}: {message}" if message else name
     except Exception:
         text = f"{name} (its message could not be rendered)"
-    return text[:MAX_DESCRIPTION]
+    return text if limit is None else keep_start(text, limit)
 
 
 def cancelled_by_streamq() -> bool:

@@ -56,7 +56,12 @@ class FanoutDispatcher(Dispatcher):
     """The group :class:`Dispatcher` with fan-out outcomes (log and count, go on)."""
 
     async def dead_letter(
-        self, entry: RawEntry, reason: str, error: BaseException | None = None
+        self,
+        entry: RawEntry,
+        reason: str,
+        error: BaseException | None = None,
+        *,
+        bad_input: bool = False,
     ) -> None:
         # every outcome that would dead-letter in a group lands here: logged and counted
         self.stats.failed += 1

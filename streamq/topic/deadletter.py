@@ -155,10 +155,15 @@ def keep_end(text: str, limit: int) -> str:
 
 
 def keep_start(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` chars, saying how much was cut."""
+    """``text`` cut to at most ``limit`` chars, the marker saying how many were cut
+    included (``… [cut 6,024 characters]``)."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… ({len(text) - limit} more chars)"
+    kept = limit
+    for _ in range(3):  # the marker's length depends on the count it names
+        marker = f"… [cut {len(text) - kept:,} characters]"
+        kept = max(limit - len(marker), 0)
+    return text[:kept] + f"… [cut {len(text) - kept:,} characters]"
 
 
 def dead_letter_fields(
@@ -217,30 +222,39 @@ class DeadLetters:
         consumer: str,
         error: str,
         exception: BaseException | None = None,
+        bad_input: bool = False,
     ) -> None:
         """Dead-letter ``entry`` (it stays pending: the caller acknowledges it after this
         returns, so that a failed write leaves it to be redelivered).
 
         ``exception``: the failure, if it was one; its class and traceback are kept in the
-        letter and logged.
+        letter and logged. ``bad_input``: the entry itself is at fault (it cannot be
+        decoded or fails its model), not the handler: logged on one line at WARNING, the
+        traceback at DEBUG only.
         """
-        self._log(entry, error, exception)
+        self._log(entry, error, exception, bad_input)
         fields = dead_letter_fields(
             entry, group=group, consumer=consumer, error=error, exception=exception
         )
         await self._client.xadd(self.key, fields)
 
-    def _log(self, entry: RawEntry, error: str, exception: BaseException | None) -> None:
+    def _log(
+        self, entry: RawEntry, error: str, exception: BaseException | None, bad_input: bool
+    ) -> None:
         # A handler's own failure is an error worth its traceback; a Reject or bad input
-        # is an expected outcome. The letter keeps the whole reason; the log a short one.
-        failed = exception is not None and not isinstance(exception, HandlerSignal)
+        # is an expected outcome: one line at WARNING, the traceback at DEBUG (and in the
+        # letter). The letter keeps the whole reason; the log a short one.
+        failed = (
+            exception is not None and not bad_input and not isinstance(exception, HandlerSignal)
+        )
         self._summary.log(
             log, "dead letters with an error" if failed else "dead letters",
             logging.ERROR if failed else logging.WARNING,
-            "dead-lettering %s (type %r, %d deliveries): %s",
-            entry.id, entry.type, entry.delivery_count, shortened(error),
+            "dead-lettered %s (%s): %s", entry.id, entry.type, shortened(error),
             exc_info=exception if failed else None,
         )  # fmt: skip
+        if bad_input and exception is not None and log.isEnabledFor(logging.DEBUG):
+            log.debug("dead-lettered %s: the traceback", entry.id, exc_info=exception)
 
     async def list(
         self, count: int = 100, start: str = "-", *, limit: int | None = None

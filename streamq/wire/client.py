@@ -18,6 +18,7 @@ import redis
 import redis.asyncio as aioredis
 
 from ..errors import ConfigError, ServerUnavailableError
+from . import tls as tls_conn
 from .pool_options import MAX_CONNECTIONS as MAX_CONNECTIONS
 from .pool_options import POOL_OPTIONS as POOL_OPTIONS
 from .routing import Deployment
@@ -54,6 +55,8 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
         return Deployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     first, seeds = split_seeds(url)
     pool = aioredis.BlockingConnectionPool.from_url(first, **POOL_OPTIONS)
+    if tls_conn.is_tls_url(first):  # (from_url sets the class from the scheme, after kwargs)
+        pool.connection_class = tls_conn.SSLConnection
     return Deployment(pool, cluster=cluster, seeds=seeds)
 
 
@@ -66,6 +69,8 @@ def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
         return SyncDeployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     first, seeds = split_seeds(url)
     pool = redis.BlockingConnectionPool.from_url(first, **POOL_OPTIONS)
+    if tls_conn.is_tls_url(first):
+        pool.connection_class = tls_conn.SyncSSLConnection
     return SyncDeployment(pool, cluster=cluster, seeds=seeds)
 
 

@@ -17,6 +17,7 @@ from redis import exceptions as rx
 
 from ..errors import ConfigError
 from .slots import NOT_A_CLUSTER, Address, SlotTable
+from .tls import no_answer
 
 
 class Pool(Protocol):
@@ -90,6 +91,9 @@ class RouterState:
         False to ask the next node; refused credentials raise (the same on every node)."""
         if isinstance(error, rx.AuthenticationError):
             raise error
+        tls = no_answer(error)
+        if tls is not None:  # rediss:// at plain ports: the same on every node
+            raise tls
         if isinstance(error, rx.ResponseError) and DB_OUT_OF_RANGE in str(error):
             raise ConfigError(
                 f"{address[0]}:{address[1]} has no database of the URL's index ({error}): "
