@@ -17,6 +17,8 @@ import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
 from ._health import health_report
+from ._opening import open_until_ready, try_open
+from ._queue_args import check_identity
 from ._registration import QueueRegistry
 from ._stop_signals import owns_signals, watch_stop_signals
 from ._task_groups import task_group_around_block
@@ -37,7 +39,7 @@ from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
 from .consume.ordered import OnPoison, check_ordered
 from .consume.router import Router
-from .errors import ConfigError, QueueStateError, ServerUnavailableError
+from .errors import ConfigError, QueueStateError
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
 from .publish.scheduled import ScheduledOperations
@@ -56,10 +58,6 @@ from .wire.routing import Deployment
 
 log = logging.getLogger(__name__)
 AnyConsumer = GroupConsumer | FanoutConsumer
-
-
-OPEN_RETRY_BACKOFF = 0.5
-MAX_OPEN_RETRY_BACKOFF = 10.0
 
 
 class State(enum.Enum):
@@ -135,17 +133,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         )  # fmt: skip
         self.config = consumer_config(config, settings, unknown)
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
-        if group is not None and (not isinstance(group, str) or not group):
-            raise ConfigError(f"group must be a non-empty string or None, got {group!r}")
-        if consumer is not None and not consumer:
-            raise ConfigError("consumer must be a non-empty string or None")
-        if cluster not in (None, True, False):
-            raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
-        if not isinstance(start, StartFrom):
-            raise ConfigError(f"start must be a StartFrom, got {start!r}")
-        self.ordered, self.on_poison = check_ordered(ordered, on_poison)
-        if self.ordered and group is None:
-            raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
+        check_identity(group, consumer, cluster, start)
+        self.ordered, self.on_poison = check_ordered(ordered, on_poison, group)
         self._url, self._cluster = url, cluster
         self.partitions = validate_partitions(partitions)
         self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain
@@ -339,29 +328,14 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
 
     async def _try_open(self) -> bool:
         """Open now; False if the server cannot be reached yet (other errors raise)."""
-        try:
-            await self.open()
-        except ServerUnavailableError as e:
-            log.warning("cannot reach the server yet; retrying with backoff: %s", e)
-            return False
-        return True
+        return await try_open(self.open)
 
     async def _open_until_ready(self, consumer: AnyConsumer) -> bool:
         """Retry opening with backoff until it works (True) or a stop is asked (False)."""
-        backoff = OPEN_RETRY_BACKOFF
-        while not consumer.stop_requested.is_set():
-            with anyio.move_on_after(backoff):
-                await consumer.stop_requested.wait()
-            if consumer.stop_requested.is_set():
-                break
-            try:
-                await self._prepare()
-            except ServerUnavailableError:
-                backoff = min(backoff * 2, MAX_OPEN_RETRY_BACKOFF)
-                continue
+        ready = await open_until_ready(self._prepare, consumer.stop_requested)
+        if ready:
             log.info("server reached: consumer %s starts", self.consumer)
-            return True
-        return False
+        return ready
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MessageQueue]:

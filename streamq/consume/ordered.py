@@ -50,12 +50,17 @@ MAX_TICK = 0.5
 OnPoison = Literal["dead_letter", "halt"]
 
 
-def check_ordered(ordered: object, on_poison: object) -> tuple[bool, OnPoison]:
-    """The ordered-mode settings of a queue, or ConfigError naming the valid choices."""
+def check_ordered(
+    ordered: object, on_poison: object, group: object = "group"
+) -> tuple[bool, OnPoison]:
+    """The ordered-mode settings of a queue, or ConfigError naming the valid choices (and
+    for ordered mode without a consumer group: a fan-out queue has no owners)."""
     if ordered not in (True, False):
         raise ConfigError(f"ordered must be True or False, got {ordered!r}")
     if on_poison not in ("dead_letter", "halt"):
         raise ConfigError(f"on_poison must be 'dead_letter' or 'halt', got {on_poison!r}")
+    if ordered and group is None:
+        raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
     return bool(ordered), on_poison
 
 
