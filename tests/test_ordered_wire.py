@@ -68,7 +68,11 @@ async def test_a_foreign_entry_whose_key_is_not_text_is_dead_lettered_with_the_r
         good = await mq.publish("job", {"n": 1}, key="fine")
         async with mq.running():
             await wait_for(lambda: len(seen) == 1, what="the good entry")
+
+            async def dead_lettered() -> bool:  # written beside the good entry's handling
+                return len(await mq.dead_letters()) == 1
+
+            await wait_for(dead_lettered, what="a dead letter")
             letters = await mq.dead_letters()
-            await wait_for(lambda: len(letters) == 1, what="a dead letter")
     assert seen[0].id == good
     assert "'key' is not UTF-8 text" in letters[0].error
