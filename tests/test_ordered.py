@@ -401,3 +401,25 @@ async def test_an_ordered_consumer_exports_its_partitions_rebalances_and_halted_
     assert f"streamq_owned_partitions{{{labels}}} 3.0" in text
     assert f"streamq_halted_keys{{{labels}}} 0.0" in text
     assert f"streamq_rebalances_total{{{labels}}}" in text
+
+
+async def test_entries_a_lost_read_delivered_are_handled_before_later_ones(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """A read whose reply is lost (the connection dropped after the server delivered) leaves
+    entries in the owner's pending list that its lanes never got: after the failed read the
+    owner takes them over first, so no later entry of their key skips ahead of them."""
+    mq = make_queue(ordered=True, ownership_lease=LEASE)
+    journal = Journal()
+    journal.register(mq)
+    async with mq.running():
+        first = await mq.publish("job", {"n": 0}, key="k")
+        await wait_for(lambda: journal.handled == 1, what="the first entry")
+        # the lost reply: entries delivered to this consumer's pending list, unseen by it
+        lost = [await mq.publish("job", {"n": n}, key="k") for n in (1, 2)]
+        await client.xreadgroup(mq.group, mq.consumer, {mq.stream: ">"}, count=2)
+        later = await mq.publish("job", {"n": 3}, key="k")
+        await client.client_kill_filter(_type="normal", skipme=True)  # the read then fails
+        await wait_for(lambda: journal.handled == 4, timeout=20, what="every entry")
+    assert journal.by_key["k"] == [first, *lost, later]
+    assert not journal.overlaps

@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 
 from ..config import ConsumerConfig, RetryPolicy
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
+from ..ids import StreamId
 from ..logs import ENTRY
 from ..message import RawEntry
 from ..wire import ownership as wire
@@ -70,6 +71,7 @@ class PartitionWorker:
         make_dispatcher: Callable[[FencedAcker, int], OrderedDispatcher],
     ) -> None:
         self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
+        self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
         self._client, self._shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self.dispatcher = make_dispatcher(self.acker, token)
@@ -140,9 +142,10 @@ class PartitionWorker:
             self._acks_done.set()
 
     # -- reading --------------------------------------------------------------------
-    async def _takeover(self, lanes: KeyedLanes) -> None:
-        """Claim the partition's pending entries of every consumer, in ID order, first."""
-        start, count = "0-0", self._shared.config.claim_count
+    async def _takeover(self, lanes: KeyedLanes, start: str = "0-0") -> None:
+        """Claim the partition's pending entries of every consumer, in ID order, first
+        (from ``start``: after a lost read, only those past what the lanes were given)."""
+        count = self._shared.config.claim_count
         while not self.draining:
             reply = await self._fenced("claim", start, count)
             entries = replies.entries([row for row in reply[2] if row and row[1]])
@@ -162,8 +165,14 @@ class PartitionWorker:
 
     async def _read_loop(self, lanes: KeyedLanes) -> None:
         config, room = self._shared.config, self._shared.room
+        lost_read = False
         while not self.draining:
             try:
+                if lost_read:  # a read whose reply was lost may have delivered entries to us:
+                    # they are past every entry the lanes were given, so taking them over
+                    # (as a new owner would) keeps each key's order; nothing is skipped
+                    await self._takeover(lanes, after(self._last_added))
+                    lost_read = False
                 await room.wait()
                 reply = await self._fenced("read", min(config.read_count, max(room.free(), 1)))
                 if reply[0] == 1:
@@ -175,6 +184,7 @@ class PartitionWorker:
                 )
             except ServerUnavailableError as e:
                 log.warning("partition %s: read failed, retrying: %s", self.stream, e)
+                lost_read = True
                 await anyio.sleep(ERROR_BACKOFF)
             except (GroupNotFoundError, StreamNotFoundError) as e:
                 self._shared.on_gone(e)
@@ -182,6 +192,8 @@ class PartitionWorker:
 
     def _add(self, lanes: KeyedLanes, entries: list[RawEntry]) -> None:
         self.dispatcher.stats.received += len(entries)
+        if entries:  # read and claimed in ID order: the last is the highest given so far
+            self._last_added = max(self._last_added, StreamId.parse(entries[-1].id))
         lanes.add(entries)
 
     async def _fenced(self, op: str, *args: str | int) -> list[Any]:
@@ -296,3 +308,8 @@ class PartitionWorker:
             return False
         entry.delivery_count = 1 if fresh else entry.delivery_count + 1
         return True
+
+
+def after(entry_id: StreamId) -> str:
+    """The smallest entry ID greater than ``entry_id`` (a claim's start is inclusive)."""
+    return f"{entry_id.ms}-{entry_id.seq + 1}"
