@@ -13,6 +13,7 @@ import anyio
 from redis.exceptions import RedisError
 
 from streamq import MessageQueue, StreamqError
+from tests.soak.ordered import handled_ids, read_calls
 from tests.soak.soak_consumer import GROUP, results_key
 
 RETRY_FOR = 30.0  # the server may be restarting (AOF replay) when we ask
@@ -33,9 +34,10 @@ async def retrying(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwa
                 await anyio.sleep(0.2)
 
 
-def entry_key(entry_id: str) -> tuple[int, int]:
+def entry_key(entry_id: str) -> tuple[int, int, int]:
+    part, _, entry_id = entry_id.rpartition(":")  # "3:<ms>-<seq>" on a partitioned topic
     ms, seq = entry_id.split("-")
-    return int(ms), int(seq)
+    return int(part or 0), int(ms), int(seq)
 
 
 @dataclass
@@ -108,16 +110,23 @@ def read_published(run_dir: Path) -> dict[str, bool]:
     return published
 
 
-async def collect(admin: MessageQueue, stream: str, run_dir: Path) -> Tally:
+async def collect(admin: MessageQueue, stream: str, run_dir: Path, ordered: bool = False) -> Tally:
+    """The tally now; in ordered mode ``handled`` comes from the consumers' call files
+    (:mod:`tests.soak.ordered`) and pending and lag are summed over the partitions."""
     key = results_key(stream)
-    raw = await admin.client.hgetall(key)
-    handled = {k.decode(): int(v) for k, v in raw.items()}
+    if ordered:
+        handled = handled_ids(read_calls(run_dir))
+    else:
+        raw = await admin.client.hgetall(key)
+        handled = {k.decode(): int(v) for k, v in raw.items()}
     letters = await admin.dead_letters(DEAD_LETTERS_MAX)
     pending, lag = 0, None
-    for group in await admin.client.xinfo_groups(stream):
-        if group["name"].decode() == GROUP:
-            pending = int(group["pending"])
-            lag = None if group.get("lag") is None else int(group["lag"])
+    for name in admin.streams if ordered else (stream,):
+        for group in await admin.client.xinfo_groups(name):
+            if group["name"].decode() == GROUP:
+                pending += int(group["pending"])
+                if group.get("lag") is not None:
+                    lag = (lag or 0) + int(group["lag"])
     return Tally(key, read_published(run_dir), handled, {d.original_id for d in letters},
                  len(letters), pending, lag)  # fmt: skip
 
@@ -126,6 +135,9 @@ async def describe_lost(admin: MessageQueue, stream: str, tally: Tally) -> list[
     """Where each of the first lost entries is: still in the stream? pending with whom?"""
     described = []
     for entry_id in tally.lost[:LOST_SHOWN]:
+        if ":" in entry_id:  # a partitioned topic's ID names its partition
+            part, _, entry_id = entry_id.partition(":")
+            stream = admin.streams[int(part)]
         in_stream = bool(await admin.client.xrange(stream, min=entry_id, max=entry_id))
         rows = await admin.client.xpending_range(stream, GROUP, entry_id, entry_id, 1)
         row: dict[str, Any] = {"id": entry_id, "in_stream": in_stream, "pending": bool(rows)}
