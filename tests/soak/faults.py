@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -34,8 +35,8 @@ import redis
 import redis.asyncio as aioredis
 
 from streamq.server.cluster import EmbeddedCluster
-from streamq.wire.slots import slot_of
 from streamq.server.keeper import Paths, pid_alive, read_info, server_pid
+from streamq.wire.slots import slot_of
 from streamq.wire.timeouts import SOCKET_TIMEOUT
 from tests.soak.processes import Consumers, SoakServer
 from tests.soak.soak_consumer import BLOCK, CLAIM_IDLE
@@ -176,10 +177,8 @@ def cluster_client_kill(cluster: EmbeddedCluster, pids: list[int]) -> str:
             continue
         with redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5) as client:
             for address in sorted(addresses):
-                try:
+                with contextlib.suppress(redis.RedisError):  # gone meanwhile
                     killed += int(client.execute_command("CLIENT", "KILL", "ADDR", address))
-                except redis.RedisError:  # gone meanwhile
-                    pass
     return f"CLIENT KILL of {killed} connections on {len(cluster.nodes)} nodes"
 
 

@@ -109,4 +109,4 @@ async def main(args: list[str]) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    anyio.run(main, (sys.argv[1:8] + ["plain", ""])[:7])
+    anyio.run(main, ([*sys.argv[1:8], "plain", ""])[:7])

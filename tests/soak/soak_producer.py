@@ -119,4 +119,4 @@ def main(args: list[str]) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    main((sys.argv[1:12] + ["plain", "1"])[:11])
+    main(([*sys.argv[1:12], "plain", "1"])[:11])
