@@ -116,8 +116,8 @@ def read_calls(run_dir: Path) -> dict[str, list[Call]]:
                 call = Call(seq, entry_id, process, at)
                 open_calls[(key, entry_id)] = call
                 calls[key].append(call)
-            elif (call := open_calls.pop((key, entry_id), None)) is not None:
-                call.end, call.ok = at, parts[5] == "1"
+            elif (ended := open_calls.pop((key, entry_id), None)) is not None:
+                ended.end, ended.ok = at, parts[5] == "1"
     return calls
 
 
