@@ -255,7 +255,7 @@ async def soak(
     stream, started = f"soak-{s.seed}-{uuid.uuid4().hex[:6]}", time.monotonic()
     say(f"soak: {s.messages} messages, {s.producers} producers, {s.consumers} consumers, "
         f"seed {s.seed}, stream {stream}, run dir {run_dir}")  # fmt: skip
-    if server is None and s.server != "shared":
+    if server is None and s.server == "own":
         say("soak: external server ($STREAMQ_REDIS_URL): the server-crash fault is SKIPPED")
     shared = s.server == "shared"  # then producers and consumers are given no URL
     consumers = Consumers("" if shared else url, stream, count=s.consumers, seed=s.seed,
