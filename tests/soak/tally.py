@@ -27,15 +27,17 @@ T = TypeVar("T")
 
 async def retrying(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
     """``await fn(...)``, again while the server cannot answer (up to RETRY_FOR seconds)."""
-    with anyio.fail_after(RETRY_FOR):
-        while True:
-            # Each attempt bounded too: on a cluster a read may hang past a failover.
-            with anyio.move_on_after(ATTEMPT_FOR):
-                try:
-                    return await fn(*args, **kwargs)
-                except (RedisError, StreamqError, OSError):
-                    pass
-            await anyio.sleep(0.2)
+    last: BaseException | None = None
+    deadline = anyio.current_time() + RETRY_FOR
+    while anyio.current_time() < deadline:
+        # Each attempt bounded too: on a cluster a read may hang past a failover.
+        with anyio.move_on_after(ATTEMPT_FOR):
+            try:
+                return await fn(*args, **kwargs)
+            except (RedisError, StreamqError, OSError) as e:
+                last = e
+        await anyio.sleep(0.2)
+    raise TimeoutError(f"{fn.__name__} failed for {RETRY_FOR}s, last error: {last!r}")
 
 
 def entry_key(entry_id: str) -> tuple[int, int, int]:
