@@ -10,7 +10,7 @@ REDIS8_PORT ?= 6482
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup docs demo run test test-fast test-batch test-pending test-terminate test-cleanup \
-        test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak bench lint fmt typecheck clean redis-up \
+        test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak test-soak-ordered bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
         demo-dashboard browser-deps demo-service demo-cluster
 
@@ -103,6 +103,13 @@ test-spark: setup
 test-soak: setup
 	$(PY) -m tests.soak.soak --server own
 	$(PY) -m tests.soak.soak --server shared
+
+# The soak's ordered mode (tests/soak/ordered.py): keyed jobs on 4 partitions, ordered=True,
+# per-key order checked under the faults; on our own server, then on an embedded cluster of
+# 3 masters with a replica each, a master SIGKILLed (~5 min in all).
+test-soak-ordered: setup
+	$(PY) -m tests.soak.soak --mode ordered --server own --duration 90 --messages 15000 --rate 120 --poison-rate 0
+	$(PY) -m tests.soak.soak --mode ordered --server cluster --duration 90 --messages 15000 --rate 120 --poison-rate 0
 
 # The Spark tests on the oldest supported pyspark (4.0), in a venv of their own.
 test-pyspark40:

@@ -14,10 +14,13 @@
 - ``keeper_kill``: SIGKILL the keeper of the shared embedded server (its Valkey follows
   it); nobody restarts it but the soak's own producers and consumers, which must notice
   and bring it back on its port. Only with ``SOAK_SERVER=shared`` (:func:`kill_keeper`).
+- ``master_kill``: SIGKILL the cluster master serving a partition of the topic, wait for
+  its replica's promotion, restart the old one. Only with ``SOAK_SERVER=cluster``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -28,14 +31,17 @@ from pathlib import Path
 
 import anyio
 import psutil  # type: ignore[import-untyped]
+import redis
 import redis.asyncio as aioredis
 
+from streamq.server.cluster import EmbeddedCluster
 from streamq.server.keeper import Paths, pid_alive, read_info, server_pid
+from streamq.wire.slots import slot_of
 from streamq.wire.timeouts import SOCKET_TIMEOUT
 from tests.soak.processes import Consumers, SoakServer
 from tests.soak.soak_consumer import BLOCK, CLAIM_IDLE
 
-KINDS = ("kill", "pause", "client_kill", "server_crash", "stall", "keeper_kill")
+KINDS = ("kill", "pause", "client_kill", "server_crash", "stall", "keeper_kill", "master_kill")
 OWN_SERVER_KINDS = ("server_crash", "stall")  # faults done to a server the soak started
 PAUSE_SECONDS = (2.5 * CLAIM_IDLE, 4.0 * CLAIM_IDLE)
 SERVER_DOWN_SECONDS = (0.2, 1.5)
@@ -45,7 +51,7 @@ NEW_NAME_CHANCE = 0.5
 KEEPER_BACK_WITHIN = 30.0
 
 
-def connections_of(pids: list[int], server_port: int) -> set[str]:
+def connections_of(pids: list[int], server_port: int | set[int]) -> set[str]:
     """``ip:port`` (client side) of every TCP connection of ``pids`` to the server."""
     addresses = set()
     for pid in pids:
@@ -54,7 +60,8 @@ def connections_of(pids: list[int], server_port: int) -> set[str]:
         except psutil.Error:  # exited meanwhile
             continue
         for c in connections:
-            if c.raddr and c.raddr.port == server_port:
+            ports = server_port if isinstance(server_port, set) else {server_port}
+            if c.raddr and c.raddr.port in ports:
                 addresses.add(f"{c.laddr.ip}:{c.laddr.port}")
     return addresses
 
@@ -72,12 +79,15 @@ class Injector:
         server: SoakServer | None,
         producer_pids: Callable[[], list[int]],
         shared_home: Path | None = None,
+        cluster: EmbeddedCluster | None = None,
+        victim_stream: str = "",
     ) -> None:
         self._rng, self._consumers, self._client = rng, consumers, client
         self._port, self._server, self._producer_pids = server_port, server, producer_pids
-        self._home = shared_home
+        self._home, self._cluster, self._victim_stream = shared_home, cluster, victim_stream
         self.kinds = [k for k in KINDS if (k not in OWN_SERVER_KINDS or server is not None)
-                      and (k != "keeper_kill" or shared_home is not None)]  # fmt: skip
+                      and (k != "keeper_kill" or shared_home is not None)
+                      and (k != "master_kill" or cluster is not None)]  # fmt: skip
         self._cycle: list[str] = []
         self.counts: Counter[str] = Counter()
         self.restarts: Counter[str] = Counter()
@@ -91,7 +101,7 @@ class Injector:
             "kill": self.kill, "pause": self.pause,
             "client_kill": self.client_kill, "server_crash": self.server_crash,
             "stall": self.stall,
-            "keeper_kill": self.keeper_kill,
+            "keeper_kill": self.keeper_kill, "master_kill": self.master_kill,
         }  # fmt: skip
         description = await actions[kind]()
         self.counts[kind] += 1
@@ -116,12 +126,18 @@ class Injector:
 
     async def client_kill(self) -> str:
         pids = self._consumers.pids() + self._producer_pids()
+        if self._cluster is not None:
+            return await anyio.to_thread.run_sync(cluster_client_kill, self._cluster, pids)
         addresses = await anyio.to_thread.run_sync(connections_of, pids, self._port)
         async with self._client.pipeline(transaction=False) as pipe:
             for address in sorted(addresses):
                 pipe.execute_command("CLIENT", "KILL", "ADDR", address)
             killed = await pipe.execute()
         return f"CLIENT KILL of {sum(killed)} connections"
+
+    async def master_kill(self) -> str:
+        assert self._cluster is not None
+        return await anyio.to_thread.run_sync(kill_master, self._cluster, self._victim_stream)
 
     async def server_crash(self) -> str:
         assert self._server is not None
@@ -150,6 +166,34 @@ async def stall_server(server: SoakServer, seconds: float) -> str:
     finally:
         server.send_signal(signal.SIGCONT)
     return f"SIGSTOP server for {seconds:.1f}s (past the {SOCKET_TIMEOUT:g}s socket timeout), then SIGCONT"
+
+
+def cluster_client_kill(cluster: EmbeddedCluster, pids: list[int]) -> str:
+    """``CLIENT KILL`` of the processes' connections, on each node they are connected to."""
+    killed = 0
+    for node in cluster.nodes:
+        addresses = connections_of(pids, node.port)
+        if not addresses:
+            continue
+        with redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5) as client:
+            for address in sorted(addresses):
+                with contextlib.suppress(redis.RedisError):  # gone meanwhile
+                    killed += int(client.execute_command("CLIENT", "KILL", "ADDR", address))
+    return f"CLIENT KILL of {killed} connections on {len(cluster.nodes)} nodes"
+
+
+def kill_master(cluster: EmbeddedCluster, stream: str) -> str:
+    """SIGKILL the master serving ``stream``, wait until its replica took over, restart the
+    old master (it comes back as a replica)."""
+    victim = cluster.master_of_slot(slot_of(stream))
+    began = time.monotonic()
+    cluster.kill_node(victim.port)
+    cluster.wait_ready()
+    heir = cluster.master_of_slot(slot_of(stream))
+    took = time.monotonic() - began
+    cluster.restart_node(victim.port)
+    return (f"SIGKILL master :{victim.port} of {stream}, replica :{heir.port} promoted in "
+            f"{took:.1f}s, old master back in {time.monotonic() - began:.1f}s")  # fmt: skip
 
 
 def kill_keeper(home: Path, back_within: float = KEEPER_BACK_WITHIN) -> str:

@@ -122,9 +122,11 @@ class Consumers:
     """The consumer processes, one per slot; names ``c<slot>`` or ``c<slot>-r<n>``."""
 
     def __init__(
-        self, url: str, stream: str, *, count: int, seed: int, fail_rate: float, run_dir: Path
-    ) -> None:
+        self, url: str, stream: str, *, count: int, seed: int, fail_rate: float, run_dir: Path,
+        mode: str = "plain",
+    ) -> None:  # fmt: skip
         self._url, self._stream, self._seed, self._fail_rate = url, stream, seed, fail_rate
+        self._mode = mode
         self._run_dir = run_dir
         self.names = {slot: f"c{slot}" for slot in range(count)}
         self.processes: dict[int, subprocess.Popen[str]] = {}
@@ -136,7 +138,15 @@ class Consumers:
         name = self.names[slot]
         process = spawn(
             "tests.soak.soak_consumer",
-            [self._url, self._stream, name, str(self._seed + self.spawned), str(self._fail_rate)],
+            [
+                self._url,
+                self._stream,
+                name,
+                str(self._seed + self.spawned),
+                str(self._fail_rate),
+                self._mode,
+                str(self._run_dir),
+            ],
             self._run_dir / f"consumer-{name}.log",
         )
         self.processes[slot] = process

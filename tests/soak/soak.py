@@ -43,8 +43,10 @@ from urllib.parse import urlparse
 import anyio
 
 from streamq import MessageQueue, StartFrom
+from streamq.server.cluster import EmbeddedCluster
 from streamq.server.shared import ENV_HOME, SharedServer
 from tests.soak.faults import Injector
+from tests.soak.ordered import PARTITIONS, check_order, read_calls
 from tests.soak.processes import Consumers, SoakServer, finish, kill_all, read_line, spawn
 from tests.soak.soak_consumer import GROUP
 from tests.soak.tally import Tally, collect, describe_lost, retrying
@@ -67,7 +69,8 @@ class Settings:
     fail_rate: float
     poison_rate: float
     keep: bool
-    server: str = "own"  # or "shared": the shared embedded server of a private home
+    server: str = "own"  # or "shared": the shared embedded server of a private home; "cluster"
+    mode: str = "plain"  # or "ordered": keyed jobs, ordered=True, the order check
 
 
 def parse_settings(argv: list[str]) -> Settings:
@@ -94,13 +97,18 @@ def parse_settings(argv: list[str]) -> Settings:
                    help="share of jobs whose handler always fails (must be dead-lettered)")  # fmt: skip
     p.add_argument("--keep", action="store_true", default=bool(env("SOAK_KEEP")),
                    help="keep the run directory even when the soak passes")  # fmt: skip
-    p.add_argument("--server", choices=["own", "shared"], default=env("SOAK_SERVER", "own"),
+    p.add_argument("--server", choices=["own", "shared", "cluster"],
+                   default=env("SOAK_SERVER", "own"),
                    help="own: a Valkey of the soak's (server-crash fault); shared: the shared "
-                   "embedded server of a private STREAMQ_HOME (keeper-kill fault)")  # fmt: skip
+                   "embedded server of a private STREAMQ_HOME (keeper-kill fault); cluster: "
+                   "an embedded cluster of 3 masters with a replica each (master-kill fault)")  # fmt: skip
+    p.add_argument("--mode", choices=["plain", "ordered"], default=env("SOAK_MODE", "plain"),
+                   help="ordered: keyed jobs on a partitioned topic consumed with ordered=True, "
+                   "per-key order checked (tests/soak/ordered.py)")  # fmt: skip
     a = p.parse_args(argv)
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return Settings(a.messages, a.consumers, a.producers, a.rate, a.duration, a.settle,
-                    seed, a.fail_rate, a.poison_rate, a.keep, a.server)  # fmt: skip
+                    seed, a.fail_rate, a.poison_rate, a.keep, a.server, a.mode)  # fmt: skip
 
 
 def say(line: str) -> None:
@@ -116,7 +124,8 @@ class Producers:
             count = s.messages // s.producers + (i < s.messages % s.producers)
             args = [url, stream, str(i), str(count), str(s.rate / s.producers),
                     str(s.seed * 1000 + i), str(s.poison_rate),
-                    str(run_dir / f"published-{i}.txt"), str(s.duration)]  # fmt: skip
+                    str(run_dir / f"published-{i}.txt"), str(s.duration),
+                    s.mode, str(s.producers)]  # fmt: skip
             self.processes.append(
                 spawn("tests.soak.soak_producer", args, run_dir / f"producer-{i}.log")
             )
@@ -158,11 +167,12 @@ async def traffic_phase(
 async def settle(s: Settings, admin: MessageQueue, stream: str, run_dir: Path) -> Tally:
     """Poll until every published entry is handled or dead-lettered and nothing is pending
     (or until ``s.settle`` seconds have passed); return the last tally."""
-    tally = await retrying(collect, admin, stream, run_dir)
+    ordered = s.mode == "ordered"
+    tally = await retrying(collect, admin, stream, run_dir, ordered)
     with anyio.move_on_after(s.settle):
         while not tally.settled:
             await anyio.sleep(SETTLE_POLL)
-            tally = await retrying(collect, admin, stream, run_dir)
+            tally = await retrying(collect, admin, stream, run_dir, ordered)
     return tally
 
 
@@ -184,22 +194,28 @@ def report(s: Settings, tally: Tally, extra: dict[str, Any], problems: list[str]
     say(f"soak {'PASSED' if not problems else 'FAILED'}: published {tally.published_count}, "
         f"handled {summary['handled_distinct']} distinct (+{summary['duplicates']} duplicates), "
         f"dead letters {summary['dead_letters']}, lost {summary['lost']}, pending "
-        f"{summary['pending']}; faults: {faults}; {summary['elapsed_s']} s, seed {s.seed}")  # fmt: skip
+        f"{summary['pending']}; faults: {faults}; {summary['elapsed_s']} s, seed {s.seed}"
+        + (f"; ordered: {summary['ordered_calls']} calls of {summary['ordered_keys']} keys, "
+           f"{summary['ordered_skips']} skips, {summary['ordered_reruns']} re-runs, overlaps "
+           f"{summary['ordered_overlaps_same_process']} in a process / "
+           f"{summary['ordered_overlaps_across_processes']} across" if s.mode == "ordered" else ""))  # fmt: skip
     return summary
 
 
 async def observe(
     s: Settings, admin: MessageQueue, run_dir: Path, server: SoakServer | None,
     consumers: Consumers, producers: Producers, started: float,
+    cluster: EmbeddedCluster | None = None,
 ) -> list[str]:  # fmt: skip
     """Faults while traffic flows, then settle, then the summary; return the problems."""
     port = urlparse(admin.url).port or DEFAULT_PORT
     shared_home = Path(os.environ[ENV_HOME]) if s.server == "shared" else None
     injector = Injector(random.Random(s.seed), consumers, admin.client, port, server,
-                        producers.pids, shared_home)  # fmt: skip
+                        producers.pids, shared_home, cluster, admin.streams[0])  # fmt: skip
+    ordered = s.mode == "ordered"
 
     async def tally_now() -> str:
-        return (await retrying(collect, admin, admin.stream, run_dir)).progress()
+        return (await retrying(collect, admin, admin.stream, run_dir, ordered)).progress()
 
     exits = await traffic_phase(s, injector, producers, consumers, tally_now, started)
     retries = await anyio.to_thread.run_sync(producers.retries)
@@ -210,11 +226,17 @@ async def observe(
     problems = [*tally.problems(), *(f"exited by itself: {e}" for e in exits), *unclean]
     if tally.settled:  # (before that, entries in flight are expected)
         problems += held_after_settling(stats, s.consumers)
+    order: dict[str, Any] = {}
+    if ordered:  # without faults, calls of one key never overlap at all
+        checked = check_order(read_calls(run_dir))
+        problems += checked.problems(strict=not sum(injector.counts.values()))
+        order = checked.figures()
     if tally.lost:
         lost = await describe_lost(admin, admin.stream, tally)
         say(f"lost entries (first {len(lost)}): {json.dumps(lost)}")
     report(s, tally, {
-        "server": "shared" if shared_home else "embedded" if server else "external",
+        "server": "shared" if shared_home else "cluster" if cluster else "embedded" if server
+        else "external", "mode": s.mode, **order,
         "faults": dict(injector.counts),
         "consumer_restarts": dict(injector.restarts), "producer_retries": retries,
         "consumer_stats": stats,
@@ -226,27 +248,37 @@ async def observe(
     return problems
 
 
-async def soak(s: Settings, run_dir: Path, url: str, server: SoakServer | None) -> list[str]:
+async def soak(
+    s: Settings, run_dir: Path, url: str, server: SoakServer | None,
+    cluster: EmbeddedCluster | None = None,
+) -> list[str]:  # fmt: skip
     stream, started = f"soak-{s.seed}-{uuid.uuid4().hex[:6]}", time.monotonic()
     say(f"soak: {s.messages} messages, {s.producers} producers, {s.consumers} consumers, "
         f"seed {s.seed}, stream {stream}, run dir {run_dir}")  # fmt: skip
-    if server is None and s.server != "shared":
+    if server is None and s.server == "own":
         say("soak: external server ($STREAMQ_REDIS_URL): the server-crash fault is SKIPPED")
     shared = s.server == "shared"  # then producers and consumers are given no URL
     consumers = Consumers("" if shared else url, stream, count=s.consumers, seed=s.seed,
-                          fail_rate=s.fail_rate, run_dir=run_dir)  # fmt: skip
+                          fail_rate=s.fail_rate, run_dir=run_dir, mode=s.mode)  # fmt: skip
     producers: Producers | None = None
-    async with MessageQueue(url, stream=stream, group=GROUP, start=StartFrom.EARLIEST) as admin:
+    partitions = PARTITIONS if s.mode == "ordered" else 1
+    async with MessageQueue(url, stream=stream, group=GROUP, start=StartFrom.EARLIEST,
+                            partitions=partitions) as admin:  # fmt: skip
         try:
             await anyio.to_thread.run_sync(consumers.start_all)
             producers = Producers("" if shared else url, stream, s, run_dir)
-            return await observe(s, admin, run_dir, server, consumers, producers, started)
+            return await observe(s, admin, run_dir, server, consumers, producers, started,
+                                 cluster)  # fmt: skip
         finally:  # whatever happened, no process of ours outlives the soak
             kill_all([*consumers.processes.values(), *(producers.processes if producers else [])])
 
 
 async def soak_until_signalled(
-    s: Settings, run_dir: Path, url: str, server: SoakServer | None
+    s: Settings,
+    run_dir: Path,
+    url: str,
+    server: SoakServer | None,
+    cluster: EmbeddedCluster | None = None,
 ) -> list[str]:
     """:func:`soak`, cancelled by SIGTERM or SIGHUP as by Ctrl-C, so that it still stops
     every process it started."""
@@ -260,7 +292,7 @@ async def soak_until_signalled(
                     tg.cancel_scope.cancel()
 
         tg.start_soon(cancel_on_signal)
-        problems = await soak(s, run_dir, url, server)
+        problems = await soak(s, run_dir, url, server, cluster)
         tg.cancel_scope.cancel()
     return problems
 
@@ -270,6 +302,8 @@ def main(argv: list[str]) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="streamq-soak-"))
     if s.server == "shared":
         return soak_on_the_shared_server(s, run_dir)
+    if s.server == "cluster":
+        return soak_on_a_cluster(s, run_dir)
     external = os.environ.get("STREAMQ_REDIS_URL")
     server = None if external else SoakServer(run_dir).start()
     url = external or (server.url if server else "")
@@ -295,6 +329,20 @@ def soak_on_the_shared_server(s: Settings, run_dir: Path) -> int:
         with SharedServer(run_dir / "home") as holder:  # the last to leave stops it
             say(f"soak: the shared embedded server {holder.url} of {run_dir / 'home'}")
             problems = anyio.run(soak_until_signalled, s, run_dir, holder.url, None)
+    finally:
+        finish_run(s, run_dir, problems)
+    return 1 if problems else 0
+
+
+def soak_on_a_cluster(s: Settings, run_dir: Path) -> int:
+    """The soak on an embedded cluster of 3 masters with one replica each; the faults
+    include SIGKILLing the master of the topic's first partition (its replica is promoted)."""
+    os.environ.pop("STREAMQ_REDIS_URL", None)
+    problems = ["did not finish"]
+    try:
+        with EmbeddedCluster(masters=3, replicas=1) as cluster:
+            say(f"soak: embedded cluster {cluster.url}, 3 masters with a replica each")
+            problems = anyio.run(soak_until_signalled, s, run_dir, cluster.url, None, cluster)
     finally:
         finish_run(s, run_dir, problems)
     return 1 if problems else 0

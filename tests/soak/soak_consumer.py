@@ -4,7 +4,8 @@ Records every entry it handles with ``HINCRBY`` on the soak's results hash *befo
 handler returns, so before streamq acks it: an entry handled and then SIGKILLed before its
 ack still counts as handled (and its redelivery counts as a duplicate).
 
-Usage: python -m tests.soak.soak_consumer URL STREAM CONSUMER SEED FAIL_RATE
+Usage: python -m tests.soak.soak_consumer URL STREAM CONSUMER SEED FAIL_RATE [MODE RUN_DIR]
+(MODE ``ordered``: :mod:`tests.soak.ordered`, which records calls in RUN_DIR)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import random
 import signal
 import sys
+from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
@@ -35,6 +37,7 @@ class Job(BaseModel):
     producer: int
     seq: int
     poison: bool = False
+    key: str = ""  # ordered mode: the job's key (its seq counts within the key)
 
 
 class PoisonError(Exception):
@@ -86,8 +89,15 @@ async def print_stats_on_sigusr1(
 
 
 async def main(args: list[str]) -> None:
-    url, stream, consumer, seed, fail_rate = args
-    mq = make_queue(url, stream, consumer, int(seed), float(fail_rate))
+    url, stream, consumer, seed, fail_rate, mode, run_dir = args
+    if mode == "ordered":
+        from tests.soak.ordered import make_ordered_queue
+
+        mq = make_ordered_queue(url, stream, consumer, int(seed), float(fail_rate),
+                                Path(run_dir), GROUP, MESSAGE_TYPE, WORK_SECONDS,
+                                MAX_DELIVERIES)  # fmt: skip
+    else:
+        mq = make_queue(url, stream, consumer, int(seed), float(fail_rate))
     async with mq, anyio.create_task_group() as tg:
         await tg.start(print_stats_on_sigusr1, mq)
         async with anyio.create_task_group() as runs:
@@ -99,4 +109,4 @@ async def main(args: list[str]) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    anyio.run(main, sys.argv[1:6])
+    anyio.run(main, ([*sys.argv[1:8], "plain", ""])[:7])

@@ -7,6 +7,7 @@ killed) is sent again; entries of the failed attempt that did reach the stream a
 counted as published (the soak reports them as handled extras).
 
 Usage: python -m tests.soak.soak_producer URL STREAM INDEX COUNT RATE SEED POISON_RATE OUT SECONDS
+[MODE PRODUCERS] (MODE ``ordered``: keyed jobs, one at a time, see :mod:`tests.soak.ordered`)
 Prints ``done <published> <failed attempts>`` at the end.
 """
 
@@ -22,6 +23,7 @@ from typing import TextIO
 import anyio
 
 from streamq import MessageQueue, StreamqError
+from tests.soak.ordered import KEYS, PARTITIONS, key_name
 from tests.soak.soak_consumer import GROUP, MESSAGE_TYPE, Job
 
 CHUNK = 50
@@ -47,8 +49,26 @@ async def publish(mq: MessageQueue, jobs: list[Job], out: TextIO) -> bool:
     return True
 
 
+async def produce_ordered(mq: MessageQueue, producer: int, keys: int, job: Job,
+                          out: TextIO, seqs: dict[str, int]) -> bool:  # fmt: skip
+    """Publish one keyed job (seq: the next of its key, raised only once acknowledged)."""
+    key = key_name(producer, job.seq % keys)
+    keyed = Job(producer=producer, seq=seqs.get(key, 0), poison=job.poison, key=key)
+    try:
+        entry_id = await mq.publish(MESSAGE_TYPE, keyed, key=key)
+    except StreamqError as e:
+        log.warning("publish failed, sending it again: %s", e)
+        return False
+    seqs[key] = keyed.seq + 1
+    record(out, [entry_id], [keyed])
+    return True
+
+
 async def produce(args: list[str], out: TextIO) -> None:
-    url, stream, index, count, rate, seed, poison_rate, _, seconds = args
+    url, stream, index, count, rate, seed, poison_rate, _, seconds, mode, producers = args
+    if mode == "ordered":
+        await produce_keyed(args, out, int(producers))
+        return
     producer, total, per_second = int(index), int(count), float(rate)
     rng, deadline = random.Random(int(seed)), time.monotonic() + float(seconds)
     mq = MessageQueue(url or None, stream=stream, group=GROUP)  # publishing only: never opened
@@ -69,6 +89,29 @@ async def produce(args: list[str], out: TextIO) -> None:
     print(f"done {sent} {failures}", flush=True)
 
 
+async def produce_keyed(args: list[str], out: TextIO, producers: int) -> None:
+    """Ordered mode: one job at a time, keyed, this producer's share of KEYS keys."""
+    url, stream, index, count, rate, seed, poison_rate, _, seconds, _, _ = args
+    producer, total, per_second = int(index), int(count), float(rate)
+    keys = max(1, KEYS // producers)
+    rng, deadline = random.Random(int(seed)), time.monotonic() + float(seconds)
+    mq = MessageQueue(url or None, stream=stream, group=GROUP, partitions=PARTITIONS)
+    sent = failures = 0
+    seqs: dict[str, int] = {}
+    next_at = time.monotonic()
+    while sent < total and time.monotonic() < deadline:
+        job = Job(producer=producer, seq=sent, poison=rng.random() < float(poison_rate))
+        if not await produce_ordered(mq, producer, keys, job, out, seqs):
+            failures += 1
+            await anyio.sleep(RETRY_PAUSE)
+            continue
+        sent += 1
+        next_at = max(next_at + 1 / per_second, time.monotonic() - MAX_CATCH_UP)
+        await anyio.sleep(max(0.0, next_at - time.monotonic()))
+    await mq.aclose()
+    print(f"done {sent} {failures}", flush=True)
+
+
 def main(args: list[str]) -> None:
     with open(args[7], "a", encoding="ascii") as out:
         anyio.run(produce, args, out)
@@ -76,4 +119,4 @@ def main(args: list[str]) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    main(sys.argv[1:10])
+    main(([*sys.argv[1:12], "plain", "1"])[:11])

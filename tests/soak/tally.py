@@ -13,9 +13,11 @@ import anyio
 from redis.exceptions import RedisError
 
 from streamq import MessageQueue, StreamqError
+from tests.soak.ordered import handled_ids, read_calls
 from tests.soak.soak_consumer import GROUP, results_key
 
 RETRY_FOR = 30.0  # the server may be restarting (AOF replay) when we ask
+ATTEMPT_FOR = 8.0
 LOST_SHOWN = 20
 DEAD_LETTERS_MAX = 10_000_000
 
@@ -25,17 +27,23 @@ T = TypeVar("T")
 
 async def retrying(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
     """``await fn(...)``, again while the server cannot answer (up to RETRY_FOR seconds)."""
-    with anyio.fail_after(RETRY_FOR):
-        while True:
+    last: BaseException | None = None
+    deadline = anyio.current_time() + RETRY_FOR
+    while anyio.current_time() < deadline:
+        # Each attempt bounded too: on a cluster a read may hang past a failover.
+        with anyio.move_on_after(ATTEMPT_FOR):
             try:
                 return await fn(*args, **kwargs)
-            except (RedisError, StreamqError, OSError):
-                await anyio.sleep(0.2)
+            except (RedisError, StreamqError, OSError) as e:
+                last = e
+        await anyio.sleep(0.2)
+    raise TimeoutError(f"{fn.__name__} failed for {RETRY_FOR}s, last error: {last!r}")
 
 
-def entry_key(entry_id: str) -> tuple[int, int]:
+def entry_key(entry_id: str) -> tuple[int, int, int]:
+    part, _, entry_id = entry_id.rpartition(":")  # "3:<ms>-<seq>" on a partitioned topic
     ms, seq = entry_id.split("-")
-    return int(ms), int(seq)
+    return int(part or 0), int(ms), int(seq)
 
 
 @dataclass
@@ -108,16 +116,23 @@ def read_published(run_dir: Path) -> dict[str, bool]:
     return published
 
 
-async def collect(admin: MessageQueue, stream: str, run_dir: Path) -> Tally:
+async def collect(admin: MessageQueue, stream: str, run_dir: Path, ordered: bool = False) -> Tally:
+    """The tally now; in ordered mode ``handled`` comes from the consumers' call files
+    (:mod:`tests.soak.ordered`) and pending and lag are summed over the partitions."""
     key = results_key(stream)
-    raw = await admin.client.hgetall(key)
-    handled = {k.decode(): int(v) for k, v in raw.items()}
+    if ordered:
+        handled = handled_ids(read_calls(run_dir))
+    else:
+        raw = await admin.client.hgetall(key)
+        handled = {k.decode(): int(v) for k, v in raw.items()}
     letters = await admin.dead_letters(DEAD_LETTERS_MAX)
     pending, lag = 0, None
-    for group in await admin.client.xinfo_groups(stream):
-        if group["name"].decode() == GROUP:
-            pending = int(group["pending"])
-            lag = None if group.get("lag") is None else int(group["lag"])
+    for name in admin.streams if ordered else (stream,):
+        for group in await admin.client.xinfo_groups(name):
+            if group["name"].decode() == GROUP:
+                pending += int(group["pending"])
+                if group.get("lag") is not None:
+                    lag = (lag or 0) + int(group["lag"])
     return Tally(key, read_published(run_dir), handled, {d.original_id for d in letters},
                  len(letters), pending, lag)  # fmt: skip
 
@@ -126,6 +141,9 @@ async def describe_lost(admin: MessageQueue, stream: str, tally: Tally) -> list[
     """Where each of the first lost entries is: still in the stream? pending with whom?"""
     described = []
     for entry_id in tally.lost[:LOST_SHOWN]:
+        if ":" in entry_id:  # a partitioned topic's ID names its partition
+            part, _, entry_id = entry_id.partition(":")
+            stream = admin.streams[int(part)]
         in_stream = bool(await admin.client.xrange(stream, min=entry_id, max=entry_id))
         rows = await admin.client.xpending_range(stream, GROUP, entry_id, entry_id, 1)
         row: dict[str, Any] = {"id": entry_id, "in_stream": in_stream, "pending": bool(rows)}
