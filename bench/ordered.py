@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections import defaultdict
@@ -110,16 +111,24 @@ def _key_for(partition: int) -> str:
 
 
 async def main(url: str, n: int) -> None:
+    """One JSON line per figure, each with its ratio to shared mode in the same run."""
     shared = await consume_rate(url, n, ordered=False, keys=200, delay=0)
     ordered = await consume_rate(url, n, ordered=True, keys=200, delay=0)
-    print(f"ordered_consume: {ordered:,.0f}/s vs shared {shared:,.0f}/s "
-          f"(ratio {ordered / shared:.2f})")  # fmt: skip
+    _emit("ordered_consume", n, ordered, shared)
     slow = max(n // 10, 1000)
     shared = await consume_rate(url, slow, ordered=False, keys=200, delay=0.001)
     ordered = await consume_rate(url, slow, ordered=True, keys=200, delay=0.001)
-    print(f"ordered_consume_1ms: {ordered:,.0f}/s vs shared {shared:,.0f}/s "
-          f"(ratio {ordered / shared:.2f})")  # fmt: skip
-    print(f"rebalance_pause_ms (join): {await rebalance_pause_ms(url):.0f}")
+    _emit("ordered_consume_1ms", slow, ordered, shared)
+    pause = await rebalance_pause_ms(url)
+    print(json.dumps({"bench": "rebalance_pause_ms", "when": "join", "value": round(pause)}))
+
+
+def _emit(name: str, msgs: int, ordered: float, shared: float) -> None:
+    print(json.dumps({
+        "bench": name, "msgs": msgs, "partitions": PARTITIONS, "keys": 200,
+        "msgs_per_s": round(ordered), "shared_msgs_per_s": round(shared),
+        "ratio_to_shared": round(ordered / shared, 3),
+    }), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
