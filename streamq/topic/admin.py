@@ -17,7 +17,7 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..ids import StreamId
-from ..wire import excerpts, replies
+from ..wire import excerpts, ownership, replies
 from ..wire.keys import Keys
 from .control import stopped_ids
 
@@ -81,6 +81,8 @@ class GroupInfo:
     oldest_pending_id: str | None
     oldest_pending_age_ms: int | None
     consumers: list[ConsumerInfo] = field(default_factory=list)
+    # ordered mode: the stream's owner and fencing token (None: unowned, or not ordered)
+    owner: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,8 @@ class PartitionInfo:
     pending: int
     oldest_pending_age_ms: int | None
     dead_letters: int
+    # ordered mode: group name -> the partition's owner and fencing token (owned ones only)
+    owners: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,4 +178,14 @@ async def _group_info(client: aioredis.Redis, stream: str, group: replies.Group)
         oldest_pending_id=oldest_id,
         oldest_pending_age_ms=oldest_age,
         consumers=consumers,
+        owner=await _owner(client, stream, name),
     )
+
+
+async def _owner(client: aioredis.Redis, stream: str, group: str) -> tuple[str, int] | None:
+    """The ordered owner of ``stream`` in ``group``; EXISTS first, so a group never consumed
+    in ordered mode costs one round trip and no command beyond shared mode's."""
+    key = ownership.lease_key(stream, group)
+    if not await client.exists(key):
+        return None
+    return await ownership.lease_holder(client, stream, group)

@@ -50,6 +50,7 @@ def _row(part: Part, info: TopicInfo) -> PartitionInfo:
         pending=info.pending,
         oldest_pending_age_ms=max(ages) if ages else None,
         dead_letters=info.dead_letters,
+        owners={g.name: g.owner for g in info.groups if g.owner is not None},
     )
 
 
