@@ -114,7 +114,7 @@ def test_login_with_a_wrong_token_is_refused_and_the_session_cookie_is_strict(we
     page = web.get("/").text
     assert "write access" in page and TOKEN not in page
     assert web.post("/logout", data={"csrf": csrf_of(page)}).status_code == 303
-    assert "Log in with the token" in web.get("/").text
+    assert "log in to change" in web.get("/").text
 
 
 # -- guessing the token -----------------------------------------------------------------

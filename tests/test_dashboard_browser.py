@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from streamq.cli.render import one_line
 from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
+from streamq.dashboard.samples import SampleStore
 from streamq.testing import delete_stream_keys
 from streamq.wire.keys import Keys
 from tests.conftest import sync_client
@@ -203,7 +205,7 @@ def test_a_stream_named_with_control_characters_goes_through_forms_and_actions(
         page.get_by_label("Group").select_option(label=f"{one_line(group)} (2)")
         page.get_by_role("button", name="Show").click()
         expect(page.locator("#pending tbody tr")).to_have_count(2)
-        page.get_by_role("link", name="Log in with the token to change data").click()
+        page.get_by_role("link", name="log in to change").click()
         page.get_by_label("Write token").fill(TOKEN)
         page.get_by_role("button", name="Log in").click()
         expect(page.locator("#pending tbody tr")).to_have_count(2)  # back where it came from
@@ -228,3 +230,69 @@ def test_a_stream_named_with_control_characters_goes_through_forms_and_actions(
     finally:
         r.close()
         delete_stream_keys(redis_url, stream)
+
+
+# uPlot draws its axes on a canvas: read the x axis's ticks (times) and their labels (the
+# strings drawn) from the chart's uPlot instance, and the years of both as the browser
+# sees them (its time zone draws the labels).
+X_AXIS = """() => {
+  const u = document.getElementById("chart").uplot;
+  const splits = u.axes[0]._splits || [];
+  return {
+    min: u.scales.x.min, max: u.scales.x.max, labels: (u.axes[0]._values || []).map(String),
+    years: splits.map((t) => new Date(t * 1000).getFullYear()),
+    thisYear: new Date().getFullYear(),
+  };
+}"""
+
+
+def test_the_chart_of_one_sample_shows_the_last_minute_of_today(
+    page: Page, redis_url: str, stream: str, tmp_path: Path
+) -> None:
+    """With a single sample uPlot alone would pick an x axis of years (2027 to 2029)."""
+    publish(redis_url, stream, 3)
+    app = create_app(redis_url, token=TOKEN, allowed_hosts=LOOPBACK_HOSTS)
+    app.state.samples = SampleStore(min_interval=3600)  # the first sample stays the only one
+    with serving(app) as base:
+        page.goto(f"{base}/topic?stream={stream}")
+        expect(page.locator("#chart canvas").first).to_be_visible()
+        expect(page.locator("#chart")).to_have_attribute("data-points", "1")
+        shot = tmp_path / "one-sample.png"
+        page.screenshot(path=str(shot), full_page=True)
+        axis = page.evaluate(X_AXIS)
+    now = time.time()
+    seen = f"x axis {axis}; screenshot: {shot}"
+    assert axis["labels"] and axis["years"], f"no ticks on the time axis: {seen}"
+    assert set(axis["years"]) == {axis["thisYear"]}, f"ticks outside this year: {seen}"
+    years_drawn = {int(y) for y in re.findall(r"\b(?:19|20)\d\d\b", " ".join(axis["labels"]))}
+    assert years_drawn <= {axis["thisYear"]}, f"labels name another year: {seen}"
+    assert now - 600 < axis["min"] < axis["max"] < now + 600, f"not a window around now: {seen}"
+    assert axis["max"] - axis["min"] <= 600, f"the window is not minutes: {seen}"
+    assert is_png(shot), f"the screenshot is not a PNG of a rendered page: {shot}"
+
+
+def test_the_access_badge_says_read_only_only_without_a_token(
+    page: Page, redis_url: str, stream: str, tmp_path: Path
+) -> None:
+    publish(redis_url, stream, 1)
+    badge = page.locator("header .badge")
+    with serving(create_app(redis_url, token=None, allowed_hosts=LOOPBACK_HOSTS)) as base:
+        page.goto(f"{base}/topic?stream={stream}")
+        expect(badge).to_have_text("read-only")
+        login_links = page.locator("header").get_by_role("link", name=re.compile("log in", re.I))
+        expect(login_links).to_have_count(0)
+        page.locator("header").screenshot(path=str(tmp_path / "read-only.png"))
+    with serving(create_app(redis_url, token=TOKEN, allowed_hosts=LOOPBACK_HOSTS)) as base:
+        page.goto(f"{base}/topic?stream={stream}")
+        expect(badge).to_have_text("log in to change")  # writable, not logged in
+        page.locator("header").screenshot(path=str(tmp_path / "not-logged-in.png"))
+        page.locator("header").get_by_role("link", name="log in to change").click()
+        page.get_by_label("Write token").fill(TOKEN)
+        page.get_by_role("button", name="Log in").click()
+        expect(page.locator("h1")).to_have_text(stream)  # back where it came from
+        expect(badge).to_have_text("write access")
+        expect(page.locator("header")).not_to_contain_text("read-only")
+        page.locator("header").screenshot(path=str(tmp_path / "logged-in.png"))
+    for name in ("read-only", "not-logged-in", "logged-in"):
+        shot = tmp_path / f"{name}.png"
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"not a PNG: {shot}"

@@ -16,10 +16,22 @@
 
   function columns(s) { return [s.t, s.lag, s.pending, s.published, s.read]; }
 
+  // The time axis spans at least the last minute up to the newest sample. uPlot alone
+  // stretches a single sample (or samples all at one time) over 86400/ms seconds, i.e.
+  // 1000 days with times in seconds (2027 to 2029), and hands that to this function:
+  // so the span is taken from the samples' times, not from min and max.
+  var MIN_SPAN = 60;  // seconds
+  function timeRange(u, min, max) {
+    var t = u.data[0];
+    if (!t || t.length === 0) { return [min, max]; }  // no samples yet
+    var first = t[0], last = t[t.length - 1];
+    return last - first < MIN_SPAN ? [last - MIN_SPAN, last] : [first, last];
+  }
+
   function options(width) {
     return {
       width: width, height: 260,
-      scales: { x: { time: true }, n: { auto: true }, rate: { auto: true } },
+      scales: { x: { time: true, range: timeRange }, n: { auto: true }, rate: { auto: true } },
       series: [
         {},
         { label: "lag", scale: "n", stroke: "#1f6feb", width: 2 },
@@ -42,6 +54,7 @@
     if (!samples) { return; }
     if (chart === null) {
       chart = new uPlot(options(width()), columns(samples), target);
+      target.uplot = chart;  // for a browser test to read the axes (drawn on a canvas)
       var hint = document.getElementById("chart-hint");
       if (hint) { hint.remove(); }
     } else {
