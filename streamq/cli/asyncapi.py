@@ -10,8 +10,7 @@ from pathlib import Path
 
 from ..asyncapi import asyncapi_document
 from ..errors import ConfigError
-
-EXIT_USAGE = 2
+from .outcome import EXIT_USAGE
 
 
 def add_asyncapi_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import typing
 from collections.abc import Callable, Coroutine, Sequence
@@ -29,12 +28,7 @@ import anyio
 from .._version import __version__
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import (
-    AuthenticationFailedError,
-    ConfigError,
     GroupNotFoundError,
-    InvalidMessageIdError,
-    MessageFormatError,
-    ServerUnavailableError,
     StreamNotFoundError,
     StreamqError,
 )
@@ -46,6 +40,14 @@ from ..wire.keys import Keys
 from ..wire.replies import pending_rows
 from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
 from .dashboard import add_dashboard_arguments, cmd_dashboard
+from .outcome import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    describe_error,
+    fail,
+    reader_gone,
+)
 from .render import (
     one_line,
     render_dead_letters,
@@ -57,14 +59,6 @@ from .run import add_run_arguments, cmd_run
 from .scheduled import add_scheduled_arguments, scheduled_command
 from .server import add_server_arguments, cmd_server
 from .tail import tail
-
-EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
-
-
-class CliError(Exception):
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue:
@@ -391,60 +385,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         coro: Callable[[argparse.Namespace], Coroutine[Any, Any, str]] = args.func
         output = anyio.run(coro, args)
     except CliError as e:
-        return _fail(str(e), e.code)
+        return fail(str(e), e.code)
     except BrokenPipeError:  # the reader went away (`streamq tail ... | head -1`): done
-        return _reader_gone()
+        return reader_gone()
     except (StreamqError, OSError) as e:
-        return _fail(*_describe(e))
+        return fail(*describe_error(e))
     except KeyboardInterrupt:
         return 130
     if output:
         try:
             print(terminal_safe(output), flush=True)
         except BrokenPipeError:
-            return _reader_gone()
+            return reader_gone()
     return 0
-
-
-def _reader_gone() -> int:
-    """The reader of our output went away (``streamq dlq list S | head -1``): that is the
-    end of the command, not an error; stdout goes to /dev/null so that the interpreter's
-    last flush does not fail again."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
-
-
-def _describe(error: BaseException) -> tuple[str, int]:
-    """The one-line message and exit code for an error out of a command."""
-    if _refused_credentials(error):
-        return f"failed to authenticate: {_root(error)} (check the URL's user and password)", 2
-    if isinstance(error, (ConfigError, MessageFormatError, InvalidMessageIdError)):
-        return str(error), EXIT_USAGE
-    if isinstance(error, ServerUnavailableError):
-        return str(error), EXIT_UNREACHABLE
-    if isinstance(error, StreamqError):
-        return str(error), EXIT_FAILED
-    return f"cannot reach the server: {error}", EXIT_UNREACHABLE  # an OSError
-
-
-def _causes(error: BaseException) -> list[BaseException]:
-    chain, seen = [], set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        chain.append(current)
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return chain
-
-
-def _refused_credentials(error: BaseException) -> bool:
-    return any(isinstance(e, AuthenticationFailedError) for e in _causes(error))
-
-
-def _root(error: BaseException) -> str:
-    return str(_causes(error)[-1])
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"streamq: {one_line(message)}", file=sys.stderr)
-    return code
