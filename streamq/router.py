@@ -21,19 +21,19 @@ and on the queue) is a :class:`~streamq.ConfigError` naming both places.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Iterable, Sequence
 
-from ._registration import F, HandlerRegistry
+from ._registration import HandlerRegistry
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware
 from .consume.router import Route
 from .consume.router import Router as RouteTable
-from .publish.periodic import Periodic, add_periodic, make_periodic
+from .publish.periodic import PeriodicRegistry
 
 
-class Router(HandlerRegistry):
-    """Handlers (``@router.handler``, ``@router.batch_handler``, ``router.register(obj)``)
-    and the middlewares that wrap them, to include into a queue.
+class Router(HandlerRegistry, PeriodicRegistry):
+    """Handlers (``@router.handler``, ``@router.batch_handler``, ``router.register(obj)``),
+    periodic publishers (``@router.periodic``) and the middlewares that wrap the handlers,
+    to include into a queue.
 
     Parameters:
         middlewares: ``async def mw(msg, call_next)`` functions around every handler call
@@ -60,35 +60,6 @@ class Router(HandlerRegistry):
     def message_types(self) -> tuple[str, ...]:
         """The message types this router handles."""
         return tuple(self.router.routes)
-
-    @property
-    def periodics(self) -> tuple[Periodic, ...]:
-        """The periodic publishers of this router (see :meth:`periodic`)."""
-        return tuple(self.__dict__.get("_periodics", ()))
-
-    def periodic(
-        self,
-        message_type: str,
-        *,
-        every: float | timedelta | None = None,
-        cron: str | None = None,
-        catch_up: bool = False,
-        name: str | None = None,
-        key: str | None = None,
-        meta: Mapping[str, str] | None = None,
-    ) -> Callable[[F], F]:
-        """A periodic publisher, as :meth:`streamq.MessageQueue.periodic` makes one, that
-        joins the queue this router is included into."""
-
-        def register(func: F) -> F:
-            periodic = make_periodic(
-                message_type, func, every=every, cron=cron, catch_up=catch_up, name=name,
-                key=key, meta=meta,
-            )  # fmt: skip
-            add_periodic(self, periodic)
-            return func
-
-        return register
 
 
 def _with_outer(route: Route, outer: tuple[HandlerMiddleware, ...]) -> Route:

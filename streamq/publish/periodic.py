@@ -281,22 +281,8 @@ def add_periodic(owner: object, periodic: Periodic) -> None:
     registered.append(periodic)
 
 
-class PeriodicPublishing:
-    """``@mq.periodic(...)`` and the running of a queue's periodic publishers (part of
-    :class:`streamq.MessageQueue`)."""
-
-    stream: str
-    consumer: str
-
-    @property
-    def client(self) -> aioredis.Redis:
-        raise NotImplementedError
-
-    async def publish(
-        self, message_type: str, data: Any, meta: Mapping[str, str] | None = None, *,
-        key: str | bytes | None = None,
-    ) -> str:  # fmt: skip
-        raise NotImplementedError
+class PeriodicRegistry:
+    """``@periodic(...)``: the periodic publishers registered on a queue or a Router."""
 
     @property
     def periodics(self) -> tuple[Periodic, ...]:
@@ -337,6 +323,24 @@ class PeriodicPublishing:
             return func
 
         return register
+
+
+class PeriodicPublishing(PeriodicRegistry):
+    """``@mq.periodic(...)`` and the running of a queue's periodic publishers (part of
+    :class:`streamq.MessageQueue`)."""
+
+    stream: str
+    consumer: str
+
+    @property
+    def client(self) -> aioredis.Redis:
+        raise NotImplementedError
+
+    async def publish(
+        self, message_type: str, data: Any, meta: Mapping[str, str] | None = None, *,
+        key: str | bytes | None = None,
+    ) -> str:  # fmt: skip
+        raise NotImplementedError
 
     async def run_periodics(self) -> None:
         """Run this queue's periodic publishers (MessageQueue.run does, with the consumer)."""
