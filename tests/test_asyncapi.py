@@ -138,3 +138,44 @@ def test_a_queue_on_the_default_server_has_no_server_entry(
     document = asyncapi_document(App(mq))
     jsonschema.validate(document, SCHEMA)
     assert "servers" not in document and "servers" not in document["channels"]["bare"]
+
+
+@pytest.mark.slow
+def test_the_dashboard_serves_and_links_the_document(
+    service: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`streamq dashboard --asyncapi shop:app`: every page links /asyncapi.json, which is
+    the document `streamq asyncapi` prints; without --asyncapi there is no link and a 404."""
+    pytest.importorskip("starlette")
+    import httpx
+
+    from streamq.cli.dashboard import _asyncapi_of
+    from streamq.dashboard import create_app
+    from tests.dashboard_helpers import serving
+
+    monkeypatch.chdir(service)
+    document = _asyncapi_of("shop:app")
+    assert document is not None
+    with serving(create_app(redis_url, token=None, asyncapi=document)) as base:
+        page = httpx.get(base + "/", timeout=30).text
+        served = httpx.get(base + "/asyncapi.json", timeout=30)
+    assert 'href="/asyncapi.json"' in page
+    assert served.status_code == 200 and served.json() == json.loads(json.dumps(document))
+    jsonschema.validate(served.json(), SCHEMA)
+    with serving(create_app(redis_url, token=None)) as base:
+        assert 'href="/asyncapi.json"' not in httpx.get(base + "/", timeout=30).text
+        assert httpx.get(base + "/asyncapi.json", timeout=30).status_code == 404
+
+
+@pytest.mark.slow
+def test_a_dashboard_asyncapi_target_that_cannot_load_is_one_line_exit_2(
+    service: Path, redis_url: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "streamq.cli", "dashboard", "--url", redis_url, "--port", "0",
+         "--asyncapi", "shop:Email"],
+        cwd=service, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "expected a MessageQueue, an App" in lines[0]

@@ -12,8 +12,10 @@ import argparse
 import os
 import signal
 import sys
+from typing import Any
 
 from ..config import ENV_URL, env_url
+from ..errors import ConfigError
 
 ENV_TOKEN = "STREAMQ_DASHBOARD_TOKEN"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8700
@@ -27,6 +29,10 @@ def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
         "--token", help=f"write token (default ${ENV_TOKEN}, else a random one, printed)"
     )
     parser.add_argument("--read-only", action="store_true", help="no token: nothing changes")
+    parser.add_argument(
+        "--asyncapi", metavar="MODULE:ATTR",
+        help="a queue or App whose AsyncAPI document the dashboard serves and links",
+    )  # fmt: skip
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -42,7 +48,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     token, made = _token(args)
     loopback = is_loopback(args.host)
     try:
-        app = create_app(url, token=token, allowed_hosts=_loopback_names() if loopback else None)
+        document = _asyncapi_of(args.asyncapi)
+    except ConfigError as e:
+        return _fail(str(e), EXIT_USAGE)
+    try:
+        app = create_app(
+            url, token=token, allowed_hosts=_loopback_names() if loopback else None,
+            asyncapi=document,
+        )  # fmt: skip
         sock = bind(args.host, args.port)
     except ValueError as e:  # the URL itself is not echoed: it may hold a password
         return _fail(f"invalid server URL: {e}", EXIT_USAGE)
@@ -56,6 +69,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         signal.signal(signum, _exit_quietly)
     uvicorn_server(app).run(sockets=[sock])
     return 0
+
+
+def _asyncapi_of(target: str | None) -> dict[str, Any] | None:
+    """The AsyncAPI document of ``target`` (module:attr), None without one."""
+    if target is None:
+        return None
+    # the App machinery and the document's builder load only for --asyncapi
+    from ..asyncapi import asyncapi_document
+    from ..run.target import load_target
+
+    return asyncapi_document(load_target(target, "."))
 
 
 def _exit_quietly(signum: int, frame: object) -> None:

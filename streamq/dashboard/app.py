@@ -9,16 +9,17 @@ only, so even a value that escaped escaping could not run code.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -51,13 +52,19 @@ SECURITY_HEADERS = [
 
 
 def create_app(
-    url: str, *, token: str | None, allowed_hosts: Sequence[str] | None = None
+    url: str,
+    *,
+    token: str | None,
+    allowed_hosts: Sequence[str] | None = None,
+    asyncapi: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """The dashboard over the Redis server at ``url``.
 
     ``token``: the write token (None: read-only for everyone). ``allowed_hosts``: the
     ``Host`` headers accepted (None: any); a dashboard on loopback should accept only
     loopback names, so that a web page cannot reach it through DNS rebinding.
+    ``asyncapi``: the AsyncAPI document of the service it watches (``streamq dashboard
+    --asyncapi module:attr``), served at ``/asyncapi.json`` and linked from every page.
     """
 
     @asynccontextmanager
@@ -85,11 +92,21 @@ def create_app(
     app.state.read_slots = ReadSlots()
     app.state.templates = build_templates()
     app.state.server_url = display_url(url)
+    app.state.asyncapi = asyncapi
     return app
+
+
+async def asyncapi_document(request: Request) -> Response:
+    """The AsyncAPI document the dashboard was started with (404 without one)."""
+    document = request.app.state.asyncapi
+    if document is None:
+        raise HTTPException(404, "no AsyncAPI document: start with --asyncapi module:attr")
+    return JSONResponse(document)
 
 
 ROUTES = [
     Route("/", pages.topics, name="topics"),
+    Route("/asyncapi.json", asyncapi_document, name="asyncapi"),
     Route("/topic", pages.topic, name="topic"),
     Route("/topic/live", pages.topic_live, name="topic_live"),
     Route("/topic/pending", pages.pending, name="pending"),

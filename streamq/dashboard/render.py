@@ -78,6 +78,7 @@ def page(
     session = app.access.session(request)
     common = {
         "server_url": app.server_url,
+        "asyncapi": app.asyncapi is not None,
         "writable": app.access.writable,
         "can_write": app.access.writable and session is not None,
         "csrf": session.csrf if session is not None else "",
