@@ -244,7 +244,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             client = self._client_for(stream)
             grouped = self.group is not None  # fan-out: only XREAD, which opening checks
             consuming, cleanup = grouped and bool(len(self.router)), self.cleanup_policy.enabled
-            await check_permissions(client, stream, consuming=consuming, cleanup=cleanup)
+            await check_permissions(client, stream, consuming=consuming, cleanup=cleanup,
+                                    ordered=self.ordered)  # fmt: skip
             await prepare_reading(client, stream, self.group, self.start, self._positions)
         if self.group is not None:
             await check_mode(

@@ -396,3 +396,36 @@ async def test_on_redis_8_2_the_base_lines_lack_only_xdelex(
     _header, missing, fix = str(caught.value).splitlines()  # one missing permission
     assert missing.lstrip().startswith("- xdelex on ")
     assert fix.endswith("}:control +xdelex")
+
+
+async def test_an_ordered_consumer_runs_as_the_documented_service_user(
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
+) -> None:
+    """The generated lines cover ordered mode: membership, leases, fenced reads and acks,
+    halted keys; a user limited to them opens an ordered consumer and handles entries."""
+    service = await acl_user(acl_rules(stream, password=PASSWORD, newer=newer))
+    await check_as(redis_url, service, stream, ordered=True)
+    mq = MessageQueue(
+        user_url(redis_url, service), stream=stream, group="g", consumer="c1",
+        start=StartFrom.EARLIEST, ordered=True, ownership_lease=2,
+    )  # fmt: skip
+    seen: list[str] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        seen.append(msg.id)
+
+    async with mq:
+        published = [await mq.publish("job", n, key="k") for n in range(3)]
+        async with mq.running():
+            await wait_for(lambda: len(seen) == 3, what="the ordered entries")
+    assert seen == published
+
+
+async def test_ordered_mode_without_its_commands_is_named_at_open(
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
+) -> None:
+    rules = [r for r in acl_rules(stream, password=PASSWORD, newer=newer) if r != "+hincrby"]
+    service = await acl_user(rules)
+    with pytest.raises(ConfigError, match=r"hincrby on .*:owner:g. \(a new fencing token\)"):
+        await check_as(redis_url, service, stream, ordered=True)

@@ -29,8 +29,8 @@ from .translate import translated
 
 log = logging.getLogger(__name__)
 
-Use = Literal["open", "partition", "consume", "cleanup", "schedule", "operate"]
-SERVICE_USES: tuple[Use, ...] = ("open", "partition", "consume", "cleanup", "schedule")
+Use = Literal["open", "partition", "consume", "cleanup", "schedule", "ordered", "operate"]
+SERVICE_USES: tuple[Use, ...] = ("open", "partition", "consume", "cleanup", "schedule", "ordered")
 OPERATOR_USES: tuple[Use, ...] = (*SERVICE_USES, "operate")
 
 # Placeholders in Permission.args, bound to one stream's names by names_for().
@@ -39,6 +39,7 @@ LOCK, MARK, CONTROL = "<cleanup-lock>", "<terminated>", "<control>"
 PARTS = "<partitions>"
 SCHEDULED, PAYLOADS, WAKE = "<scheduled>", "<scheduled-payloads>", "<scheduled-wake>"
 PERIODIC, TICK = "<periodic>", "<periodic-tick>"
+MEMBERS, LEASE, HALTED = "<members>", "<lease>", "<halted>"
 # Group, consumer, entry ID and script SHA are not subject to the ACL: any value does.
 G, C, ID, SHA = "g", "c", "0-1", "0" * 40
 # Commands whose ACL name includes the subcommand ("xinfo|groups").
@@ -142,6 +143,27 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "count deliveries without a handler", "HGET", UNROUTED, ID),
     _p("consume", "drop delivery counts; cleanup", "HDEL", UNROUTED, ID),
     _p("consume", "health()", "PING"),
+    _p("ordered", "membership heartbeat (script)", "EVALSHA", SHA, "1", MEMBERS),
+    _p("ordered", "in the membership script", "HGETALL", MEMBERS),
+    _p("ordered", "in the membership script", "HSET", MEMBERS, C, "1"),
+    _p("ordered", "in the membership script", "HDEL", MEMBERS, C),
+    _p("ordered", "in the ownership scripts: the server's clock", "TIME"),
+    _p("ordered", "leases, fenced reads, claims and acks (scripts)", "EVALSHA", SHA, "2", LEASE,
+       STREAM),
+    _p("ordered", "a partition's lease", "HMGET", LEASE, "consumer", "token", "expires"),
+    _p("ordered", "take or renew a lease", "HSET", LEASE, "consumer", C),
+    _p("ordered", "a new fencing token", "HINCRBY", LEASE, "token", "1"),
+    _p("ordered", "release a lease", "HDEL", LEASE, "consumer"),
+    _p("ordered", "is a lease there", "EXISTS", LEASE),
+    _p("ordered", "wait for new entries", "XREAD", "COUNT", "1", "BLOCK", "1", "STREAMS", STREAM,
+       "0"),
+    _p("ordered", "in the fenced scripts", "XREVRANGE", STREAM, "+", "-", "COUNT", "1"),
+    _p("ordered", "entries stopped by an operator", "HMGET", STOPPED, ID),
+    _p("ordered", "halted keys", "HGETALL", HALTED),
+    _p("ordered", "halted keys", "HGET", HALTED, "k"),
+    _p("ordered", "halted keys", "HMGET", HALTED, "k"),
+    _p("ordered", "halted keys", "HSET", HALTED, "k", "{}"),
+    _p("ordered", "halted keys", "HDEL", HALTED, "k"),
     _p("cleanup", "take the cleanup lock", "SET", LOCK, "t", "NX", "PX", "1000"),
     _p("cleanup", "release the cleanup lock (script)", "EVALSHA", SHA, "1", LOCK, "t"),
     _p("cleanup", "in the lock-release script", "GET", LOCK),
@@ -198,6 +220,9 @@ def names_for(stream: str) -> dict[str, str]:
         WAKE: keys.scheduled_wake,
         PERIODIC: keys.periodic,
         TICK: keys.periodic + ":name:0",
+        MEMBERS: keys.prefix + "members:" + G,
+        LEASE: keys.prefix + "owner:" + G,
+        HALTED: keys.halted,
     }
 
 
@@ -286,6 +311,7 @@ async def check_permissions(
     consuming: bool = True,
     cleanup: bool = True,
     partitioned: bool = False,
+    ordered: bool = False,
 ) -> None:
     """Raise ConfigError if the connected user may not send what streamq will send.
 
@@ -293,6 +319,7 @@ async def check_permissions(
     and channel names. ``consuming=False``: only what opening and publishing need;
     ``cleanup`` (with ``consuming``): cleanup passes too. Best effort: a user that may
     not run ``ACL DRYRUN``, or a server without it, is not checked (logged at DEBUG).
+    ``ordered``: what ordered mode sends too (leases, membership, halted keys).
 
     Raises:
         ConfigError: naming each missing permission (command, keys or channel, why) and
@@ -301,6 +328,7 @@ async def check_permissions(
     uses: list[Use] = ["open", "partition"] if partitioned else ["open"]
     if consuming:
         uses += ["consume", "cleanup"] if cleanup else ["consume"]
+        uses += ["ordered"] if ordered else []
     wanted = _distinct(required(uses), names_for(stream))
     try:
         with translated(stream):
@@ -378,5 +406,5 @@ def _message(user: str, stream: str, missing: Sequence[tuple[Permission, str]]) 
         lines.append(f"  - {p.command}{' on ' + on if on else ''} ({p.why}): {reason}")
     grants = sorted({f"+{p.command}" for p, _ in missing})
     fix = " ".join(["ACL SETUSER", user, *selectors(stream), *grants])
-    lines.append(f"fix (README, Security): {fix}")
+    lines.append(f"fix (docs, operating/security.md): {fix}")
     return "\n".join(lines)
