@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,9 @@ import anyio
 
 log = logging.getLogger("demos")
 CREATED: list[str] = []  # the streams and keys this demo made, removed by run() at its end
+CHILDREN: list[subprocess.Popen[Any]] = []  # processes the demo started, ended by run() first
+_starting = False  # a child is being started: an interrupt waits until it is recorded
+_interrupted = False  # an interrupt came while a child was being started
 
 
 def setup_logging() -> None:
@@ -44,9 +48,43 @@ def where() -> str:
     return url if url else "the embedded Valkey server"
 
 
+def spawn(command: list[str], **options: Any) -> subprocess.Popen[Any]:
+    """Start a child process that :func:`run` ends before it removes the demo's keys, so
+    none writes them again afterwards. A Ctrl-C or SIGTERM that comes while the child is
+    being started is held until the child is recorded: raised inside ``Popen`` it would
+    lose the handle, and the child would outlive the clean-up unseen."""
+    global _starting, _interrupted
+    _starting = True
+    try:
+        child = subprocess.Popen(command, **options)
+        CHILDREN.append(child)
+    finally:
+        _starting = False
+    if _interrupted:
+        _interrupted = False
+        raise KeyboardInterrupt
+    return child
+
+
+def end_children(timeout: float = 30.0) -> None:
+    """End every child :func:`spawn` started: SIGTERM, then SIGKILL after ``timeout``."""
+    for child in CHILDREN:
+        if child.poll() is None:
+            child.terminate()
+    for child in CHILDREN:
+        try:
+            child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    CHILDREN.clear()
+
+
 def run(main: Callable[..., Any], *args: Any) -> None:
     """Run the demo ``main`` (async or not); at its end, also after an error, Ctrl-C or
-    SIGTERM, remove what it made. Exits 130 when interrupted."""
+    SIGTERM, end the processes it started and then remove what it made. Exits 130 when
+    interrupted."""
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: the clean-up still runs
     code: Any = 0
     try:
@@ -57,11 +95,16 @@ def run(main: Callable[..., Any], *args: Any) -> None:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: let it finish
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        end_children()  # no child of the demo writes its keys after they are removed
         remove_created()
     sys.exit(code)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    global _interrupted
+    if _starting:
+        _interrupted = True  # raised by spawn() once the child is recorded
+        return
     raise KeyboardInterrupt
 
 

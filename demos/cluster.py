@@ -28,7 +28,7 @@ from pathlib import Path
 
 import anyio
 
-from demos._common import fresh_stream, setup_logging
+from demos._common import fresh_stream, setup_logging, spawn
 from demos.cluster_worker import GROUP, Order
 from streamq import EmbeddedCluster, MessageQueue, NotReplicatedError, TopicInfo
 from streamq.ids import StreamId
@@ -96,7 +96,7 @@ def start_workers(url: str, topic: str, logs: list[Path]) -> list[subprocess.Pop
         with log.with_suffix(".err").open("wb") as err:
             command = [sys.executable, "-m", "demos.cluster_worker", url, topic,
                        str(PARTITIONS), name, str(log)]  # fmt: skip
-            workers.append(subprocess.Popen(command, cwd=ROOT, stderr=err))
+            workers.append(spawn(command, cwd=ROOT, stderr=err))
     return workers
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from demos._common import created, run, where
+from demos._common import created, run, spawn, where
 from streamq import Publisher
 from streamq.server import default_url, free_port
 
@@ -91,7 +91,7 @@ class Run:
         ]  # fmt: skip
         print("$ streamq run demos.service_app:app --workers 2 --metrics-port P --health-port Q")
         with open(log, "w") as out:
-            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+            self.process = spawn(command, cwd=ROOT, env=env, stdout=out, stderr=out)
 
     def stop(self) -> None:
         """Drain the workers (SIGTERM) and wait for them; kill them if that hangs."""
@@ -139,8 +139,8 @@ def main() -> None:
             names = ", ".join(q["consumer"] for q in w["queues"])
             print(f"  worker {w['slot']} (pid {w['pid']}): consumers {names}")
 
-        subprocess.run([sys.executable, "-m", "demos.service", "publish"], cwd=ROOT, env=env,
-                       check=True)  # fmt: skip
+        producer = spawn([sys.executable, "-m", "demos.service", "publish"], cwd=ROOT, env=env)
+        check(producer.wait() == 0, "the publisher process failed")
         wait(lambda: pending(client, ORDER_STREAM, "billing").get("billing-0", 0) >= 2,
              "worker 0 busy")  # fmt: skip
         victim = service.worker(0)["pid"]

@@ -125,3 +125,36 @@ def test_pipeline_demo(redis_url: str) -> None:
     assert "ada  3 orders, total 90.00" in out, out
     assert "done: 4 emails sent (3 follow-ups)" in out, out
     assert demo_keys(redis_url) - before == set(), "the pipeline demo left keys"
+
+
+class _InterruptedWhileStarting(subprocess.Popen[bytes]):
+    """A child whose start is interrupted by SIGTERM after the fork, as a busy machine
+    interrupts a demo that is starting its publisher process."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_child_started_during_an_interrupt_is_ended_before_the_clean_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from demos import _common
+
+    previous = signal.signal(signal.SIGTERM, _common._interrupt)
+    monkeypatch.setattr(_common.subprocess, "Popen", _InterruptedWhileStarting)
+    try:
+        with pytest.raises(KeyboardInterrupt):  # raised once the child is recorded
+            _common.spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+        assert len(_common.CHILDREN) == 1, "the interrupted start lost the child's handle"
+        child = _common.CHILDREN[0]
+        assert child.poll() is None
+        _common.end_children(timeout=5)
+        assert child.returncode == -signal.SIGTERM, "the child outlived the demo's clean-up"
+        assert _common.CHILDREN == []
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in _common.CHILDREN:
+            child.kill()
+            child.wait()
+        _common.CHILDREN.clear()
