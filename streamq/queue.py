@@ -274,7 +274,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         if self.group is None:
             return FanoutConsumer(topic, self._client_for, router, policies, self._positions)
         if self.ordered:
-            return build_ordered(topic, self._client_for, router, policies, self.on_poison)
+            return build_ordered(
+                topic, self._client_for, router, policies, self.on_poison, self._stopped
+            )
         return build_consumer(topic, self._client_for, router, policies, self._stopped)
 
     async def run(

@@ -74,12 +74,13 @@ def build_ordered(
     router: Router,
     policies: Policies,
     on_poison: OnPoison,
+    stopped: Sequence[StoppedView],
 ) -> OrderedConsumer:
     """The consumer of ``ordered=True``: the partitions this member owns, one key at a time."""
     return OrderedConsumer(
         topic.name, topic.streams, topic.group, topic.consumer, client_for=client_for,
         router=router, config=policies.config, retry=policies.retry, batch=policies.batch,
-        cleanup=policies.cleanup, on_poison=on_poison,
+        cleanup=policies.cleanup, on_poison=on_poison, stopped=stopped,
     )  # fmt: skip
 
 

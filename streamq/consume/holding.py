@@ -1,6 +1,8 @@
 """Stopped entries in ordered mode: a stopped entry holds its key behind it until resumed.
 
-The fenced read says which of the entries it read are stopped (no extra round trip). When
+The fenced read says which of the entries it read are stopped (no extra round trip); an
+entry stopped after it was read, while it waits in its lane, is known from the consumer's
+copy of the stopped IDs (kept current by the control channel, as in shared mode). When
 the entry's lane reaches it, the entry is set aside as in shared mode
 (:func:`~streamq.topic.control.hold_message`: out of the pending list, its group
 remembered) and its lane stops. While some entries are held, their IDs are polled in the
@@ -19,7 +21,7 @@ import redis.asyncio as aioredis
 
 from ..errors import RedisFailure
 from ..message import RawEntry
-from ..topic.control import hold_message
+from ..topic.control import StoppedView, hold_message
 from ..wire.keys import Keys
 
 if TYPE_CHECKING:
@@ -33,9 +35,10 @@ POLL_INTERVAL = 0.5
 class StoppedHolds:
     """The stopped entries of one owned partition and the lanes waiting behind them."""
 
-    def __init__(self, client: aioredis.Redis, stream: str, group: str) -> None:
+    def __init__(self, client: aioredis.Redis, stream: str, group: str, view: StoppedView) -> None:
         self._client, self._stream, self._group = client, stream, group
         self.flagged: set[str] = set()  # read while stopped (as the fenced read said)
+        self.view = view  # the partition's stopped IDs, as the control channel tells them
         self._held: dict[str, LaneKey] = {}  # entry ID -> its lane, until resumed
         self.resumed: set[str] = set()  # resumed: claim it back, then handle it
 

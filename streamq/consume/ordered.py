@@ -6,13 +6,15 @@ the leases and moves towards the assignment; this consumer starts a worker for e
 partition acquired, drains and then releases each partition that moves away (the others
 never pause), and stops at once the worker of a partition whose lease was lost. On stop,
 every partition is drained and released, and the member leaves the group's membership.
+Each partition's control channel is followed (as in shared mode) so that an entry stopped
+while it waits in its lane is held there, and a terminate notice is checked at once.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -29,6 +31,7 @@ from ..errors import (
 )
 from ..log_summary import LogSummary
 from ..topic.cleanup import Cleaner
+from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .context import Place
@@ -64,6 +67,11 @@ def check_ordered(
     return bool(ordered), on_poison
 
 
+def _ignore(entry_id: str) -> None:
+    """A stop or resume notice: the lanes look at the stopped IDs when they reach an entry,
+    and poll the entries they hold."""
+
+
 class OrderedConsumer:
     """The ordered consumer of one topic (plain or partitioned) and group."""
 
@@ -81,6 +89,7 @@ class OrderedConsumer:
         batch: BatchConfig,
         cleanup: CleanupPolicy,
         on_poison: OnPoison,
+        stopped: Sequence[StoppedView] | None = None,
         clock: Callable[[], float] = anyio.current_time,
     ) -> None:
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
@@ -89,6 +98,8 @@ class OrderedConsumer:
         self._client_for, self.router, self._config = client_for, router, config
         self._retry, self._batch, self._halt = retry, batch, on_poison == "halt"
         self._cleanup = cleanup
+        # per partition: the stopped IDs (the queue's own copy: its stop_message adds at once)
+        self._stopped = list(stopped) if stopped is not None else [StoppedView() for _ in streams]
         store = RedisLeases(topic, streams, group, client_for)
         self.ownership = Ownership(store, me, len(streams), config.ownership_lease, clock)
         self._tick = min(config.ownership_lease / 4, MAX_TICK)
@@ -102,7 +113,7 @@ class OrderedConsumer:
         self._shared = Shared(
             router, config, retry, Slots(config.concurrency),
             Room(config.max_in_flight, min(config.read_count, config.max_in_flight // 4)),
-            self.ownership.valid, self._gone,
+            self.ownership.valid, self._gone, self._stopped,
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
         self._acked_before = 0  # acks of the workers that ended
@@ -133,6 +144,8 @@ class OrderedConsumer:
                 # scheduled messages fall due into every partition, whoever owns it: a moved
                 # entry takes its place behind the entries of its key already in the stream
                 tg.start_soon(Mover(client, stream, self.me, self.stats).run)
+            for stream, view in zip(self.streams, self._stopped, strict=True):
+                await tg.start(self._listener(stream, view).run)
             task_status.started()
             self.reading = True
             try:
@@ -214,6 +227,15 @@ class OrderedConsumer:
             await self.ownership.leave()
         except RedisFailure as e:
             log.warning("could not leave the membership (it expires): %s", e)
+
+    def _listener(self, stream: str, view: StoppedView) -> ControlListener:
+        async def terminated() -> None:  # checked against Redis before anything stops
+            self._gone(StreamNotFoundError(f"a terminate notice for {stream!r}"))
+
+        return ControlListener(
+            self._client_for(stream), stream, view, resync_interval=self._config.stopped_resync,
+            on_stop=_ignore, on_resume=_ignore, on_terminate=terminated,
+        )  # fmt: skip
 
     async def _watch_gone(self) -> None:
         """A partition found its stream or group gone: stop if Redis confirms it."""

@@ -16,7 +16,7 @@ nothing more is handled or acked, the next owner takes the pending entries).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, S
 from ..ids import StreamId
 from ..logs import ENTRY
 from ..message import RawEntry
+from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from ..wire import replies
 from ..wire.replies import text
@@ -56,6 +57,7 @@ class Shared:
     room: Room  # entries held: ``max_in_flight``
     valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
     on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
+    stopped: Sequence[StoppedView]  # per partition: the stopped IDs the control channel told
 
 
 class PartitionWorker:
@@ -76,7 +78,7 @@ class PartitionWorker:
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self.dispatcher = make_dispatcher(self.acker, token)
         self.halted = HaltedKeys(client, stream, group)
-        self.holds = StoppedHolds(client, stream, group)
+        self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
         self.lost = False  # the lease lapsed or a fenced op was refused
         self.draining = False
         self._scope = anyio.CancelScope()  # everything of this partition
@@ -224,8 +226,9 @@ class PartitionWorker:
     async def _run_entry(self, entry: RawEntry) -> bool:
         """Handle ``entry`` until it is settled (acked or dead-lettered): True, its lane goes
         on; False if the partition stops here (lost, draining) or its key halted."""
-        if entry.id in self.holds.flagged and await self.holds.hold(entry):
-            return False  # stopped: its key waits until it is resumed
+        holds = self.holds  # stopped when read, or while it waited in its lane:
+        if (entry.id in holds.flagged or entry.id in holds.view.ids) and await holds.hold(entry):
+            return False  # set aside: its key waits until it is resumed
         if entry.id in self.holds.resumed:
             self.holds.resumed.discard(entry.id)
             if not await self.redeliver(entry, fresh=False):

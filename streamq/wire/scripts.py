@@ -35,7 +35,8 @@ return n
 """
 
 # A consumer read an entry that is stopped: take it out of its group's pending list and
-# remember the group. KEYS: stream, stopped-hash. ARGV: id, group.
+# remember the group with its delivery count (kept if the stop took it out already: it was
+# stopped while it waited in a consumer's queue). KEYS: stream, stopped-hash. ARGV: id, group.
 # Returns 1 if held, 0 if the entry is no longer stopped (process it normally).
 HOLD_MESSAGE = """
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
@@ -43,10 +44,12 @@ if not prev then return 0 end
 local held = cjson.decode(prev)
 if type(held) ~= 'table' then held = {} end
 local p = redis.call('XPENDING', KEYS[1], ARGV[2], ARGV[1], ARGV[1], 1)
-local count = 1
-if #p > 0 then count = p[1][4] end
-held[ARGV[2]] = count
-redis.call('XACK', KEYS[1], ARGV[2], ARGV[1])
+if #p > 0 then
+  held[ARGV[2]] = p[1][4]
+  redis.call('XACK', KEYS[1], ARGV[2], ARGV[1])
+elseif held[ARGV[2]] == nil then
+  held[ARGV[2]] = 1
+end
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(held))
 return 1
 """
