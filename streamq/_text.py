@@ -23,6 +23,23 @@ def one_line(value: object) -> str:
     return str(value).translate(_ONE_LINE)
 
 
+def cut(value: object, limit: int) -> str:
+    """``value`` as :func:`one_line` shows it, at most ``limit`` characters: cut between
+    characters (never inside an escape), ending in ``…`` where cut. For a table column."""
+    shown = one_line(value)
+    if len(shown) <= limit:
+        return shown
+    kept: list[str] = []
+    room = max(limit - 1, 0)  # the "…"
+    for char in str(value):
+        piece = char.translate(_ONE_LINE)
+        if len(piece) > room:
+            break
+        kept.append(piece)
+        room -= len(piece)
+    return "".join(kept) + "…"
+
+
 def terminal_safe(text: str) -> str:
     """``text`` with every control character but the newline escaped."""
     return text.translate(_MULTI_LINE)

@@ -40,6 +40,7 @@ from ..wire.keys import Keys
 from ..wire.replies import pending_rows
 from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
 from .dashboard import add_dashboard_arguments, cmd_dashboard
+from .halted import add_halted_arguments, halted_command
 from .outcome import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -189,6 +190,11 @@ async def cmd_scheduled(args: argparse.Namespace) -> str:
     return output
 
 
+async def cmd_halted(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args, group=args.group)) as mq:
+        return await halted_command(mq, args)
+
+
 async def cmd_stop_message(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
         await _require_stream(mq)
@@ -300,6 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduled periodic STREAM", stream=False,
     )  # fmt: skip
     add_scheduled_arguments(p)
+    p = command(
+        "halted", cmd_halted,
+        "ordered mode's halted keys: halted list STREAM GROUP; "
+        "halted release STREAM GROUP KEY|--keyless [--action retry|skip]", stream=False,
+    )  # fmt: skip
+    add_halted_arguments(p)
     p = command(
         "info",
         cmd_info,

@@ -52,18 +52,35 @@ def render_info(info: TopicInfo) -> str:
             f"{one_line(g.name):<20} {one_line(g.last_delivered_id):<22} {g.pending:>8} "
             f"{lag:>8} {age(g.oldest_pending_age_ms):>15}  {consumers}"
         )
+        if g.owner is not None:  # ordered mode on a plain stream: active/standby
+            lines.append(f"  ordered owner: {owner_text(g.owner)}")
     if not info.groups:
         lines.append("(no consumer groups)")
     if info.partitions:
-        lines += ["", f"{'partition':<10} {'stream':<28} {'node':<22} {'length':>8} {'lag':>8} "
-                  f"{'pending':>8} {'oldest pending':>15} {'dead':>6}"]  # fmt: skip
-        lines.extend(
+        lines += _partition_lines(info)
+    return "\n".join(lines)
+
+
+def owner_text(owner: tuple[str, int]) -> str:
+    """An ordered owner as shown: the consumer and its fencing token."""
+    return f"{one_line(owner[0])} (token {owner[1]})"
+
+
+def _partition_lines(info: TopicInfo) -> list[str]:
+    """The partitions table; with an ``owner`` column while ordered consumers own any."""
+    owned = any(p.owners for p in info.partitions)
+    lines = ["", f"{'partition':<10} {'stream':<28} {'node':<22} {'length':>8} {'lag':>8} "
+             f"{'pending':>8} {'oldest pending':>15} {'dead':>6}"
+             + ("  owner (ordered)" if owned else "")]  # fmt: skip
+    for p in info.partitions:
+        owners = ", ".join(f"{one_line(g)}: {owner_text(o)}" for g, o in sorted(p.owners.items()))
+        lines.append(
             f"{p.index:<10} {one_line(p.stream):<28} {p.node:<22} {p.length:>8} "
             f"{'?' if p.lag is None else p.lag:>8} {p.pending:>8} "
             f"{age(p.oldest_pending_age_ms):>15} {p.dead_letters:>6}"
-            for p in info.partitions
+            + (f"  {owners or '-'}" if owned else "")
         )
-    return "\n".join(lines)
+    return lines
 
 
 def _scheduled(info: TopicInfo) -> str:
