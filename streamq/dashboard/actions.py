@@ -1,5 +1,6 @@
-"""The actions (POST): stop and resume an entry, cancel a scheduled message, replay dead
-letters (one, or all as a snapshot), purge them, terminate a topic, log in and out.
+"""The actions (POST): stop and resume an entry, cancel a scheduled message, release a
+halted key, replay dead letters (one, or all as a snapshot), purge them, terminate a topic,
+log in and out.
 
 Each action first checks the write token (:meth:`Access.require_write`, 403 otherwise),
 then calls the same topic operation ``MessageQueue`` offers (through
@@ -19,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from ..errors import ConfigError, InvalidMessageIdError, MessageNotFoundError
+from ..topic.halted import ACTIONS
 from .names import name_in
 from .pages import view_of
 from .render import href, page, shown
@@ -124,6 +126,31 @@ async def cancel_scheduled(request: Request) -> Response:
         return f"cancelled scheduled message {scheduled_id}"
 
     return await _act(request, stream, href("/topic/scheduled", stream=stream), run)
+
+
+async def release_halted(request: Request) -> Response:
+    """Release a key halted in ordered mode: ``group`` (or ``group64``), ``key`` (or
+    ``key64``; ``keyless=1`` for the keyless entries' lane), ``action`` retry or skip."""
+    form = await authorised_form(request)
+    stream = stream_field(form)
+    group = name_in(form, "group")
+    if group is None:
+        raise HTTPException(400, "the form has no 'group'")
+    keyless = form.get("keyless") in ("1", "on")
+    key = None if keyless else name_in(form, "key")
+    if key is None and not keyless:
+        raise HTTPException(400, "the form has no 'key' (or keyless=1)")
+    action = form.get("action")
+    if action not in ACTIONS:
+        raise HTTPException(400, f"the action must be one of {', '.join(ACTIONS)}")
+    shown_key = "(keyless)" if key is None else repr(key)
+
+    async def run(view: TopicView) -> str:
+        if not await view.release_halted_key_of(group, key, skip=action == "skip"):
+            raise MessageNotFoundError(f"key {shown_key} is not halted in group {group!r}")
+        return f"asked to release key {shown_key} of group {group!r} ({action})"
+
+    return await _act(request, stream, href("/topic/halted", stream=stream), run)
 
 
 async def replay(request: Request) -> Response:

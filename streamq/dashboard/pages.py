@@ -1,7 +1,7 @@
 """The pages (GET): topics, a topic with its live fragment, pending entries, dead letters,
-stopped IDs, scheduled messages, the terminate confirmation and the login form. They only
-read, a few at a time (:mod:`.limits`), and never an entry's values whole: the dead-letter
-page shows each field cut on the server (:data:`~.paging.SHOWN_BYTES`) and links its
+stopped IDs, scheduled messages, halted keys, the terminate confirmation and the login
+form. They only read, a few at a time (:mod:`.limits`), and never an entry's values whole:
+the dead-letter page shows each field cut on the server (:data:`~.paging.SHOWN_BYTES`) and links its
 download (:mod:`.downloads`), and topic figures leave out the first and last entries' values.
 
 A topic is named in the query string (``/topic?stream=NAME``), not in the path: a stream
@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..topic.admin import TopicInfo
+from ..topic.halted import HaltedKey
 from ..wire.routing import Deployment
 from .limits import reading
 from .names import name_in
@@ -124,6 +125,19 @@ async def scheduled(request: Request) -> Response:
     periodics = await view.periodic_publishers()
     context = {"info": info, "view": view, "rows": rows, "periodics": periodics}
     return page(request, "scheduled.html", context)
+
+
+@reading
+async def halted(request: Request) -> Response:
+    """The keys halted in ordered mode, of every group of the topic (``on_poison="halt"``)."""
+    view, info = await existing_topic(request)
+    by_group = [(g.name, await view.halted_keys_of(g.name)) for g in info.groups]
+    rows = [(group, key) for group, keys in by_group for key in sorted(keys, key=_order)]
+    return page(request, "halted.html", {"info": info, "view": view, "rows": rows})
+
+
+def _order(key: HaltedKey) -> tuple[int, bool, str]:
+    return key.partition, key.key is not None, key.key or ""
 
 
 @reading

@@ -13,8 +13,10 @@ import redis.asyncio as aioredis
 
 from ..config import CleanupPolicy
 from ..publish.scheduled import ScheduledOperations
+from ..topic import ownership
 from ..topic.control import StoppedView
 from ..topic.deadletter import DeadLetter
+from ..topic.halted import HaltedKey
 from ..topic.operations import TopicOperations
 from ..topic.partitions import partition_streams, recorded_partitions
 from ..wire.keys import Keys
@@ -76,6 +78,16 @@ class TopicView(ScheduledOperations, TopicOperations):
         """
         index, raw, client = self._locate(letter_id)
         return client, Keys(self.streams[index]).dead_letters, raw
+
+    async def halted_keys_of(self, group: str) -> list[HaltedKey]:
+        """The keys halted in ordered mode in ``group`` (every partition)."""
+        return await self._riding(ownership.halted_keys, self._client_for, self.streams, group)
+
+    async def release_halted_key_of(self, group: str, key: str | None, *, skip: bool) -> bool:
+        """Ask the owner to release a halted key of ``group``; False if it is not halted."""
+        return await self._riding(
+            ownership.release_halted, self._client_for, self.streams, group, key, skip=skip
+        )
 
     def part(self, partition: int) -> tuple[str, aioredis.Redis]:
         """The stream of partition ``partition`` and its client."""
