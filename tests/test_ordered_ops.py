@@ -9,7 +9,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import Message, MessageQueue
+from streamq import Message, MessageQueue, RetryPolicy
 from streamq.topic import control
 from tests.conftest import QueueFactory, wait_for
 
@@ -122,3 +122,48 @@ async def test_holding_an_entry_the_stop_already_took_keeps_its_delivery_count(
     # as after a stop and a resume without a hold: the count less one (the resume itself is
     # not a delivery; the next one counts)
     assert row["times_delivered"] == 2, f"the delivery count was lost: {row}"
+
+
+async def test_the_halted_keys_gauge_counts_a_halted_key_until_it_is_released(
+    make_queue: QueueFactory,
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamq.metrics import QueueCollector
+
+    retry = RetryPolicy(attempts=1, backoff=0.01, max_backoff=0.05, max_deliveries=1)
+    mq = make_queue(ordered=True, ownership_lease=LEASE, retry=retry, on_poison="halt")
+    poison = {"on": True}
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        if poison["on"]:
+            raise RuntimeError("poison")
+
+    registry = CollectorRegistry()
+    collector = QueueCollector(mq)
+    registry.register(collector)
+
+    async def gauge() -> str:
+        text = (await anyio.to_thread.run_sync(generate_latest, registry)).decode()
+        return next(line for line in text.splitlines() if line.startswith("streamq_halted_keys{"))
+
+    try:
+        async with mq:
+            await mq.publish("job", {}, key="a")
+            async with mq.running():
+
+                async def halted() -> bool:
+                    return (await gauge()).endswith(" 1.0")
+
+                await wait_for(halted, what="the gauge to count the halted key")
+                poison["on"] = False
+                assert await mq.release_halted_key("a")
+
+                async def released() -> bool:
+                    return (await gauge()).endswith(" 0.0")
+
+                await wait_for(released, what="the gauge to drop the released key")
+    finally:
+        registry.unregister(collector)
+        collector.close()
