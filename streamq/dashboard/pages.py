@@ -131,13 +131,13 @@ async def scheduled(request: Request) -> Response:
 async def halted(request: Request) -> Response:
     """The keys halted in ordered mode, of every group of the topic (``on_poison="halt"``)."""
     view, info = await existing_topic(request)
-    by_group = [(g.name, await view.halted_keys_of(g.name)) for g in info.groups]
-    rows = [(group, key) for group, keys in by_group for key in sorted(keys, key=_order)]
+    rows = sorted(await view.every_halted_key(), key=_order)
     return page(request, "halted.html", {"info": info, "view": view, "rows": rows})
 
 
-def _order(key: HaltedKey) -> tuple[int, bool, str]:
-    return key.partition, key.key is not None, key.key or ""
+def _order(row: tuple[str, HaltedKey]) -> tuple[str, int, bool, str]:
+    group, key = row
+    return group, key.partition, key.key is not None, key.key or ""
 
 
 @reading

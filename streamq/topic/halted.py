@@ -52,14 +52,21 @@ class HaltedKey:
 async def list_halted(
     client: aioredis.Redis, stream: str, group: str, partition: int
 ) -> list[HaltedKey]:
+    every = await list_every_halted(client, stream, partition)
+    return [halted for of_group, halted in every if of_group == group]
+
+
+async def list_every_halted(
+    client: aioredis.Redis, stream: str, partition: int
+) -> list[tuple[str, HaltedKey]]:
+    """The halted keys of every group of partition ``stream``, each with its group."""
     found = await client.hgetall(halted_key(stream))
     halted = []
     for field, value in found.items():
-        of_group, key = json.loads(text(field))
-        if of_group == group:
-            record = json.loads(value)
-            halted.append(HaltedKey(key, partition, record["id"], record["reason"],
-                                    record.get("action")))  # fmt: skip
+        group, key = json.loads(text(field))
+        record = json.loads(value)
+        halted.append((group, HaltedKey(key, partition, record["id"], record["reason"],
+                                        record.get("action"))))  # fmt: skip
     return halted
 
 
