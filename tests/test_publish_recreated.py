@@ -191,3 +191,48 @@ async def test_publish_many_to_a_new_stream_sends_one_chunk_twice_at_most(
         delete_stream_keys(redis_url, other)
     assert sent <= 5000 + 1000, f"{sent} XADDs for 5,000 entries in chunks of 1,000"
     assert len(set(many)) == 5000
+
+
+def publish_many_with_one_partition_missing(where: str, topic: str, blocking: bool) -> list[str]:
+    """One keyless publish, then the stream of partition 1 goes missing under the producer,
+    then ``publish_many`` of four keyless items; the IDs it returns. Through the blocking
+    Publisher or a MessageQueue (driven from this thread by ``anyio.run``)."""
+    items = [1, 2, 3, 4]
+    if blocking:
+        with Publisher(where, stream=topic, partitions=2) as publisher:
+            publisher.publish("job", 0)
+            delete_stream_keys(where, partition_streams(topic, 2)[1])
+            return publisher.publish_many("job", items)
+
+    async def through_a_queue() -> list[str]:
+        async with MessageQueue(where, stream=topic, partitions=2, group="g") as mq:
+            await mq.publish("job", 0)
+            delete_stream_keys(where, partition_streams(topic, 2)[1])
+            return await mq.publish_many("job", items)
+
+    return anyio.run(through_a_queue)
+
+
+async def test_publish_many_with_a_partition_missing_does_the_same_in_both_twins(
+    where: str, topic: str
+) -> None:
+    """Items whose partition's stream is missing are added to that same partition once
+    the topic was checked again (its count unchanged), by MessageQueue and Publisher alike."""
+    other = f"{topic}-blocking"
+    try:
+        outcomes = {}
+        for blocking, name in ((False, topic), (True, other)):
+            ids = await anyio.to_thread.run_sync(
+                publish_many_with_one_partition_missing, where, name, blocking
+            )
+            in_streams = list(lengths(where, partition_streams(name, 2)).values())
+            outcomes["Publisher" if blocking else "MessageQueue"] = (
+                [entry_id.split(":")[0] for entry_id in ids],
+                in_streams,
+            )
+    finally:
+        for stream in partition_streams(other, 2):
+            delete_stream_keys(where, stream)
+    # in turn after the first publish (partition 0): 1, 0, 1, 0; partition 1 made again
+    expected = (["1", "0", "1", "0"], [3, 2])
+    assert outcomes == {"MessageQueue": expected, "Publisher": expected}, outcomes

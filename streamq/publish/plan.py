@@ -15,9 +15,9 @@ the producer check the topic again; then the entry is added with the stream crea
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ..config import Duration, positive, seconds
 from ..errors import NotReplicatedError
@@ -45,20 +45,6 @@ def key_of(key: Key | Callable[[Any], Key] | None, item: Any) -> Key | None:
     return key(item) if callable(key) else key
 
 
-def group_by_partition(
-    items: Iterable[Any],
-    key: Key | Callable[[Any], Key] | None,
-    choose: Callable[[Key | None], int],
-) -> dict[int, list[int]]:
-    """The positions of ``items`` in each partition (``key``: one for all, or each item's
-    from a function), as ``publish_many`` sends them."""
-    by_partition: dict[int, list[int]] = {}
-    for position, item in enumerate(items):
-        one_key = key_of(key, item)
-        by_partition.setdefault(choose(one_key), []).append(position)
-    return by_partition
-
-
 def named(partitions: int, partition: int, entry_id: str) -> str:
     """An entry ID as publish returns it: ``"<partition>:<id>"`` on a partitioned topic."""
     return entry_id if partitions == 1 else f"{partition}:{entry_id}"
@@ -72,18 +58,113 @@ def stream_options(make_stream: bool) -> tuple[str, ...]:
     return () if make_stream else NOMKSTREAM
 
 
-def packed_chunks(
-    stream: str, entries: Sequence[Fields], chunk: int, *, make_stream: bool
-) -> Iterator[tuple[bytes, int]]:
-    """Pipelines of ``chunk`` XADDs to ``stream`` (``publish_many``), and how many each holds."""
-    options = stream_options(make_stream)
-    for start in range(0, len(entries), chunk):
-        yield resp.pack_xadds(stream, entries[start : start + chunk], options)
+class ManyPlan:
+    """What ``publish_many`` sends and what its replies mean, for both twins: the partition
+    of each item, the entries of each partition in order, and the IDs returned.
+
+    A pass sends each partition's entries still to add, partition by partition, in chunks
+    of pipelined XADDs. The first pass adds with ``NOMKSTREAM``; the first chunk that finds
+    its stream missing ends the pass (the items not added yet stay to add, in order). The
+    producer then checks the topic again (one check for the call) and calls :meth:`again`,
+    and a second pass adds every item left, creating the streams: each in the partition
+    chosen first, unless the topic now has another partition count (a ``Publisher`` that
+    follows the topic's record), then chosen anew as ``publish`` would. Every item is added
+    once. An error raised by a send ends the call: what earlier chunks added stays in the
+    stream, and no IDs are returned.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[Any],
+        key: Key | Callable[[Any], Key] | None,
+        partitions: int,
+        choose: Callable[[Key | None], int],
+    ) -> None:
+        self.partitions = partitions
+        self._keys = [key_of(key, item) for item in items]
+        self._partition_of = [choose(one_key) for one_key in self._keys]
+        self._ids: list[str | None] = [None] * len(self._keys)
+        self._found_missing = False
+
+    @property
+    def found_missing(self) -> bool:
+        """Whether a chunk of this pass found its stream missing."""
+        return self._found_missing
+
+    def sends(
+        self, streams: Sequence[str], entries: Sequence[Fields], chunk: int, *, make_stream: bool
+    ) -> Iterator[PartitionSend]:
+        """One pass: the sends of each partition with items left (``streams``: the
+        partitions' streams, ``entries``: every item's fields), until one finds its stream
+        missing."""
+        by_partition: dict[int, list[int]] = {}
+        for position, partition in enumerate(self._partition_of):
+            if self._ids[position] is None:
+                by_partition.setdefault(partition, []).append(position)
+        for partition, positions in by_partition.items():
+            if self._found_missing:
+                return
+            yield PartitionSend(
+                self, partition, streams[partition], positions, entries, chunk, make_stream
+            )
+
+    def again(self, partitions: int, choose: Callable[[Key | None], int]) -> None:
+        """The topic was checked again after a stream was found missing: the items left
+        keep their partitions, or are placed anew if the count changed to ``partitions``."""
+        if partitions != self.partitions:
+            for position, entry_id in enumerate(self._ids):
+                if entry_id is None:
+                    self._partition_of[position] = choose(self._keys[position])
+            self.partitions = partitions
+        self._found_missing = False
+
+    def ids(self) -> list[str]:
+        """The IDs in the items' order, named as publish returns them (once every item
+        was added)."""
+        return cast("list[str]", self._ids)
+
+    def added(self, partition: int, positions: Sequence[int], replies: Sequence[Any]) -> None:
+        """The replies of the XADDs of ``positions`` (:meth:`PartitionSend.take`)."""
+        for position, reply in zip(positions, replies, strict=True):
+            if reply is None:  # NOMKSTREAM found no stream
+                self._found_missing = True
+            else:
+                self._ids[position] = named(self.partitions, partition, reply.decode())
 
 
-def added_ids(replies: Sequence[Any]) -> list[str | None]:
-    """The IDs of a pipeline of XADDs; None where ``NOMKSTREAM`` found no stream."""
-    return [None if reply is None else reply.decode() for reply in replies]
+class PartitionSend:
+    """The chunks of one partition in a pass of :class:`ManyPlan`: iterate over the packed
+    pipelines (and how many XADDs each holds), hand each one's replies to :meth:`take`; the
+    chunks stop at the first that found the stream missing (so would the rest)."""
+
+    def __init__(
+        self,
+        plan: ManyPlan,
+        partition: int,
+        stream: str,
+        positions: list[int],
+        entries: Sequence[Fields],
+        chunk: int,
+        make_stream: bool,
+    ) -> None:
+        self.partition, self.stream = partition, stream
+        self._plan, self._positions, self._entries = plan, positions, entries
+        self._chunk, self._options = chunk, stream_options(make_stream)
+        self._taken = 0
+
+    def __iter__(self) -> Iterator[tuple[bytes, int]]:
+        positions = self._positions
+        for start in range(0, len(positions), self._chunk):
+            if self._plan.found_missing:
+                return
+            mine = [self._entries[i] for i in positions[start : start + self._chunk]]
+            yield resp.pack_xadds(self.stream, mine, self._options)
+
+    def take(self, replies: Sequence[Any]) -> None:
+        """The replies of the chunk last given."""
+        positions = self._positions[self._taken : self._taken + len(replies)]
+        self._taken += len(replies)
+        self._plan.added(self.partition, positions, replies)
 
 
 def xadd_command(
