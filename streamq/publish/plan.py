@@ -15,16 +15,18 @@ the producer check the topic again; then the entry is added with the stream crea
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, cast
 
 from ..config import Duration, positive, seconds
 from ..errors import NotReplicatedError
+from ..message import encode_entry
 from ..topic.partitions import partition_for_key
 from ..wire import resp
 from ..wire.replies import added_id
-from . import idempotency
+from . import idempotency, scheduling
 
 Fields = dict[bytes | str, bytes | str]
 Key = str | bytes
@@ -231,3 +233,81 @@ class Durability:
             f"{self.wait:g}s; it is in the stream, but a failover now could lose it",
             entry_id=entry_id, replicas=reached,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A message to schedule (``publish(..., delay=/at=)``), checked and encoded before
+    anything is stored: its name, due time (Unix ms) and stored payload, and what picks its
+    partition (``chooser``: its key, else its name, so that scheduling again under the same
+    ``schedule_id`` lands where the first did and replaces it).
+
+    ``named_with_key``: a ``schedule_id`` given with a key: scheduled again with another
+    key, the earlier message may wait in another partition, and is cancelled there
+    (:func:`other_partitions`)."""
+
+    name: str
+    due: int
+    payload: str
+    chooser: Key
+    named_with_key: bool = False
+
+    @classmethod
+    def one(
+        cls,
+        message_type: str,
+        data: Any,
+        meta: Mapping[str, str] | None,
+        key: Key | None,
+        delay: Duration | None,
+        at: datetime | None,
+        schedule_id: str | None,
+    ) -> Scheduled:
+        """One message; raises ConfigError or MessageFormatError for bad input."""
+        now = scheduling.now()
+        due = scheduling.due_ms(delay, at, now)
+        name = scheduling.checked_schedule_id(schedule_id)
+        meta = scheduling.schedule_meta(meta, due, now)
+        payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
+        chooser = name if key is None else key
+        return cls(name, due, payload, chooser, key is not None and schedule_id is not None)
+
+    @classmethod
+    def many(
+        cls,
+        message_type: str,
+        items: Sequence[Any],
+        meta: Mapping[str, str] | None,
+        key: Key | Callable[[Any], Key] | None,
+        delay: Duration | None,
+        at: datetime | None,
+    ) -> list[Scheduled]:
+        """``publish_many``'s: every item checked first (nothing is stored if one is
+        bad), all due at one time, each under its own new name."""
+        now = scheduling.now()
+        due = scheduling.due_ms(delay, at, now)
+        meta = scheduling.schedule_meta(meta, due, now)
+        made = []
+        for item in items:
+            one_key = key_of(key, item)
+            payload = scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
+            name = scheduling.checked_schedule_id(None)
+            made.append(cls(name, due, payload, name if one_key is None else one_key))
+        return made
+
+
+def scheduled_by_partition(partitions: Sequence[int]) -> dict[int, list[int]]:
+    """The positions of scheduled messages in each partition (``partitions``: each one's),
+    partitions in order: each partition's are stored together."""
+    by_partition: dict[int, list[int]] = {}
+    for position, partition in enumerate(partitions):
+        by_partition.setdefault(partition, []).append(position)
+    return dict(sorted(by_partition.items()))
+
+
+def other_partitions(scheduled: Scheduled, partitions: int, partition: int) -> list[int]:
+    """Where an earlier message of the same name may wait and is cancelled: the other
+    partitions, for a message named with a key on a partitioned topic; else none."""
+    if not scheduled.named_with_key:
+        return []
+    return [other for other in range(partitions) if other != partition]
