@@ -83,7 +83,7 @@ class ManyPlan:
         choose: Callable[[Key | None], int],
     ) -> None:
         self.partitions = partitions
-        self._keys = [key_of(key, item) for item in items]
+        self._keys = [key(item) for item in items] if callable(key) else [key] * len(items)
         self._partition_of = [choose(one_key) for one_key in self._keys]
         self._ids: list[str | None] = [None] * len(self._keys)
         self._found_missing = False
@@ -127,11 +127,12 @@ class ManyPlan:
 
     def added(self, partition: int, positions: Sequence[int], replies: Sequence[Any]) -> None:
         """The replies of the XADDs of ``positions`` (:meth:`PartitionSend.take`)."""
+        ids, prefix = self._ids, "" if self.partitions == 1 else f"{partition}:"  # as named()
         for position, reply in zip(positions, replies, strict=True):
             if reply is None:  # NOMKSTREAM found no stream
                 self._found_missing = True
             else:
-                self._ids[position] = named(self.partitions, partition, reply.decode())
+                ids[position] = prefix + reply.decode()
 
 
 class PartitionSend:
