@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from streamq import ConfigError, MessageQueue, Publisher
+from streamq.publish.plan import ManyPlan, choose_partition
 from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import partition_streams
 from streamq.wire.client import connect_sync
@@ -236,3 +237,31 @@ async def test_publish_many_with_a_partition_missing_does_the_same_in_both_twins
     # in turn after the first publish (partition 0): 1, 0, 1, 0; partition 1 made again
     expected = (["1", "0", "1", "0"], [3, 2])
     assert outcomes == {"MessageQueue": expected, "Publisher": expected}, outcomes
+
+
+def test_the_plan_of_publish_many_keeps_partitions_unless_the_count_changed() -> None:
+    """What both twins decide alike after a missing stream, without a server: the items
+    left keep their partition while the count holds, and are placed anew when it changed."""
+    items = ["a", "b", "c", "d"]
+    turns = iter(range(100)).__next__
+    plan = ManyPlan(items, None, 2, lambda key: choose_partition(key, 2, turns))
+    entries = [{"data": item} for item in items]
+    for send in plan.sends(("s0", "s1"), entries, 1, make_stream=False):
+        for _packed, count in send:
+            send.take([None] * count if send.partition == 1 else [b"1-1"] * count)
+    assert plan.found_missing
+    plan.again(2, lambda key: 0)  # the same count: nobody is placed anew
+    sent = [(send.partition, sum(n for _p, n in send)) for send in plan.sends(
+        ("s0", "s1"), entries, 10, make_stream=True
+    )]  # fmt: skip
+    assert sent == [(1, 2)], sent
+    plan = ManyPlan(items, None, 2, lambda key: choose_partition(key, 2, turns))
+    for send in plan.sends(("s0", "s1"), entries, 10, make_stream=False):
+        for _packed, count in send:
+            send.take([None] * count)
+    plan.again(3, lambda key: 2)  # another count: every item left is placed anew
+    for send in plan.sends(("s0", "s1", "s2"), entries, 10, make_stream=True):
+        assert send.partition == 2
+        for _packed, count in send:
+            send.take([b"2-%d" % n for n in range(count)])
+    assert plan.ids() == ["2:2-0", "2:2-1", "2:2-2", "2:2-3"]

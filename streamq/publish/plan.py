@@ -1,8 +1,10 @@
 """What a publish sends and what its replies mean, for the async :class:`MessageQueue` and
-the blocking :class:`Publisher` alike (no I/O here): the partition of a message, the IDs
-that name it, and the commands of an idempotent or durable publish (``XADD ... IDMP`` or the
-fallback script, then ``WAIT``/``WAITAOF``) with the NotReplicatedError of one that no
-replica confirmed in time.
+the blocking :class:`Publisher` alike (no I/O here; the twins only send and wait): the
+partition of a message, the IDs that name it, the commands of an idempotent or durable
+publish (``XADD ... IDMP`` or the fallback script, then ``WAIT``/``WAITAOF``) with the
+NotReplicatedError of one that no replica confirmed in time, ``publish_many``'s chunks and
+what a missing stream means for them (:class:`ManyPlan`), and what a scheduled publish
+stores where (:class:`Scheduled`).
 
 Every publish first adds with ``XADD ... NOMKSTREAM``: a producer keeps what it knows of a
 topic's shape (its partition streams) for as long as it runs, and a topic terminated under
