@@ -53,7 +53,7 @@ from .topic.partitions import (
 )
 from .wire.client import connect, ride_through
 from .wire.keys import require_stream
-from .wire.permissions import check_permissions
+from .wire.permission_check import check_permissions
 from .wire.routing import Deployment
 
 log = logging.getLogger(__name__)

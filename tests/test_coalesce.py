@@ -23,8 +23,9 @@ from streamq import (
     StreamId,
 )
 from streamq.publish import coalesce
-from streamq.publish.coalesce import Coalescer, Lane, destination
+from streamq.publish.coalesce import Coalescer, Lane
 from streamq.publish.coalesce_blocking import SyncCoalescer
+from streamq.publish.turns import destination
 from streamq.wire.client import connect
 from tests.conftest import QueueFactory, sync_client, wait_for
 from tests.jobs import (

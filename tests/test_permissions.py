@@ -30,12 +30,12 @@ from streamq.topic.cleanup import has_xdelex
 from streamq.topic.partitions import partition_streams
 from streamq.wire.client import connect
 from streamq.wire.keys import Keys
+from streamq.wire.permission_check import check_permissions
 from streamq.wire.permissions import (
     PERMISSIONS,
     PROBE_COMMANDS,
     acl_rules,
     acl_setuser,
-    check_permissions,
     names_for,
 )
 from tests.conftest import wait_for

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from streamq import ConfigError, MessageQueue, Publisher
+from streamq.publish.plan import ManyPlan, choose_partition
 from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import partition_streams
 from streamq.wire.client import connect_sync
@@ -191,3 +192,76 @@ async def test_publish_many_to_a_new_stream_sends_one_chunk_twice_at_most(
         delete_stream_keys(redis_url, other)
     assert sent <= 5000 + 1000, f"{sent} XADDs for 5,000 entries in chunks of 1,000"
     assert len(set(many)) == 5000
+
+
+def publish_many_with_one_partition_missing(where: str, topic: str, blocking: bool) -> list[str]:
+    """One keyless publish, then the stream of partition 1 goes missing under the producer,
+    then ``publish_many`` of four keyless items; the IDs it returns. Through the blocking
+    Publisher or a MessageQueue (driven from this thread by ``anyio.run``)."""
+    items = [1, 2, 3, 4]
+    if blocking:
+        with Publisher(where, stream=topic, partitions=2) as publisher:
+            publisher.publish("job", 0)
+            delete_stream_keys(where, partition_streams(topic, 2)[1])
+            return publisher.publish_many("job", items)
+
+    async def through_a_queue() -> list[str]:
+        async with MessageQueue(where, stream=topic, partitions=2, group="g") as mq:
+            await mq.publish("job", 0)
+            delete_stream_keys(where, partition_streams(topic, 2)[1])
+            return await mq.publish_many("job", items)
+
+    return anyio.run(through_a_queue)
+
+
+async def test_publish_many_with_a_partition_missing_does_the_same_in_both_twins(
+    where: str, topic: str
+) -> None:
+    """Items whose partition's stream is missing are added to that same partition once
+    the topic was checked again (its count unchanged), by MessageQueue and Publisher alike."""
+    other = f"{topic}-blocking"
+    try:
+        outcomes = {}
+        for blocking, name in ((False, topic), (True, other)):
+            ids = await anyio.to_thread.run_sync(
+                publish_many_with_one_partition_missing, where, name, blocking
+            )
+            in_streams = list(lengths(where, partition_streams(name, 2)).values())
+            outcomes["Publisher" if blocking else "MessageQueue"] = (
+                [entry_id.split(":")[0] for entry_id in ids],
+                in_streams,
+            )
+    finally:
+        for stream in partition_streams(other, 2):
+            delete_stream_keys(where, stream)
+    # in turn after the first publish (partition 0): 1, 0, 1, 0; partition 1 made again
+    expected = (["1", "0", "1", "0"], [3, 2])
+    assert outcomes == {"MessageQueue": expected, "Publisher": expected}, outcomes
+
+
+def test_the_plan_of_publish_many_keeps_partitions_unless_the_count_changed() -> None:
+    """What both twins decide alike after a missing stream, without a server: the items
+    left keep their partition while the count holds, and are placed anew when it changed."""
+    items = ["a", "b", "c", "d"]
+    turns = iter(range(100)).__next__
+    plan = ManyPlan(items, None, 2, lambda key: choose_partition(key, 2, turns))
+    entries = [{"data": item} for item in items]
+    for send in plan.sends(("s0", "s1"), entries, 1, make_stream=False):
+        for _packed, count in send:
+            send.take([None] * count if send.partition == 1 else [b"1-1"] * count)
+    assert plan.found_missing
+    plan.again(2, lambda key: 0)  # the same count: nobody is placed anew
+    sent = [(send.partition, sum(n for _p, n in send)) for send in plan.sends(
+        ("s0", "s1"), entries, 10, make_stream=True
+    )]  # fmt: skip
+    assert sent == [(1, 2)], sent
+    plan = ManyPlan(items, None, 2, lambda key: choose_partition(key, 2, turns))
+    for send in plan.sends(("s0", "s1"), entries, 10, make_stream=False):
+        for _packed, count in send:
+            send.take([None] * count)
+    plan.again(3, lambda key: 2)  # another count: every item left is placed anew
+    for send in plan.sends(("s0", "s1", "s2"), entries, 10, make_stream=True):
+        assert send.partition == 2
+        for _packed, count in send:
+            send.take([b"2-%d" % n for n in range(count)])
+    assert plan.ids() == ["2:2-0", "2:2-1", "2:2-2", "2:2-3"]

@@ -253,3 +253,52 @@ async def test_scheduling_loads_its_script_on_a_server_that_lost_it(
     await client.script_flush()
     sid = await mq.publish("job", 2, delay=60)
     assert [row.id for row in await mq.scheduled()][-1] == sid
+
+
+async def test_scheduling_does_the_same_through_the_queue_and_the_publisher(
+    make_queue: QueueFactory, redis_url: str, stream: str
+) -> None:
+    """One scenario through MessageQueue and the blocking Publisher: a name scheduled
+    again with another key waits once, in the new key's partition; keyless messages wait
+    in their names' partitions."""
+    first = "a"
+    second = next(k for k in "bcdefgh" if partition_for_key(k, 2) != partition_for_key(first, 2))
+    outcomes = {}
+    for twin, topic in (("MessageQueue", stream), ("Publisher", f"{stream}-blocking")):
+        mq = make_queue(stream=topic, partitions=2)
+        await mq.open()
+        try:
+            if twin == "MessageQueue":
+                sids = [
+                    await mq.publish("job", 1, delay=3600, key=first, schedule_id="n"),
+                    await mq.publish("job", 2, delay=3600, key=second, schedule_id="n"),
+                    *await mq.publish_many("job", [3, 4, 5], delay=3600),
+                ]
+            else:
+
+                def through_the_publisher(topic: str = topic) -> list[ScheduledId]:
+                    with Publisher(redis_url, topic) as publisher:
+                        return [
+                            publisher.publish("job", 1, delay=3600, key=first, schedule_id="n"),
+                            publisher.publish("job", 2, delay=3600, key=second, schedule_id="n"),
+                            *publisher.publish_many("job", [3, 4, 5], delay=3600),
+                        ]
+
+                sids = await anyio.to_thread.run_sync(through_the_publisher)
+            waiting = await mq.scheduled()
+        finally:
+            if twin == "Publisher":
+                await mq.terminate_topic()
+        outcomes[twin] = (
+            [sid.in_partition for sid in sids[:2]],
+            [sid.in_partition == partition_for_key(sid, 2) for sid in sids[2:]],
+            sorted(str(m.id) for m in waiting) == sorted(map(str, sids[1:])),
+            [m.partition for m in waiting if m.id == "n"],
+        )
+    expected = (
+        [partition_for_key(first, 2), partition_for_key(second, 2)],
+        [True, True, True],
+        True,
+        [partition_for_key(second, 2)],
+    )
+    assert outcomes == {"MessageQueue": expected, "Publisher": expected}, outcomes

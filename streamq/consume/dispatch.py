@@ -20,9 +20,10 @@ from ..config import RetryPolicy
 from ..errors import MessageFormatError
 from ..log_summary import LogSummary, shortened
 from ..message import Message, RawEntry, decode_key
-from ..signals import HandlerSignal, PartialFailure, Reject, Retry
+from ..signals import HandlerSignal, Reject, Retry
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
+from .batch_calls import BatchCalls
 from .context import Place
 from .failures import describe, reraise_unless_failure
 from .observe import Observer
@@ -34,15 +35,6 @@ from .unrouted import UnroutedDeliveries
 log = logging.getLogger(__name__)
 
 ScheduleRetry = Callable[[RawEntry, float], None]
-
-
-class _BatchFailed(Exception):
-    """Internal: some entries of a batch attempt failed (retry those)."""
-
-
-def _signalled(errors: dict[str, BaseException]) -> bool:
-    """The handler steered delivery (Retry, Reject): no in-process retry."""
-    return any(isinstance(e, HandlerSignal) for e in errors.values())
 
 
 class Dispatcher:
@@ -87,8 +79,10 @@ class Dispatcher:
         self.observer = Observer()  # log context; trace spans are a middleware (.traced)
         # singles: the first call is made outside tenacity (the hot path), these are the rest
         self._retrying = retrying(retry, retry.attempts - 1)
-        # batches: the first call is made outside tenacity too
-        self._batch_retrying = retrying(retry, retry.attempts - 1, retry_on=_BatchFailed)
+        # batches: which entries failed, after retries and bisection
+        self._batch_calls = BatchCalls(
+            call_once=self._call_once, retry=retry, bisect=bisect_batches, summary=self.summary
+        )
 
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
@@ -315,7 +309,7 @@ class Dispatcher:
             return
         self.stats.batch_size.observe(len(messages))
         started = perf_counter()
-        failed = await self._run_batch(route, messages)
+        failed = await self._batch_calls.run(route, messages)
         self.stats.handler_seconds.observe(perf_counter() - started)
         by_id = {entry.id: entry for entry in entries}
         done = (
@@ -326,87 +320,3 @@ class Dispatcher:
         await self.settled([by_id[i] for i in done])
         for entry_id, error in failed.items():
             await self._settle(by_id[entry_id], error)
-
-    async def _run_batch(
-        self, route: Route, messages: list[Message[Any]]
-    ) -> dict[str, BaseException]:
-        """Call the batch handler, retrying only what failed; return ID -> last error.
-
-        A batch that fails as a whole again after a redelivery is bisected (see
-        :meth:`_isolate`), so one poison entry does not take its batch-mates with it.
-        """
-        errors, whole = await self._batch_attempt(route, messages)  # the usual, lean path
-        remaining = messages
-        if errors and not _signalled(errors) and self.retry.attempts > 1:
-            remaining = [m for m in messages if m.id in errors]
-            errors, whole, remaining = await self._retry_batch(route, remaining)
-        if whole and len(remaining) > 1 and self._keeps_failing(remaining):
-            return await self._isolate(route, remaining)
-        return errors
-
-    async def _retry_batch(
-        self, route: Route, remaining: list[Message[Any]]
-    ) -> tuple[dict[str, BaseException], bool, list[Message[Any]]]:
-        """In-process retries of the entries that failed (tenacity, the single path's
-        policy); returns the last attempt's errors, whether it failed whole, and its entries."""
-        errors: dict[str, BaseException] = {}
-        whole = False
-        try:
-            async for attempt in self._batch_retrying.copy():
-                with attempt:
-                    errors, whole = await self._batch_attempt(route, remaining)
-                    if errors and not _signalled(errors):
-                        remaining = [m for m in remaining if m.id in errors]
-                        raise _BatchFailed
-        except _BatchFailed:
-            pass
-        return errors, whole, remaining
-
-    def _keeps_failing(self, messages: list[Message[Any]]) -> bool:
-        """Bisect a batch that failed as a whole on a redelivery (or on its only allowed
-        delivery): a first failure may be passing (a database restarting) and is retried
-        as a whole; one that comes back is likely a poison entry."""
-        return self.bisect_batches and (
-            self.retry.max_deliveries == 1 or any(m.delivery_count > 1 for m in messages)
-        )
-
-    async def _isolate(
-        self, route: Route, messages: list[Message[Any]]
-    ) -> dict[str, BaseException]:
-        """Bisect a batch that keeps failing as a whole: each half is tried once on its
-        own, and a half that fails as a whole is split again, until the failing entries
-        are alone. Order is kept (first half first). Costs at most 2n - 2 calls, when every
-        piece fails (e.g. a database that is down): ``BatchConfig(bisect=False)`` turns it off.
-        """
-        mid = len(messages) // 2
-        failed: dict[str, BaseException] = {}
-        for half in (messages[:mid], messages[mid:]):
-            errors, whole = await self._batch_attempt(route, half)
-            if errors and whole and len(half) > 1:
-                errors = await self._isolate(route, half)
-            failed.update(errors)
-        return failed
-
-    async def _batch_attempt(
-        self, route: Route, messages: list[Message[Any]]
-    ) -> tuple[dict[str, BaseException], bool]:
-        """One call of the batch handler: (ID -> error of the entries that failed, whether
-        the batch failed as a whole with an ordinary error)."""
-        assert route.batch is not None
-        try:
-            result = await self._call_once(route.batch, route.batch_is_async, messages)
-        except PartialFailure as partial:
-            result = partial
-        except (Reject, Retry) as signal:
-            return {m.id: signal for m in messages}, False
-        except Exception as e:
-            self.summary.log(
-                log, f"failed calls of the batch handler of {route.type_name!r}",
-                logging.WARNING, "batch handler for %r failed for %d entries: %s",
-                route.type_name, len(messages), shortened(describe(e)),
-            )  # fmt: skip
-            return {m.id: e for m in messages}, True
-        if isinstance(result, PartialFailure):
-            ids = {m.id for m in messages}
-            return {i: error for i, error in result.failed.items() if i in ids}, False
-        return {}, False

@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 import redis
 
@@ -36,12 +37,10 @@ from .plan import (
     Durability,
     Fields,
     Key,
-    added_ids,
+    ManyPlan,
     choose_partition,
-    group_by_partition,
     key_of,
     named,
-    packed_chunks,
     stream_options,
     xadd_command,
 )
@@ -192,63 +191,34 @@ class Publisher:
         meta = with_trace_context(meta)
         encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         topic = self._topic or self._resolve_topic()
-        ids = self._publish_many_to(topic, items, encoded, key, chunk, make_stream=False)
-        missing = [position for position, entry_id in enumerate(ids) if entry_id is None]
-        if missing:  # see streamq.publish.plan: the topic is new, or was terminated
+        plan = ManyPlan(items, key, topic.partitions, self._chooser(topic))
+        self._send_pass(topic, plan, encoded, chunk, make_stream=False)
+        if plan.found_missing:  # see streamq.publish.plan: the topic is new, or was terminated
             topic = self._resolve_again(time.monotonic())
-            again = self._publish_many_to(
-                topic, [items[i] for i in missing], [encoded[i] for i in missing], key, chunk,
-                make_stream=True,
-            )  # fmt: skip
-            for position, entry_id in zip(missing, again, strict=True):
-                ids[position] = entry_id
-        return cast("list[str]", ids)
+            plan.again(topic.partitions, self._chooser(topic))
+            self._send_pass(topic, plan, encoded, chunk, make_stream=True)
+        return plan.ids()
 
-    def _publish_many_to(
+    def _chooser(self, topic: PublishedTopic) -> Callable[[Key | None], int]:
+        def choose(key: Key | None) -> int:
+            return choose_partition(key, topic.partitions, self._next_turn)
+
+        return choose
+
+    def _send_pass(
         self,
         topic: PublishedTopic,
-        items: list[Any],
+        plan: ManyPlan,
         encoded: list[Fields],
-        key: Key | Callable[[Any], Key] | None,
         chunk: int,
         *,
         make_stream: bool,
-    ) -> list[str | None]:
-        """The IDs of ``items`` as publish returns them; None where the stream was missing
-        (a partition's chunks stop at the first that finds it missing)."""
-
-        def choose(one_key: Key | None) -> int:
-            return choose_partition(one_key, topic.partitions, self._next_turn)
-
-        ids: list[str | None] = [None] * len(encoded)
-        for partition, positions in group_by_partition(items, key, choose).items():
-            entries = [encoded[i] for i in positions]
-            sent = self._send_chunks(topic, partition, entries, chunk, make_stream)
-            for position, entry_id in zip(positions, sent, strict=True):
-                if entry_id is not None:
-                    ids[position] = named(topic.partitions, partition, entry_id)
-        return ids
-
-    def _send_chunks(
-        self,
-        topic: PublishedTopic,
-        partition: int,
-        entries: list[Fields],
-        chunk: int,
-        make_stream: bool,
-    ) -> list[str | None]:
-        client, stream = topic.clients[partition], topic.streams[partition]
-        ids: list[str | None] = []
-        for packed, count in packed_chunks(stream, entries, chunk, make_stream=make_stream):
-
-            def send(packed: bytes = packed, count: int = count) -> list[Any]:
-                return resp.execute_sync(client, packed, count)
-
-            sent = added_ids(ride_through_sync(self._deployment, send))
-            ids.extend(sent)
-            if None in sent:  # the stream is missing: so would it be for the rest
-                break
-        return ids + [None] * (len(entries) - len(ids))
+    ) -> None:
+        for send in plan.sends(topic.streams, encoded, chunk, make_stream=make_stream):
+            client = topic.clients[send.partition]
+            for packed, count in send:
+                execute = partial(resp.execute_sync, client, packed, count)
+                send.take(ride_through_sync(self._deployment, execute))
 
     def _xadd_once(
         self, client: redis.Redis, stream: str, fields: Fields, key: str, make_stream: bool

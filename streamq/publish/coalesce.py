@@ -29,68 +29,22 @@ import redis
 import redis.asyncio as aioredis
 
 from ..wire import resp
-from ..wire.replies import added_id
 from ..wire.translate import RECONFIGURING, translate
-from .turns import LEADING, Turns, Waiter, joined
+from .turns import (
+    LEADING,
+    MAX_QUEUED,
+    Shape,
+    Turns,
+    Waiter,
+    destination,
+    joined,
+    new_head,
+    outcome,
+    pack_fields,
+)
 
-MAX_QUEUED = 10_000  # publishes queued per destination before callers wait for room
 SMALL_WRITE = 16 * 1024  # bytes a write may be without a timeout (see KeptConnection)
 FLUSH_PATIENCE = 30.0  # seconds a write's replies may take before its entries fail
-MAX_HEADS = 1024  # packed command heads kept (one per stream and shape of entry)
-
-
-def xadd_head(stream: str, options: tuple[str, ...], field_count: int) -> bytes:
-    """``XADD stream [options] *`` as RESP, for an entry of ``field_count`` fields."""
-    count = 3 + len(options) + 2 * field_count
-    words = b"".join(resp.bulk(word) for word in (stream, *options, "*"))
-    return b"*%d\r\n$4\r\nXADD\r\n%s" % (count, words)
-
-
-Shape = tuple[str, tuple[str, ...], int]  # stream, options, field count: one XADD head
-
-
-def new_head(heads: dict[Shape, bytes], shape: Shape) -> bytes:
-    """The XADD head of ``shape``, packed and kept in ``heads`` (emptied when full)."""
-    if len(heads) >= MAX_HEADS:
-        heads.clear()
-    head = heads[shape] = xadd_head(*shape)
-    return head
-
-
-def pack_fields(head: bytes, fields: dict[bytes | str, bytes | str]) -> bytes:
-    """``head`` followed by the field-value pairs (one format per pair: this runs per publish)."""
-    parts = [head]
-    for key, value in fields.items():
-        k = key if type(key) is bytes else key.encode()  # type: ignore[union-attr]
-        v = value if type(value) is bytes else value.encode()  # type: ignore[union-attr]
-        parts.append(b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
-    return b"".join(parts)
-
-
-def pack_xadd(
-    stream: str, fields: dict[bytes | str, bytes | str], options: tuple[str, ...] = ()
-) -> bytes:
-    """``XADD stream [options] * field value ...`` as RESP."""
-    return pack_fields(xadd_head(stream, options, len(fields)), fields)
-
-
-def outcome(reply: Any, stream: str) -> str:
-    """An XADD reply as the entry ID, or the error it carries raised (streamq's), or
-    StreamMissing (``NOMKSTREAM`` and no stream)."""
-    if isinstance(reply, BaseException):
-        raise translate(reply, stream) from reply
-    return added_id(reply)
-
-
-def destination(client: Any) -> Any:
-    """What makes two clients write to the same place: the pool they draw from, or for
-    streamq's routed clients (:class:`~streamq.wire.routing.SlotPool`, made afresh per
-    ``client_for``) their deployment and slot or node."""
-    pool = client.connection_pool
-    router = getattr(pool, "router", None)
-    if router is None:
-        return pool
-    return (id(router), pool.slot, getattr(pool, "address", None))
 
 
 class KeptConnection(resp.HeldConnection):

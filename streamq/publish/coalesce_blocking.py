@@ -17,8 +17,18 @@ import redis
 
 from ..wire import resp
 from ..wire.translate import RECONFIGURING, translate
-from .coalesce import MAX_QUEUED, Shape, destination, new_head, outcome, pack_fields
-from .turns import LEADING, Turns, Waiter, joined
+from .turns import (
+    LEADING,
+    MAX_QUEUED,
+    Shape,
+    Turns,
+    Waiter,
+    destination,
+    joined,
+    new_head,
+    outcome,
+    pack_fields,
+)
 
 
 class SyncKeptConnection:

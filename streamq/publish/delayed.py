@@ -18,9 +18,9 @@ import redis.asyncio as aioredis
 
 from ..config import Duration
 from ..errors import ConfigError
-from ..message import encode_entry
 from ..wire.client import ride_through
 from . import scheduling
+from .plan import Scheduled, other_partitions, scheduled_by_partition
 from .scheduling import ScheduledId
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ else:
 
 
 class DelayedPublishing(_Queue):
-    """Scheduling messages on a queue's topic (part of :class:`streamq.MessageQueue`)."""
+    """Scheduling messages on a queue's topic (part of :class:`streamq.MessageQueue`); what
+    is stored where is decided in :mod:`streamq.publish.plan` (:class:`~.plan.Scheduled`),
+    as for the blocking :class:`~streamq.Publisher` (:mod:`.delayed_sync`)."""
 
     async def _schedule(
         self,
@@ -70,43 +72,14 @@ class DelayedPublishing(_Queue):
     ) -> ScheduledId:
         """Store one message to be added when due; return its ID. Everything is checked
         (ConfigError, MessageFormatError) before anything is stored."""
-        now = scheduling.now()
-        due = scheduling.due_ms(delay, at, now)
-        name = scheduling.checked_schedule_id(schedule_id)
-        meta = scheduling.schedule_meta(meta, due, now)
-        payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
+        one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id)
         if self._shape_of is not self._deployment:
             await self._check_shape_once()
-        partition = self._partition(name if key is None else key)
-        await self._store(partition, name, due, payload)
-        if key is not None and schedule_id is not None and self.partitions > 1:
-            await self._cancel_elsewhere(name, partition)
-        return ScheduledId(name, partition)
-
-    async def _store(self, partition: int, name: str, due: int, payload: str) -> None:
-        stream = self.streams[partition]
-        client = self._client_for(stream)
-
-        async def store() -> None:  # the same ID again replaces: safe to retry
-            await scheduling.schedule(client, stream, name, due, payload)
-
-        await ride_through(self._deployment, store)
-
-    async def _cancel_elsewhere(self, name: str, partition: int) -> None:
-        """A name scheduled again with another key: the earlier message may wait in
-        another partition."""
-        for other in range(self.partitions):
-            if other != partition:
-                await self._cancel_in(other, name)
-
-    async def _cancel_in(self, partition: int, name: str) -> bool:
-        stream = self.streams[partition]
-        client = self._client_for(stream)
-
-        async def cancel() -> bool:
-            return await scheduling.cancel(client, stream, name)
-
-        return await ride_through(self._deployment, cancel)
+        partition = self._partition(one.chooser)
+        await self._store(partition, [one])
+        for other in other_partitions(one, self.partitions, partition):
+            await self._cancel_in(other, one.name)
+        return ScheduledId(one.name, partition)
 
     async def _schedule_many(
         self,
@@ -119,38 +92,36 @@ class DelayedPublishing(_Queue):
     ) -> list[ScheduledId]:
         """``publish_many`` with ``delay``/``at``: each item is checked first (nothing is
         stored if one is bad), then scheduled under its own ID."""
-        now = scheduling.now()
-        due = scheduling.due_ms(delay, at, now)
-        meta = scheduling.schedule_meta(meta, due, now)
-        keys = [key(item) if callable(key) else key for item in items]
-        payloads = [
-            scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
-            for item, one_key in zip(items, keys, strict=True)
-        ]
+        many = Scheduled.many(message_type, items, meta, key, delay, at)
         if self._shape_of is not self._deployment:
             await self._check_shape_once()
-        names = [scheduling.checked_schedule_id(None) for _ in items]
-        partitions = [
-            self._partition(name if one_key is None else one_key)
-            for name, one_key in zip(names, keys, strict=True)
-        ]
-        for partition in sorted(set(partitions)):
-            mine = [i for i, p in enumerate(partitions) if p == partition]
-            await self._store_many(
-                partition, [names[i] for i in mine], due, [payloads[i] for i in mine]
-            )
-        return [ScheduledId(n, p) for n, p in zip(names, partitions, strict=True)]
+        partitions = [self._partition(one.chooser) for one in many]
+        for partition, positions in scheduled_by_partition(partitions).items():
+            await self._store(partition, [many[i] for i in positions])
+        return [ScheduledId(one.name, p) for one, p in zip(many, partitions, strict=True)]
 
-    async def _store_many(
-        self, partition: int, names: list[str], due: int, payloads: list[str]
-    ) -> None:
+    async def _store(self, partition: int, scheduled: list[Scheduled]) -> None:
         stream = self.streams[partition]
         client = self._client_for(stream)
 
-        async def store() -> None:  # each ID again replaces itself: safe to retry
-            await scheduling.schedule_many(client, stream, names, due, payloads)
+        async def store() -> None:  # the same ID again replaces: safe to retry
+            if len(scheduled) == 1:
+                (one,) = scheduled
+                await scheduling.schedule(client, stream, one.name, one.due, one.payload)
+            else:
+                names, payloads = [s.name for s in scheduled], [s.payload for s in scheduled]
+                await scheduling.schedule_many(client, stream, names, scheduled[0].due, payloads)
 
         await ride_through(self._deployment, store)
+
+    async def _cancel_in(self, partition: int, name: str) -> bool:
+        stream = self.streams[partition]
+        client = self._client_for(stream)
+
+        async def cancel() -> bool:
+            return await scheduling.cancel(client, stream, name)
+
+        return await ride_through(self._deployment, cancel)
 
 
 def refuse_with_schedule(**options: object) -> None:

@@ -1,5 +1,8 @@
-"""``Publisher.publish(..., delay=/at=)``: the blocking twin of :mod:`.delayed` (the same
-decisions, from :mod:`.scheduling`: due time, meta, payload, partition)."""
+"""``Publisher.publish(..., delay=/at=)``: the blocking twin of :mod:`.delayed`. What is
+stored where is decided in :mod:`.plan` (:class:`~.plan.Scheduled`: due time, name, payload,
+partition, the partitions an earlier message of the same name is cancelled in), as for the
+asyncio side; the messages of one partition are stored one script call at a time (blocking
+code sends no redis-py pipelines: see :mod:`streamq.wire.routing_sync`)."""
 
 from __future__ import annotations
 
@@ -8,11 +11,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..config import Duration
-from ..message import encode_entry
 from ..tracing import with_trace_context
 from ..wire.client import ride_through_sync
 from . import scheduling
-from .plan import Key, choose_partition
+from .plan import Key, Scheduled, choose_partition, other_partitions, scheduled_by_partition
 from .scheduling import ScheduledId
 
 if TYPE_CHECKING:
@@ -41,18 +43,14 @@ class BlockingScheduler:
         at: datetime | None,
         schedule_id: str | None,
     ) -> ScheduledId:
-        now = scheduling.now()
-        due = scheduling.due_ms(delay, at, now)
-        name = scheduling.checked_schedule_id(schedule_id)
-        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
-        payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
-        sid = self._store(name if key is None else key, name, due, payload)
+        meta = with_trace_context(meta)  # [otel]: the active span's context travels along
+        one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id)
         topic = self._topic()
-        if key is not None and schedule_id is not None and topic.partitions > 1:
-            for other in range(topic.partitions):  # the name may wait under another key
-                if other != sid.in_partition:
-                    self._cancel_in(topic, other, name)
-        return sid
+        partition = choose_partition(one.chooser, topic.partitions, self._next_turn)
+        self._store(topic, partition, [one])
+        for other in other_partitions(one, topic.partitions, partition):
+            self._cancel_in(topic, other, one.name)
+        return ScheduledId(one.name, partition)
 
     def schedule_many(
         self,
@@ -63,30 +61,24 @@ class BlockingScheduler:
         delay: Duration | None,
         at: datetime | None,
     ) -> list[ScheduledId]:
-        now = scheduling.now()
-        due = scheduling.due_ms(delay, at, now)
-        meta = scheduling.schedule_meta(with_trace_context(meta), due, now)
-        keys = [key(item) if callable(key) else key for item in items]
-        payloads = [
-            scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
-            for item, one_key in zip(items, keys, strict=True)
-        ]
-        sids = []
-        for one_key, payload in zip(keys, payloads, strict=True):
-            name = scheduling.checked_schedule_id(None)
-            sids.append(self._store(name if one_key is None else one_key, name, due, payload))
-        return sids
-
-    def _store(self, chooser: Key, name: str, due: int, payload: str) -> ScheduledId:
+        meta = with_trace_context(meta)
+        many = Scheduled.many(message_type, items, meta, key, delay, at)
         topic = self._topic()
-        partition = choose_partition(chooser, topic.partitions, self._next_turn)
+        partitions = [
+            choose_partition(one.chooser, topic.partitions, self._next_turn) for one in many
+        ]
+        for partition, positions in scheduled_by_partition(partitions).items():
+            self._store(topic, partition, [many[i] for i in positions])
+        return [ScheduledId(one.name, p) for one, p in zip(many, partitions, strict=True)]
+
+    def _store(self, topic: PublishedTopic, partition: int, scheduled: list[Scheduled]) -> None:
         stream, client = topic.streams[partition], topic.clients[partition]
+        for one in scheduled:
 
-        def store() -> None:  # the same ID again replaces: safe to retry
-            scheduling.schedule_sync(client, stream, name, due, payload)
+            def store(one: Scheduled = one) -> None:  # the same ID again replaces: safe to retry
+                scheduling.schedule_sync(client, stream, one.name, one.due, one.payload)
 
-        ride_through_sync(self._deployment, store)
-        return ScheduledId(name, partition)
+            ride_through_sync(self._deployment, store)
 
     def _cancel_in(self, topic: PublishedTopic, partition: int, name: str) -> bool:
         stream, client = topic.streams[partition], topic.clients[partition]

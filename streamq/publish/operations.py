@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import redis.asyncio as aioredis
@@ -32,12 +33,10 @@ from .plan import (
     Durability,
     Fields,
     Key,
-    added_ids,
+    ManyPlan,
     choose_partition,
-    group_by_partition,
     key_of,
     named,
-    packed_chunks,
     stream_options,
     xadd_command,
 )
@@ -314,41 +313,19 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing, _Queue):
         encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         if self._shape_of is not self._deployment:
             await self._check_shape_once()
-        ids: list[str] = [""] * len(encoded)
-        for partition, positions in group_by_partition(items, key, self._partition).items():
-            sent = await self._send_chunks(partition, [encoded[i] for i in positions], chunk)
-            for position, entry_id in zip(positions, sent, strict=True):
-                ids[position] = named(self.partitions, partition, entry_id)
-        return ids
+        plan = ManyPlan(items, key, self.partitions, self._partition)
+        await self._send_pass(plan, encoded, chunk, make_stream=False)
+        if plan.found_missing:  # see streamq.publish.plan: the topic is new, or was terminated
+            await self._check_shape_again()  # a count that no longer fits raises ConfigError
+            plan.again(self.partitions, self._partition)
+            await self._send_pass(plan, encoded, chunk, make_stream=True)
+        return plan.ids()
 
-    async def _send_chunks(self, partition: int, entries: list[Fields], chunk: int) -> list[str]:
-        """Add ``entries`` to the partition's stream, in chunks with ``NOMKSTREAM`` until one
-        finds the stream missing; that chunk's missing entries and the rest are sent once
-        the topic's shape was checked again (see :meth:`_check_shape_again`)."""
-        ids = await self._send_chunked(partition, entries, chunk, make_stream=False)
-        missing = [position for position, entry_id in enumerate(ids) if entry_id is None]
-        if missing:
-            await self._check_shape_again()
-            again = await self._send_chunked(
-                partition, [entries[i] for i in missing], chunk, make_stream=True
-            )
-            for position, entry_id in zip(missing, again, strict=True):
-                ids[position] = entry_id
-        return cast("list[str]", ids)
-
-    async def _send_chunked(
-        self, partition: int, entries: list[Fields], chunk: int, *, make_stream: bool
-    ) -> list[str | None]:
-        stream = self.streams[partition]
-        client = self._client_for(stream)
-        ids: list[str | None] = []
-        for packed, count in packed_chunks(stream, entries, chunk, make_stream=make_stream):
-
-            async def send(packed: bytes = packed, count: int = count) -> list[Any]:
-                return await resp.execute(client, packed, count)
-
-            sent = added_ids(await ride_through(self._deployment, send))
-            ids.extend(sent)
-            if None in sent:  # the stream is missing: so would it be for the rest
-                break
-        return ids + [None] * (len(entries) - len(ids))
+    async def _send_pass(
+        self, plan: ManyPlan, encoded: list[Fields], chunk: int, *, make_stream: bool
+    ) -> None:
+        for send in plan.sends(self.streams, encoded, chunk, make_stream=make_stream):
+            client = self._client_for(send.stream)
+            for packed, count in send:
+                execute = partial(resp.execute, client, packed, count)
+                send.take(await ride_through(self._deployment, execute))

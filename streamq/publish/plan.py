@@ -1,8 +1,10 @@
 """What a publish sends and what its replies mean, for the async :class:`MessageQueue` and
-the blocking :class:`Publisher` alike (no I/O here): the partition of a message, the IDs
-that name it, and the commands of an idempotent or durable publish (``XADD ... IDMP`` or the
-fallback script, then ``WAIT``/``WAITAOF``) with the NotReplicatedError of one that no
-replica confirmed in time.
+the blocking :class:`Publisher` alike (no I/O here; the twins only send and wait): the
+partition of a message, the IDs that name it, the commands of an idempotent or durable
+publish (``XADD ... IDMP`` or the fallback script, then ``WAIT``/``WAITAOF``) with the
+NotReplicatedError of one that no replica confirmed in time, ``publish_many``'s chunks and
+what a missing stream means for them (:class:`ManyPlan`), and what a scheduled publish
+stores where (:class:`Scheduled`).
 
 Every publish first adds with ``XADD ... NOMKSTREAM``: a producer keeps what it knows of a
 topic's shape (its partition streams) for as long as it runs, and a topic terminated under
@@ -15,16 +17,18 @@ the producer check the topic again; then the entry is added with the stream crea
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 from ..config import Duration, positive, seconds
 from ..errors import NotReplicatedError
+from ..message import encode_entry
 from ..topic.partitions import partition_for_key
 from ..wire import resp
 from ..wire.replies import added_id
-from . import idempotency
+from . import idempotency, scheduling
 
 Fields = dict[bytes | str, bytes | str]
 Key = str | bytes
@@ -45,20 +49,6 @@ def key_of(key: Key | Callable[[Any], Key] | None, item: Any) -> Key | None:
     return key(item) if callable(key) else key
 
 
-def group_by_partition(
-    items: Iterable[Any],
-    key: Key | Callable[[Any], Key] | None,
-    choose: Callable[[Key | None], int],
-) -> dict[int, list[int]]:
-    """The positions of ``items`` in each partition (``key``: one for all, or each item's
-    from a function), as ``publish_many`` sends them."""
-    by_partition: dict[int, list[int]] = {}
-    for position, item in enumerate(items):
-        one_key = key_of(key, item)
-        by_partition.setdefault(choose(one_key), []).append(position)
-    return by_partition
-
-
 def named(partitions: int, partition: int, entry_id: str) -> str:
     """An entry ID as publish returns it: ``"<partition>:<id>"`` on a partitioned topic."""
     return entry_id if partitions == 1 else f"{partition}:{entry_id}"
@@ -72,18 +62,114 @@ def stream_options(make_stream: bool) -> tuple[str, ...]:
     return () if make_stream else NOMKSTREAM
 
 
-def packed_chunks(
-    stream: str, entries: Sequence[Fields], chunk: int, *, make_stream: bool
-) -> Iterator[tuple[bytes, int]]:
-    """Pipelines of ``chunk`` XADDs to ``stream`` (``publish_many``), and how many each holds."""
-    options = stream_options(make_stream)
-    for start in range(0, len(entries), chunk):
-        yield resp.pack_xadds(stream, entries[start : start + chunk], options)
+class ManyPlan:
+    """What ``publish_many`` sends and what its replies mean, for both twins: the partition
+    of each item, the entries of each partition in order, and the IDs returned.
+
+    A pass sends each partition's entries still to add, partition by partition, in chunks
+    of pipelined XADDs. The first pass adds with ``NOMKSTREAM``; the first chunk that finds
+    its stream missing ends the pass (the items not added yet stay to add, in order). The
+    producer then checks the topic again (one check for the call) and calls :meth:`again`,
+    and a second pass adds every item left, creating the streams: each in the partition
+    chosen first, unless the topic now has another partition count (a ``Publisher`` that
+    follows the topic's record), then chosen anew as ``publish`` would. Every item is added
+    once. An error raised by a send ends the call: what earlier chunks added stays in the
+    stream, and no IDs are returned.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[Any],
+        key: Key | Callable[[Any], Key] | None,
+        partitions: int,
+        choose: Callable[[Key | None], int],
+    ) -> None:
+        self.partitions = partitions
+        self._keys = [key(item) for item in items] if callable(key) else [key] * len(items)
+        self._partition_of = [choose(one_key) for one_key in self._keys]
+        self._ids: list[str | None] = [None] * len(self._keys)
+        self._found_missing = False
+
+    @property
+    def found_missing(self) -> bool:
+        """Whether a chunk of this pass found its stream missing."""
+        return self._found_missing
+
+    def sends(
+        self, streams: Sequence[str], entries: Sequence[Fields], chunk: int, *, make_stream: bool
+    ) -> Iterator[PartitionSend]:
+        """One pass: the sends of each partition with items left (``streams``: the
+        partitions' streams, ``entries``: every item's fields), until one finds its stream
+        missing."""
+        by_partition: dict[int, list[int]] = {}
+        for position, partition in enumerate(self._partition_of):
+            if self._ids[position] is None:
+                by_partition.setdefault(partition, []).append(position)
+        for partition, positions in by_partition.items():
+            if self._found_missing:
+                return
+            yield PartitionSend(
+                self, partition, streams[partition], positions, entries, chunk, make_stream
+            )
+
+    def again(self, partitions: int, choose: Callable[[Key | None], int]) -> None:
+        """The topic was checked again after a stream was found missing: the items left
+        keep their partitions, or are placed anew if the count changed to ``partitions``."""
+        if partitions != self.partitions:
+            for position, entry_id in enumerate(self._ids):
+                if entry_id is None:
+                    self._partition_of[position] = choose(self._keys[position])
+            self.partitions = partitions
+        self._found_missing = False
+
+    def ids(self) -> list[str]:
+        """The IDs in the items' order, named as publish returns them (once every item
+        was added)."""
+        return cast("list[str]", self._ids)
+
+    def added(self, partition: int, positions: Sequence[int], replies: Sequence[Any]) -> None:
+        """The replies of the XADDs of ``positions`` (:meth:`PartitionSend.take`)."""
+        ids, prefix = self._ids, "" if self.partitions == 1 else f"{partition}:"  # as named()
+        for position, reply in zip(positions, replies, strict=True):
+            if reply is None:  # NOMKSTREAM found no stream
+                self._found_missing = True
+            else:
+                ids[position] = prefix + reply.decode()
 
 
-def added_ids(replies: Sequence[Any]) -> list[str | None]:
-    """The IDs of a pipeline of XADDs; None where ``NOMKSTREAM`` found no stream."""
-    return [None if reply is None else reply.decode() for reply in replies]
+class PartitionSend:
+    """The chunks of one partition in a pass of :class:`ManyPlan`: iterate over the packed
+    pipelines (and how many XADDs each holds), hand each one's replies to :meth:`take`; the
+    chunks stop at the first that found the stream missing (so would the rest)."""
+
+    def __init__(
+        self,
+        plan: ManyPlan,
+        partition: int,
+        stream: str,
+        positions: list[int],
+        entries: Sequence[Fields],
+        chunk: int,
+        make_stream: bool,
+    ) -> None:
+        self.partition, self.stream = partition, stream
+        self._plan, self._positions, self._entries = plan, positions, entries
+        self._chunk, self._options = chunk, stream_options(make_stream)
+        self._taken = 0
+
+    def __iter__(self) -> Iterator[tuple[bytes, int]]:
+        positions = self._positions
+        for start in range(0, len(positions), self._chunk):
+            if self._plan.found_missing:
+                return
+            mine = [self._entries[i] for i in positions[start : start + self._chunk]]
+            yield resp.pack_xadds(self.stream, mine, self._options)
+
+    def take(self, replies: Sequence[Any]) -> None:
+        """The replies of the chunk last given."""
+        positions = self._positions[self._taken : self._taken + len(replies)]
+        self._taken += len(replies)
+        self._plan.added(self.partition, positions, replies)
 
 
 def xadd_command(
@@ -150,3 +236,81 @@ class Durability:
             f"{self.wait:g}s; it is in the stream, but a failover now could lose it",
             entry_id=entry_id, replicas=reached,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A message to schedule (``publish(..., delay=/at=)``), checked and encoded before
+    anything is stored: its name, due time (Unix ms) and stored payload, and what picks its
+    partition (``chooser``: its key, else its name, so that scheduling again under the same
+    ``schedule_id`` lands where the first did and replaces it).
+
+    ``named_with_key``: a ``schedule_id`` given with a key: scheduled again with another
+    key, the earlier message may wait in another partition, and is cancelled there
+    (:func:`other_partitions`)."""
+
+    name: str
+    due: int
+    payload: str
+    chooser: Key
+    named_with_key: bool = False
+
+    @classmethod
+    def one(
+        cls,
+        message_type: str,
+        data: Any,
+        meta: Mapping[str, str] | None,
+        key: Key | None,
+        delay: Duration | None,
+        at: datetime | None,
+        schedule_id: str | None,
+    ) -> Scheduled:
+        """One message; raises ConfigError or MessageFormatError for bad input."""
+        now = scheduling.now()
+        due = scheduling.due_ms(delay, at, now)
+        name = scheduling.checked_schedule_id(schedule_id)
+        meta = scheduling.schedule_meta(meta, due, now)
+        payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
+        chooser = name if key is None else key
+        return cls(name, due, payload, chooser, key is not None and schedule_id is not None)
+
+    @classmethod
+    def many(
+        cls,
+        message_type: str,
+        items: Sequence[Any],
+        meta: Mapping[str, str] | None,
+        key: Key | Callable[[Any], Key] | None,
+        delay: Duration | None,
+        at: datetime | None,
+    ) -> list[Scheduled]:
+        """``publish_many``'s: every item checked first (nothing is stored if one is
+        bad), all due at one time, each under its own new name."""
+        now = scheduling.now()
+        due = scheduling.due_ms(delay, at, now)
+        meta = scheduling.schedule_meta(meta, due, now)
+        made = []
+        for item in items:
+            one_key = key_of(key, item)
+            payload = scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
+            name = scheduling.checked_schedule_id(None)
+            made.append(cls(name, due, payload, name if one_key is None else one_key))
+        return made
+
+
+def scheduled_by_partition(partitions: Sequence[int]) -> dict[int, list[int]]:
+    """The positions of scheduled messages in each partition (``partitions``: each one's),
+    partitions in order: each partition's are stored together."""
+    by_partition: dict[int, list[int]] = {}
+    for position, partition in enumerate(partitions):
+        by_partition.setdefault(partition, []).append(position)
+    return dict(sorted(by_partition.items()))
+
+
+def other_partitions(scheduled: Scheduled, partitions: int, partition: int) -> list[int]:
+    """Where an earlier message of the same name may wait and is cancelled: the other
+    partitions, for a message named with a key on a partitioned topic; else none."""
+    if not scheduled.named_with_key:
+        return []
+    return [other for other in range(partitions) if other != partition]

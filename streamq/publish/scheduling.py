@@ -321,6 +321,7 @@ async def cancel(client: aioredis.Redis, stream: str, scheduled_id: str) -> bool
 
 
 def cancel_sync(client: redis.Redis, stream: str, scheduled_id: str) -> bool:
+    """:func:`cancel` for a blocking client (the Publisher)."""
     return bool(client.register_script(CANCEL)(keys=_stored(stream), args=[scheduled_id]))
 
 

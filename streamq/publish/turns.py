@@ -1,7 +1,10 @@
-"""Taking turns to write: the queue of one coalesced publishing lane, without I/O.
+"""Taking turns to write: the queue of one coalesced publishing lane and the commands it
+writes, without I/O.
 
 Shared by the asyncio lane (:mod:`streamq.publish.coalesce`) and the threads' lane
-(:mod:`streamq.publish.coalesce_blocking`), which add only the waiting and the writing. A caller
+(:mod:`streamq.publish.coalesce_blocking`), which add only the waiting and the writing:
+where a publish writes (:func:`destination`), its XADD packed (:func:`new_head`,
+:func:`pack_fields`), and what each reply means (:func:`outcome`). A caller
 that finds nobody writing sends alone; callers arriving meanwhile queue (:class:`Waiter`);
 when a write completes, the first of them is named to lead the next one, which carries the
 head of the queue (up to ``MAX_BATCH`` entries, the leader's first); each caller of a write
@@ -15,7 +18,13 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import redis
 
+from ..wire import resp
+from ..wire.replies import added_id
+from ..wire.translate import translate
+
 MAX_BATCH = 1000  # XADDs per write: beyond this a write stops growing cheaper per entry
+MAX_QUEUED = 10_000  # publishes queued per destination before callers wait for room
+MAX_HEADS = 1024  # packed command heads kept (one per stream and shape of entry)
 
 QUEUED, LEADING, SENT = 0, 1, 2  # a waiter's state
 
@@ -102,3 +111,57 @@ class Turns(Generic[E]):
 def joined(batch: list[Waiter[Any]]) -> bytes:
     """The packed commands of a write, as one."""
     return b"".join(waiter.packed for waiter in batch)
+
+
+def xadd_head(stream: str, options: tuple[str, ...], field_count: int) -> bytes:
+    """``XADD stream [options] *`` as RESP, for an entry of ``field_count`` fields."""
+    count = 3 + len(options) + 2 * field_count
+    words = b"".join(resp.bulk(word) for word in (stream, *options, "*"))
+    return b"*%d\r\n$4\r\nXADD\r\n%s" % (count, words)
+
+
+Shape = tuple[str, tuple[str, ...], int]  # stream, options, field count: one XADD head
+
+
+def new_head(heads: dict[Shape, bytes], shape: Shape) -> bytes:
+    """The XADD head of ``shape``, packed and kept in ``heads`` (emptied when full)."""
+    if len(heads) >= MAX_HEADS:
+        heads.clear()
+    head = heads[shape] = xadd_head(*shape)
+    return head
+
+
+def pack_fields(head: bytes, fields: dict[bytes | str, bytes | str]) -> bytes:
+    """``head`` followed by the field-value pairs (one format per pair: this runs per publish)."""
+    parts = [head]
+    for key, value in fields.items():
+        k = key if type(key) is bytes else key.encode()  # type: ignore[union-attr]
+        v = value if type(value) is bytes else value.encode()  # type: ignore[union-attr]
+        parts.append(b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
+    return b"".join(parts)
+
+
+def pack_xadd(
+    stream: str, fields: dict[bytes | str, bytes | str], options: tuple[str, ...] = ()
+) -> bytes:
+    """``XADD stream [options] * field value ...`` as RESP."""
+    return pack_fields(xadd_head(stream, options, len(fields)), fields)
+
+
+def outcome(reply: Any, stream: str) -> str:
+    """An XADD reply as the entry ID, or the error it carries raised (streamq's), or
+    StreamMissing (``NOMKSTREAM`` and no stream)."""
+    if isinstance(reply, BaseException):
+        raise translate(reply, stream) from reply
+    return added_id(reply)
+
+
+def destination(client: Any) -> Any:
+    """What makes two clients write to the same place: the pool they draw from, or for
+    streamq's routed clients (:class:`~streamq.wire.routing.SlotPool`, made afresh per
+    ``client_for``) their deployment and slot or node."""
+    pool = client.connection_pool
+    router = getattr(pool, "router", None)
+    if router is None:
+        return pool
+    return (id(router), pool.slot, getattr(pool, "address", None))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -77,21 +77,16 @@ async def check_partition_count(client: aioredis.Redis, topic: str, partitions: 
     """Refuse to open ``topic`` with another partition count than the one recorded; record
     it when a partitioned topic is opened for the first time (``client``: the topic's own
     slot). Raises ConfigError naming both counts."""
+    validate_partitions(partitions)
     key = Keys(topic).partitions
-    recorded = await client.hget(key, "count")
+    recorded = _count(await client.hget(key, "count"))
     if recorded is None and partitions > 1:
         if await client.exists(topic):
-            raise ConfigError(
-                f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
-                "cannot become partitioned (publish to a new topic name instead)"
-            )
+            raise _plain_stream(topic, partitions)
         await client.hsetnx(key, "count", partitions)
-        recorded = await client.hget(key, "count")
-    if recorded is not None and int(recorded) != partitions:
-        raise ConfigError(
-            f"topic {topic!r} has {int(recorded)} partitions (recorded in {key!r}), "
-            f"not {partitions}: pass partitions={int(recorded)}"
-        )
+        recorded = _count(await client.hget(key, "count"))
+    if recorded is not None and recorded != partitions:
+        raise _another_count(topic, key, recorded, partitions)
     if partitions > 1:  # also after an open that failed between the two writes
         await client.hsetnx(key, "names", _names(topic, partitions))
 
@@ -103,36 +98,48 @@ async def forget_partitions(client: aioredis.Redis, topic: str) -> None:
 
 async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
     """The partition count recorded for ``topic`` (1: a plain stream, or nothing yet)."""
-    recorded = await client.hget(Keys(topic).partitions, "count")
-    return 1 if recorded is None else int(recorded)
+    return _count(await client.hget(Keys(topic).partitions, "count")) or 1
 
 
 def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
     """The partition count recorded for ``topic``, None for a plain stream (a blocking
     ``client`` on the topic's own slot: Spark, scripts)."""
-    recorded = client.hget(Keys(topic).partitions, "count")
-    return None if recorded is None else int(cast("bytes | str", recorded))
+    return _count(client.hget(Keys(topic).partitions, "count"))
 
 
 def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int) -> None:
     """The blocking twin of :func:`check_partition_count` (same record, same errors)."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
-    if partitions > 1 and client.hget(key, "count") is None:
+    recorded = _count(client.hget(key, "count"))
+    if recorded is None and partitions > 1:
         if client.exists(topic):
-            raise ConfigError(
-                f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
-                "cannot become partitioned (publish to a new topic name instead)"
-            )
+            raise _plain_stream(topic, partitions)
         client.hsetnx(key, "count", partitions)
-    recorded = recorded_partitions_sync(client, topic)
+        recorded = _count(client.hget(key, "count"))
     if recorded is not None and recorded != partitions:
-        raise ConfigError(
-            f"topic {topic!r} has {recorded} partitions (recorded in {key!r}), "
-            f"not {partitions}: pass partitions={recorded}"
-        )
+        raise _another_count(topic, key, recorded, partitions)
     if partitions > 1:  # also after an open that failed between the two writes
         client.hsetnx(key, "names", _names(topic, partitions))
+
+
+def _count(recorded: Any) -> int | None:
+    """The record's ``count`` field as read (bytes, or None where nothing is recorded)."""
+    return None if recorded is None else int(cast("bytes | str", recorded))
+
+
+def _plain_stream(topic: str, partitions: int) -> ConfigError:
+    return ConfigError(
+        f"partitions={partitions}, but {topic!r} is a plain stream: a topic "
+        "cannot become partitioned (publish to a new topic name instead)"
+    )
+
+
+def _another_count(topic: str, key: str, recorded: int, partitions: int) -> ConfigError:
+    return ConfigError(
+        f"topic {topic!r} has {recorded} partitions (recorded in {key!r}), "
+        f"not {partitions}: pass partitions={recorded}"
+    )
 
 
 def _names(topic: str, partitions: int) -> str:

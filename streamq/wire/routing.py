@@ -81,18 +81,6 @@ class Deployment(Nodes[ConnectionPool]):
         """A client for one node (commands that are about a node: SCAN, INFO)."""
         return self._client(NodePool(self, address))
 
-    def node_of(self, key: str) -> str:
-        """``host:port`` of the master serving ``key`` as last known (the URL's node on a
-        single node; ``?`` while unknown)."""
-        address: Any
-        if self.state.cluster:
-            address = self.state.table.owner(slot_of(key))
-        elif self._owner is not None:  # Sentinel: the master it last found
-            address = getattr(self.seed, "master_address", None)
-        else:
-            address = self.state.address
-        return "?" if address is None else f"{address[0]}:{address[1]}"
-
     async def masters(self) -> list[Address]:
         """The address of every master (the URL's node alone when not a cluster)."""
         try:

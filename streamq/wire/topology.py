@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis import exceptions as rx
 
 from ..errors import ConfigError
-from .slots import NOT_A_CLUSTER, Address, SlotTable
+from .slots import NOT_A_CLUSTER, Address, SlotTable, slot_of
 from .tls import no_answer
 
 
@@ -173,6 +173,18 @@ class Nodes(Generic[P]):
     def cluster(self) -> bool | None:
         """True/False once known (after the first command), None before."""
         return self.state.cluster
+
+    def node_of(self, key: str) -> str:
+        """``host:port`` of the master serving ``key`` as last known (the URL's node on a
+        single node; ``?`` while unknown)."""
+        address: Any
+        if self.state.cluster:
+            address = self.state.table.owner(slot_of(key))
+        elif self._owner is not None:  # Sentinel: the master it last found
+            address = getattr(self.seed, "master_address", None)
+        else:
+            address = self.state.address
+        return "?" if address is None else f"{address[0]}:{address[1]}"
 
     def pool_at(self, address: Address) -> P:
         """The pool of the node at ``address``, made like the seed's on first use."""
