@@ -141,13 +141,6 @@ def pack_fields(head: bytes, fields: dict[bytes | str, bytes | str]) -> bytes:
     return b"".join(parts)
 
 
-def pack_xadd(
-    stream: str, fields: dict[bytes | str, bytes | str], options: tuple[str, ...] = ()
-) -> bytes:
-    """``XADD stream [options] * field value ...`` as RESP."""
-    return pack_fields(xadd_head(stream, options, len(fields)), fields)
-
-
 def outcome(reply: Any, stream: str) -> str:
     """An XADD reply as the entry ID, or the error it carries raised (streamq's), or
     StreamMissing (``NOMKSTREAM`` and no stream)."""
