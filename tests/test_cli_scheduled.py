@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -39,9 +41,18 @@ def test_periodic_publishers_are_listed_from_the_shell(redis_url: str, stream: s
     with sync_client(redis_url, stream) as r:
         r.hset(Keys(stream).periodic, "hourly:spec", '{"type": "report", "every": null, '
                '"cron": "0 * * * *"}')  # fmt: skip
+        r.hset(Keys(stream).periodic, "morning:spec", '{"type": "report", "every": null, '
+               '"cron": "0 9 * * *", "timezone": "Europe/Paris"}')  # fmt: skip
     listed = streamq("scheduled", "periodic", stream, url=redis_url)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.startswith("hourly  report  cron 0 * * * *  last never  next ")
+    hourly, morning = listed.stdout.splitlines()
+    assert hourly.startswith("hourly  report  cron 0 * * * *  last never  next ")
+    assert morning.startswith("morning  report  cron 0 9 * * * (Europe/Paris)  last never  next ")
+    next_tick = datetime.fromisoformat(morning.rpartition("next ")[2])
+    assert next_tick.astimezone(ZoneInfo("Europe/Paris")).hour == 9  # 07:00 or 08:00 UTC
+    rows = [json.loads(line) for line in streamq(
+        "scheduled", "periodic", stream, "--json", url=redis_url).stdout.splitlines()]  # fmt: skip
+    assert [row["timezone"] for row in rows] == [None, "Europe/Paris"]
 
 
 def test_info_shows_how_many_wait_and_the_next_due_time(redis_url: str, stream: str) -> None:

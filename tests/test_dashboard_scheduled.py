@@ -52,10 +52,17 @@ def test_the_scheduled_page_lists_periodic_publishers(
     r.hset(keys.periodic, mapping={
         "report:spec": '{"type": "report", "every": 60, "cron": null}', "report": "1700000040000",
         "junk:spec": "not json",
+        "zoned:spec": '{"type": "report", "every": null, "cron": "0 9 * * *", '
+                      '"timezone": "Europe/Paris"}',
+        "nowhere:spec": '{"type": "report", "every": null, "cron": "0 9 * * *", '
+                        '"timezone": "Mars/Olympus_Mons"}',
     })  # fmt: skip
     with Publisher(redis_url, stream) as publisher:
         publisher.publish("remind", {}, delay=3600)
     page = web.get("/topic/scheduled", params={"stream": stream}).text
     rows = table(page, "periodic")
-    assert [row[:3] for row in rows[1:]] == [["report", "report", "every 60s"]]
+    assert [row[:3] for row in rows[1:]] == [
+        ["report", "report", "every 60s"],
+        ["zoned", "report", "cron 0 9 * * * (Europe/Paris)"],
+    ]  # a zone this system lacks is not listed
     assert rows[1][3].startswith("2023-11-14T22:14")

@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import anyio
 import pytest
@@ -17,7 +18,8 @@ import redis.asyncio as aioredis
 
 from streamq import App, ConfigError, MessageQueue
 from streamq.publish.periodic import Periodic, record_key
-from tests.conftest import QueueFactory, handled_messages, wait_for
+from streamq.topic.partitions import partition_for_key, partition_streams
+from tests.conftest import QueueFactory, handled_messages, sync_client, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +40,10 @@ async def test_bad_settings_are_refused_at_registration(make_queue: QueueFactory
         ({"every": 5, "cron": "* * * * *"}, "either"),
         ({"every": 0}, "> 0"),
         ({"every": "5"}, "> 0"),
+        ({"cron": "0 9 * * *", "timezone": "Mars/Olympus_Mons"}, "not a time zone"),
+        ({"cron": "0 9 * * *", "timezone": "../../etc/passwd"}, "not a time zone"),
+        ({"cron": "0 9 * * *", "timezone": 2}, "IANA"),
+        ({"every": 60, "timezone": "Europe/Paris"}, "applies to cron"),
     ):
         with pytest.raises(ConfigError, match=match):
             mq.periodic("report", **options)(lambda: 1)  # type: ignore[arg-type]
@@ -47,7 +53,12 @@ async def test_bad_settings_are_refused_at_registration(make_queue: QueueFactory
     with pytest.raises(ConfigError, match="name="):
         mq.periodic("report", cron="*/5 * * * *")(lambda: 2)
     mq.periodic("report", cron="*/5 * * * *", name="report-5min")(lambda: 2)
-    assert [p.name for p in mq.periodics] == ["report", "report-5min"]
+    mq.periodic("report", cron="0 9 * * *", timezone="Europe/Paris", name="paris")(lambda: 3)
+    mq.periodic("report", cron="0 9 * * *", timezone=ZoneInfo("Asia/Tokyo"), name="tokyo")(
+        lambda: 4
+    )
+    assert [p.name for p in mq.periodics] == ["report", "report-5min", "paris", "tokyo"]
+    assert [p.timezone for p in mq.periodics] == [None, None, "Europe/Paris", "Asia/Tokyo"]
 
 
 def test_ticks_are_the_same_instants_in_every_process() -> None:
@@ -59,6 +70,29 @@ def test_ticks_are_the_same_instants_in_every_process() -> None:
     assert cron.next_tick(start) == datetime(2026, 1, 1, 10, 5, tzinfo=UTC).timestamp()
     on_tick = datetime(2026, 1, 1, 10, 5, tzinfo=UTC).timestamp()
     assert cron.next_tick(on_tick) == datetime(2026, 1, 1, 10, 10, tzinfo=UTC).timestamp()
+
+
+def utc(*args: int) -> float:
+    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+
+
+def test_cron_ticks_are_read_in_their_time_zone_across_daylight_saving() -> None:
+    """09:00 in Paris is 08:00 UTC in winter, 07:00 UTC once summer time began (29 March
+    2026); a time the clock skips runs at the first minute after the change, a time it
+    repeats runs once; a tick inside the repeated hour is not taken for an earlier one."""
+    nine = Periodic("r", "r", lambda: 1, cron="0 9 * * *", timezone="Europe/Paris")
+    assert nine.next_tick(utc(2026, 3, 27, 12)) == utc(2026, 3, 28, 8)
+    assert nine.next_tick(utc(2026, 3, 28, 8)) == utc(2026, 3, 29, 7)
+    half_past_two = Periodic("r", "r", lambda: 1, cron="30 2 * * *", timezone="Europe/Paris")
+    assert half_past_two.next_tick(utc(2026, 3, 28, 12)) == utc(2026, 3, 29, 1)  # 03:00 CEST
+    assert half_past_two.next_tick(utc(2026, 10, 24, 12)) == utc(2026, 10, 25, 0, 30)
+    # 02:10 the second time (01:10 UTC): the next is the following day's, not the first 02:30
+    assert half_past_two.next_tick(utc(2026, 10, 25, 1, 10)) == utc(2026, 10, 26, 1, 30)
+    hourly = Periodic("r", "r", lambda: 1, cron="0 * * * *", timezone="Europe/Paris")
+    assert hourly.next_tick(utc(2026, 10, 25, 0, 10)) == utc(2026, 10, 25, 1)  # every hour
+    assert hourly.next_tick(utc(2026, 10, 25, 1)) == utc(2026, 10, 25, 2)
+    in_utc = Periodic("r", "r", lambda: 1, cron="0 9 * * *")  # the default
+    assert in_utc.next_tick(utc(2026, 7, 1)) == utc(2026, 7, 1, 9)
 
 
 async def test_three_consumers_publish_one_message_per_tick(
@@ -81,14 +115,18 @@ async def test_three_consumers_publish_one_message_per_tick(
 
 
 @pytest.mark.slow
-def test_three_processes_publish_one_message_per_tick(redis_url: str, stream: str) -> None:
-    command = [sys.executable, "-m", "tests.periodic_process", redis_url, stream]
-    processes = [subprocess.Popen([*command, f"c{i}", "3"]) for i in range(3)]
+def test_three_processes_publish_one_message_per_tick(
+    where: str, topic: str, redis_url: str
+) -> None:
+    """On one node (a plain topic) and on a cluster (4 partitions: the publisher's name
+    picks the partition every tick goes to)."""
+    partitions = 1 if where == redis_url else 4
+    stream = partition_streams(topic, partitions)[partition_for_key("tick", partitions)]
+    command = [sys.executable, "-m", "tests.periodic_process", where, topic]
+    processes = [subprocess.Popen([*command, f"c{i}", "3", str(partitions)]) for i in range(3)]
     for process in processes:
         assert process.wait(timeout=30) == 0
-    from tests.conftest import sync_client
-
-    with sync_client(redis_url, stream) as r:
+    with sync_client(where, stream) as r:
         entries = r.xrange(stream)
     ticks = [json.loads(fields[b"meta"])["periodic_tick"] for _, fields in entries]
     senders = {json.loads(fields[b"data"])["from"] for _, fields in entries}
@@ -161,6 +199,9 @@ async def test_a_failing_function_skips_its_tick_and_goes_on(
     async with mq.running():
         await wait_for(lambda: len(handled) >= 1, what="a tick after the failure")
     assert "not published" in caplog.text and "database down" in caplog.text
+    pattern = f"{record_key(mq.stream)}:flaky:*"  # each tick's claim
+    claims = [await client.get(key) async for key in client.scan_iter(pattern)]
+    assert b"skipped" in claims, claims  # given up: no other process calls it again
 
 
 async def test_the_topic_lists_its_periodic_publishers_with_their_next_tick(
@@ -170,10 +211,14 @@ async def test_the_topic_lists_its_periodic_publishers_with_their_next_tick(
     handled = handled_messages(mq, "report")
     mq.periodic("report", every=0.2)(lambda: 1)
     mq.periodic("report", cron="0 * * * *", name="hourly")(lambda: 2)
+    mq.periodic("report", cron="0 9 * * *", timezone="Europe/Paris", name="paris")(lambda: 3)
     async with mq.running():
         await wait_for(lambda: len(handled) >= 1, what="a tick")
         rows = {row.name: row for row in await mq.periodic_publishers()}
-    assert set(rows) == {"report", "hourly"}
+    assert set(rows) == {"report", "hourly", "paris"}
+    assert rows["paris"].timezone == "Europe/Paris" and rows["hourly"].timezone is None
+    paris = rows["paris"].next_tick.astimezone(ZoneInfo("Europe/Paris"))
+    assert (paris.hour, paris.minute) == (9, 0) and rows["paris"].next_tick.tzinfo == UTC
     assert rows["report"].every == 0.2 and rows["report"].last_tick is not None
     assert rows["hourly"].cron == "0 * * * *" and rows["hourly"].last_tick is None
     assert rows["hourly"].next_tick.minute == 0 and rows["hourly"].type == "report"

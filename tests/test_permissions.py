@@ -25,6 +25,8 @@ from streamq import (
     Retry,
     StartFrom,
 )
+from streamq.publish.periodic_runner import tick_time
+from streamq.publish.ticks import claim_tick
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.cleanup import has_xdelex
 from streamq.topic.partitions import partition_streams
@@ -429,3 +431,38 @@ async def test_ordered_mode_without_its_commands_is_named_at_open(
     service = await acl_user(rules)
     with pytest.raises(ConfigError, match=r"hincrby on .*:owner:g. \(a new fencing token\)"):
         await check_as(redis_url, service, stream, ordered=True)
+
+
+async def test_a_periodic_publisher_runs_as_the_documented_service_user(
+    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser, newer: bool
+) -> None:
+    """Claiming, renewing, publishing, giving up and taking over periodic ticks: the
+    server refuses none of what the tick scripts send."""
+    service = await acl_user(acl_rules(stream, password=PASSWORD, newer=newer))
+    ghost_tick = 1_767_225_600_000
+    await claim_tick(
+        client, stream, "tick", ghost_tick, mode="new", owner="ghost", lease=0.001, window=600
+    )  # a claimer that died before publishing: the service takes its tick over
+    mq = MessageQueue(
+        user_url(redis_url, service), stream=stream, group="g", consumer="c1",
+        start=StartFrom.EARLIEST, config=TEST_TIMINGS,
+    )  # fmt: skip
+    seen: list[str] = []
+    calls = 0
+
+    @mq.handler("tick")
+    async def handle(msg: Message[int]) -> None:
+        seen.append(msg.meta["periodic_tick"])
+
+    @mq.periodic("tick", every=0.2)
+    async def tick() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("skip this one")  # the claim is given up
+        return calls
+
+    async with mq.running():
+        await wait_for(lambda: len(seen) >= 3, what="three ticks, one of them taken over")
+    assert tick_time(ghost_tick) in seen
+    assert await refusals(client, service) == []

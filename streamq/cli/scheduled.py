@@ -49,11 +49,14 @@ def _periodic(rows: list[PeriodicInfo], *, as_json: bool) -> str:
 def _periodic_row(row: PeriodicInfo) -> dict[str, object]:
     last = None if row.last_tick is None else row.last_tick.isoformat()
     return {"name": row.name, "type": row.type, "every": row.every, "cron": row.cron,
-            "last_tick": last, "next_tick": row.next_tick.isoformat()}  # fmt: skip
+            "timezone": row.timezone, "last_tick": last,
+            "next_tick": row.next_tick.isoformat()}  # fmt: skip
 
 
 def _periodic_line(row: PeriodicInfo) -> str:
     when = f"every {row.every:g}s" if row.every is not None else f"cron {row.cron}"
+    if row.timezone is not None:
+        when += f" ({row.timezone})"
     last = "never" if row.last_tick is None else row.last_tick.isoformat(timespec="seconds")
     next_tick = row.next_tick.isoformat(timespec="seconds")
     name, kind = one_line(row.name), one_line(row.type)

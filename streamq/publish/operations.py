@@ -24,10 +24,10 @@ from ..wire.client import ride_through, worth_waiting
 from ..wire.features import Features, probe
 from ..wire.replies import StreamMissing
 from ..wire.routing import Deployment
-from . import idempotency
+from . import idempotency, ticks
 from .coalesce import Coalescer
 from .delayed import DelayedPublishing, refuse_with_schedule
-from .periodic import PeriodicPublishing
+from .periodic_runner import PeriodicPublishing
 from .plan import (
     NOMKSTREAM,
     Durability,
@@ -241,6 +241,26 @@ class PublishOperations(DelayedPublishing, PeriodicPublishing, _Queue):
             return await self._coalescer.xadd(client, stream, fields, options)
 
         return named(self.partitions, partition, await ride_through(self._deployment, xadd))
+
+    async def _add_tick(
+        self, name: str, partition: int, tick_ms: int, fields: Fields
+    ) -> ticks.Published:
+        """Add a periodic tick's entry with its claim, in one step (:mod:`.ticks`); the
+        stream is created, once the topic's shape was checked again, if it is missing."""
+        if self._shape_of is not self._deployment:
+            await self._check_shape_once()
+        stream = self.streams[partition]
+        client, make_stream = self._client_for(stream), False
+        while True:
+            publish = partial(ticks.publish_tick, client, stream, name, tick_ms, fields,
+                              make_stream=make_stream)  # fmt: skip
+            try:
+                return await ride_through(self._deployment, publish)
+            except StreamMissing:
+                if make_stream:  # not reached: such an XADD creates its stream
+                    raise
+                await self._check_shape_again()
+                make_stream = True
 
     async def _xadd_once(
         self, client: aioredis.Redis, stream: str, fields: Fields, key: str, make_stream: bool

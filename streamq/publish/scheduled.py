@@ -103,8 +103,8 @@ class ScheduledOperations(_Queue):
 @dataclass(frozen=True, slots=True)
 class PeriodicInfo:
     """A periodic publisher as the topic records it: ``name``, message ``type``, ``every``
-    (seconds) or ``cron``, the ``last_tick`` published (None if none yet) and the
-    ``next_tick`` (UTC)."""
+    (seconds) or ``cron`` (read in ``timezone``, an IANA name; None: UTC), the
+    ``last_tick`` published (None if none yet) and the ``next_tick`` (UTC)."""
 
     name: str
     type: str
@@ -112,6 +112,7 @@ class PeriodicInfo:
     cron: str | None
     last_tick: datetime | None
     next_tick: datetime
+    timezone: str | None = None
 
 
 async def periodic_publishers(client: aioredis.Redis, topic: str) -> list[PeriodicInfo]:
@@ -130,7 +131,8 @@ async def periodic_publishers(client: aioredis.Redis, topic: str) -> list[Period
         except Exception:  # a spec written by hand: listed without a next tick is worse
             continue
         found.append(PeriodicInfo(name, periodic.message_type, periodic.every,
-                                  periodic.cron, last_tick, upcoming))  # fmt: skip
+                                  periodic.cron, last_tick, upcoming,
+                                  periodic.timezone))  # fmt: skip
     return found
 
 
