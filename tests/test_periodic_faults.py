@@ -79,6 +79,16 @@ async def test_a_tick_is_written_once_with_its_claim(
         assert await client.xlen(stream) == 1
         assert await last_published(client, stream, "report") == TICK
         assert await client.hkeys(f"streamq:{{{stream}}}:periodic") == [b"report"]
+
+        # a claim gone (its window passed) of a tick at or before the last published:
+        # a process that paused that long does not publish it again
+        await client.delete(claim_key(stream, "report", TICK))
+        for late in (TICK, TICK - 60_000):
+            again_late = await claim_tick(
+                client, stream, "report", late, mode="new", owner="b", **claim
+            )
+            assert again_late.finished and not again_late.held
+        assert await client.xlen(stream) == 1
     finally:
         await deployment.aclose()
 

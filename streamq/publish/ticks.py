@@ -6,9 +6,9 @@ A periodic publisher's ticks live under the hash tag of the stream it publishes 
 script call touches one slot:
 
 * ``streamq:{S}:periodic:<name>:<tick ms>``: the tick's claim, a string kept for the tick's
-  window (two periods, at least a minute): ``lease <until ms> <owner>`` while a process
-  calls the function, then ``done <entry ID>`` once published, or ``skipped`` (the function
-  raised);
+  window (two periods, at least a minute, at most a day, from the claim):
+  ``lease <until ms> <owner>`` while a process calls the function, then
+  ``done <entry ID>`` once published, or ``skipped`` (the function raised);
 * ``streamq:{S}:periodic``: a hash of ``<name>`` -> the latest tick published (Unix ms, for
   ``catch_up``) and ``<name>:open:<tick ms>`` -> the lease end of each tick claimed and not
   yet finished, which every running process looks at to finish those whose claimer died.
@@ -18,7 +18,9 @@ script call touches one slot:
 renews it while it calls the function; once it runs out, any process may take the tick.
 :data:`PUBLISH_TICK` adds the entry to ``S`` and marks the tick done, in one step, only if
 the tick is claimed and not done: whoever publishes, and however often (a retry after a
-lost reply, a slow claimer overtaken by another), a tick gives one entry.
+lost reply, a slow claimer overtaken by another), a tick gives one entry. Once a tick's
+claim is gone (its window passed), the latest tick published, which the same step
+advances, keeps it from being claimed again.
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ from ..wire.replies import StreamMissing, text
 Mode = Literal["new", "rescue", "renew", "skip"]
 
 # KEYS: the tick's claim, the stream's periodic hash.
-# ARGV: mode, owner, lease ms, window ms (the claim's life), the tick's open field.
-# mode new: take the tick unless another holds a live lease or it is finished;
-# rescue: the same, but a claim gone (its window passed) is not made anew;
+# ARGV: mode, owner, lease ms, window ms (the claim's life), the tick's open field, the
+# publisher's name, the tick (ms).
+# mode new: take the tick unless another holds a live lease or it is finished (a tick at
+# or before the last one published whose claim is gone is taken for finished: it may have
+# been published, and its window passed); rescue: the same, but a claim gone is not made
+# anew;
 # renew: extend this owner's lease; skip: mark this owner's tick skipped.
 # Returns {1, lease ms} if the caller holds the tick, {0, ms until the lease ends} if another
 # process holds it, {-1, 0} if it is finished (done, skipped, or its window passed).
@@ -52,7 +57,8 @@ local function hold(options)
 end
 local claim = redis.call('GET', KEYS[1])
 if not claim then
-  if mode ~= 'new' then
+  local last = tonumber(redis.call('HGET', KEYS[2], ARGV[6]) or '')
+  if mode ~= 'new' or (last and last >= tonumber(ARGV[7])) then
     redis.call('HDEL', KEYS[2], ARGV[5])
     return {-1, 0}
   end
@@ -143,7 +149,8 @@ async def claim_tick(
     """Take, rescue, renew or skip a tick (see :data:`CLAIM_TICK`); ``lease`` and
     ``window`` in seconds."""
     keys = [claim_key(stream, name, tick_ms), Keys(stream).periodic]
-    args = [mode, owner, int(lease * 1000), int(window * 1000), open_field(name, tick_ms)]
+    field = open_field(name, tick_ms)
+    args = [mode, owner, int(lease * 1000), int(window * 1000), field, name, tick_ms]
     status, ms = await client.register_script(CLAIM_TICK)(keys=keys, args=args)
     return Claim(int(status) == 1, int(status) < 0, int(ms) / 1000)
 
