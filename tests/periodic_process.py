@@ -1,7 +1,7 @@
 """One process of a service with a periodic publisher: ``python -m tests.periodic_process
 URL STREAM CONSUMER SECONDS [PARTITIONS] [hang]`` runs a consumer whose queue publishes a
 ``tick`` every 0.2 s, for SECONDS (or until SIGTERM), then stops (the periodic tests start
-three). Claims hold a tick for 1 s unless renewed (5 s by default), so that a tick whose
+three). Claims hold a tick for 2 s unless renewed (5 s by default), so that a tick whose
 claimer was killed is taken over soon.
 
 ``hang``: the first tick this process claims never reaches the server: its publish
@@ -19,7 +19,7 @@ import anyio
 from streamq import Message, MessageQueue, StartFrom
 from streamq.publish import periodic_runner
 
-periodic_runner.CLAIM_LEASE = 1.0
+periodic_runner.CLAIM_LEASE = 2.0
 
 
 async def main(url: str, stream: str, consumer: str, seconds: float, partitions: int,

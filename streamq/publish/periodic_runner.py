@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -81,17 +82,17 @@ class PeriodicRunner:
             by_stream.setdefault(stream, (client, {}))[1][periodic.name] = periodic
         async with anyio.create_task_group() as tg:
             for periodic in self._periodics:
-                tg.start_soon(self._guarded, self._run_one, periodic, periodic.name)
+                tg.start_soon(self._guarded, partial(self._run_one, periodic), periodic.name)
             for stream, (client, named) in by_stream.items():
-                tg.start_soon(self._guarded, self._rescue_forever, (client, stream, named),
-                              f"open ticks of {stream}")  # fmt: skip
+                rescue = partial(self._rescue_forever, client, stream, named)
+                tg.start_soon(self._guarded, rescue, f"take-over of {stream}'s open ticks")
 
-    async def _guarded(self, run: Callable[[Any], Awaitable[None]], arg: Any, what: str) -> None:
+    async def _guarded(self, run: Callable[[], Awaitable[None]], what: str) -> None:
         """One loop; a bug in it ends it, logged, never the queue's consumer."""
         try:
-            await run(arg)
+            await run()
         except Exception:
-            log.exception("periodic %s stopped: it will not publish again in this process", what)
+            log.exception("periodic %s stopped: it will not run again in this process", what)
 
     async def _run_one(self, periodic: Periodic) -> None:
         last = await self._last_published(periodic) if periodic.catch_up else None
@@ -205,11 +206,11 @@ class PeriodicRunner:
             log.debug("periodic %s: last tick not recorded for listings: %s", periodic.name, e)
 
     async def _rescue_forever(
-        self, target: tuple[aioredis.Redis, str, dict[str, Periodic]]
+        self, client: aioredis.Redis, stream: str, named: dict[str, Periodic]
     ) -> None:
-        """Take over the ticks of ``stream`` whose claimer stopped renewing its lease, and
-        finish them; look again when the first lease seen ends (at most ``lease`` s)."""
-        client, stream, named = target
+        """Take over the ticks of ``stream`` (of the publishers ``named`` here) whose claimer
+        stopped renewing its lease, and finish them; look again when the first lease seen
+        ends (at most ``lease`` s)."""
         async with anyio.create_task_group() as tg:
             while True:
                 wait = self._lease
