@@ -89,8 +89,10 @@ async def test_dead_letter_traceback_is_bounded_and_keeps_the_innermost_frames(
     assert "chars cut" in letter.traceback.splitlines()[0]
 
 
-@pytest.mark.parametrize(
-    "error", [UnprintableError(), PaymentError("undecodable \udc80 byte")], ids=repr
+@pytest.mark.parametrize(  # ids in plain ASCII: a lone surrogate cannot be reported
+    "error",
+    [UnprintableError(), PaymentError("undecodable \udc80 byte")],
+    ids=["unprintable", "lone-surrogate"],
 )
 async def test_dead_letter_of_an_awkward_exception(
     client: aioredis.Redis, stream: str, error: Exception
