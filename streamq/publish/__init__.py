@@ -12,5 +12,12 @@
   process, one message per tick; :mod:`.ticks`: a tick's claim, and its entry written with
   the claim in one server-side step.
 
-Nothing here is imported by :mod:`streamq.wire` or :mod:`streamq.consume`.
+* :mod:`.checked`: around each publish, the model check of a handled type and the publish
+  middlewares (:mod:`.middlewares`); :mod:`.typed`: typed publishers.
+* :mod:`.scheduling`: scheduled messages' storage and scripts; :mod:`.delayed` /
+  :mod:`.delayed_sync` schedule from ``publish`` and ``Publisher``; :mod:`.scheduled` lists
+  and cancels them.
+
+Nothing here is imported by :mod:`streamq.wire`. :mod:`streamq.consume` uses one module:
+its mover (every running consumer moves due messages) runs :mod:`.scheduling`'s script.
 """
