@@ -156,6 +156,30 @@ async def test_a_stale_owners_ack_and_read_are_refused(
     assert await wire.fenced(client, stream, mq.group, "new", new, "ack", entry) == [1, 1]
 
 
+async def test_a_read_carries_acks_only_while_the_lease_holds(
+    make_queue: QueueFactory, client: aioredis.Redis, stream: str
+) -> None:
+    mq = make_queue()
+    async with mq:
+        first, second, third = await mq.publish_many("job", [{"n": 1}, {"n": 2}, {"n": 3}])
+    owner = await wire.acquire(client, stream, mq.group, "owner", LEASE)
+    assert owner is not None
+    read = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 2)
+    assert read is not None and [row[0].decode() for row in read[1]] == [first, second]
+    # the next read acks what it carries, in the same script call, then reads on
+    read = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10, first, second)
+    assert read is not None and [row[0].decode() for row in read[1]] == [third]
+    assert read[3] == 2, f"the read should have acked both IDs it carried: {read}"
+    pending = await client.xpending_range(stream, mq.group, "-", "+", 10)
+    assert [p["message_id"].decode() for p in pending] == [third]
+    idle = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10)
+    assert idle is not None and idle[0] == 2 and idle[2] == 0  # nothing new, nothing acked
+    await client.hset(wire.lease_key(stream, mq.group), "expires", "0")  # it lapsed
+    assert await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10, third) is None
+    pending = await client.xpending_range(stream, mq.group, "-", "+", 10)
+    assert [p["message_id"].decode() for p in pending] == [third], "a stale read acked"
+
+
 async def test_a_poison_entry_is_dead_lettered_and_its_key_goes_on(
     make_queue: QueueFactory,
 ) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -81,7 +82,7 @@ class OrderedConsumer:
         batch: BatchConfig,
         cleanup: CleanupPolicy,
         on_poison: OnPoison,
-        clock: Callable[[], float] = anyio.current_time,
+        clock: Callable[[], float] = time.monotonic,  # the event loop's clock, read directly
     ) -> None:
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
         # [otel] with a tracer provider: the tracing middleware outermost; else as registered
