@@ -180,6 +180,31 @@ async def test_a_read_carries_acks_only_while_the_lease_holds(
     assert [p["message_id"].decode() for p in pending] == [third], "a stale read acked"
 
 
+async def test_partitions_read_no_more_than_max_in_flight_together(
+    make_queue: QueueFactory,
+) -> None:
+    mq = make_queue(partitions=4, ordered=True, ownership_lease=LEASE, concurrency=2,
+                    max_in_flight=8, read_count=8, start=StartFrom.EARLIEST)  # fmt: skip
+    release = anyio.Event()
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        await release.wait()
+
+    async with mq:
+        await mq.publish_many("job", list(range(200)), key=lambda n: f"k{n}")
+        async with mq.running():
+            await wait_for(lambda: mq.stats()["received"] >= 8, what="8 entries read")
+            with anyio.move_on_after(1.0):  # a window for another partition to read too
+                while mq.stats()["received"] <= 8:
+                    await anyio.sleep(0.02)
+            received, in_flight = mq.stats()["received"], mq.stats()["in_flight"]
+            release.set()
+    assert received <= 8 and in_flight <= 8, (
+        f"the partitions read {received} entries ({in_flight} held) with max_in_flight=8"
+    )
+
+
 async def test_a_poison_entry_is_dead_lettered_and_its_key_goes_on(
     make_queue: QueueFactory,
 ) -> None:

@@ -147,19 +147,25 @@ class PartitionWorker:
     async def _takeover(self, lanes: KeyedLanes, start: str = "0-0") -> None:
         """Claim the partition's pending entries of every consumer, in ID order, first
         (from ``start``: after a lost read, only those past what the lanes were given)."""
-        count = self._shared.config.claim_count
+        room = self._shared.room
         while not self.draining:
-            reply = await self._fenced("claim", start, count)
-            entries = replies.entries([row for row in reply[2] if row and row[1]])
+            await room.wait()
+            count = min(self._shared.config.claim_count, max(room.free(), 1))
+            room.take(count)  # held while the claim is on the wire (see _read_loop)
+            try:
+                reply = await self._fenced("claim", start, count)
+                entries = replies.entries([row for row in reply[2] if row and row[1]])
+                if entries:
+                    counts = await delivery_counts(
+                        self._client, self.stream, self.group, self.me, [e.id for e in entries]
+                    )
+                    for entry in entries:
+                        entry.delivery_count = counts.get(entry.id, 1)
+            finally:
+                room.give(count)
             if entries:
-                counts = await delivery_counts(
-                    self._client, self.stream, self.group, self.me, [e.id for e in entries]
-                )
-                for entry in entries:
-                    entry.delivery_count = counts.get(entry.id, 1)
                 log.info("partition %s: taking over %d pending entries (token %d)",
                          self.stream, len(entries), self.token)  # fmt: skip
-                await self._shared.room.wait()
                 self._add(lanes, entries)
             start = text(reply[1])
             if start == "0-0":
@@ -176,7 +182,14 @@ class PartitionWorker:
                     await self._takeover(lanes, after(self._last_added))
                     lost_read = False
                 await room.wait()
-                reply = await self._read(min(config.read_count, max(room.free(), 1)))
+                # the room a read asks for is held while it is on the wire: the partitions
+                # read at once, and together they fetch no more than max_in_flight
+                count = min(config.read_count, max(room.free(), 1))
+                room.take(count)
+                try:
+                    reply = await self._read(count)
+                finally:
+                    room.give(count)  # the lanes take what came, with no await in between
                 if reply[0] == 1:
                     if reply[2]:
                         self.holds.flagged.update(text(i) for i in reply[2])
