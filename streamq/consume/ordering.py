@@ -173,13 +173,13 @@ class KeyedLanes:
         if lane is None or key in self.stopped_keys:  # dropped or stopped meanwhile
             return
         slots, room = self._slots, self._room
+        # one handler slot for the lane's run, not one per entry: under contention a slot
+        # released per entry goes to another waiter and costs an event-loop pass each time,
+        # with the slot idle meanwhile (a lane holds at most the partition's read entries)
+        await slots.acquire()
         try:
-            while lane:
-                await slots.acquire()
-                try:
-                    go_on = await self._run_entry(lane[0])
-                finally:
-                    slots.release()
+            while lane and self._lanes.get(key) is lane:  # not dropped meanwhile
+                go_on = await self._run_entry(lane[0])
                 if not go_on:
                     if self._lanes.get(key) is lane:  # not dropped meanwhile
                         self.stopped_keys.add(key)
@@ -187,7 +187,10 @@ class KeyedLanes:
                 lane.popleft()
                 if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
                     room.give(1)
+                else:
+                    return
         finally:
+            slots.release()
             if not lane and self._lanes.get(key) is lane:
                 del self._lanes[key]
             if not self._running():
