@@ -86,10 +86,10 @@ class KeyedLanes:
     whether its lane goes on (False: the lane stops, e.g. the lease was lost or the key
     halted; its remaining entries stay where they are, pending in Redis).
 
-    The lanes are run by a pool of runner tasks, at most ``concurrency`` (a handler slot
-    is taken per entry in any case): a runner takes a key whose lane is ready, runs the
-    lane until it is empty or stops, then takes the next ready key, and waits when there
-    is none. A key is run by one runner at a time, so its entries never run at once. A
+    The lanes are run by a pool of runner tasks, at most ``concurrency``: a runner takes a
+    key whose lane is ready, runs the lane (holding one of the consumer's handler slots)
+    until it is empty or stops, then takes the next ready key, and waits when there is
+    none. A key is run by one runner at a time, so its entries never run at once. A
     runner that takes a key while more are ready wakes one more (as
     :class:`~streamq.consume.workqueue.WorkQueue` does): if handlers never suspend, one
     runner runs a whole read and the others stay asleep; if they do, runners join in at
