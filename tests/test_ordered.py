@@ -156,6 +156,55 @@ async def test_a_stale_owners_ack_and_read_are_refused(
     assert await wire.fenced(client, stream, mq.group, "new", new, "ack", entry) == [1, 1]
 
 
+async def test_a_read_carries_acks_only_while_the_lease_holds(
+    make_queue: QueueFactory, client: aioredis.Redis, stream: str
+) -> None:
+    mq = make_queue()
+    async with mq:
+        first, second, third = await mq.publish_many("job", [{"n": 1}, {"n": 2}, {"n": 3}])
+    owner = await wire.acquire(client, stream, mq.group, "owner", LEASE)
+    assert owner is not None
+    read = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 2)
+    assert read is not None and [row[0].decode() for row in read[1]] == [first, second]
+    # the next read acks what it carries, in the same script call, then reads on
+    read = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10, first, second)
+    assert read is not None and [row[0].decode() for row in read[1]] == [third]
+    assert read[3] == 2, f"the read should have acked both IDs it carried: {read}"
+    pending = await client.xpending_range(stream, mq.group, "-", "+", 10)
+    assert [p["message_id"].decode() for p in pending] == [third]
+    idle = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10)
+    assert idle is not None and idle[0] == 2 and idle[2] == 0  # nothing new, nothing acked
+    await client.hset(wire.lease_key(stream, mq.group), "expires", "0")  # it lapsed
+    assert await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10, third) is None
+    pending = await client.xpending_range(stream, mq.group, "-", "+", 10)
+    assert [p["message_id"].decode() for p in pending] == [third], "a stale read acked"
+
+
+async def test_partitions_read_no_more_than_max_in_flight_together(
+    make_queue: QueueFactory,
+) -> None:
+    mq = make_queue(partitions=4, ordered=True, ownership_lease=LEASE, concurrency=2,
+                    max_in_flight=8, read_count=8, start=StartFrom.EARLIEST)  # fmt: skip
+    release = anyio.Event()
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        await release.wait()
+
+    async with mq:
+        await mq.publish_many("job", list(range(200)), key=lambda n: f"k{n}")
+        async with mq.running():
+            await wait_for(lambda: mq.stats()["received"] >= 8, what="8 entries read")
+            with anyio.move_on_after(1.0):  # a window for another partition to read too
+                while mq.stats()["received"] <= 8:
+                    await anyio.sleep(0.02)
+            received, in_flight = mq.stats()["received"], mq.stats()["in_flight"]
+            release.set()
+    assert received <= 8 and in_flight <= 8, (
+        f"the partitions read {received} entries ({in_flight} held) with max_in_flight=8"
+    )
+
+
 async def test_a_poison_entry_is_dead_lettered_and_its_key_goes_on(
     make_queue: QueueFactory,
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -90,7 +91,7 @@ class OrderedConsumer:
         cleanup: CleanupPolicy,
         on_poison: OnPoison,
         stopped: Sequence[StoppedView] | None = None,
-        clock: Callable[[], float] = anyio.current_time,
+        clock: Callable[[], float] = time.monotonic,  # the event loop's clock, read directly
     ) -> None:
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
         # [otel] with a tracer provider: the tracing middleware outermost; else as registered

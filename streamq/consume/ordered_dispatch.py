@@ -51,7 +51,10 @@ class FencedAcker(Acker):
 
     def ack(self, entry_id: str) -> None:
         self.settled.add(entry_id)
-        super().ack(entry_id)
+        pending = self._pending  # Acker.ack, inlined: once per entry
+        pending.append(entry_id)
+        if len(pending) == 1:
+            self._wakeup.set()
 
     def ack_many(self, entry_ids: list[str]) -> None:
         self.settled.update(entry_ids)

@@ -30,7 +30,7 @@ from ..logs import ENTRY
 from ..message import RawEntry
 from ..topic.control import StoppedView
 from ..wire import ownership as wire
-from ..wire import replies
+from ..wire import replies, resp
 from ..wire.replies import text
 from .claiming import delivery_counts
 from .failures import describe
@@ -76,6 +76,7 @@ class PartitionWorker:
         self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
         self._client, self._shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
+        self._connection = resp.OwnConnection(client)  # the read loop's, for its life
         self.dispatcher = make_dispatcher(self.acker, token)
         self.halted = HaltedKeys(client, stream, group)
         self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
@@ -120,6 +121,7 @@ class PartitionWorker:
         finally:
             if self._lanes is not None:
                 self._lanes.drop_all()
+            await self._connection.release()
             self.done.set()
 
     async def _finish(self, lanes: KeyedLanes) -> None:
@@ -147,19 +149,25 @@ class PartitionWorker:
     async def _takeover(self, lanes: KeyedLanes, start: str = "0-0") -> None:
         """Claim the partition's pending entries of every consumer, in ID order, first
         (from ``start``: after a lost read, only those past what the lanes were given)."""
-        count = self._shared.config.claim_count
+        room = self._shared.room
         while not self.draining:
-            reply = await self._fenced("claim", start, count)
-            entries = replies.entries([row for row in reply[2] if row and row[1]])
+            await room.wait()
+            count = min(self._shared.config.claim_count, max(room.free(), 1))
+            room.take(count)  # held while the claim is on the wire (see _read_loop)
+            try:
+                reply = await self._fenced("claim", start, count)
+                entries = replies.entries([row for row in reply[2] if row and row[1]])
+                if entries:
+                    counts = await delivery_counts(
+                        self._client, self.stream, self.group, self.me, [e.id for e in entries]
+                    )
+                    for entry in entries:
+                        entry.delivery_count = counts.get(entry.id, 1)
+            finally:
+                room.give(count)
             if entries:
-                counts = await delivery_counts(
-                    self._client, self.stream, self.group, self.me, [e.id for e in entries]
-                )
-                for entry in entries:
-                    entry.delivery_count = counts.get(entry.id, 1)
                 log.info("partition %s: taking over %d pending entries (token %d)",
                          self.stream, len(entries), self.token)  # fmt: skip
-                await self._shared.room.wait()
                 self._add(lanes, entries)
             start = text(reply[1])
             if start == "0-0":
@@ -176,9 +184,17 @@ class PartitionWorker:
                     await self._takeover(lanes, after(self._last_added))
                     lost_read = False
                 await room.wait()
-                reply = await self._fenced("read", min(config.read_count, max(room.free(), 1)))
+                # the room a read asks for is held while it is on the wire: the partitions
+                # read at once, and together they fetch no more than max_in_flight
+                count = min(config.read_count, max(room.free(), 1))
+                room.take(count)
+                try:
+                    reply = await self._read(count)
+                finally:
+                    room.give(count)  # the lanes take what came, with no await in between
                 if reply[0] == 1:
-                    self.holds.flagged.update(text(i) for i in reply[2])
+                    if reply[2]:
+                        self.holds.flagged.update(text(i) for i in reply[2])
                     self._add(lanes, replies.entries(reply[1]))
                     continue
                 await self._client.xread(
@@ -198,12 +214,25 @@ class PartitionWorker:
             self._last_added = max(self._last_added, StreamId.parse(entries[-1].id))
         lanes.add(entries)
 
+    async def _read(self, count: int) -> list[Any]:
+        """A fenced read of up to ``count`` new entries that carries the queued acks (one
+        script call, one round trip, one fencing check for both)."""
+        acker = self.acker
+        ids = acker.take()
+        try:
+            reply = await self._fenced("read", count, *ids)
+        except BaseException:
+            acker.give_back(ids)  # their XACK may not have run: sent again (idempotent)
+            raise
+        acker.acked += len(ids)
+        return reply
+
     async def _fenced(self, op: str, *args: str | int) -> list[Any]:
         if not self._may_act():
             self.abandon()
             await anyio.sleep_forever()  # cancelled by abandon()
         reply = await wire.fenced(self._client, self.stream, self.group, self.me, self.token,
-                                  op, *args)  # fmt: skip
+                                  op, *args, connection=self._connection)  # fmt: skip
         if reply is None:
             self.abandon()
             await anyio.sleep_forever()
@@ -226,9 +255,28 @@ class PartitionWorker:
     async def _run_entry(self, entry: RawEntry) -> bool:
         """Handle ``entry`` until it is settled (acked or dead-lettered): True, its lane goes
         on; False if the partition stops here (lost, draining) or its key halted."""
-        holds = self.holds  # stopped when read, or while it waited in its lane:
+        holds = self.holds  # stopped when read or while it waited in its lane, resumed, or
+        if holds.flagged or holds.view.ids or holds.resumed or self.halted.released:  # released
+            decided = await self._operator_action(entry)
+            if decided is not None:
+                return decided
+        while not self.draining and self._may_act():
+            try:
+                outcome = await self._attempt(entry)
+            except RedisFailure as e:  # the server is away: try again after a pause
+                log.warning("partition %s: %s waits for the server: %s", self.stream, entry.id, e)
+                await anyio.sleep(ERROR_BACKOFF)
+                continue
+            if outcome is not None:
+                return outcome
+        return False
+
+    async def _operator_action(self, entry: RawEntry) -> bool | None:
+        """What an operator asked for ``entry`` (it was stopped, resumed, or its halted key
+        released): True or False as :meth:`_run_entry` returns, None to handle it now."""
+        holds = self.holds
         if (entry.id in holds.flagged or entry.id in holds.view.ids) and await holds.hold(entry):
-            return False  # set aside: its key waits until it is resumed
+            return False  # stopped: its key waits until it is resumed
         if entry.id in self.holds.resumed:
             self.holds.resumed.discard(entry.id)
             if not await self.redeliver(entry, fresh=False):
@@ -240,16 +288,7 @@ class PartitionWorker:
             return True
         if action == "retry" and not await self.redeliver(entry, fresh=True):
             return not self.draining and self._may_act()
-        while not self.draining and self._may_act():
-            try:
-                outcome = await self._attempt(entry)
-            except RedisFailure as e:  # the server is away: try again after a pause
-                log.warning("partition %s: %s waits for the server: %s", self.stream, entry.id, e)
-                await anyio.sleep(ERROR_BACKOFF)
-                continue
-            if outcome is not None:
-                return outcome
-        return False
+        return None
 
     async def _attempt(self, entry: RawEntry) -> bool | None:
         """One delivery of ``entry``: True (settled), False (its key halted or it cannot be

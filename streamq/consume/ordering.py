@@ -46,7 +46,7 @@ class Room:
 
     def give(self, count: int) -> None:
         self.held -= count
-        if self.free() >= self.low_water:
+        if self.limit - self.held >= self.low_water:  # free(), inlined: once per entry
             self._freed.set()
 
 
@@ -56,7 +56,7 @@ class Slots:
     measurable cost per entry here); a released slot goes to the longest waiter."""
 
     def __init__(self, total: int) -> None:
-        self.free = total
+        self.total = self.free = total
         self._waiters: deque[anyio.Event] = deque()
 
     async def acquire(self) -> None:
@@ -84,11 +84,26 @@ class Slots:
 class KeyedLanes:
     """The lanes of one partition. ``run_entry(entry)`` handles one entry and returns
     whether its lane goes on (False: the lane stops, e.g. the lease was lost or the key
-    halted; its remaining entries stay where they are, pending in Redis)."""
+    halted; its remaining entries stay where they are, pending in Redis).
+
+    The lanes are run by a pool of runner tasks, at most ``concurrency``: a runner takes a
+    key whose lane is ready, runs the lane (holding one of the consumer's handler slots)
+    until it is empty or stops, then takes the next ready key, and waits when there is
+    none. A key is run by one runner at a time, so its entries never run at once. A
+    runner that takes a key while more are ready wakes one more (as
+    :class:`~streamq.consume.workqueue.WorkQueue` does): if handlers never suspend, one
+    runner runs a whole read and the others stay asleep; if they do, runners join in at
+    once up to the limit. Runners live as long as the partition: a task per key with
+    work, started and ended for each read, was a measurable cost per entry."""
 
     def __init__(self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room) -> None:
         self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
+        self._ready: deque[LaneKey] = deque()  # lanes with entries that no runner holds
+        self._sleeping: deque[anyio.Event] = deque()  # runners waiting for a ready lane
+        self._waking = 0  # runners woken that have not looked for a lane yet
+        self._runners = 0
+        self._max_runners = max(1, slots.total)
         self._idle = anyio.Event()
         self._idle.set()
         self.stopped_keys: set[LaneKey] = set()  # lanes that stopped with entries left
@@ -100,41 +115,90 @@ class KeyedLanes:
     def add(self, entries: list[RawEntry]) -> None:
         """Queue ``entries`` (in ID order) behind the earlier entries of their keys."""
         self._room.take(len(entries))
+        lanes, ready = self._lanes, self._ready
         for entry in entries:
             key = entry.fields.get(b"key")
-            lane = self._lanes.get(key)
+            lane = lanes.get(key)
             if lane is not None:
                 lane.append(entry)
                 continue
-            self._lanes[key] = deque((entry,))
+            lanes[key] = deque((entry,))
             if key in self.stopped_keys:  # a stopped lane takes no more work
                 continue
-            self._idle = anyio.Event() if self._idle.is_set() else self._idle
-            self._tg.start_soon(self._run_lane, key)
+            ready.append(key)
+        if ready:
+            self._busy()
+            self._wake_one()
+
+    def _busy(self) -> None:
+        if self._idle.is_set():
+            self._idle = anyio.Event()
+
+    def _wake_one(self) -> None:
+        """One more runner for the ready lanes: a sleeping one, else a new one (up to the
+        limit), unless one was woken and has not looked yet."""
+        if self._waking:
+            return
+        if self._sleeping:
+            self._waking += 1
+            self._sleeping.popleft().set()
+        elif self._runners < self._max_runners:
+            self._runners += 1
+            self._waking += 1
+            self._tg.start_soon(self._runner)
+
+    async def _runner(self) -> None:
+        ready = self._ready
+        try:
+            while True:
+                self._waking -= 1
+                while ready:
+                    key = ready.popleft()
+                    if ready:
+                        self._wake_one()
+                    await self._run_lane(key)
+                event = anyio.Event()
+                self._sleeping.append(event)
+                try:
+                    await event.wait()
+                except BaseException:
+                    if not event.is_set():
+                        self._sleeping.remove(event)
+                    raise
+        finally:
+            self._runners -= 1
 
     async def _run_lane(self, key: LaneKey) -> None:
-        lane = self._lanes[key]
+        lane = self._lanes.get(key)
+        if lane is None or key in self.stopped_keys:  # dropped or stopped meanwhile
+            return
+        slots, room = self._slots, self._room
+        # one handler slot for the lane's run, not one per entry: under contention a slot
+        # released per entry goes to another waiter and costs an event-loop pass each time,
+        # with the slot idle meanwhile (a lane holds at most the partition's read entries)
+        await slots.acquire()
         try:
-            while lane:
-                await self._slots.acquire()
-                try:
-                    go_on = await self._run_entry(lane[0])
-                finally:
-                    self._slots.release()
+            while lane and self._lanes.get(key) is lane:  # not dropped meanwhile
+                go_on = await self._run_entry(lane[0])
                 if not go_on:
-                    self.stopped_keys.add(key)
+                    if self._lanes.get(key) is lane:  # not dropped meanwhile
+                        self.stopped_keys.add(key)
                     return
                 lane.popleft()
                 if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
-                    self._room.give(1)
+                    room.give(1)
+                else:
+                    return
         finally:
+            slots.release()
             if not lane and self._lanes.get(key) is lane:
                 del self._lanes[key]
             if not self._running():
                 self._idle.set()
 
     def _running(self) -> bool:
-        return any(key not in self.stopped_keys for key in self._lanes)
+        # every stopped key has a lane (it stopped with entries left; drop_all clears both)
+        return len(self._lanes) > len(self.stopped_keys)
 
     async def wait_idle(self) -> None:
         """Until no lane is running (stopped lanes do not count)."""
@@ -146,13 +210,15 @@ class KeyedLanes:
         if key in self.stopped_keys:
             self.stopped_keys.discard(key)
             if key in self._lanes:
-                self._idle = anyio.Event() if self._idle.is_set() else self._idle
-                self._tg.start_soon(self._run_lane, key)
+                self._ready.append(key)
+                self._busy()
+                self._wake_one()
 
     def drop_all(self) -> None:
         """Forget every queued entry (the partition was lost or is being left: they stay
         pending in Redis for the next owner) and give their room back."""
         self._room.give(self.held)
         self._lanes.clear()
+        self._ready.clear()
         self.stopped_keys.clear()
         self._idle.set()

@@ -13,14 +13,18 @@ Times are the server's (``TIME``), so members' clocks need not agree.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis import exceptions as rx
 
+from . import resp
 from .keys import Keys
 from .replies import text
+from .translate import translate
 
 _NOW = """
 local t = redis.call('TIME')
@@ -90,8 +94,9 @@ return 1
 # What only the lease's holder may do to the partition's pending list.
 # KEYS: lease hash, stream, stopped hash. ARGV: me, token, group, op, op's arguments.
 # Returns {0} when the lease is not held (lost: nothing was done), else per op:
-#   read COUNT     -> {1, rows, IDs of those rows that are stopped} or {2, last ID of the
-#                     stream} when nothing is new
+#   read COUNT ID... -> acks the IDs (acks carried by the read: one script call, one
+#                     check), then {1, rows, IDs of those rows that are stopped, acked
+#                     count} or {2, last ID of the stream, acked count} when nothing is new
 #   claim START N  -> {1, next start, rows}   (XAUTOCLAIM ... 0: every consumer's entries)
 #   redeliver ID R -> {1, rows}               (XCLAIM to me; R > 0: RETRYCOUNT R)
 #   ack ID...      -> {1, acked count}
@@ -102,6 +107,8 @@ FENCED = (
 if not valid then return {0} end
 local s, g, me, op = KEYS[2], ARGV[3], ARGV[1], ARGV[4]
 if op == 'read' then
+  local acked = 0
+  if #ARGV > 5 then acked = redis.call('XACK', s, g, unpack(ARGV, 6)) end
   local r = redis.call('XREADGROUP', 'GROUP', g, me, 'COUNT', ARGV[5], 'STREAMS', s, '>')
   if r and r[1] and #r[1][2] > 0 then
     local stopped = {}
@@ -110,11 +117,11 @@ if op == 'read' then
         if redis.call('HEXISTS', KEYS[3], row[1]) == 1 then stopped[#stopped + 1] = row[1] end
       end
     end
-    return {1, r[1][2], stopped}
+    return {1, r[1][2], stopped, acked}
   end
   local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
-  if #last > 0 then return {2, last[1][1]} end
-  return {2, '0-0'}
+  if #last > 0 then return {2, last[1][1], acked} end
+  return {2, '0-0', acked}
 elseif op == 'claim' then
   local r = redis.call('XAUTOCLAIM', s, g, me, 0, ARGV[5], 'COUNT', ARGV[6])
   return {1, r[1], r[2]}
@@ -127,9 +134,7 @@ elseif op == 'redeliver' then
   end
   return {1, r}
 elseif op == 'ack' then
-  local ids = {}
-  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
-  return {1, redis.call('XACK', s, g, unpack(ids))}
+  return {1, redis.call('XACK', s, g, unpack(ARGV, 5))}
 end
 return redis.error_reply('unknown fenced op ' .. op)
 """
@@ -215,15 +220,47 @@ async def lease_holder(client: aioredis.Redis, stream: str, group: str) -> tuple
     return text(consumer), int(token)
 
 
+FENCED_SHA = hashlib.sha1(FENCED.encode()).hexdigest()
+
+
 async def fenced(
-    client: aioredis.Redis, stream: str, group: str, me: str, token: int, *args: str | int
+    client: aioredis.Redis,
+    stream: str,
+    group: str,
+    me: str,
+    token: int,
+    *args: str | int,
+    connection: resp.OwnConnection | None = None,
 ) -> list[Any] | None:
-    """Run one fenced op (see :data:`FENCED`); None when the lease is no longer held."""
-    keys = (lease_key(stream, group), stream, Keys(stream).stopped)
-    # EVALSHA (loaded once per server, NOSCRIPT handled): every read and ack runs this one
-    script = client.register_script(FENCED)
-    reply = await script(keys=keys, args=(me, str(token), group, *args))
+    """Run one fenced op (see :data:`FENCED`); None when the lease is no longer held.
+
+    Hand-packed ``EVALSHA`` (``EVAL`` when the server lacks the script), on ``connection``
+    if given (a partition's read loop keeps its own), else on a pooled one: every read,
+    claim and ack runs this, and redis-py's generic command path cost as much per call as
+    the script itself."""
+    call = ["3", lease_key(stream, group), stream, Keys(stream).stopped, me, str(token), group,
+            *map(str, args)]  # fmt: skip
+    reply = await _send(client, connection, resp.pack("EVALSHA", FENCED_SHA, *call))
+    if isinstance(reply, rx.NoScriptError):
+        reply = await _send(client, connection, resp.pack("EVAL", FENCED, *call))
+    if isinstance(reply, rx.ResponseError):
+        raise translate(reply, stream, group) from reply
     return None if reply[0] == 0 else list(reply)
+
+
+async def _send(
+    client: aioredis.Redis, connection: resp.OwnConnection | None, packed: bytes
+) -> Any:
+    """The reply to ``packed``, an error reply in its place; after ``MOVED`` (the script did
+    not run, the slot table is corrected) sent once more."""
+    for _ in range(2):
+        if connection is None:
+            (reply,) = await resp.execute(client, packed, 1, raise_errors=False)
+        else:
+            (reply,) = await connection.execute(packed, 1, raise_errors=False)
+        if not isinstance(reply, rx.MovedError):
+            break
+    return reply
 
 
 def _ms(seconds: float) -> str:
