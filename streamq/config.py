@@ -258,6 +258,12 @@ def consumer_config(
 
 
 def _unknown_message(name: str) -> str:
+    for policy, argument in ((RetryPolicy, "retry"), (BatchConfig, "batch"),
+                             (CleanupPolicy, "cleanup")):  # fmt: skip
+        if name in {f.name for f in dataclasses.fields(policy)}:  # a policy's field
+            kind = policy.__name__
+            return (f"unknown MessageQueue argument {name!r}: it is a field of {kind}, "
+                    f"given as {argument}={kind}({name}=...)")  # fmt: skip
     valid = ("url", "stream", "group", "consumer", "start", "retry", "batch", "cleanup",
              "config", "cluster", "partitions", *CONSUMER_SETTINGS)  # fmt: skip
     return _unknown_field("MessageQueue", name, valid)

@@ -196,6 +196,10 @@ def test_queue_constructor_validates(redis_url: str) -> None:
         MessageQueue(redis_url, stream="s", concurrency=-2)
     with pytest.raises(ConfigError, match="unknown MessageQueue argument"):
         MessageQueue(redis_url, no_such_option=1)
+    with pytest.raises(ConfigError, match=r"retry=RetryPolicy\(max_deliveries=\.\.\.\)"):
+        MessageQueue(redis_url, stream="s", max_deliveries=1)
+    with pytest.raises(ConfigError, match=r"batch=BatchConfig\(size=\.\.\.\)"):
+        MessageQueue(redis_url, stream="s", size=10)
 
 
 # -- meta on the real server: refused at publish, dead-lettered from foreign producers ---
