@@ -284,3 +284,26 @@ async def test_a_failing_master_stalls_only_the_leases_it_serves() -> None:
     await world.run(2)
     assert _balanced(world.owners(), 4), world.owners()
     assert b.leases.keys() == before["b"].keys()  # b's partitions never moved
+
+
+async def test_a_lease_given_up_while_its_renewal_is_under_way_is_not_dropped_twice() -> None:
+    """A worker gives its partition up (a fenced op was refused, or it was released) while
+    the round's renewal of that lease awaits the server: the refused renewal finds the lease
+    gone already, and the round goes on (it used to die on a KeyError, and the consumer
+    with it); the partition is acquired again with a new token."""
+    world = World(2)
+    a = world.join("a")
+    await world.run(1)
+    partition, token = min(a.leases), a.leases[min(a.leases)].token
+    store, renew = world.store, world.store.renew
+
+    async def given_up_meanwhile(p: int, me: str, t: int, ttl: float) -> bool:
+        if p == partition:
+            a.forget(p, t)
+            await store.release(p, me, t)
+        return await renew(p, me, t, ttl)
+
+    store.renew = given_up_meanwhile  # type: ignore[method-assign]
+    changes = await a.tick()
+    assert [lease.partition for lease in changes.acquired] == [partition]
+    assert a.leases[partition].token > token

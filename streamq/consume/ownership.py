@@ -137,7 +137,7 @@ class Ownership:
                 continue
             if renewed:
                 lease.deadline = sent + self.ttl
-            else:
+            elif self.leases.get(partition) is lease:  # (else given up meanwhile)
                 log.warning("lease of partition %d lost (token %d)", partition, lease.token)
                 del self.leases[partition]
                 changes.lost.append(partition)
