@@ -461,3 +461,22 @@ async def test_a_lane_that_finds_the_lease_lapsed_gives_the_partition_up(
                        what=f"every entry of the key handled (handled {handled})")  # fmt: skip
     # entry 0 may run again (its ack was refused once the partition was given up)
     assert handled in ([0, 1, 2], [0, 0, 1, 2]), handled
+
+
+async def test_an_ordered_member_that_just_died_is_not_taken_for_an_unordered_consumer(
+    make_queue: QueueFactory, client: aioredis.Redis, stream: str
+) -> None:
+    """A consumer started right after an ordered member died (a supervisor's restart) can
+    find the dead member's heartbeat expired, and swept by a live member's heartbeat, while
+    its last read is more recent than ``ownership_lease``: that is an ordered member that
+    died, not a consumer of the other mode, and opening goes on."""
+    async with make_queue(ordered=True, ownership_lease=LEASE):
+        pass  # the topic and its group exist
+    await client.xreadgroup("g", "dead", {stream: ">"}, count=1)  # as its fenced reads did
+    seconds, micros = await client.time()
+    expired = seconds * 1000 + micros // 1000 - 1
+    await client.hset(wire.members_key(stream, "g"), "dead", f"{expired}|0")
+    await wire.heartbeat(client, stream, "g", "alive", LEASE, [])  # sweeps expired members
+    assert "dead" not in await wire.live_members(client, stream, "g")
+    async with make_queue(ordered=True, ownership_lease=LEASE):
+        pass
