@@ -6,12 +6,17 @@
   keys (goal >= 0.8: concurrency across keys must hold).
 * ``rebalance_pause_ms``: entries are published to every partition every 5 ms while one
   ordered consumer runs; a second joins; the longest gap between two handled entries of a
-  partition that moved (goal: under 1 s).
+  partition that moved (``"when": "join"``, goal: under 1 s). Then for a death: two ordered
+  consumers share the partitions, one in a process of its own (bench/ordered_consumer.py)
+  that is SIGKILLed; the longest time one of its partitions stands still, from the kill
+  until the survivor handles an entry of it again (``"when": "death"``, goal: within the
+  ownership lease plus 1 s).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -24,18 +29,22 @@ from streamq.config import env_url
 from .workload import fresh_stream
 
 PARTITIONS = 8
+LEASE = 4.0  # ownership_lease: a SIGKILLed consumer's partitions move after this
+READY_WITHIN = 60.0
+PUBLISH_EVERY = 0.005
 
 
-def _queue(url: str, topic: str, consumer: str, *, ordered: bool) -> MessageQueue:
+def bench_queue(url: str, topic: str, consumer: str, *, ordered: bool = True) -> MessageQueue:
+    """A queue of the figures' topic (bench/ordered_consumer.py uses it too)."""
     return MessageQueue(url, stream=topic, group="bench", consumer=consumer,
                         partitions=PARTITIONS, ordered=ordered, start=StartFrom.EARLIEST,
-                        ownership_lease=4.0, block=0.2)  # fmt: skip
+                        ownership_lease=LEASE, block=0.2)  # fmt: skip
 
 
 async def consume_rate(url: str, n: int, *, ordered: bool, keys: int, delay: float) -> float:
     """Entries per second for one consumer draining ``n`` entries (``delay``: handler time)."""
     topic = fresh_stream("ordered" if ordered else "shared")
-    mq = _queue(url, topic, "c1", ordered=ordered)
+    mq = bench_queue(url, topic, "c1", ordered=ordered)
     handled = 0
     done = anyio.Event()
 
@@ -62,7 +71,7 @@ async def consume_rate(url: str, n: int, *, ordered: bool, keys: int, delay: flo
 
 async def rebalance_pause_ms(url: str, seconds: float = 3.0) -> float:
     topic = fresh_stream("rebalance")
-    first, second = (_queue(url, topic, f"c{i}", ordered=True) for i in (1, 2))
+    first, second = (bench_queue(url, topic, f"c{i}") for i in (1, 2))
     last_seen: dict[int, float] = {}
     gaps: dict[int, float] = defaultdict(float)
     joined_at = [0.0]
@@ -76,16 +85,10 @@ async def rebalance_pause_ms(url: str, seconds: float = 3.0) -> float:
                 gaps[msg.partition] = max(gaps[msg.partition], now - last_seen[msg.partition])
             last_seen[msg.partition] = now
 
-    async def publish(until: float) -> None:
-        while time.perf_counter() < until:
-            for p in range(PARTITIONS):
-                await first.publish("job", p, key=_key_for(p))
-            await anyio.sleep(0.005)
-
     async with first, second, first.running():
         await anyio.sleep(1.0)  # it owns every partition
         async with anyio.create_task_group() as tg:
-            tg.start_soon(publish, time.perf_counter() + seconds)
+            tg.start_soon(_publish, first, time.perf_counter() + seconds)
             await anyio.sleep(0.5)
             joined_at[0] = time.perf_counter()
             async with second.running():
@@ -93,6 +96,69 @@ async def rebalance_pause_ms(url: str, seconds: float = 3.0) -> float:
                 moved = second.stats().get("owned_partitions", [])
         await first.terminate_topic()
     return 1000 * max((gaps[p] for p in moved), default=float("nan"))
+
+
+async def death_pause_ms(url: str) -> float:
+    """The longest time a SIGKILLed consumer's partitions stand still (see the module's
+    docstring); the clock starts at the kill (its last entries were handled within a
+    publishing round, 5 ms, before it)."""
+    topic = fresh_stream("death")
+    survivor = bench_queue(url, topic, "c1")
+    killed_at, moved = 0.0, set[int]()
+    first_after: dict[int, float] = {}  # partition -> its first entry handled after the kill
+    all_back = anyio.Event()
+
+    @survivor.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        if killed_at and msg.partition not in first_after:
+            first_after[msg.partition] = time.perf_counter()
+            if moved <= first_after.keys():
+                all_back.set()
+
+    async with survivor, survivor.running():
+        victim = await anyio.open_process(
+            [sys.executable, "-m", "bench.ordered_consumer", url, topic, "c2"],
+            stdout=subprocess.PIPE, stderr=None,
+        )  # fmt: skip
+        try:
+            assert victim.stdout is not None
+            with anyio.fail_after(READY_WITHIN):
+                line = await victim.stdout.receive()
+                assert line.startswith(b"ready"), f"bench consumer not ready: {line!r}"
+                await _until_shared_by_two(survivor)
+            moved = set(range(PARTITIONS)) - set(survivor.stats()["owned_partitions"])
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_publish, survivor, float("inf"))
+                await anyio.sleep(0.5)
+                victim.kill()
+                killed_at = time.perf_counter()
+                with anyio.fail_after(LEASE + 10):
+                    await all_back.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            if victim.returncode is None:
+                victim.kill()
+            await victim.wait()
+        await survivor.terminate_topic()
+    return 1000 * max(first_after[p] - killed_at for p in moved)
+
+
+async def _until_shared_by_two(mq: MessageQueue) -> None:
+    """Until ``mq`` owns half of the partitions and another consumer the others."""
+    while True:
+        owners = await mq.partition_owners()
+        mine = set(mq.stats()["owned_partitions"])
+        if len(mine) == PARTITIONS // 2 and all(owner is not None for owner in owners):
+            return
+        await anyio.sleep(0.05)
+
+
+async def _publish(mq: MessageQueue, until: float) -> None:
+    """One entry to every partition every 5 ms until ``until`` (perf_counter)."""
+    while time.perf_counter() < until:
+        for p in range(PARTITIONS):
+            await mq.publish("job", p, key=_key_for(p))
+        await anyio.sleep(PUBLISH_EVERY)
 
 
 _KEYS: dict[int, str] = {}
@@ -120,7 +186,11 @@ async def main(url: str, n: int) -> None:
     ordered = await consume_rate(url, slow, ordered=True, keys=200, delay=0.001)
     _emit("ordered_consume_1ms", slow, ordered, shared)
     pause = await rebalance_pause_ms(url)
-    print(json.dumps({"bench": "rebalance_pause_ms", "when": "join", "value": round(pause)}))
+    print(json.dumps({"bench": "rebalance_pause_ms", "when": "join", "value": round(pause)}),
+          flush=True)  # fmt: skip
+    pause = await death_pause_ms(url)
+    print(json.dumps({"bench": "rebalance_pause_ms", "when": "death", "value": round(pause),
+                      "ownership_lease_ms": round(LEASE * 1000)}), flush=True)  # fmt: skip
 
 
 def _emit(name: str, msgs: int, ordered: float, shared: float) -> None:

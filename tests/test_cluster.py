@@ -350,3 +350,27 @@ def publish_sync(url: str, stream: str) -> list[str]:
     with connect_sync(url).client_for(stream, owner=True) as client:
         assert client.xrange(stream, ids[0], ids[0])[0][0].decode() == ids[0]
     return ids
+
+
+async def test_a_queues_client_asked_about_a_key_of_another_slot_says_so(
+    streamq_cluster_url: str, cluster_stream: str
+) -> None:
+    """``mq.client`` serves its stream's slot. A command on a key of another slot (a
+    partition stream of the topic, say) is answered MOVED by that slot's master every time:
+    it fails at once naming both, instead of passing for a cluster reconfiguring (which
+    callers would wait out in vain)."""
+    with redis.Redis.from_url(streamq_cluster_url) as node:
+        table = SlotTable()
+        table.load(node.execute_command("CLUSTER", "SLOTS"), ("127.0.0.1", 0))
+    mine = table.owner(slot_of(cluster_stream))
+    other = next(key for key in (f"other-{i}" for i in itertools.count())
+                 if table.owner(slot_of(key)) != mine)  # fmt: skip
+    mq = queue(streamq_cluster_url, cluster_stream)
+    async with mq:
+        with pytest.raises(
+            ConfigError, match=f"'{other}'.*slot {slot_of(other)}.*{cluster_stream}"
+        ):
+            await mq.client.xlen(other)
+        with pytest.raises(ConfigError, match=f"'{other}' is on slot"):
+            await mq.client.eval("return 1", 1, other)  # a script: its first key named
+        assert await mq.client.xlen(cluster_stream) == 0  # its own keys: as before

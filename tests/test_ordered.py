@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from streamq import ConfigError, Message, MessageQueue, Retry, RetryPolicy, StartFrom
 from streamq.consume.acks import Acker
+from streamq.consume.ordered import OrderedConsumer
 from streamq.wire import ownership as wire
 from tests.conftest import QueueFactory, wait_for
 
@@ -472,3 +473,59 @@ async def test_entries_a_lost_read_delivered_are_handled_before_later_ones(
         await wait_for(lambda: journal.handled == 4, timeout=20, what="every entry")
     assert journal.by_key["k"] == [first, *lost, later]
     assert not journal.overlaps
+
+
+async def test_a_lane_that_finds_the_lease_lapsed_gives_the_partition_up(
+    make_queue: QueueFactory,
+) -> None:
+    """A lane that finds its lease lapsed by the local clock (the event loop was late to
+    renew it) stops. The partition must then be given up and taken again (a new token, its
+    pending entries taken over): were the lease renewed a moment later, the stopped lane
+    would otherwise hold its key, and its entries' room, for good."""
+    mq = make_queue(ordered=True, ownership_lease=LEASE, block=2.0)  # reads wait a while
+    handled: list[int] = []
+    gate = anyio.Event()
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        if msg.data["n"] == 0:
+            await gate.wait()
+        handled.append(msg.data["n"])
+
+    async with mq.running():
+        await mq.publish("job", {"n": 0}, key="a")
+        consumer = mq._consumer
+        assert isinstance(consumer, OrderedConsumer)
+        await wait_for(lambda: bool(consumer.workers), what="the partition owned")
+        worker = consumer.workers[0]
+        await mq.publish("job", {"n": 1}, key="a")
+        await wait_for(lambda: consumer.stats.received == 2, what="entry 1 in its lane")
+        worker._may_act = lambda: False  # type: ignore[method-assign]  # the lease lapses...
+        gate.set()  # ...when entry 0 ends and entry 1 is next
+        await wait_for(lambda: worker.lost or bool(worker._lanes and worker._lanes.stopped_keys),
+                       what="entry 1 not started")  # fmt: skip
+        del worker._may_act  # ...and is renewed at once
+        await mq.publish("job", {"n": 2}, key="a")
+        await wait_for(lambda: 2 in handled, timeout=3 * LEASE,
+                       what=f"every entry of the key handled (handled {handled})")  # fmt: skip
+    # entry 0 may run again (its ack was refused once the partition was given up)
+    assert handled in ([0, 1, 2], [0, 0, 1, 2]), handled
+
+
+async def test_an_ordered_member_that_just_died_is_not_taken_for_an_unordered_consumer(
+    make_queue: QueueFactory, client: aioredis.Redis, stream: str
+) -> None:
+    """A consumer started right after an ordered member died (a supervisor's restart) can
+    find the dead member's heartbeat expired, and swept by a live member's heartbeat, while
+    its last read is more recent than ``ownership_lease``: that is an ordered member that
+    died, not a consumer of the other mode, and opening goes on."""
+    async with make_queue(ordered=True, ownership_lease=LEASE):
+        pass  # the topic and its group exist
+    await client.xreadgroup("g", "dead", {stream: ">"}, count=1)  # as its fenced reads did
+    seconds, micros = await client.time()
+    expired = seconds * 1000 + micros // 1000 - 1
+    await client.hset(wire.members_key(stream, "g"), "dead", f"{expired}|0")
+    await wire.heartbeat(client, stream, "g", "alive", LEASE, [])  # sweeps expired members
+    assert "dead" not in await wire.live_members(client, stream, "g")
+    async with make_queue(ordered=True, ownership_lease=LEASE):
+        pass

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from streamq import ServerUnavailableError
 from streamq.consume.assignment import assign, moved
 from streamq.consume.ownership import Ownership
 from streamq.wire.ownership import Member
@@ -79,16 +80,24 @@ class ModelLeases:
         self.members: dict[str, tuple[float, frozenset[int]]] = {}
         self.leases: dict[int, _Held] = {}
         self.tokens: dict[int, int] = {}
+        # what a failing cluster master serves ("members": the topic's slot; partitions)
+        self.down: set[int | str] = set()
 
     def now(self) -> float:
         return self.clock[0]
 
+    def _reach(self, what: int | str) -> None:
+        if what in self.down:
+            raise ServerUnavailableError(f"the cluster is reconfiguring (the master of {what})")
+
     async def heartbeat(self, me: str, ttl: float, held: Sequence[int]) -> list[Member]:
+        self._reach("members")
         self.members[me] = (self.now() + ttl, frozenset(held))
         self.members = {k: v for k, v in self.members.items() if v[0] > self.now()}
         return [Member(k, v[1]) for k, v in self.members.items()]
 
     async def acquire(self, partition: int, me: str, ttl: float) -> int | None:
+        self._reach(partition)
         lease = self.leases.get(partition)
         if lease and lease.consumer != me and lease.expires > self.now():
             return None
@@ -103,6 +112,7 @@ class ModelLeases:
         )
 
     async def renew(self, partition: int, me: str, token: int, ttl: float) -> bool:
+        self._reach(partition)
         if not self._valid(partition, me, token):
             return False
         self.leases[partition].expires = self.now() + ttl
@@ -153,7 +163,10 @@ class World:
             for name, member in self.members.items():
                 if live is not None and name not in live:
                     continue
-                changes = await member.tick()
+                try:
+                    changes = await member.tick()
+                except ServerUnavailableError:  # as the ordered consumer: the next tick
+                    continue
                 for p in changes.to_release:
                     await member.release(p)
                 self.check_one_owner()
@@ -249,3 +262,48 @@ async def test_a_member_whose_renewals_fail_drops_its_partitions_before_another_
         if any(b.valid(p) for p in range(2)):
             assert world.clock[0] < stalled_at + TTL
     assert world.owners(["a"])["a"] == {0, 1}
+
+
+async def test_a_failing_master_stalls_only_the_leases_it_serves() -> None:
+    """A cluster master fails over for longer than the lease: it serves the membership (the
+    topic's slot) and one partition. Only that partition's lease lapses; the others are
+    renewed all along (never lost, never taken, same tokens), and once the master is back
+    the lapsed one is taken again and the assignment is whole."""
+    world = World(4)
+    a, b = world.join("a"), world.join("b")
+    await world.run(2)
+    before = {name: dict(m.leases) for name, m in world.members.items()}
+    failing = min(a.leases)
+    world.store.down = {"members", failing}
+    await world.run(2 * TTL)
+    for name, member in world.members.items():
+        kept = {p: lease.token for p, lease in before[name].items() if p != failing}
+        now = {p: lease.token for p, lease in member.leases.items() if member.valid(p)}
+        assert now == kept, f"{name} held {kept} with these tokens, holds {now} after the failover"
+    world.store.down = set()
+    await world.run(2)
+    assert _balanced(world.owners(), 4), world.owners()
+    assert b.leases.keys() == before["b"].keys()  # b's partitions never moved
+
+
+async def test_a_lease_given_up_while_its_renewal_is_under_way_is_not_dropped_twice() -> None:
+    """A worker gives its partition up (a fenced op was refused, or it was released) while
+    the round's renewal of that lease awaits the server: the refused renewal finds the lease
+    gone already, and the round goes on (it used to die on a KeyError, and the consumer
+    with it); the partition is acquired again with a new token."""
+    world = World(2)
+    a = world.join("a")
+    await world.run(1)
+    partition, token = min(a.leases), a.leases[min(a.leases)].token
+    store, renew = world.store, world.store.renew
+
+    async def given_up_meanwhile(p: int, me: str, t: int, ttl: float) -> bool:
+        if p == partition:
+            a.forget(p, t)
+            await store.release(p, me, t)
+        return await renew(p, me, t, ttl)
+
+    store.renew = given_up_meanwhile  # type: ignore[method-assign]
+    changes = await a.tick()
+    assert [lease.partition for lease in changes.acquired] == [partition]
+    assert a.leases[partition].token > token

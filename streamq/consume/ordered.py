@@ -188,6 +188,8 @@ class OrderedConsumer:
         for partition in changes.to_release:
             tg.start_soon(self._release, partition)
         for lease in changes.acquired:
+            log.info("partition %s acquired by %s (token %d)",
+                     self.streams[lease.partition], self.me, lease.token)  # fmt: skip
             worker = self._worker(lease.partition, lease.token)
             self.workers[lease.partition] = worker
             tg.start_soon(self._run_worker, worker)

@@ -245,12 +245,18 @@ class PartitionWorker:
         is held or halted, a bug) gives the partition up: the next tick takes it again with
         a new token and takes over its pending entries, so no entry is skipped."""
         try:
-            return await self._run_entry(entry)
+            go_on = await self._run_entry(entry)
         except Exception as e:
             log.error("partition %s: giving it up after an error at entry %s: %s",
                       self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
             self.abandon()
             return False
+        if not go_on and not self.draining and not self._may_act():
+            # the lease lapsed by the local clock (the loop was late to renew it): give the
+            # partition up, as a lost lease. Were it renewed a moment later, this stopped
+            # lane would hold its key and its entries' room for good.
+            self.abandon()
+        return go_on
 
     async def _run_entry(self, entry: RawEntry) -> bool:
         """Handle ``entry`` until it is settled (acked or dead-lettered): True, its lane goes

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
+from ..errors import ServerUnavailableError
 from ..wire import ownership as wire
 from ..wire.ownership import Member
 from .assignment import assign
@@ -77,11 +78,20 @@ class Ownership:
 
     async def tick(self, *, stopping: bool = False) -> Changes:
         """One round: drop lapsed leases, heartbeat, renew, then move towards the
-        assignment (``stopping``: release everything, acquire nothing)."""
+        assignment (``stopping``: release everything, acquire nothing).
+
+        Each call to the server stands on its own: on a cluster a master failing over
+        (ServerUnavailableError) stalls only the leases on its slots. Without the
+        heartbeat's answer (the membership's master fails) the membership is unknown: the
+        leases held are renewed, nothing is acquired or given up."""
         changes = Changes()
         self._drop_lapsed(changes)
-        sent = self._clock()
-        self.members = await self._store.heartbeat(self.me, self.ttl, sorted(self.leases))
+        try:
+            self.members = await self._store.heartbeat(self.me, self.ttl, sorted(self.leases))
+        except ServerUnavailableError as e:
+            log.warning("%s: heartbeat failed, keeping its partitions: %s", self.me, e)
+            await self._renew(changes)
+            return changes
         await self._renew(changes)
         if stopping:
             target: set[int] = set()
@@ -99,7 +109,11 @@ class Ownership:
                 changes.to_release.append(partition)
         for partition in sorted(target - set(self.leases)):
             sent = self._clock()
-            token = await self._store.acquire(partition, self.me, self.ttl)
+            try:
+                token = await self._store.acquire(partition, self.me, self.ttl)
+            except ServerUnavailableError as e:  # the next tick tries again
+                log.warning("%s: could not acquire partition %d: %s", self.me, partition, e)
+                continue
             if token is not None:
                 lease = self.leases[partition] = Lease(partition, token, sent + self.ttl)
                 changes.acquired.append(lease)
@@ -116,9 +130,14 @@ class Ownership:
     async def _renew(self, changes: Changes) -> None:
         for partition, lease in list(self.leases.items()):
             sent = self._clock()
-            if await self._store.renew(partition, self.me, lease.token, self.ttl):
+            try:
+                renewed = await self._store.renew(partition, self.me, lease.token, self.ttl)
+            except ServerUnavailableError as e:  # it lapses unless a later tick renews it
+                log.warning("lease of partition %d not renewed: %s", partition, e)
+                continue
+            if renewed:
                 lease.deadline = sent + self.ttl
-            else:
+            elif self.leases.get(partition) is lease:  # (else given up meanwhile)
                 log.warning("lease of partition %d lost (token %d)", partition, lease.token)
                 del self.leases[partition]
                 changes.lost.append(partition)

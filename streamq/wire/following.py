@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 from redis.asyncio.client import Pipeline
 
+from ..errors import ConfigError
 from .asking import answers, asked_node, asks_by_node, is_ask, with_script
 from .reading import read_reply
 from .slots import Address
@@ -37,12 +38,26 @@ class FollowingRedis(aioredis.Redis):  # type: ignore[misc]
         try:
             try:
                 return await self._asking_when_told(args, options)
-            except rx.MovedError:  # not run; the slot table is corrected: once more
+            except rx.MovedError as e:  # not run; the slot table is corrected: once more
+                self._refuse_another_slot(e, args)
                 return await self._asking_when_told(args, options)
         except rx.NoScriptError:
             raise  # redis-py's Script loads the script when told so
         except (rx.RedisError, OSError) as e:
             raise translate_command(e, self.stream, args) from e
+
+    def _refuse_another_slot(self, moved: rx.MovedError, args: tuple[Any, ...]) -> None:
+        """ConfigError if the command's key is of another slot than the one this client
+        serves: its master would answer MOVED every time, which is no reconfiguring."""
+        slot = getattr(self.connection_pool, "slot", -1)  # -1: a node's client
+        if slot >= 0 and moved.slot_id != slot:
+            script = str(args[0]).upper().startswith(("EVAL", "FCALL")) and len(args) > 3
+            key = args[3] if script else args[1] if len(args) > 1 else "?"  # (after numkeys)
+            key = key.decode(errors="replace") if isinstance(key, bytes) else key
+            raise ConfigError(
+                f"{key!r} is on slot {moved.slot_id}, this client serves slot {slot} (the keys "
+                f"of {self.stream!r}): use a client for {key!r} (Deployment.client_for)"
+            )
 
     async def _asking_when_told(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         try:

@@ -4,7 +4,8 @@ and the fenced reads, claims and acks of a partition's owner (see docs/guides/or
 Keys (each on one slot, so every script is atomic there):
 
 * ``streamq:{<topic>}:members:<group>``: hash, member name -> ``<expiry ms>|<held>`` where
-  ``held`` lists the partitions the member holds (``0,3,5``).
+  ``held`` lists the partitions the member holds (``0,3,5``); an expired member stays one
+  more lease (not live) before a heartbeat deletes it.
 * ``streamq:{<partition stream>}:owner:<group>``: hash ``consumer``, ``token`` (the fencing
   token: incremented by each acquire, never reset, so never reused), ``expires`` (ms).
 
@@ -32,20 +33,24 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
 # KEYS: members hash. ARGV: me, ttl ms, held ("0,3"), leaving ("1": delete me and stop).
-# Returns the live members as a flat [name, value, ...] list (expired ones are deleted).
+# Returns the live members as a flat [name, value, ...] list. An expired member is kept
+# (not live) for one more ttl before it is deleted: a consumer opened meanwhile still
+# knows it for an ordered member that died, not a consumer of the other mode, while its
+# last reads are recent (streamq.topic.ownership.check_mode).
 HEARTBEAT = (
     _NOW
     + """
 if ARGV[4] == '1' then redis.call('HDEL', KEYS[1], ARGV[1]) return {} end
-local expires = string.format('%d', now + tonumber(ARGV[2]))
+local ttl = tonumber(ARGV[2])
+local expires = string.format('%d', now + ttl)
 redis.call('HSET', KEYS[1], ARGV[1], expires .. '|' .. ARGV[3])
 local all = redis.call('HGETALL', KEYS[1])
 local live = {}
 for i = 1, #all, 2 do
   local expires = tonumber(string.match(all[i + 1], '^(%d+)|'))
-  if expires == nil or expires <= now then
+  if expires == nil or expires + ttl <= now then
     redis.call('HDEL', KEYS[1], all[i])
-  else
+  elseif expires > now then
     table.insert(live, all[i]); table.insert(live, all[i + 1])
   end
 end

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import signal
 import sys
@@ -109,4 +110,6 @@ async def main(args: list[str]) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    # SOAK_LOG_LEVEL=INFO: also what ordered mode does (takeovers, releases) in the logs
+    logging.getLogger("streamq.consume").setLevel(os.environ.get("SOAK_LOG_LEVEL", "WARNING"))
     anyio.run(main, ([*sys.argv[1:8], "plain", ""])[:7])

@@ -3,7 +3,7 @@ results hash), dead-lettered, pending, and from those what was lost."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +13,8 @@ import anyio
 from redis.exceptions import RedisError
 
 from streamq import MessageQueue, StreamqError
+from streamq.wire.client import connect
+from streamq.wire.routing import Deployment
 from tests.soak.ordered import handled_ids, read_calls
 from tests.soak.soak_consumer import GROUP, results_key
 
@@ -118,7 +120,7 @@ def read_published(run_dir: Path) -> dict[str, bool]:
 
 async def collect(admin: MessageQueue, stream: str, run_dir: Path, ordered: bool = False) -> Tally:
     """The tally now; in ordered mode ``handled`` comes from the consumers' call files
-    (:mod:`tests.soak.ordered`) and pending and lag are summed over the partitions."""
+    (:mod:`tests.soak.ordered`); pending and lag are the group's over all partitions."""
     key = results_key(stream)
     if ordered:
         handled = handled_ids(read_calls(run_dir))
@@ -126,30 +128,36 @@ async def collect(admin: MessageQueue, stream: str, run_dir: Path, ordered: bool
         raw = await admin.client.hgetall(key)
         handled = {k.decode(): int(v) for k, v in raw.items()}
     letters = await admin.dead_letters(DEAD_LETTERS_MAX)
-    pending, lag = 0, None
-    for name in admin.streams if ordered else (stream,):
-        for group in await admin.client.xinfo_groups(name):
-            if group["name"].decode() == GROUP:
-                pending += int(group["pending"])
-                if group.get("lag") is not None:
-                    lag = (lag or 0) + int(group["lag"])
+    # topic_info asks each partition stream on the node serving it: on a cluster the
+    # partitions lie on other slots than the topic's name (which admin.client serves).
+    groups = {g.name: g for g in (await admin.topic_info()).groups}
+    pending, lag = (groups[GROUP].pending, groups[GROUP].lag) if GROUP in groups else (0, None)
     return Tally(key, read_published(run_dir), handled, {d.original_id for d in letters},
                  len(letters), pending, lag)  # fmt: skip
 
 
 async def describe_lost(admin: MessageQueue, stream: str, tally: Tally) -> list[dict[str, Any]]:
     """Where each of the first lost entries is: still in the stream? pending with whom?"""
-    described = []
-    for entry_id in tally.lost[:LOST_SHOWN]:
-        if ":" in entry_id:  # a partitioned topic's ID names its partition
-            part, _, entry_id = entry_id.partition(":")
-            stream = admin.streams[int(part)]
-        in_stream = bool(await admin.client.xrange(stream, min=entry_id, max=entry_id))
-        rows = await admin.client.xpending_range(stream, GROUP, entry_id, entry_id, 1)
-        row: dict[str, Any] = {"id": entry_id, "in_stream": in_stream, "pending": bool(rows)}
-        if rows:
-            row["consumer"] = rows[0]["consumer"].decode()
-            row["times_delivered"] = rows[0]["times_delivered"]
-            row["idle_ms"] = rows[0]["time_since_delivered"]
-        described.append(row)
-    return described
+    deployment = connect(admin.url)  # a client per partition stream: each on its own slot
+    try:
+        return [await describe_one(deployment, admin.streams, stream, entry_id)
+                for entry_id in tally.lost[:LOST_SHOWN]]  # fmt: skip
+    finally:
+        await deployment.aclose()
+
+
+async def describe_one(
+    deployment: Deployment, streams: Sequence[str], stream: str, entry_id: str
+) -> dict[str, Any]:
+    if ":" in entry_id:  # a partitioned topic's ID names its partition
+        part, _, entry_id = entry_id.partition(":")
+        stream = streams[int(part)]
+    client = deployment.client_for(stream)
+    in_stream = bool(await client.xrange(stream, min=entry_id, max=entry_id))
+    rows = await client.xpending_range(stream, GROUP, entry_id, entry_id, 1)
+    row: dict[str, Any] = {"id": entry_id, "in_stream": in_stream, "pending": bool(rows)}
+    if rows:
+        row["consumer"] = rows[0]["consumer"].decode()
+        row["times_delivered"] = rows[0]["times_delivered"]
+        row["idle_ms"] = rows[0]["time_since_delivered"]
+    return row
