@@ -12,7 +12,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import Message, NotReplicatedError
+from streamq import Message, MessageQueue, NotReplicatedError
 from streamq.testing import TEST_TIMINGS
 from tests.conftest import QueueFactory, wait_for
 
@@ -68,3 +68,30 @@ async def test_a_durable_publish_may_wait_longer_than_the_socket_timeout(
         with pytest.raises(NotReplicatedError):  # no server here has 5 replicas per master
             await mq.publish("job", 1, replicas=5, timeout=BLOCK)
         assert time.monotonic() - started >= BLOCK - 0.5
+
+
+async def test_an_idle_ordered_partition_blocks_past_the_socket_timeout_without_a_failure(
+    redis_url: str, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ordered mode waits for new entries with ``XREAD BLOCK``: a wait longer than the
+    socket timeout is a wait, not a read that failed and is retried with a warning."""
+    caplog.set_level(logging.WARNING)
+    url = redis_url + ("&" if "?" in redis_url else "?") + "socket_timeout=1"
+    config = dataclasses.replace(TEST_TIMINGS, block=2.0)
+    mq = MessageQueue(url, stream=stream, group="g", ordered=True, config=config)
+    got: list[int] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[int]) -> None:
+        got.append(msg.data)
+
+    async with mq, anyio.create_task_group() as tg:
+        tg.start_soon(mq.run)
+        await mq.publish("job", 1)
+        await wait_for(lambda: got == [1], what="the first entry handled by the owner")
+        await anyio.sleep(3.5)  # idle: waits of 2 s each, past the 1 s socket timeout
+        await mq.publish("job", 2)
+        await wait_for(lambda: got == [1, 2], what="the entry published while idle")
+        await mq.stop()
+    failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert failures == [], "an idle wait was taken for a failed read"

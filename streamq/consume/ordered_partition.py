@@ -197,9 +197,7 @@ class PartitionWorker:
                         self.holds.flagged.update(text(i) for i in reply[2])
                     self._add(lanes, replies.entries(reply[1]))
                     continue
-                await self._client.xread(
-                    {self.stream: text(reply[1])}, count=1, block=int(config.block * 1000)
-                )
+                await self._wait_for_new(text(reply[1]), config.block)
             except ServerUnavailableError as e:
                 log.warning("partition %s: read failed, retrying: %s", self.stream, e)
                 lost_read = True
@@ -207,6 +205,14 @@ class PartitionWorker:
             except (GroupNotFoundError, StreamNotFoundError) as e:
                 self._shared.on_gone(e)
                 await anyio.sleep_forever()  # the consumer drains this partition
+
+    async def _wait_for_new(self, last_id: str, block: float) -> None:
+        """Wait up to ``block`` seconds for an entry past ``last_id`` (``XREAD BLOCK``: it
+        reads nothing for the group); the server holds this reply ``block`` seconds by
+        design, so the wait may outlast the socket timeout."""
+        command = resp.pack("XREAD", "COUNT", "1", "BLOCK", str(int(block * 1000)),
+                            "STREAMS", self.stream, last_id)  # fmt: skip
+        await self._connection.execute(command, 1, held=block)
 
     def _add(self, lanes: KeyedLanes, entries: list[RawEntry]) -> None:
         self.dispatcher.stats.received += len(entries)

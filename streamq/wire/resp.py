@@ -151,22 +151,25 @@ class OwnConnection(HeldConnection):
         super().__init__(client)
         self._held = held
 
-    async def execute(self, packed: bytes, replies: int, *, raise_errors: bool = True) -> list[Any]:
-        """Like :func:`execute`, on this task's own connection."""
+    async def execute(
+        self, packed: bytes, replies: int, *, raise_errors: bool = True, held: float | None = None
+    ) -> list[Any]:
+        """Like :func:`execute`, on this task's own connection; ``held``: how long the
+        server holds these replies by design, when not the connection's own."""
         try:
-            results = await self._exchange(packed, replies)
+            results = await self._exchange(packed, replies, self._held if held is None else held)
         except (redis.RedisError, OSError) as e:
             raise translate(e, self._stream) from e
         if raise_errors:
             _raise_first_error(results, self._stream)
         return results
 
-    async def _exchange(self, packed: bytes, replies: int) -> list[Any]:
+    async def _exchange(self, packed: bytes, replies: int, held: float) -> list[Any]:
         if self._connection is None:
             self._connection = await self._pool.get_connection()
         try:
             await self._connection.send_packed_command([packed])
-            results = await read_replies(self._connection, replies, self._held)
+            results = await read_replies(self._connection, replies, held)
         except BaseException:
             await self._discard()
             raise
