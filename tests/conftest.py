@@ -119,9 +119,10 @@ def replicated_stream(replicated: EmbeddedCluster) -> Iterator[str]:
         delete_stream_keys(replicated.url, name)
 
 
-@pytest.fixture(params=["node", "cluster"])
+@pytest.fixture(params=["node", pytest.param("cluster", marks=pytest.mark.slow)])
 def where(request: pytest.FixtureRequest) -> str:
-    """The URL of the test server, then of the embedded cluster (a test runs on each)."""
+    """The URL of the test server, then of the embedded cluster (a test runs on each; on the
+    cluster it is ``slow``: the session's cluster is started for it)."""
     if request.param == "node":
         return str(request.getfixturevalue("redis_url"))
     return str(request.getfixturevalue("streamq_cluster_url"))

@@ -221,6 +221,7 @@ async def test_a_typed_publisher_refuses_another_model(
     assert handled == ["ada", "bob", "cy"] and len({first, *ids}) == 3
 
 
+@pytest.mark.slow
 def test_mypy_rejects_publishing_another_model(tmp_path: Path) -> None:
     import subprocess
     import sys

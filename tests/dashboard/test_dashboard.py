@@ -299,6 +299,7 @@ def test_security_headers_and_host_check(web: Web) -> None:
 
 
 # -- the command ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_streamq_dashboard_command_serves_on_loopback(redis_url: str, stream: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "STREAMQ_DASHBOARD_TOKEN"}
     process = subprocess.Popen(
@@ -327,6 +328,7 @@ def test_streamq_dashboard_command_serves_on_loopback(redis_url: str, stream: st
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
 def test_demo_serves_the_dashboard_over_live_traffic(redis_url: str) -> None:
     """`make demo-dashboard`, stopping by itself: its topics are listed while it runs, and
     it terminates them at the end."""

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 DEMOS = {

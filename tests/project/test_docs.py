@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^(<{7} |={7}$|>{7} )", re.MULTILINE)
 TEXT = (".md", ".py", ".toml", ".html", ".js", ".css", ".cfg", ".txt", ".sh", ".yml")
@@ -19,6 +21,7 @@ def tracked_text_files() -> list[Path]:
     return [ROOT / name for name in listed if name.endswith(TEXT) or name == "Makefile"]
 
 
+@pytest.mark.slow
 def test_no_file_holds_a_merge_conflict_marker() -> None:
     files = tracked_text_files()
     assert any(f.name == "README.md" for f in files), "git ls-files listed no README.md"

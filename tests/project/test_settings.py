@@ -67,6 +67,7 @@ def test_policies_refuse_strings_too() -> None:
         BatchConfig(bisect="no")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_typo_fails_type_checking(tmp_path: Path) -> None:
     snippet = tmp_path / "typo.py"
     snippet.write_text(

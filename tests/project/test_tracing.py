@@ -206,6 +206,7 @@ WITHOUT_OTEL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_nothing_is_imported_without_the_extra(redis_url: str, stream: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     result = subprocess.run(

@@ -192,6 +192,7 @@ def test_sync_publisher(redis_url: str, stream: str) -> None:
     assert entries[0][1] == {b"type": b"email", b"data": b'{"to":"a@b.c"}', b"meta": b'{"k":"v"}'}
 
 
+@pytest.mark.slow
 def test_pytest_plugin_for_users(pytester: pytest.Pytester, redis_url: str) -> None:
     pytester.makeconftest("")
     pytester.makepyfile(
@@ -228,6 +229,7 @@ def test_pytest_plugin_for_users(pytester: pytest.Pytester, redis_url: str) -> N
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_pytest_plugin_removes_what_each_test_created(
     pytester: pytest.Pytester, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -284,6 +286,7 @@ async def _noop(msg: Message[int]) -> None:
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_wheel_ships_streamq_only_with_an_spdx_license(tmp_path: Path) -> None:
     """The wheel must not install the demos' top-level ``handlers`` package into users'

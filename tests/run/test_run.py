@@ -234,6 +234,7 @@ def test_workers_stop_when_the_supervisor_is_killed(
     assert "the supervisor (pid" in service.logs() and "is gone: stopping" in service.logs()
 
 
+@pytest.mark.slow
 def test_a_target_that_cannot_run_fails_before_starting_workers(tmp_path: Path) -> None:
     (tmp_path / "idle.py").write_text(
         'from streamq import MessageQueue\nmq = MessageQueue(stream="idle")\n'

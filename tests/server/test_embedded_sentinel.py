@@ -22,6 +22,8 @@ from tests.helpers.embedded import (
     server_pids,
 )
 
+pytestmark = pytest.mark.slow
+
 
 def sentinel_clients(url: str) -> list[redis.Redis]:
     return [

@@ -22,6 +22,8 @@ from streamq.server.keeper import Paths, pid_alive, server_pid
 from tests.helpers.processes import processes_of
 from tests.helpers.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 ATTACH_AND_WAIT = textwrap.dedent(
     """
     import os, sys

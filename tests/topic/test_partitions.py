@@ -160,6 +160,7 @@ def test_partition_names_are_balanced_over_slots_and_stable() -> None:
         assert name.startswith(f"orders:p{i}.") and "{" not in name
 
 
+@pytest.mark.slow
 async def test_partitions_spread_over_the_cluster_masters(streamq_cluster_url: str) -> None:
     name = f"test-{os.urandom(5).hex()}"
     try:
@@ -172,6 +173,7 @@ async def test_partitions_spread_over_the_cluster_masters(streamq_cluster_url: s
             delete_stream_keys(streamq_cluster_url, stream)
 
 
+@pytest.mark.slow
 async def test_the_cli_operates_a_partitioned_topic(where: str, topic: str) -> None:
     from tests.helpers.cli import streamq
 

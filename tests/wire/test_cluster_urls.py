@@ -58,6 +58,7 @@ def seeded(streamq_cluster_url: str) -> Iterator[str]:
     yield f"redis://127.0.0.1:{dead_port()},{live}/0"
 
 
+@pytest.mark.slow
 async def test_a_dead_first_node_is_passed_over_for_the_next(
     seeded: str, streamq_cluster_url: str
 ) -> None:
