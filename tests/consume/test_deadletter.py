@@ -176,7 +176,8 @@ async def test_unknown_type_is_taken_by_a_consumer_that_has_the_handler(
         sms_id = await emails_only.publish("sms", {"to": "+100"})
         async with anyio.create_task_group() as tg:
             tg.start_soon(emails_only.run)
-            await anyio.sleep(0.3)  # emails_only reads it first and leaves it pending
+            await wait_for(lambda: emails_only.stats().get("received") == 1,
+                           what="emails_only to read the sms first (it leaves it pending)")  # fmt: skip
             tg.start_soon(both.run)
             await wait_for(lambda: sms_sent == [sms_id], what="the sms to reach 'both'")
             await emails_only.stop()

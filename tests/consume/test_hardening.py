@@ -372,7 +372,7 @@ async def test_a_real_terminate_still_stops_consumers(make_queue: QueueFactory) 
     async with mq, anyio.create_task_group() as tg:
         tg.start_soon(mq.run)
         await mq.publish("item", Item(n=0))
-        await anyio.sleep(0.3)
+        await wait_for(lambda: mq.stats().get("handled") == 1, what="the entry handled")
         other = make_queue()
         async with other:
             await other.terminate_topic()

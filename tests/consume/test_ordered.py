@@ -111,7 +111,8 @@ async def test_consumers_joining_and_leaving_keep_every_key_in_order(
                            what="the second consumer owning 2 partitions")  # fmt: skip
             async with queues[2].running():
                 await publish_some(10)
-                await anyio.sleep(0.5)  # let it take its share and work a little
+                await wait_for(lambda: bool(queues[2].stats()["owned_partitions"]),
+                               what="the third consumer owning a partition")  # fmt: skip
             await publish_some(10)  # the third left gracefully
         await publish_some(10)  # the second left too
         await wait_for(lambda: journal.handled == 600, timeout=30, what="600 handled")
@@ -251,7 +252,7 @@ async def test_opening_ordered_beside_unordered_consumers_is_refused_naming_them
     Journal().register(shared)
     async with shared.running():
         await shared.publish("job", {})
-        await anyio.sleep(0.3)  # it reads
+        await wait_for(lambda: shared.stats().get("handled") == 1, what="the unordered read")
         ordered = make_queue(ordered=True, ownership_lease=LEASE)
         with pytest.raises(ConfigError, match=f"unordered by '{shared.consumer}'"):
             await ordered.open()

@@ -60,10 +60,12 @@ async def test_slow_handler_keeps_its_lease_and_runs_once(make_queue: QueueFacto
     a = make_queue(consumer="a", claim_idle=0.6, claim_interval=0.1)
     b = make_queue(consumer="b", claim_idle=0.6, claim_interval=0.1)
     runs: list[str] = []
+    finished: list[str] = []
 
     async def slow(msg: Message[int]) -> None:
         runs.append(msg.id)
         await anyio.sleep(2.0)
+        finished.append(msg.id)
 
     a.handler("job")(slow)
     b.handler("job")(slow)
@@ -71,8 +73,8 @@ async def test_slow_handler_keeps_its_lease_and_runs_once(make_queue: QueueFacto
         tg.start_soon(a.run)
         await a.publish("job", 1)
         await wait_for(lambda: len(runs) == 1, what="first run")
-        tg.start_soon(b.run)
-        await anyio.sleep(2.5)
+        tg.start_soon(b.run)  # claims every 0.1 s what is idle 0.6 s while the handler runs
+        await wait_for(lambda: bool(finished), what="the slow handler to finish")
         await a.stop()
         await b.stop()
     assert len(runs) == 1, f"the slow entry ran {len(runs)} times"
@@ -190,7 +192,12 @@ async def test_ghost_consumers_are_removed(
 
     async with mq:
         await client.xgroup_createconsumer(mq.stream, "g", "ghost")
-        await anyio.sleep(0.3)
+
+        async def ghost_idle() -> bool:
+            found = await client.xinfo_consumers(mq.stream, "g")
+            return any(c["name"] == b"ghost" and c["idle"] > 250 for c in found)
+
+        await wait_for(ghost_idle, what="the ghost idle past dead_consumer_idle")
         async with anyio.create_task_group() as tg:
             tg.start_soon(mq.run)
 

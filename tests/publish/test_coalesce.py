@@ -135,7 +135,8 @@ async def test_each_caller_gets_its_own_error_in_a_shared_write(
     async with anyio.create_task_group() as tg:
         for i in range(20):
             tg.start_soon(add, i)
-        await anyio.sleep(0.1)
+        (lane,) = coalescer._lanes.values()
+        await wait_for(lambda: lane.queued == 19, what="19 adds queued behind the first")
         await paused.execute_command("CLIENT", "UNPAUSE")
     await coalescer.aclose()
     await deployment.aclose()
@@ -269,6 +270,7 @@ def test_threads_get_their_own_errors(redis_url: str, stream: str) -> None:
         assert sorted(int(f[b"i"]) for _, f in client.xrange(stream)) == list(range(0, 200, 2))
 
 
+@pytest.mark.slow
 async def test_a_failed_publish_raises_streamqs_errors(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:

@@ -127,10 +127,17 @@ async def test_missed_ticks_are_made_up_only_with_catch_up(
     eager.periodic("eager", every=1, catch_up=True)(lambda: 1)
     ago = int((time.time() // 1 - 5) * 1000)  # five ticks were missed
     await client.hset(record_key(lazy.stream), mapping={"lazy": ago, "eager": ago})
-    async with lazy.running(), eager.running():
-        await anyio.sleep(0.5)
+
+    async def types_published() -> Counter[str]:
         entries = await client.xrange(lazy.stream)
-    types = Counter(fields[b"type"].decode() for _, fields in entries)
+        return Counter(fields[b"type"].decode() for _, fields in entries)
+
+    async def caught_up() -> bool:
+        return (await types_published())["eager"] >= 5
+
+    async with lazy.running(), eager.running():
+        await wait_for(caught_up, what="the eager publisher making up 5 missed ticks")
+        types = await types_published()
     assert types["eager"] >= 5 and types["lazy"] <= 1, types
 
 

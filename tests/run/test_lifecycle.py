@@ -47,6 +47,7 @@ async def test_leaving_running_always_stops_the_consumer(
     assert mq.done.is_set() and mq.stop_reason == "stopped"
 
 
+@pytest.mark.slow
 async def test_running_waits_for_an_unreachable_server_and_then_consumes() -> None:
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
@@ -117,8 +118,9 @@ async def test_run_restores_the_previous_signal_handlers(make_queue: QueueFactor
         mine = signal.getsignal(signal.SIGTERM)
         async with mq, anyio.create_task_group() as tg:
             tg.start_soon(lambda: mq.run(handle_signals=True))
-            await anyio.sleep(0.3)
-            assert signal.getsignal(signal.SIGTERM) is not mine  # run() owns it now
+            await wait_for(
+                lambda: signal.getsignal(signal.SIGTERM) is not mine, what="run() owning SIGTERM"
+            )
             await mq.stop()
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
@@ -169,6 +171,7 @@ def service(
         proc.stdout.close()
 
 
+@pytest.mark.slow
 def test_sigterm_stops_gracefully_and_a_second_one_exits_at_once(
     redis_url: str, stream: str
 ) -> None:
@@ -203,6 +206,7 @@ READY_SERVICE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(3))
 def test_a_signal_right_after_ready_is_a_graceful_stop(
     redis_url: str, stream: str, attempt: int
@@ -217,6 +221,7 @@ def test_a_signal_right_after_ready_is_a_graceful_stop(
         assert stdout.read().strip() == "stopped: signal"
 
 
+@pytest.mark.slow
 async def test_control_channel_outage_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="streamq")
     with EmbeddedServer() as server:
@@ -224,7 +229,7 @@ async def test_control_channel_outage_is_logged_once(caplog: pytest.LogCaptureFi
             MessageQueue(server.url, stream="out", group="g", consumer="c", block=0.2)
         )
         async with mq.running():
-            await anyio.sleep(0.3)
+            await wait_for(lambda: _ready(mq), what="ready before the outage")
             server.kill()
             await anyio.sleep(3.0)
             server.restart()

@@ -148,10 +148,12 @@ async def test_stream_without_groups_is_never_cleaned(redis_url: str, stream: st
 async def test_one_cleaner_at_a_time(make_queue: QueueFactory, client: aioredis.Redis) -> None:
     mq, _ = await setup(make_queue, client)
     cleaners = [Cleaner(mq.client, mq.stream, EAGER) for _ in range(4)]
-    await client.set(f"streamq:{{{mq.stream}}}:cleanup-lock", "someone-else", px=500)
+    lock = f"streamq:{{{mq.stream}}}:cleanup-lock"
+    await client.set(lock, "someone-else", px=500)
     report = await cleaners[0].run_once()
     assert report.skipped == "another cleaner holds the lock" and report.removed == 0
-    await anyio.sleep(0.6)  # the lock expires: a crashed cleaner does not block for ever
+    # the lock expires: a crashed cleaner does not block for ever
+    await wait_for(lambda: _gone(client, lock), what="the lock to expire")
     removed = 0
     async with anyio.create_task_group() as tg:
 
@@ -162,6 +164,10 @@ async def test_one_cleaner_at_a_time(make_queue: QueueFactory, client: aioredis.
         for cleaner in cleaners:
             tg.start_soon(run, cleaner)
     assert removed == 10 and await client.xlen(mq.stream) == 0
+
+
+async def _gone(client: aioredis.Redis, key: str) -> bool:
+    return not await client.exists(key)
 
 
 def consumers(

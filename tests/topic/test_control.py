@@ -177,7 +177,6 @@ async def test_start_positions_and_seek(make_queue: QueueFactory, client: aiored
         recorder(mq, seen)
         async with mq:
             await run_until(mq, lambda: len(seen) == len(expected))  # noqa: B023
-            await anyio.sleep(0.2)
         assert seen == expected
 
     latest: list[str] = []

@@ -151,11 +151,18 @@ def test_the_security_guide_shows_the_acl_lines_the_tests_prove() -> None:
 
 
 async def test_documented_acl_with_the_probe_commands_passes(
-    redis_url: str, stream: str, acl_user: MakeUser, newer: bool
+    redis_url: str, stream: str, acl_user: MakeUser, newer: bool, client: aioredis.Redis
 ) -> None:
     service = await acl_user(acl_rules(stream, password=PASSWORD, newer=newer))
     await check_as(redis_url, service, stream)
     await check_as(redis_url, service, stream, consuming=False)
+    # the probe passed for a user the lines restrict, not for one that may run anything
+    flush = await client.execute_command("ACL", "DRYRUN", service, "FLUSHALL")
+    assert flush != b"OK", "the documented lines let the user run FLUSHALL"
+    other = await client.execute_command(
+        "ACL", "DRYRUN", service, "XADD", f"other-{{{stream}}}", "*", "a", "1"
+    )
+    assert other != b"OK", "the documented lines let the user write another stream"
 
 
 async def test_missing_script_permissions_are_named_with_the_fix(

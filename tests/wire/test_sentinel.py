@@ -22,6 +22,9 @@ from streamq.server import free_port
 from streamq.wire.pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS
 from streamq.wire.sentinel import async_client, sync_client
 from streamq.wire.timeouts import SOCKET_TIMEOUT
+from tests.helpers.waiting import wait_for, wait_until
+
+pytestmark = pytest.mark.slow
 
 T = TypeVar("T")
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError)  # MasterNotFoundError included
@@ -53,21 +56,23 @@ async def test_a_full_pool_waits_for_a_free_connection_then_gives_up(
     key = f"test-{uuid.uuid4().hex[:12]}"
     client = async_client(streamq_sentinel_url, max_connections=1, pool_timeout=10)
     impatient = async_client(streamq_sentinel_url, max_connections=1, pool_timeout=0.05)
+    observer = async_client(streamq_sentinel_url)
     try:
         results: list[Any] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(_append, results, client.blpop([key], 0.5))
-            await anyio.sleep(0.1)  # the only connection is now blocked in BLPOP
+            await wait_for(lambda: _blocked(observer), what="the only connection in BLPOP")
             assert await client.ping() is True  # waited for it instead of failing
         assert results == [None]
         async with anyio.create_task_group() as tg:
             tg.start_soon(impatient.blpop, [key], 0.5)
-            await anyio.sleep(0.1)
+            await wait_for(lambda: _blocked(observer), what="the only connection in BLPOP")
             with pytest.raises(redis.ConnectionError, match="No connection available"):
                 await impatient.ping()
     finally:
         await client.aclose()
         await impatient.aclose()
+        await observer.aclose()
 
 
 @pytest.mark.anyio
@@ -107,13 +112,16 @@ def test_a_full_sync_pool_waits_for_a_free_connection_then_gives_up(
     key = f"test-{uuid.uuid4().hex[:12]}"
     client = sync_client(streamq_sentinel_url, max_connections=1, pool_timeout=10)
     impatient = sync_client(streamq_sentinel_url, max_connections=1, pool_timeout=0.05)
+    observer = sync_client(streamq_sentinel_url)
     try:
-        with sync_client(streamq_sentinel_url) as default:
-            assert default.connection_pool.max_connections == MAX_CONNECTIONS
+        assert observer.connection_pool.max_connections == MAX_CONNECTIONS
         for blocked, wait in ((client, True), (impatient, False)):
             holder = threading.Thread(target=blocked.blpop, args=([key], 0.5))
             holder.start()
-            time.sleep(0.1)  # the only connection is now blocked in BLPOP
+            wait_until(
+                lambda: observer.info("clients")["blocked_clients"] >= 1,
+                what="the only connection blocked in BLPOP",
+            )
             if wait:
                 assert blocked.ping() is True  # waited for it instead of failing
             else:
@@ -123,6 +131,12 @@ def test_a_full_sync_pool_waits_for_a_free_connection_then_gives_up(
     finally:
         client.close()
         impatient.close()
+        observer.close()
+
+
+async def _blocked(observer: aioredis.Redis) -> bool:
+    """Whether a client of the master waits in a blocking command."""
+    return int((await observer.info("clients"))["blocked_clients"]) >= 1
 
 
 # -- failover ------------------------------------------------------------------------------

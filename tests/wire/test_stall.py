@@ -45,6 +45,10 @@ def stall_url(server: EmbeddedServer) -> str:
     return f"{server.url}?socket_timeout={SOCKET_TIMEOUT:g}"
 
 
+def _stopped(pid: int) -> bool:
+    return bool(psutil.Process(pid).status() == psutil.STATUS_STOPPED)
+
+
 def pid_of(server: EmbeddedServer) -> int:
     """The pid of ``server``'s valkey-server (a child of this process; its title names
     its address, ``valkey-server 127.0.0.1:PORT``)."""
@@ -104,7 +108,7 @@ async def test_a_reply_read_too_late_closes_its_connection(stream: str) -> None:
             assert resp.execute_sync(sync_client, mine, 1) == [b"mine"]
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stall, pid_of(server), 1.0)
-                await anyio.sleep(0.1)
+                await wait_for(lambda: _stopped(pid_of(server)), what="the server stopped")
                 with pytest.raises(ServerUnavailableError, match="Timeout reading"):
                     await own.execute(late, 1)
                 with pytest.raises(ServerUnavailableError, match="Timeout reading"):
