@@ -82,16 +82,16 @@ test-fast: setup
 	$(PYTEST) -q -m "not slow and not spark"
 
 test-batch: setup
-	$(PYTEST) -q tests/test_batching.py
+	$(PYTEST) -q tests/consume/test_batching.py
 
 test-pending: setup
-	$(PYTEST) -q tests/test_recovery.py
+	$(PYTEST) -q tests/consume/test_recovery.py
 
 test-terminate: setup
-	$(PYTEST) -q tests/test_control.py -k terminate
+	$(PYTEST) -q tests/topic/test_control.py -k terminate
 
 test-cleanup: setup
-	$(PYTEST) -q tests/test_cleanup.py
+	$(PYTEST) -q tests/topic/test_cleanup.py
 
 test-spark: setup
 	$(PYTEST) -q -m spark

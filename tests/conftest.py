@@ -1,29 +1,36 @@
 """Real-server fixtures: one embedded Valkey per session (or $STREAMQ_REDIS_URL), a fresh
-stream per test, and a factory for queues with fast timings."""
+stream per test, and a factory for queues with fast timings. What tests import (waiting,
+raw clients, queue helpers) lives in tests/helpers/."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-from streamq import EmbeddedCluster, Message, MessageQueue
-from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq import EmbeddedCluster, MessageQueue
+from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import partition_streams
-from streamq.wire.client import connect, connect_sync
+from streamq.wire.client import connect
+
+# Imported here for the fixtures, and named again for test modules that still import them
+# from tests.conftest (tests/helpers/ is where they live).
+from tests.helpers.clients import each_master as each_master
+from tests.helpers.clients import pending_count as pending_count
+from tests.helpers.clients import sync_client as sync_client
+from tests.helpers.queues import FAST as FAST
+from tests.helpers.queues import QueueFactory as QueueFactory
+from tests.helpers.queues import handled_messages as handled_messages
+from tests.helpers.waiting import wait_for as wait_for
 
 if TYPE_CHECKING:
     import httpx
 
 pytest_plugins = ["pytester"]
-
-# Timings small enough for tests, large enough for a loaded 2-core CI machine.
-FAST = TEST_TIMINGS
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +68,7 @@ def r(redis_url: str, stream: str) -> Iterator[redis.Redis]:
 def web(redis_url: str) -> Iterator[httpx.Client]:
     """The dashboard over the session's server (write token set), not logged in: for the
     dashboard's tests, which skip without the [dashboard] extra this needs."""
-    from tests.dashboard_helpers import dashboard_client
+    from tests.helpers.dashboard import dashboard_client
 
     with dashboard_client(redis_url) as client:
         yield client
@@ -73,30 +80,6 @@ def on_cluster(redis_url: str) -> bool:
     with sync_client(redis_url, "probe") as probe:
         probe.ping()
         return bool(probe.connection_pool.router.cluster)
-
-
-def sync_client(url: str, stream: str) -> redis.Redis:
-    """A blocking raw client for ``stream``'s keys (on a cluster: its slot's master)."""
-    return connect_sync(url).client_for(stream, owner=True)
-
-
-def each_master(url: str) -> list[redis.Redis]:
-    """Blocking clients of every master (the URL's node alone when not a cluster): for
-    what a server keeps per node, such as ACL users, which a test must set on each."""
-    deployment = connect_sync(url)
-    with deployment.client_for("probe") as probe:
-        probe.ping()  # learns whether this is a cluster, and its slot table
-    state = deployment.state
-    addresses = state.table.masters() if state.cluster else [state.address]
-    options = deployment.seed.connection_kwargs
-    deployment.close()
-    clients = []
-    for host, port in addresses:
-        pool = redis.ConnectionPool(**{**options, "host": host, "port": port})
-        client = redis.Redis(connection_pool=pool)
-        client.auto_close_connection_pool = True  # closing the client closes its pool
-        clients.append(client)
-    return clients
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +119,10 @@ def replicated_stream(replicated: EmbeddedCluster) -> Iterator[str]:
         delete_stream_keys(replicated.url, name)
 
 
-@pytest.fixture(params=["node", "cluster"])
+@pytest.fixture(params=["node", pytest.param("cluster", marks=pytest.mark.slow)])
 def where(request: pytest.FixtureRequest) -> str:
-    """The URL of the test server, then of the embedded cluster (a test runs on each)."""
+    """The URL of the test server, then of the embedded cluster (a test runs on each; on the
+    cluster it is ``slow``: the session's cluster is started for it)."""
     if request.param == "node":
         return str(request.getfixturevalue("redis_url"))
     return str(request.getfixturevalue("streamq_cluster_url"))
@@ -155,9 +139,6 @@ def topic(where: str) -> Iterator[str]:
             delete_stream_keys(where, stream)
 
 
-QueueFactory = Callable[..., MessageQueue]
-
-
 @pytest.fixture
 def make_queue(streamq_queue: QueueFactory) -> QueueFactory:
     """The shipped ``streamq_queue`` factory, with this suite's short names: group ``g``,
@@ -170,34 +151,3 @@ def make_queue(streamq_queue: QueueFactory) -> QueueFactory:
         return streamq_queue(**{"group": "g", "consumer": f"c{count}", **kwargs})
 
     return factory
-
-
-async def wait_for(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = ""
-) -> None:
-    """Poll ``predicate`` until true; fail the test with ``what`` after ``timeout``."""
-    with anyio.move_on_after(timeout):
-        while True:
-            result = predicate()
-            if not isinstance(result, bool):
-                result = await result
-            if result:
-                return
-            await anyio.sleep(0.02)
-    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
-
-
-def handled_messages(mq: MessageQueue, message_type: str = "job") -> list[Message[Any]]:
-    """Registers a ``message_type`` handler on ``mq`` that keeps every message it is given,
-    in the list returned, in the order handled."""
-    handled: list[Message[Any]] = []
-
-    @mq.handler(message_type)
-    async def keep(msg: Message[Any]) -> None:
-        handled.append(msg)
-
-    return handled
-
-
-async def pending_count(client: aioredis.Redis, stream: str, group: str) -> int:
-    return int((await client.xpending(stream, group))["pending"])

@@ -14,8 +14,12 @@ from streamq.errors import ConfigError
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 
 
-def test_an_importable_model_registers(spark: Any) -> None:
+def test_an_importable_model_registers(spark: Any, redis_url: str, stream: str) -> None:
+    """Registered, the model types the columns of a read of its type, not naming it."""
     streamq.spark.register(spark, models={"order": Order})
+    reader = spark.read.format("streamq").option("url", redis_url).option("stream", stream)
+    columns = reader.option("type", "order").load().schema.fieldNames()
+    assert set(Order.model_fields) <= set(columns), f"no typed columns of Order: {columns}"
 
 
 def test_a_model_of_the_main_script_is_refused(spark: Any) -> None:

@@ -14,7 +14,7 @@ import pytest
 import streamq.spark
 from streamq.wire.client import connect_sync
 from streamq.wire.features import probe_sync
-from tests.conftest import sync_client
+from tests.helpers.clients import sync_client
 
 pytestmark = [
     pytest.mark.spark,

@@ -11,7 +11,7 @@ import pytest
 import streamq.spark
 from streamq.errors import ConfigError
 from streamq.spark.options import ReadOptions, WriteOptions
-from tests.conftest import sync_client
+from tests.helpers.clients import sync_client
 
 pytestmark = [
     pytest.mark.spark,

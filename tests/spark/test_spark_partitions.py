@@ -307,6 +307,7 @@ def test_a_checkpoint_of_the_other_kind_is_refused() -> None:
         parted.decode(SparkTopic("t", 3).encode(ends[:3]))
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_partitioned_read_and_keyed_write_on_the_cluster(
     spark: Any, streamq_cluster_url: str, tmp_path: Path

@@ -29,7 +29,7 @@ from streamq.spark.writing import WrittenCount, write_arrow, write_rows
 from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import partition_streams, recorded_partitions_sync
 from streamq.wire.client import connect_sync
-from tests.test_publish_recreated import lengths, recreate, unread
+from tests.helpers.recreated import lengths, recreate, unread
 
 pytestmark = [
     pytest.mark.spark,

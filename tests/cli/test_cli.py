@@ -1,0 +1,233 @@
+"""The `streamq` command as a shell user runs it: output and exit codes, errors included."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+
+from tests.helpers.cli import HOME_ENV, streamq, terminal_unsafe
+from tests.helpers.clients import sync_client
+
+pytestmark = pytest.mark.slow
+
+
+def test_help_lists_every_command() -> None:
+    out = streamq("--help", url=None).stdout
+    for command in ("server", "publish", "info", "pending", "tail", "dlq", "stop-message",
+                    "resume-message", "terminate", "cleanup"):  # fmt: skip
+        assert command in out, f"--help does not list {command}"
+
+
+def test_bench_is_not_a_command_of_the_installed_tool() -> None:
+    """bench/ is not in the wheel: the command would only work from the source tree."""
+    assert "bench" not in streamq("--help", url=None).stdout
+    result = streamq("bench", url=None)
+    assert result.returncode == 2 and "invalid choice: 'bench'" in result.stderr
+
+
+def test_publish_info_pending_tail(redis_url: str, stream: str) -> None:
+    r = sync_client(redis_url, stream)
+    published = streamq(
+        "publish", stream, "email", '{"to":"a@b.c"}', "--meta", "k=v", url=redis_url
+    )
+    assert published.returncode == 0, published.stderr
+    entry_id = published.stdout.strip()
+    assert r.xrange(stream)[0][1] == {
+        b"type": b"email",
+        b"data": b'{"to":"a@b.c"}',
+        b"meta": b'{"k":"v"}',
+    }
+    r.xgroup_create(stream, "workers", id="0")
+    r.xreadgroup("workers", "w1", {stream: ">"})
+    info = streamq("info", stream, url=redis_url)
+    assert info.returncode == 0
+    assert "length        1" in info.stdout
+    assert "workers" in info.stdout and "w1(1)" in info.stdout
+    pending = streamq("pending", stream, "workers", url=redis_url)
+    assert entry_id in pending.stdout and "w1" in pending.stdout
+    tail = streamq("tail", stream, "--from", "0", "--count", "1", url=redis_url)
+    assert json.loads(tail.stdout)["id"] == entry_id
+
+
+def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
+    r = sync_client(redis_url, stream)
+    entry_id = r.xadd(stream, {"type": "job", "data": "1"}).decode()
+    r.xgroup_create(stream, "g", id="$")
+    assert (
+        streamq("stop-message", stream, entry_id, url=redis_url).stdout.strip()
+        == f"stopped {entry_id}"
+    )
+    assert entry_id in streamq("info", stream, url=redis_url).stdout
+    assert streamq("resume-message", stream, entry_id, url=redis_url).returncode == 0
+    assert streamq("dlq", "list", stream, url=redis_url).stdout.strip() == "no dead letters"
+    r.xadd(
+        f"streamq:{{{stream}}}:dlq",
+        {"original_id": "1-0", "type": "job", "data": "2", "error": "boom"},
+    )
+    assert "boom" in streamq("dlq", "list", stream, url=redis_url).stdout
+    assert "replayed 1" in streamq("dlq", "replay", stream, url=redis_url).stdout
+    dry = streamq("cleanup", stream, "--dry-run", url=redis_url)
+    # the replayed entry came after group g's position: g has not read it, so it stays
+    assert dry.returncode == 0 and "would remove 1 " in dry.stdout, dry.stdout
+    assert r.xlen(stream) == 2, "--dry-run removed entries"
+    beyond = streamq("cleanup", stream, "--dry-run", "--beyond-pending", url=redis_url)
+    assert "would remove 1 " in beyond.stdout, beyond.stdout + beyond.stderr
+    refused = streamq("terminate", stream, url=redis_url, stdin="")
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert streamq("terminate", stream, "--yes", url=redis_url).returncode == 0
+    assert not r.exists(stream)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("info", "no-such-stream"), 1, "stream 'no-such-stream' does not exist"),
+        (("stop-message", "{stream}", "not-an-id"), 2, "invalid stream entry ID"),
+        (("stop-message", "{stream}", "1-1"), 1, "does not exist in stream"),
+        (("publish", "{stream}", "bad type", "{}"), 2, "invalid message type"),
+        (("publish", "{stream}", "t", "{nope"), 2, "not valid JSON"),
+        (("publish", "{stream}", "t", "{}", "--meta", "novalue"), 2, "--meta takes KEY=VALUE"),
+        (("pending", "{stream}", "nogroup"), 1, "consumer group 'nogroup' does not exist"),
+        (("dlq", "list", "no-such-stream"), 1, "stream 'no-such-stream' does not exist"),
+        (("dlq", "replay", "no-such-stream"), 1, "stream 'no-such-stream' does not exist"),
+        (("tail", "no-such-stream", "--seconds", "2"), 1, "stream 'no-such-stream' does not"),
+        (("tail", "{stream}", "--from", "x"), 2, "invalid stream entry ID"),
+        (("--url", "notaurl", "info", "{stream}"), 2, "invalid server URL"),
+        (("info", "{stream}", "--url", "redis://h:port/0"), 2, "invalid server URL"),
+    ],
+)
+def test_errors_are_one_line_and_exit_non_zero(
+    redis_url: str, stream: str, args: tuple[str, ...], code: int, message: str
+) -> None:
+    sync_client(redis_url, stream).xadd(stream, {"type": "x", "data": "1"})
+    result = streamq(*(a.replace("{stream}", stream) for a in args), url=redis_url)
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_server_and_missing_url() -> None:
+    down = streamq("info", "s", url="redis://127.0.0.1:1/0")
+    assert down.returncode == 3 and "cannot reach the server" in down.stderr
+    assert "Traceback" not in down.stderr
+    missing = streamq("info", "s", url=None)
+    assert missing.returncode == 2 and "STREAMQ_REDIS_URL" in missing.stderr
+
+
+def test_server_command_prints_a_working_url() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamq.cli", "server"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, env=os.environ | HOME_ENV,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert url.startswith("redis://127.0.0.1:")
+        assert redis.Redis.from_url(url).ping()
+    finally:
+        process.terminate()  # SIGTERM, as a service manager stops it
+        process.wait(timeout=10)
+        process.stdout.close()  # type: ignore[union-attr]
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(url).ping()  # the server went with the command, not orphaned
+
+
+def test_global_options_after_the_command(redis_url: str, stream: str) -> None:
+    sync_client(redis_url, stream).xadd(stream, {"type": "x", "data": "1"})
+    for args in (
+        ("info", stream, "--url", redis_url),
+        ("--url", redis_url, "info", stream),
+        ("dlq", "list", stream, "--url", redis_url),
+    ):
+        result = streamq(*args, url=None)
+        assert result.returncode == 0, (args, result.stderr)
+
+
+def test_refused_credentials_are_not_an_unreachable_server(redis_url: str) -> None:
+    parts = urlsplit(redis_url)
+    netloc = f"nobody:wrong@{parts.hostname}:{parts.port}"
+    result = streamq("info", "s", url=urlunsplit(parts._replace(netloc=netloc)))
+    assert result.returncode == 2, result.stderr
+    assert "failed to authenticate" in result.stderr and "cannot reach" not in result.stderr
+    assert "wrong" not in result.stderr, "the password must not be echoed"
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_tail_prints_one_json_object_per_line(redis_url: str, stream: str) -> None:
+    r = sync_client(redis_url, stream)
+    ids = [
+        r.xadd(stream, {"type": "email", "data": '{"to":"a@b.c","n":[1,2]}', "meta": '{"k":"v"}'}),
+        r.xadd(stream, {"type": "email", "data": "{nope"}),
+        r.xadd(stream, {"data": "NaN", "meta": "[1]", "extra": "x"}),
+    ]
+    result = streamq("tail", stream, "--from", "0", "--count", "3", url=redis_url)
+    assert result.returncode == 0, result.stderr
+    first, second, third = (json.loads(line) for line in result.stdout.splitlines())
+    assert first == {
+        "id": ids[0].decode(),
+        "type": "email",
+        "data": {"to": "a@b.c", "n": [1, 2]},
+        "meta": {"k": "v"},
+    }
+    assert (second["data"], second["meta"]) == ("{nope", {})
+    assert "not valid JSON" in second["data_error"]
+    assert (third["type"], third["data"], third["meta"]) == (None, "NaN", "[1]")
+    assert "data_error" in third and "meta_error" in third
+    assert third["other_fields"] == {"extra": "x"}
+
+
+def test_text_from_redis_is_escaped_before_the_terminal(redis_url: str, stream: str) -> None:
+    r = sync_client(redis_url, stream)
+    r.xadd(stream, {"type": "x", "data": "1"})
+    group = "g\x1b[31m"
+    r.xgroup_create(stream, group, id="0")
+    r.xreadgroup(group, "c\x1b]0;pwned\x07\r\x9b\u202e", {stream: ">"})
+    r.xadd(
+        f"streamq:{{{stream}}}:dlq",
+        {
+            "original_id": "1-0", "type": "t\x1b[2J", "data": "1", "error": "boom\r\x1b[2K\x85",
+            "error_type": "x.Y\x1b[0m", "traceback": "Traceback\n  File \"a\x1b[1m\"\nY: z\x07",
+        },
+    )  # fmt: skip
+    for args in (("info", stream), ("pending", stream, group), ("dlq", "list", stream),
+                 ("info", "no\x1b[2Jstream")):  # fmt: skip
+        result = streamq(*args, url=redis_url)
+        out = result.stdout + result.stderr
+        assert not terminal_unsafe(out), (args, out)
+        assert "\\x1b" in out, (args, out)
+
+
+def test_dlq_list_over_malformed_letters_shows_type_traceback_and_whole_reasons(
+    redis_url: str, stream: str
+) -> None:
+    r = sync_client(redis_url, stream)
+    reason = "invalid payload: " + "code must match ^[A-Z]{3}-\\d{4}(-[a-z]+)?$; " * 6
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 12, in handle\n    charge(card)\n'
+        '  File "pay.py", line 40, in charge\n    raise PaymentError("declined")\n'
+        "myapp.PaymentError: declined\n"
+    )
+    dlq = f"streamq:{{{stream}}}:dlq"
+    r.xadd(dlq, {"attempts": "abc", "type": b"\xffok", "note": "by hand"})
+    r.xadd(
+        dlq,
+        {"original_id": "1-0", "type": "pay", "data": "{}", "group": "g", "consumer": "c1",
+         "error": reason, "attempts": "3", "dead_at_ms": "1700000000000",
+         "error_type": "myapp.PaymentError", "traceback": traceback},
+    )  # fmt: skip
+    result = streamq("dlq", "list", stream, url=redis_url)
+    assert result.returncode == 0, result.stderr
+    assert reason in result.stdout, "the reason must be shown whole"
+    assert "myapp.PaymentError" in result.stdout
+    assert 'File "pay.py", line 40, in charge' in result.stdout
+    assert 'raise PaymentError("declined")' in result.stdout
+    assert "\\xffok" in result.stdout or "\ufffdok" in result.stdout
+    full = streamq("dlq", "list", stream, "--full", url=redis_url).stdout
+    assert 'File "app.py", line 12, in handle' in full

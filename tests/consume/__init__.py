@@ -1,0 +1,1 @@
+"""Tests of streamq/consume: reading, routing, handling, acking, retries, dead letters, ordered and fan-out consumption."""

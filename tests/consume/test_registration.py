@@ -1,0 +1,218 @@
+"""Handler registration: models from annotations that name local classes (this module uses
+``from __future__ import annotations``, so every annotation is a string), explicit models,
+and wrong models refused with the handler's name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from streamq import HandlerError, Message
+from streamq.consume.router import BatchSettings, Router
+from tests.helpers.queues import QueueFactory
+from tests.helpers.waiting import wait_for
+
+SETTINGS = BatchSettings(size=10, timeout=0.1, max_wait=None)
+
+
+class Global(BaseModel):
+    n: int
+
+
+def local_model() -> type[BaseModel]:
+    class Ping(BaseModel):
+        n: int
+
+    return Ping
+
+
+# -- annotations resolved with the registering frame's names -------------------------
+
+
+def test_single_handler_with_a_local_model_resolves_with_the_namespace() -> None:
+    class Ping(BaseModel):
+        n: int
+
+    async def handle(msg: Message[Ping]) -> None: ...
+
+    router = Router()
+    router.add_single("ping", handle, namespace=locals())
+    route = router.routes["ping"]
+    assert route.model is Ping
+    assert route.parse(b'{"n": 3}') == Ping(n=3)
+
+
+def test_batch_handler_with_a_local_model_resolves_with_the_namespace() -> None:
+    class Ping(BaseModel):
+        n: int
+
+    def handle(msgs: list[Message[Ping]]) -> None: ...
+
+    router = Router()
+    router.add_batch("ping", handle, SETTINGS, namespace=locals())
+    assert router.routes["ping"].model is Ping
+
+
+def test_a_local_alias_of_message_resolves_too() -> None:
+    from streamq import Message as Envelope
+
+    async def handle(msg: Envelope[Global]) -> None: ...
+
+    router = Router()
+    router.add_single("g", handle, namespace=locals())
+    assert router.routes["g"].model is Global
+
+
+def test_handler_object_with_local_model_resolves_with_the_namespace() -> None:
+    class Ping(BaseModel):
+        n: int
+
+    class PingHandler:
+        message_type = "ping"
+
+        async def handle(self, msg: Message[Ping]) -> None: ...
+
+        async def handle_batch(self, msgs: list[Message[Ping]]) -> None: ...
+
+    router = Router()
+    router.add_object(PingHandler(), namespace=locals())
+    route = router.routes["ping"]
+    assert route.model is Ping and route.single is not None and route.batch is not None
+
+
+def test_module_level_names_still_resolve_without_a_namespace() -> None:
+    async def handle(msg: Message[Global]) -> None: ...
+
+    router = Router()
+    router.add_single("g", handle)
+    assert router.routes["g"].model is Global
+
+
+def test_unresolvable_annotation_names_the_handler_and_the_fix() -> None:
+    class Ping(BaseModel):
+        n: int
+
+    async def handle(msg: Message[Ping]) -> None: ...
+
+    with pytest.raises(HandlerError) as caught:
+        Router().add_single("ping", handle)  # no namespace: 'Ping' is nowhere to be found
+    text = str(caught.value)
+    assert "handle" in text and "'Ping' is not defined" in text and "model=" in text
+
+
+# -- explicit models ------------------------------------------------------------------
+
+
+def test_explicit_model_wins_and_annotations_are_not_resolved() -> None:
+    Ping = local_model()
+
+    async def handle(msg: Message[Unknowable]) -> None: ...  # type: ignore[name-defined]  # noqa: F821
+
+    router = Router()
+    router.add_single("ping", handle, model=Ping)
+    assert router.routes["ping"].model is Ping
+
+
+def test_explicit_model_for_a_batch_handler() -> None:
+    Ping = local_model()
+
+    def handle(msgs):  # type: ignore[no-untyped-def]  # unannotated: the model says it all
+        pass
+
+    router = Router()
+    router.add_batch("ping", handle, SETTINGS, model=Ping)
+    assert router.routes["ping"].model is Ping
+
+
+def test_explicit_any_means_raw_json() -> None:
+    async def handle(msg: Message[Global]) -> None: ...
+
+    router = Router()
+    router.add_single("g", handle, model=Any)
+    route = router.routes["g"]
+    assert route.model is Any and route.parse(b'{"n": "not an int"}') == {"n": "not an int"}
+
+
+def test_explicit_model_can_be_any_type_pydantic_validates() -> None:
+    async def handle(msg: Message[Any]) -> None: ...
+
+    router = Router()
+    router.add_single("nums", handle, model=list[int])
+    assert router.routes["nums"].parse(b"[1, 2]") == [1, 2]
+
+
+def test_explicit_none_is_not_untyped() -> None:
+    async def handle(msg: Message[Global]) -> None: ...
+
+    with pytest.raises(HandlerError, match="model=Any"):
+        Router().add_single("g", handle, model=None)
+
+
+@pytest.mark.parametrize("bad", [42, "Global", Global(n=1), object()])
+def test_wrong_model_is_refused_naming_the_handler(bad: Any) -> None:
+    async def handle_global(msg: Message[Any]) -> None: ...
+
+    async def handle_globals(msgs: list[Message[Any]]) -> None: ...
+
+    with pytest.raises(HandlerError, match="handle_global"):
+        Router().add_single("g", handle_global, model=bad)
+    with pytest.raises(HandlerError, match="handle_globals"):
+        Router().add_batch("g", handle_globals, SETTINGS, model=bad)
+
+
+def test_wrong_model_from_an_annotation_is_refused_naming_the_handler() -> None:
+    class NotAModel:
+        pass
+
+    async def handle_odd(msg: Message[NotAModel]) -> None: ...
+
+    with pytest.raises(HandlerError, match="handle_odd"):
+        Router().add_single("odd", handle_odd, namespace=locals())
+
+
+def test_explicit_model_disagreeing_with_the_other_handler_is_refused() -> None:
+    Ping = local_model()
+
+    async def one(msg: Message[Global]) -> None: ...
+
+    def many(msgs: list[Message[Global]]) -> None: ...
+
+    router = Router()
+    router.add_single("g", one)
+    with pytest.raises(HandlerError, match="different models"):
+        router.add_batch("g", many, SETTINGS, model=Ping)
+
+
+# -- through MessageQueue (the queue passes its caller's namespace and model=) ---------
+
+
+@pytest.mark.anyio
+async def test_queue_handlers_with_local_models_end_to_end(make_queue: QueueFactory) -> None:
+    class Ping(BaseModel):
+        n: int
+
+    class Pong(BaseModel):
+        n: int
+
+    mq = make_queue()
+    got: list[Any] = []
+
+    @mq.handler("ping")  # the annotation names a local class
+    async def on_ping(msg: Message[Ping]) -> None:
+        got.append(msg.data)
+
+    @mq.handler("pong", model=Pong)
+    async def on_pong(msg):  # type: ignore[no-untyped-def]
+        got.append(msg.data)
+
+    async with mq:
+        await mq.publish("ping", Ping(n=1))
+        await mq.publish("pong", Pong(n=2))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mq.run)
+            await wait_for(lambda: len(got) == 2, what="both handlers")
+            await mq.stop()
+    assert sorted(got, key=lambda m: m.n) == [Ping(n=1), Pong(n=2)]

@@ -1,0 +1,1 @@
+"""Tests of streamq/dashboard: pages, actions and the browser."""

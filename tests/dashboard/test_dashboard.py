@@ -1,0 +1,356 @@
+"""The dashboard over HTTP (httpx against the app served by uvicorn, the session's real
+server behind it): every page, escaping of what comes from Redis, no password of the Redis
+URL shown, security headers, the ``streamq dashboard`` command and the demo. The actions
+and the write token: test_dashboard_actions.py; in a real browser: test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+import pytest
+import redis
+
+pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
+
+from streamq.dashboard import create_app
+from streamq.dashboard.limits import ReadSlots
+from streamq.wire.keys import Keys
+from streamq.wire.permissions import acl_rules
+from tests.helpers.clients import sync_client
+from tests.helpers.dashboard import (
+    TOKEN,
+    acl_on_every_master,
+    dashboard_client,
+    make_dead_letters,
+    publish,
+    row_starting,
+    serving,
+    table,
+    text_of,
+    topic_with_pending,
+    visible_text,
+)
+
+Web = httpx.Client
+
+
+# -- pages ------------------------------------------------------------------------------
+def test_topics_page_lists_streams_with_groups_and_their_figures(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    make_dead_letters(redis_url, stream, [1], group="workers")  # 1 entry, 1 dead letter
+    topic_with_pending(redis_url, r, stream)  # 5 more; billing and audit from the start
+    r.hset(Keys(stream).stopped, "1-1", "")
+    lonely = f"{stream}-no-group"
+    lonely_client = sync_client(redis_url, lonely)  # another stream: maybe another slot
+    lonely_client.xadd(lonely, {"type": "x", "data": "1"})
+    try:
+        page = web.get("/")
+        assert page.status_code == 200
+        header = table(page.text, "topics")[0]
+        assert header == ["Topic", "Length", "Groups", "Lag", "Pending", "Dead letters",
+                          "Stopped IDs", "Partitions", "Nodes"]  # fmt: skip
+        # lag: workers 5, billing 3, audit 6; pending: billing's 3; one stream, one node
+        row = row_starting(page.text, "topics", stream)
+        assert row[:8] == [stream, "6", "3", "14", "3", "1", "1", "1"]
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", row[8]), f"node: {row[8]!r}"
+        names = [row[0] for row in table(page.text, "topics")[1:]]
+        assert lonely not in names, "a stream without consumer groups is listed"
+        assert not any(n.startswith("streamq:{") for n in names), "streamq's own keys listed"
+    finally:
+        lonely_client.delete(lonely)
+        lonely_client.close()
+
+
+def test_topic_page_shows_groups_consumers_and_oldest_pending_age(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    ids = topic_with_pending(redis_url, r, stream)
+    page = web.get("/topic", params={"stream": stream})
+    assert page.status_code == 200
+    assert text_of(page.text, "length") == "5"
+    assert text_of(page.text, "total-lag") == "7"  # billing 2 + audit 5
+    assert text_of(page.text, "total-pending") == "3"
+    billing = row_starting(page.text, "groups", "billing")
+    assert billing[1:4] == [ids[2], "2", "3"]
+    assert re.fullmatch(r"\d+\.\ds", billing[4]), f"oldest pending age: {billing[4]!r}"
+    assert "c1 (2, idle" in billing[5] and "c2 (1, idle" in billing[5]
+    assert row_starting(page.text, "groups", "audit")[1:6] == ["0-0", "5", "0", "-", "-"]
+    assert 'hx-trigger="every 2s"' in page.text, "the figures are not refreshed by htmx"
+
+
+def test_live_fragment_follows_lag_and_the_chart_gets_samples(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    topic_with_pending(redis_url, r, stream)
+    first = web.get("/topic/live", params={"stream": stream})
+    assert first.status_code == 200 and "<html" not in first.text, "not a fragment"
+    assert text_of(first.text, "total-lag") == "7"
+    publish(redis_url, stream, 4)
+    second = web.get("/topic/live", params={"stream": stream}).text
+    assert text_of(second, "total-lag") == "15"  # both groups are 4 entries further behind
+    series = json.loads(samples_of(second))
+    assert series["lag"][-2:] == [7, 15]
+    assert series["pending"][-2:] == [3, 3]
+    assert series["published"][0] is None and series["published"][-1] > 0
+    assert series["read"][-1] == 0
+    assert series["t"][-1] >= series["t"][-2]
+
+
+def samples_of(html: str) -> str:
+    match = re.search(r"id=\"samples\" hidden data-series='([^']*)'", html)
+    assert match, f"no chart data in the fragment:\n{html}"
+    return match.group(1)
+
+
+def test_pending_entries_are_paged_oldest_first_and_filtered_by_consumer(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    ids = publish(redis_url, stream, 120)
+    r.xgroup_create(stream, "g", id="0")
+    r.xreadgroup("g", "alice", {stream: ">"}, count=70)
+    r.xreadgroup("g", "bob", {stream: ">"}, count=50)
+    r.xclaim(stream, "g", "bob", 0, [ids[0]])  # a second delivery of the first entry
+    seen: list[str] = []
+    params: dict[str, str] = {"stream": stream, "group": "g"}
+    for expected_rows in (50, 50, 20):
+        page = web.get("/topic/pending", params=params).text
+        rows = table(page, "pending")[1:]
+        assert len(rows) == expected_rows
+        seen += [row[0] for row in rows]
+        nxt = re.search(r'href="/topic/pending\?[^"]*after=([0-9-]+)"', page)
+        if expected_rows == 20:
+            assert nxt is None, "the last page links to a next one"
+        else:
+            assert nxt is not None, "no link to the next page"
+            params["after"] = nxt.group(1)
+    assert seen == ids, "pages are not the pending entries in order, each once"
+    first = table(web.get("/topic/pending", params={"stream": stream, "group": "g"}).text,
+                  "pending")[1]  # fmt: skip
+    assert first[:2] == [ids[0], "bob"] and first[3] == "2"
+    only_bob = web.get("/topic/pending", params={"stream": stream, "group": "g", "consumer": "bob"})
+    assert {row[1] for row in table(only_bob.text, "pending")[1:]} == {"bob"}
+
+
+def test_dead_letters_page_shows_payload_error_and_traceback(
+    web: Web, redis_url: str, stream: str
+) -> None:
+    make_dead_letters(redis_url, stream, [{"order": 7}])
+    page = web.get("/topic/dead-letters", params={"stream": stream}).text
+    assert "builtins.ValueError" in page
+    assert "cannot handle {&#39;order&#39;: 7}" in page
+    assert "{&#34;order&#34;:7}" in page, "the payload is not shown"
+    assert "<summary>Traceback</summary>" in page and "raise ValueError" in page
+    assert "1 deliveries" in page and "group workers" in page
+
+
+def test_big_dead_letter_fields_are_cut_and_downloadable_whole(
+    web: Web, r: redis.Redis, stream: str
+) -> None:
+    data = "".join(f"{i:08d}" for i in range(4000)).encode()  # 32,000 bytes
+    r.xadd(stream, {"type": "job", "data": "1"})
+    r.xgroup_create(stream, "g", id="0")
+    letter_id = r.xadd(Keys(stream).dead_letters, {"type": "job", "data": data}).decode()
+    page = web.get("/topic/dead-letters", params={"stream": stream}).text
+    assert "(32000 bytes, cut)" in page and data[:19_990].decode() in page
+    assert data[20_001:20_100].decode() not in page
+    field = {"stream": stream, "id": letter_id, "field": "data"}
+    download = web.get("/topic/dead-letters/field", params=field)
+    assert download.status_code == 200 and download.content == data
+    assert download.headers["content-type"] == "application/octet-stream"
+    missing = web.get("/topic/dead-letters/field", params={**field, "field": "nope"})
+    assert missing.status_code == 404
+    assert "no field 'nope'" in text_of(missing.text, "error-message")
+    bad_id = web.get("/topic/dead-letters/field", params={**field, "id": "x"})
+    assert bad_id.status_code == 400
+
+
+def test_pages_wait_for_a_read_slot_then_answer_busy(redis_url: str, stream: str) -> None:
+    app = create_app(redis_url, token=None)
+    app.state.read_slots = ReadSlots(slots=0, wait=0.2)  # every slot taken
+    with serving(app) as base:
+        busy = httpx.get(f"{base}/topic/dead-letters", params={"stream": stream})
+        login = httpx.get(f"{base}/login")
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "5"
+    assert "busy" in text_of(busy.text, "error-message")
+    assert login.status_code == 200, "a page that reads nothing needs no slot"
+
+
+def test_pages_for_stopped_ids_terminate_and_login_render(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    topic_with_pending(redis_url, r, stream)
+    r.hset(Keys(stream).stopped, "1-2", "")
+    stopped = web.get("/topic/stopped", params={"stream": stream})
+    assert stopped.status_code == 200 and table(stopped.text, "stopped")[1] == ["1-2"]
+    assert web.get("/topic/terminate", params={"stream": stream}).status_code == 200
+    assert 'name="token"' in web.get("/login").text
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "says"),
+    [
+        ("/topic", 400, "no topic given"),
+        ("/topic?stream=no-such-stream-here", 404, "there is no stream"),
+        ("/topic/pending?stream={s}&group=nope", 404, "no consumer group"),
+        ("/topic/pending?stream={s}&after=yesterday", 400, "yesterday"),
+        ("/topic/dead-letters?stream={s}&after=1-x", 400, "1-x"),
+    ],
+)
+def test_bad_requests_get_an_error_page(
+    web: Web, r: redis.Redis, redis_url: str, stream: str, path: str, status: int, says: str
+) -> None:
+    publish(redis_url, stream, 1)
+    r.xgroup_create(stream, "g", id="0")
+    response = web.get(path.format(s=stream))
+    assert response.status_code == status
+    assert says in text_of(response.text, "error-message")
+
+
+# -- escaping, secrets, headers ---------------------------------------------------------
+SCRIPT = '<script>alert("owned")</script>'
+
+
+def test_html_from_redis_is_shown_as_text(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    # streamq refuses such a type name; another client may write it all the same
+    foreign = {"type": SCRIPT, "data": json.dumps(SCRIPT), "meta": "{}"}
+    make_dead_letters(redis_url, stream, [SCRIPT], reject=True, foreign=[foreign])
+    r.xgroup_create(stream, "<img src=x onerror=alert(1)>\u202egnp.exe", id="0")
+    pages = [web.get(path, params={"stream": stream}).text
+             for path in ("/", "/topic", "/topic/dead-letters", "/topic/pending")]  # fmt: skip
+    for page in pages:
+        assert "<script>alert" not in page and "<img src=x" not in page
+        assert "\u202e" not in visible_text(page), "a bidi override is shown raw"
+    letters = pages[2]
+    assert "&lt;script&gt;alert(&#34;owned&#34;)&lt;/script&gt;" in letters
+    assert '<code class="type">&lt;script&gt;' in letters, "the type name is not shown as text"
+    assert "&lt;img src=x onerror=alert(1)&gt;\\u202egnp.exe" in pages[1]
+
+
+def test_no_page_shows_the_password_of_the_redis_url(redis_url: str, stream: str) -> None:
+    user, password = f"dash-{uuid.uuid4().hex[:6]}", f"pw-{uuid.uuid4().hex}"
+    acl_on_every_master(redis_url, "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all")
+    try:
+        make_dead_letters(redis_url, stream, [1])
+        url = redis_url.replace("redis://", f"redis://{user}:{password}@")
+        with serving(create_app(url, token=TOKEN)) as base, httpx.Client(base_url=base) as web:
+            pages = [web.get(path, params={"stream": stream})
+                     for path in ("/", "/topic", "/topic/live", "/topic/pending",
+                                  "/topic/dead-letters", "/topic/stopped", "/login")]  # fmt: skip
+            assert all(p.status_code == 200 for p in pages)
+            assert f"redis://{user}@127.0.0.1" in pages[0].text
+            assert not [p.url for p in pages if password in p.text]
+        down = redis_url.rsplit(":", 1)[0].replace("redis://", f"redis://u:{password}@") + ":1/0"
+        with serving(create_app(down, token=TOKEN)) as base, httpx.Client(base_url=base) as web:
+            unreachable = web.get("/")
+            assert unreachable.status_code == 503 and "cannot reach" in unreachable.text
+            assert password not in unreachable.text
+    finally:
+        acl_on_every_master(redis_url, "DELUSER", user)
+
+
+def test_an_operator_limited_to_one_topic_sees_it_and_not_the_others(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """The README's operator ACL plus +scan: the topic's pages work; the streams it may not
+    read are counted as hidden, not an error."""
+    topic_with_pending(redis_url, r, stream)
+    other = f"{stream}-other"
+    other_client = sync_client(redis_url, other)  # another stream: maybe another slot
+    other_client.xgroup_create(other, "g", id="$", mkstream=True)
+    user, password = f"op-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    rules = acl_rules(stream, operator=True, password=password)
+    acl_on_every_master(redis_url, "SETUSER", user, *rules, "+scan")
+    url = redis_url.replace("redis://", f"redis://{user}:{password}@")
+    try:
+        with dashboard_client(url) as web:
+            listing = web.get("/")
+            assert listing.status_code == 200, listing.text
+            names = [row[0] for row in table(listing.text, "topics")[1:]]
+            assert names == [stream]
+            assert "s user read are not listed" in listing.text
+            for path in ("/topic", "/topic/live", "/topic/pending", "/topic/dead-letters",
+                         "/topic/stopped", "/topic/terminate"):  # fmt: skip
+                assert web.get(path, params={"stream": stream}).status_code == 200, path
+    finally:
+        acl_on_every_master(redis_url, "DELUSER", user)
+        other_client.delete(other)
+        other_client.close()
+
+
+def test_security_headers_and_host_check(web: Web) -> None:
+    page = web.get("/")
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["cache-control"] == "no-store"
+    rebound = web.get("/", headers={"Host": "evil.example"})
+    assert rebound.status_code == 400, "a foreign Host header (DNS rebinding) was served"
+
+
+# -- the command ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_streamq_dashboard_command_serves_on_loopback(redis_url: str, stream: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "STREAMQ_DASHBOARD_TOKEN"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamq.cli", "dashboard", "--url", redis_url, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        address = process.stdout.readline().strip() if process.stdout else ""
+        assert address.startswith("http://127.0.0.1:"), address or process.communicate()[1]
+        assert httpx.get(address).status_code == 200
+        process.terminate()
+        _, err = process.communicate(timeout=20)
+        assert process.returncode == 0, err
+        token = re.search(r"write token \(log in with it to change data\): (\S+)", err)
+        assert token and len(token.group(1)) >= 24, err
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    started = time.monotonic()
+    no_url = subprocess.run(
+        [sys.executable, "-m", "streamq.cli", "dashboard"], capture_output=True, text=True,
+        env={k: v for k, v in env.items() if k != "STREAMQ_REDIS_URL"}, timeout=60,
+    )  # fmt: skip
+    assert no_url.returncode == 2 and "no server" in no_url.stderr
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.slow
+def test_demo_serves_the_dashboard_over_live_traffic(redis_url: str) -> None:
+    """`make demo-dashboard`, stopping by itself: its topics are listed while it runs, and
+    it terminates them at the end."""
+    env = {**os.environ, "STREAMQ_REDIS_URL": redis_url}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "demos.dashboard", "--seconds", "6", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        lines = [process.stdout.readline() for _ in range(3)] if process.stdout else []
+        address = re.search(r"open (http://127\.0\.0\.1:\d+/)", "".join(lines))
+        assert address, f"no address in {lines}"
+        topics = re.findall(r"demo-(?:orders|emails)-[0-9a-f]+", lines[1])
+        listed = [row[0] for row in table(httpx.get(address.group(1)).text, "topics")[1:]]
+        assert set(topics) <= set(listed), f"demo topics {topics} not in {listed}"
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "demo topics terminated" in out
+    for topic in topics:  # one at a time: on a cluster they may be on different slots
+        with sync_client(redis_url, topic) as client:
+            assert not client.exists(topic), f"demo topic {topic} left behind"

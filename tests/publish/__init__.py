@@ -1,0 +1,1 @@
+"""Tests of streamq/publish: publishing with and without asyncio, coalescing, idempotency, durability, scheduled and periodic messages."""

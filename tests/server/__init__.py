@@ -1,0 +1,1 @@
+"""Tests of streamq/server: the embedded servers (private, shared, cluster, Sentinel)."""
