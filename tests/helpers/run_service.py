@@ -33,8 +33,9 @@ SERVICE = textwrap.dedent(
     STREAM = os.environ["TEST_STREAM"]
     # the test's own keys carry the stream's hash tag: one slot, one client on a cluster too
     HOLD, HANDLED, EVENTS = (f"{{{STREAM}}}:{name}" for name in ("hold", "handled", "events"))
+    # at most 2 jobs in hand per worker: held jobs reach both workers, whichever reads first
     jobs = MessageQueue(stream=STREAM, group="workers", consumer="svc", start=StartFrom.EARLIEST,
-                        claim_idle=60, block=0.2, grace=10,
+                        claim_idle=60, block=0.2, grace=10, read_count=2, max_in_flight=2, concurrency=2,
                         retry=RetryPolicy(attempts=1, max_deliveries=2))
     events = MessageQueue(stream=STREAM + "-events", group="audit", consumer="svc",
                           start=StartFrom.EARLIEST, block=0.2)
