@@ -75,11 +75,17 @@ demo-cluster: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
+# Two test processes (pytest-xdist), each with its own embedded server and cluster: most
+# tests wait on servers and subprocesses, not on the CPU. The Spark tests keep to one of
+# them (one SparkSession). The targets with an external server below run in one process:
+# there, tests that look at the whole server would see each other's keys.
+XDIST := -n 2 --dist loadgroup
+
 test: setup browser-deps docs
-	$(PYTEST) -q
+	$(PYTEST) -q $(XDIST)
 
 test-fast: setup
-	$(PYTEST) -q -m "not slow and not spark"
+	$(PYTEST) -q $(XDIST) -m "not slow and not spark"
 
 test-batch: setup
 	$(PYTEST) -q tests/consume/test_batching.py

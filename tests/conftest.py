@@ -151,3 +151,13 @@ def make_queue(streamq_queue: QueueFactory) -> QueueFactory:
         return streamq_queue(**{"group": "g", "consumer": f"c{count}", **kwargs})
 
     return factory
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``), the Spark tests run in one process: one local
+    SparkSession (a JVM) for all of them, not one per process."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
