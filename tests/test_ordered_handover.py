@@ -4,17 +4,24 @@ by a stop keeps its key waiting behind it with the new owner until it is resumed
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from streamq import Message, MessageQueue, RetryPolicy
+from streamq import Message, MessageQueue, RetryPolicy, StartFrom
+from streamq.wire.replies import text
 from tests.conftest import QueueFactory, wait_for
+from tests.poison_consumer import log_key
 
 pytestmark = pytest.mark.anyio
 
+ROOT = Path(__file__).resolve().parent.parent
 LEASE = 2.0
+CRASH_LEASE, MAX_DELIVERIES = 1.0, 2
 
 
 async def _owner(mq: MessageQueue) -> str | None:
@@ -108,3 +115,55 @@ async def test_a_held_entry_resumed_after_its_partition_moved_runs_before_its_ke
                     await anyio.sleep(0.02)
     assert [n for _, n in handled] == [0, 1, 2], f"key a out of order: {handled}"
     assert {who for who, _ in handled} == {second.consumer}
+
+
+async def test_an_entry_that_kills_its_consumers_is_still_counted_and_dead_lettered(
+    redis_url: str, stream: str
+) -> None:
+    """A poison entry kills the consumer process running it (its key's earlier entry was
+    handled just before, its ack not sent yet): its deaths are counted, so the next owner
+    dead-letters it (after ``max_deliveries`` counted deaths) and its key goes on; the entry
+    that waited behind it is not dead-lettered, whatever the number of owners."""
+    publisher = MessageQueue(redis_url, stream=stream, group="g", start=StartFrom.EARLIEST)
+    async with publisher:
+        await publisher.publish("job", {"n": 0}, key="a")
+        poison = await publisher.publish("job", {"n": 1, "poison": True}, key="a")
+        await publisher.publish("job", {"n": 2}, key="a")
+        deaths = 0
+        for attempt in range(MAX_DELIVERIES + 2):
+            process = _spawn(redis_url, stream, f"c{attempt}")
+            try:
+                with anyio.move_on_after(30):
+                    while process.poll() is None and not await _handled(publisher, "2"):
+                        await anyio.sleep(0.05)
+            finally:
+                _end(process)
+            if process.returncode == 9:
+                deaths += 1
+                continue
+            break
+        handled = [text(n) for n in await publisher.client.lrange(log_key(stream), 0, -1)]
+        letters = await publisher.dead_letters()
+    assert [letter.original_id for letter in letters] == [poison], f"not dead-lettered: {handled}"
+    # the first death is not counted: the earlier entry's ack was lost with the consumer, so
+    # the poison was not the first pending entry of its key; every later death is counted
+    assert deaths == MAX_DELIVERIES + 1, f"{deaths} consumers died on it (max {MAX_DELIVERIES})"
+    assert handled[-1] == "2", f"key a did not go on: {handled}"
+
+
+def _spawn(url: str, stream: str, name: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.poison_consumer", url, stream, name, str(CRASH_LEASE),
+         str(MAX_DELIVERIES)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(10)
+
+
+async def _handled(mq: MessageQueue, n: str) -> bool:
+    return n in [text(v) for v in await mq.client.lrange(log_key(mq.stream), 0, -1)]
