@@ -14,12 +14,12 @@ fenced, one call per claimed page) for the later ones, for every entry of a key 
 entry a stop holds (below: its lane stops there), and for all after a read whose reply was
 lost (those entries never reached a lane).
 
-This owner sends the ack of each entry it took over as soon as the entry is settled,
-before its key's next entry starts (:meth:`FencedAcker.ack_now`: after a takeover only,
-never on the hot path). So an entry it took over never sits, settled but pending, before
-the one that is running: a poison entry that kills owners behind earlier entries whose
-acks were lost with the first owner goes one death uncounted (those earlier entries are
-then acked before it runs again), and every death after it is counted.
+This owner sends the ack of an entry it took over as soon as the entry is settled, before
+its key's next entry (waiting in the lane) starts (:meth:`FencedAcker.ack_now`: after a
+takeover only, never on the hot path). So an entry it took over never sits, settled but
+pending, before the one that is running: a poison entry that kills owners behind earlier
+entries whose acks were lost with the first owner goes one death uncounted (those earlier
+entries are then acked before it runs again), and every death after it is counted.
 
 Held entries. An entry the previous owner set aside for a stop is out of the group's
 pending list, recorded in the stopped hash for the group; it goes into its key's lane at

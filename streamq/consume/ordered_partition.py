@@ -1,7 +1,8 @@
 """One partition owned by an ordered consumer, for as long as it holds the lease.
 
 Takeover first: the partition's whole pending list, of every consumer, is claimed to this
-one (fenced ``XAUTOCLAIM ... 0``, page by page in ID order) and fed to the keyed lanes;
+one (fenced ``XAUTOCLAIM ... 0``, page by page in ID order) and fed to the keyed lanes with
+the entries a stop holds for the group (:mod:`.handover`: which claims count a delivery);
 then new entries are read (fenced ``XREADGROUP ... >``; when nothing is new, a side-effect
 free ``XREAD BLOCK`` waits from the stream's last ID). Each entry runs in its key's lane:
 handled, then acked through the fenced acker; a failure is retried in place (only its key
@@ -276,7 +277,9 @@ class PartitionWorker:
             go_on = await self._run_entry(entry)
             if go_on and entry.id in self._taken:  # settled: acked before its key goes on
                 self._taken.discard(entry.id)
-                await self.acker.ack_now(entry.id)
+                lanes = self._lanes
+                if lanes is not None and lanes.behind(entry.fields.get(b"key")):
+                    await self.acker.ack_now(entry.id)
         except Exception as e:
             log.error("partition %s: giving it up after an error at entry %s: %s",
                       self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
