@@ -14,12 +14,13 @@ import pytest
 
 from streamq import Message, MessageQueue, RetryPolicy, StartFrom
 from streamq.wire.replies import text
-from tests.conftest import QueueFactory, wait_for
-from tests.poison_consumer import log_key
+from tests.helpers.poison_consumer import log_key
+from tests.helpers.queues import QueueFactory
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LEASE = 2.0
 CRASH_LEASE, MAX_DELIVERIES = 1.0, 2
 
@@ -117,6 +118,7 @@ async def test_a_held_entry_resumed_after_its_partition_moved_runs_before_its_ke
     assert {who for who, _ in handled} == {second.consumer}
 
 
+@pytest.mark.slow  # starts consumer processes
 async def test_an_entry_that_kills_its_consumers_is_still_counted_and_dead_lettered(
     redis_url: str, stream: str
 ) -> None:
@@ -153,7 +155,7 @@ async def test_an_entry_that_kills_its_consumers_is_still_counted_and_dead_lette
 
 def _spawn(url: str, stream: str, name: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.poison_consumer", url, stream, name, str(CRASH_LEASE),
+        [sys.executable, "-m", "tests.helpers.poison_consumer", url, stream, name, str(CRASH_LEASE),
          str(MAX_DELIVERIES)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

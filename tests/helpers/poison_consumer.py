@@ -2,7 +2,7 @@
 crash in native code would): each handled entry is logged in a Redis list as ``n``; the
 process exits at once, acks unsent, when it meets ``{"poison": true}``.
 
-Usage: python -m tests.poison_consumer URL STREAM CONSUMER LEASE MAX_DELIVERIES
+Usage: python -m tests.helpers.poison_consumer URL STREAM CONSUMER LEASE MAX_DELIVERIES
 """
 
 from __future__ import annotations
