@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,12 @@ LEASE = 2.0
 CRASH_LEASE, MAX_DELIVERIES = 1.0, 2
 
 
-async def _owner(mq: MessageQueue) -> str | None:
-    (owner,) = await mq.partition_owners()
-    return owner[0] if owner is not None else None
+def _owned_by(mq: MessageQueue) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        (owner,) = await mq.partition_owners()
+        return owner is not None and owner[0] == mq.consumer
+
+    return check
 
 
 async def test_entries_waiting_behind_a_halted_key_are_not_counted_by_a_restart(
@@ -58,7 +62,7 @@ async def test_entries_waiting_behind_a_halted_key_are_not_counted_by_a_restart(
         async with first.running():
             await wait_for(lambda: halted_on(ids[0]), what="key a halted on its first entry")
         async with second.running():  # the restart: a new owner takes the partition over
-            await wait_for(lambda: _owner(second), what="the new owner")
+            await wait_for(_owned_by(second), what="the new owner")
             await wait_for(lambda: second.stats()["halted_keys"] == 1, what="the halt taken on")
             poison["on"] = False
             assert await second.release_halted_key("a")
@@ -91,29 +95,30 @@ async def test_a_held_entry_resumed_after_its_partition_moved_runs_before_its_ke
                                                     max=entry_id, count=1)  # fmt: skip
         return pending == [] and entry_id in await first.stopped_messages()
 
-    async with first, second:
+    async with first, second, anyio.create_task_group() as tg:
         stopped = await first.publish("job", {"n": 0}, key="a")
         await operator.stop_message(stopped)
-        async with second.running():
-            async with first.running():
-                await wait_for(lambda: _owner(first), what="the first consumer owning it")
-                await wait_for(lambda: held(stopped), what="the stopped entry held by its owner")
-            # the first consumer left gracefully: the partition moved to the second
-            await wait_for(lambda: _owner(second), timeout=15, what="the partition moved")
-            later = [await first.publish("job", {"n": n}, key="a") for n in (1, 2)]
+        await tg.start(first.run)
+        await wait_for(_owned_by(first), what="the first consumer owning the stream")
+        await wait_for(lambda: held(stopped), what="the stopped entry held by its owner")
+        await tg.start(second.run)
+        await first.stop()  # a graceful leave: the partition moves to the second
+        await wait_for(_owned_by(second), timeout=15, what="the partition moved")
+        later = [await first.publish("job", {"n": n}, key="a") for n in (1, 2)]
 
-            async def read_by_second() -> bool:
-                rows = await first.client.xpending_range(first.stream, "g", min=later[0],
-                                                         max="+", count=10)  # fmt: skip
-                return len(rows) == 2
+        async def read_by_second() -> bool:
+            rows = await first.client.xpending_range(first.stream, "g", min=later[0],
+                                                     max="+", count=10)  # fmt: skip
+            return [row["consumer"] for row in rows] == [second.consumer.encode()] * 2
 
-            await wait_for(read_by_second, what="the later entries read by the new owner")
-            await anyio.sleep(0.3)  # a1 and a2 wait behind the held a0: neither may run
-            assert handled == [], f"entries of key a ran while a0 is stopped: {handled}"
-            await operator.resume_message(stopped)
-            with anyio.move_on_after(10):
-                while len(handled) < 3:
-                    await anyio.sleep(0.02)
+        await wait_for(read_by_second, what="the later entries read by the new owner")
+        await anyio.sleep(0.3)  # a1 and a2 wait behind the held a0: neither may run
+        assert handled == [], f"entries of key a ran while a0 is stopped: {handled}"
+        await operator.resume_message(stopped)
+        with anyio.move_on_after(10):
+            while len(handled) < 3:
+                await anyio.sleep(0.02)
+        await second.stop()
     assert [n for _, n in handled] == [0, 1, 2], f"key a out of order: {handled}"
     assert {who for who, _ in handled} == {second.consumer}
 
