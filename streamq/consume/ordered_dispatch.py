@@ -18,7 +18,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..errors import ConsumerError
+from ..errors import ConsumerError, RedisFailure
 from ..message import Message, RawEntry
 from ..wire import ownership as wire
 from .acks import Acker
@@ -59,6 +59,23 @@ class FencedAcker(Acker):
     def ack_many(self, entry_ids: list[str]) -> None:
         self.settled.update(entry_ids)
         super().ack_many(entry_ids)
+
+    async def ack_now(self, entry_id: str) -> None:
+        """Send the ack of the settled ``entry_id`` now rather than with the next flush (an
+        entry taken over from another owner: see :mod:`.handover`); on failure it stays
+        queued."""
+        queued = entry_id in self._pending
+        if queued:
+            self._pending.remove(entry_id)
+        try:
+            await self._xack([entry_id])
+        except RedisFailure as e:
+            log.warning("ack of %s on %s failed, queued again: %s", entry_id, self._stream, e)
+            if queued:
+                Acker.ack(self, entry_id)
+            return
+        if queued:
+            self.acked += 1
 
     async def _xack(self, ids: list[str]) -> None:
         reply = await wire.fenced(

@@ -1,7 +1,8 @@
 """One partition owned by an ordered consumer, for as long as it holds the lease.
 
 Takeover first: the partition's whole pending list, of every consumer, is claimed to this
-one (fenced ``XAUTOCLAIM ... 0``, page by page in ID order) and fed to the keyed lanes;
+one (fenced ``XAUTOCLAIM ... 0``, page by page in ID order) and fed to the keyed lanes with
+the entries a stop holds for the group (:mod:`.handover`: which claims count a delivery);
 then new entries are read (fenced ``XREADGROUP ... >``; when nothing is new, a side-effect
 free ``XREAD BLOCK`` waits from the stream's last ID). Each entry runs in its key's lane:
 handled, then acked through the fenced acker; a failure is retried in place (only its key
@@ -35,6 +36,7 @@ from ..wire.replies import text
 from .claiming import delivery_counts
 from .failures import describe
 from .halting import HaltedKeys
+from .handover import Handover
 from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, OrderedDispatcher
 from .ordering import KeyedLanes, Room, Slots
@@ -74,6 +76,7 @@ class PartitionWorker:
     ) -> None:
         self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
         self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
+        self._taken: set[str] = set()  # taken over from another owner, not yet settled
         self._client, self._shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self._connection = resp.OwnConnection(client)  # the read loop's, for its life
@@ -150,6 +153,7 @@ class PartitionWorker:
         """Claim the partition's pending entries of every consumer, in ID order, first
         (from ``start``: after a lost read, only those past what the lanes were given)."""
         room = self._shared.room
+        handover = await self._handover(start)
         while not self.draining:
             await room.wait()
             count = min(self._shared.config.claim_count, max(room.free(), 1))
@@ -163,15 +167,34 @@ class PartitionWorker:
                     )
                     for entry in entries:
                         entry.delivery_count = counts.get(entry.id, 1)
+                    if not handover.lost_read:  # acked as soon as settled (see .handover)
+                        self._taken.update(entry.id for entry in entries)
+                    recount = handover.recount(entries)
+                    if recount:  # deliveries the claim counted that could not have run
+                        await self._fenced("recount", *recount)
             finally:
                 room.give(count)
+            start = text(reply[1])
             if entries:
                 log.info("partition %s: taking over %d pending entries (token %d)",
                          self.stream, len(entries), self.token)  # fmt: skip
+            entries = handover.merge(entries, last=start == "0-0")
+            if entries:
                 self._add(lanes, entries)
-            start = text(reply[1])
             if start == "0-0":
                 return
+
+    async def _handover(self, start: str) -> Handover:
+        """What this takeover knows before it claims (see :mod:`.handover`): on taking the
+        partition, the entries a stop holds for the group (their key waits behind them
+        here, as it did with the previous owner)."""
+        handover = Handover(lost_read=start != "0-0")
+        if handover.lost_read:
+            return handover
+        handover.set_held((await self._fenced("held"))[1])
+        self.holds.flagged.update(entry.id for entry in handover.held)
+        self._taken.update(entry.id for entry in handover.held)
+        return handover
 
     async def _read_loop(self, lanes: KeyedLanes) -> None:
         config, room = self._shared.config, self._shared.room
@@ -252,6 +275,11 @@ class PartitionWorker:
         a new token and takes over its pending entries, so no entry is skipped."""
         try:
             go_on = await self._run_entry(entry)
+            if go_on and entry.id in self._taken:  # settled: acked before its key goes on
+                self._taken.discard(entry.id)
+                lanes = self._lanes
+                if lanes is not None and lanes.behind(entry.fields.get(b"key")):
+                    await self.acker.ack_now(entry.id)
         except Exception as e:
             log.error("partition %s: giving it up after an error at entry %s: %s",
                       self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
@@ -291,8 +319,10 @@ class PartitionWorker:
             return False  # stopped: its key waits until it is resumed
         if entry.id in self.holds.resumed:
             self.holds.resumed.discard(entry.id)
-            if not await self.redeliver(entry, fresh=False):
+            count = entry.delivery_count  # the resume gave it back with its count less one:
+            if not await self.redeliver(entry, fresh=False):  # this delivery makes it whole
                 return not self.draining and self._may_act()  # deleted: the key goes on
+            entry.delivery_count = count
         action = self.halted.released.pop(entry.id, None)
         if action == "skip":
             await self.dispatcher.dead_letter(entry, "skipped by an operator after its key halted")

@@ -112,6 +112,11 @@ class KeyedLanes:
     def held(self) -> int:
         return sum(len(lane) for lane in self._lanes.values())
 
+    def behind(self, key: LaneKey) -> int:
+        """How many entries wait in ``key``'s lane behind its first."""
+        lane = self._lanes.get(key)
+        return len(lane) - 1 if lane else 0
+
     def add(self, entries: list[RawEntry]) -> None:
         """Queue ``entries`` (in ID order) behind the earlier entries of their keys."""
         self._room.take(len(entries))

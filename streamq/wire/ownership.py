@@ -103,6 +103,10 @@ return 1
 #                     check), then {1, rows, IDs of those rows that are stopped, acked
 #                     count} or {2, last ID of the stream, acked count} when nothing is new
 #   claim START N  -> {1, next start, rows}   (XAUTOCLAIM ... 0: every consumer's entries)
+#   recount ID N.. -> {1}                     (XCLAIM to me, RETRYCOUNT N JUSTID: a claim
+#                                              counted no delivery for those entries)
+#   held           -> {1, [[id, fields, delivery count], ...]} entries that a stop took out
+#                     of the group's pending list and still holds (KEYS[3])
 #   redeliver ID R -> {1, rows}               (XCLAIM to me; R > 0: RETRYCOUNT R)
 #   ack ID...      -> {1, acked count}
 FENCED = (
@@ -130,6 +134,24 @@ if op == 'read' then
 elseif op == 'claim' then
   local r = redis.call('XAUTOCLAIM', s, g, me, 0, ARGV[5], 'COUNT', ARGV[6])
   return {1, r[1], r[2]}
+elseif op == 'recount' then
+  for i = 5, #ARGV, 2 do
+    redis.call('XCLAIM', s, g, me, 0, ARGV[i], 'RETRYCOUNT', ARGV[i + 1], 'JUSTID')
+  end
+  return {1}
+elseif op == 'held' then
+  local found = {}
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    local all = redis.call('HGETALL', KEYS[3])
+    for i = 1, #all, 2 do
+      local ok, held = pcall(cjson.decode, all[i + 1])
+      if ok and type(held) == 'table' and held[g] ~= nil then
+        local row = redis.call('XRANGE', s, all[i], all[i])
+        if #row > 0 then found[#found + 1] = {row[1][1], row[1][2], tostring(held[g])} end
+      end
+    end
+  end
+  return {1, found}
 elseif op == 'redeliver' then
   local r
   if tonumber(ARGV[6]) > 0 then
