@@ -239,7 +239,7 @@ class TopicOperations(_Queue):
         """The keys halted in ordered mode with ``on_poison="halt"``: each with its
         partition, the entry it halted on, the reason, and a release asked for (or None)."""
         group = self._require_group("halted_keys")
-        return await ownership.halted_keys(self._client_for, self.streams, group)
+        return await self._riding(ownership.halted_keys, self._client_for, self.streams, group)
 
     async def release_halted_key(self, key: str | None, *, skip: bool = False) -> bool:
         """Let a halted ``key`` go on (None: the keyless entries): ``skip=True``
@@ -247,9 +247,10 @@ class TopicOperations(_Queue):
         fresh delivery count. The partition's owner acts within a second. Returns False if
         the key is not halted."""
         group = self._require_group("release_halted_key")
-        return await ownership.release_halted(self._client_for, self.streams, group, key, skip=skip)
+        return await self._riding(ownership.release_halted, self._client_for, self.streams, group,
+                                  key, skip=skip)  # fmt: skip
 
     async def partition_owners(self) -> list[tuple[str, int] | None]:
         """In ordered mode, each partition's owner and fencing token (None: unowned)."""
         group = self._require_group("partition_owners")
-        return await ownership.owners(self._client_for, self.streams, group)
+        return await self._riding(ownership.owners, self._client_for, self.streams, group)
