@@ -77,9 +77,10 @@ docs: setup
 
 # Two test processes (pytest-xdist), each with its own embedded server and cluster: most
 # tests wait on servers and subprocesses, not on the CPU. The Spark tests keep to one of
-# them (one SparkSession). The targets with an external server below run in one process:
-# there, tests that look at the whole server would see each other's keys.
-XDIST := -n 2 --dist loadgroup
+# them (one SparkSession). With $STREAMQ_REDIS_URL (and in the targets with an external
+# server below) the suite runs in one process: tests that look at the whole server would
+# see each other's keys.
+XDIST := $(if $(STREAMQ_REDIS_URL),,-n 2 --dist loadgroup)
 
 test: setup browser-deps docs
 	$(PYTEST) -q $(XDIST)
