@@ -69,8 +69,8 @@ def check_ordered(
 
 
 def _ignore(entry_id: str) -> None:
-    """A stop or resume notice: the lanes look at the stopped IDs when they reach an entry,
-    and poll the entries they hold."""
+    """A resume notice: the lanes poll the entries they hold (and look at the stopped IDs
+    when they reach an entry)."""
 
 
 class OrderedConsumer:
@@ -145,8 +145,8 @@ class OrderedConsumer:
                 # scheduled messages fall due into every partition, whoever owns it: a moved
                 # entry takes its place behind the entries of its key already in the stream
                 tg.start_soon(Mover(client, stream, self.me, self.stats).run)
-            for stream, view in zip(self.streams, self._stopped, strict=True):
-                await tg.start(self._listener(stream, view).run)
+            for partition, view in enumerate(self._stopped):
+                await tg.start(self._listener(partition, view).run)
             task_status.started()
             self.reading = True
             try:
@@ -231,13 +231,20 @@ class OrderedConsumer:
         except RedisFailure as e:
             log.warning("could not leave the membership (it expires): %s", e)
 
-    def _listener(self, stream: str, view: StoppedView) -> ControlListener:
+    def _listener(self, partition: int, view: StoppedView) -> ControlListener:
+        stream = self.streams[partition]
+
         async def terminated() -> None:  # checked against Redis before anything stops
             self._gone(StreamNotFoundError(f"a terminate notice for {stream!r}"))
 
+        def stopped(entry_id: str) -> None:  # one being handled is cancelled and set aside
+            worker = self.workers.get(partition)
+            if worker is not None:
+                worker.cancel_running(entry_id)
+
         return ControlListener(
             self._client_for(stream), stream, view, resync_interval=self._config.stopped_resync,
-            on_stop=_ignore, on_resume=_ignore, on_terminate=terminated,
+            on_stop=stopped, on_resume=_ignore, on_terminate=terminated,
         )  # fmt: skip
 
     async def _watch_gone(self) -> None:

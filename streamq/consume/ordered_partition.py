@@ -111,7 +111,11 @@ class PartitionWorker:
             with self._scope:
                 async with anyio.create_task_group() as tg:
                     lanes = self._lanes = KeyedLanes(
-                        tg, self._run_entry_safely, self._shared.slots, self._shared.room
+                        tg,
+                        self._run_entry_safely,
+                        self._shared.slots,
+                        self._shared.room,
+                        self._set_aside,
                     )
                     tg.start_soon(self._run_acker)
                     tg.start_soon(self.halted.watch, lanes, self._may_act)
@@ -269,6 +273,22 @@ class PartitionWorker:
         return reply
 
     # -- handling -------------------------------------------------------------------
+    def cancel_running(self, entry_id: str) -> None:
+        """A stop notice: cancel the handler running ``entry_id``, if one is."""
+        if self._lanes is not None and self._lanes.cancel(entry_id):
+            log.info("cancelled the running handler of stopped entry %s", entry_id)
+
+    async def _set_aside(self, entry: RawEntry) -> bool:
+        """``entry``'s handler was cancelled by its stop: set it aside, its key waits (True);
+        False if it was resumed meanwhile (it runs again)."""
+        try:
+            return await self.holds.hold(entry)
+        except Exception as e:  # as _run_entry_safely: the next owner takes it over
+            log.error("partition %s: giving it up after an error at entry %s: %s",
+                      self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
+            self.abandon()
+            return True
+
     async def _run_entry_safely(self, entry: RawEntry) -> bool:
         """:meth:`_run_entry`; an error outside the handler (the server away while an entry
         is held or halted, a bug) gives the partition up: the next tick takes it again with

@@ -19,6 +19,22 @@ from ..message import RawEntry
 
 LaneKey = bytes | None
 RunEntry = Callable[[RawEntry], Awaitable[bool]]
+# an entry whose run a stop notice cancelled: set it aside (True) or run it again (False)
+OnStopped = Callable[[RawEntry], Awaitable[bool]]
+
+
+class Runner:
+    """One runner task: the cancel scope it runs lanes under, and the key and entry it
+    runs (two attribute stores per entry; a stop notice, which is rare, looks through the
+    few runners). One scope serves many entries: a scope per entry costs more than a
+    no-op handler."""
+
+    __slots__ = ("entry", "key", "scope")
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.key: LaneKey = None
+        self.entry: RawEntry | None = None
 
 
 class Room:
@@ -94,10 +110,18 @@ class KeyedLanes:
     :class:`~streamq.consume.workqueue.WorkQueue` does): if handlers never suspend, one
     runner runs a whole read and the others stay asleep; if they do, runners join in at
     once up to the limit. Runners live as long as the partition: a task per key with
-    work, started and ended for each read, was a measurable cost per entry."""
+    work, started and ended for each read, was a measurable cost per entry.
 
-    def __init__(self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room) -> None:
+    :meth:`cancel` (a stop notice) cancels the run of an entry: its lane stops there and
+    ``on_stopped(entry)`` sets the entry aside (or, resumed meanwhile, the lane goes on)."""
+
+    def __init__(
+        self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room,
+        on_stopped: OnStopped | None = None,
+    ) -> None:  # fmt: skip
         self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
+        self._on_stopped = on_stopped
+        self._runners_at_work: list[Runner] = []
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
         self._ready: deque[LaneKey] = deque()  # lanes with entries that no runner holds
         self._sleeping: deque[anyio.Event] = deque()  # runners waiting for a ready lane
@@ -153,27 +177,62 @@ class KeyedLanes:
             self._tg.start_soon(self._runner)
 
     async def _runner(self) -> None:
-        ready = self._ready
+        runner = Runner()
+        self._runners_at_work.append(runner)
+        woken = True
         try:
-            while True:
-                self._waking -= 1
-                while ready:
-                    key = ready.popleft()
-                    if ready:
-                        self._wake_one()
-                    await self._run_lane(key)
-                event = anyio.Event()
-                self._sleeping.append(event)
-                try:
-                    await event.wait()
-                except BaseException:
-                    if not event.is_set():
-                        self._sleeping.remove(event)
-                    raise
+            while True:  # a fresh scope after a run a stop notice cancelled
+                with anyio.CancelScope() as runner.scope:
+                    await self._serve(runner, woken)
+                woken = False
+                await self._stopped_while_running(runner)
         finally:
             self._runners -= 1
+            self._runners_at_work.remove(runner)
 
-    async def _run_lane(self, key: LaneKey) -> None:
+    async def _serve(self, runner: Runner, woken: bool) -> None:
+        ready = self._ready
+        while True:
+            if woken:
+                self._waking -= 1
+            woken = True
+            while ready:
+                key = ready.popleft()
+                if ready:
+                    self._wake_one()
+                await self._run_lane(key, runner)
+            event = anyio.Event()
+            self._sleeping.append(event)
+            try:
+                await event.wait()
+            except BaseException:
+                if not event.is_set():
+                    self._sleeping.remove(event)
+                raise
+
+    def cancel(self, entry_id: str) -> bool:
+        """Cancel the run of ``entry_id`` (it was stopped); whether one was running."""
+        for runner in self._runners_at_work:
+            if runner.entry is not None and runner.entry.id == entry_id:
+                runner.scope.cancel()
+                return True
+        return False
+
+    async def _stopped_while_running(self, runner: Runner) -> None:
+        """The run of ``runner.entry`` was cancelled: its lane stops at it, and the entry is
+        set aside; resumed meanwhile, its lane goes on from it."""
+        entry, key = runner.entry, runner.key
+        runner.entry = None
+        lane = self._lanes.get(key)
+        if entry is None or not lane or lane[0] is not entry:  # dropped meanwhile
+            return
+        self.stopped_keys.add(key)
+        if not self._running():
+            self._idle.set()
+        if self._on_stopped is None or not await self._on_stopped(entry):
+            self.resume(key)
+
+    async def _run_lane(self, key: LaneKey, runner: Runner) -> None:
         lane = self._lanes.get(key)
         if lane is None or key in self.stopped_keys:  # dropped or stopped meanwhile
             return
@@ -183,8 +242,11 @@ class KeyedLanes:
         # with the slot idle meanwhile (a lane holds at most the partition's read entries)
         await slots.acquire()
         try:
+            runner.key = key
             while lane and self._lanes.get(key) is lane:  # not dropped meanwhile
-                go_on = await self._run_entry(lane[0])
+                entry = runner.entry = lane[0]
+                go_on = await self._run_entry(entry)
+                runner.entry = None
                 if not go_on:
                     if self._lanes.get(key) is lane:  # not dropped meanwhile
                         self.stopped_keys.add(key)

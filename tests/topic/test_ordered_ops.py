@@ -106,6 +106,49 @@ async def test_an_entry_stopped_while_it_waits_in_its_lane_is_held_with_its_key(
     assert [n for key, n in handled if key == "a"] == [0, 1, 2]
 
 
+async def test_an_entry_stopped_while_its_handler_runs_is_cancelled_and_held_with_its_key(
+    make_queue: QueueFactory,
+) -> None:
+    """``stop_message`` on the entry whose handler is running: the handler is cancelled (as
+    in shared mode), the entry is set aside and the entries of its key behind it wait while
+    other keys go on; resumed, it runs again from the start, then its key goes on in order."""
+    mq = make_queue(ordered=True, ownership_lease=LEASE)
+    operator = make_queue(group="operator")  # never opened: it only stops and resumes
+    handled: list[tuple[str | None, int]] = []
+    runs_of_a0: list[str] = []
+    a0_running = anyio.Event()
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        if msg.key == "a" and msg.data["n"] == 0:
+            runs_of_a0.append("started")
+            if len(runs_of_a0) == 1:  # the first run waits until it is cancelled
+                a0_running.set()
+                try:
+                    await anyio.sleep(30)
+                except anyio.get_cancelled_exc_class():
+                    runs_of_a0.append("cancelled")
+                    raise
+        handled.append((msg.key, msg.data["n"]))
+
+    async with mq:
+        ids = [await mq.publish("job", {"n": n}, key="a") for n in range(3)]
+        async with mq.running():
+            with anyio.fail_after(10):
+                await a0_running.wait()
+            await operator.stop_message(ids[0])
+            await wait_for(lambda: "cancelled" in runs_of_a0, what="a0's handler cancelled")
+            await mq.publish("job", {"n": 9}, key="b")
+            await wait_for(lambda: ("b", 9) in handled, what="key b handled meanwhile")
+            await anyio.sleep(0.5)  # a0 is stopped: neither it nor a1, a2 may run meanwhile
+            assert handled == [("b", 9)], f"a stopped entry or its key ran: {handled}"
+            assert await mq.stopped_messages() == [ids[0]]
+            await operator.resume_message(ids[0])
+            await wait_for(lambda: ("a", 2) in handled, what="key a resumed")
+    assert [n for key, n in handled if key == "a"] == [0, 1, 2]
+    assert runs_of_a0 == ["started", "cancelled", "started"]
+
+
 async def test_holding_an_entry_the_stop_already_took_keeps_its_delivery_count(
     client: aioredis.Redis, stream: str
 ) -> None:
