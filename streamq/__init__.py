@@ -1,7 +1,8 @@
 """streamq: typed message handlers over Redis Streams consumer groups.
 
-The embedded servers and :class:`App` are imported when first used (``streamq.App``,
-``from streamq import EmbeddedServer``): a plain consumer or publisher does not load them.
+The embedded servers, :class:`App` and the blocking :class:`Publisher` are imported when
+first used (``streamq.App``, ``from streamq import EmbeddedServer``): a process that does
+not use them (an asyncio consumer, say) does not load them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
-from .publish.blocking import Publisher
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
@@ -47,13 +47,15 @@ from .topic.halted import HaltedKey
 
 if _typing.TYPE_CHECKING:
     from .app import App
+    from .publish.blocking import Publisher
     from .server.cluster import EmbeddedCluster
     from .server.sentinel import EmbeddedSentinel
     from .server.single import EmbeddedServer
 
 
-_LAZY = {
+_LAZY = {  # not loaded by a process that does not use them (memory of a running consumer)
     "App": ".app",
+    "Publisher": ".publish.blocking",  # the blocking publisher, its threads' coalescing
     "EmbeddedCluster": ".server.cluster",
     "EmbeddedSentinel": ".server.sentinel",
     "EmbeddedServer": ".server.single",

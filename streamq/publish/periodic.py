@@ -23,8 +23,6 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
-
 from ..errors import ConfigError, MessageFormatError
 from ..message import validate_type_name
 from ..wire.keys import Keys
@@ -55,6 +53,8 @@ class Periodic:
         if self.every is not None:
             return (after // self.every + 1) * self.every
         assert self.cron is not None
+        from cronsim import CronSim  # only a process with a cron publisher loads it
+
         zone: tzinfo = UTC if self.timezone is None else ZoneInfo(self.timezone)
         times = CronSim(self.cron, datetime.fromtimestamp(after, zone).replace(microsecond=0))
         for _ in range(MAX_CRON_STEPS):
@@ -135,6 +135,8 @@ def _zone_name(timezone: object) -> str | None:
 
 
 def _check_cron(cron: object, zone: str | None) -> None:
+    from cronsim import CronSim, CronSimError  # only a process with a cron publisher loads it
+
     if not isinstance(cron, str):
         raise ConfigError(f"cron must be a string such as '*/5 * * * *', got {cron!r}")
     start = datetime.now(UTC if zone is None else ZoneInfo(zone))

@@ -37,7 +37,7 @@ async def main() -> None:
 
 anyio.run(main)
 assert handled == [0, 1, 2], handled
-print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in ("tenacity", "streamq"))))
+print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in ("tenacity", "streamq", "cronsim"))))
 """
 
 
@@ -54,6 +54,8 @@ def test_a_consumer_whose_handlers_succeed_loads_only_what_it_uses(
     assert not {m for m in loaded if m.split(".")[0] == "tenacity"}
     assert "streamq.wire.sentinel" not in loaded
     assert "streamq.server.single" not in loaded and "streamq.app" not in loaded
+    assert "streamq.publish.blocking" not in loaded, "an asyncio consumer loaded the Publisher"
+    assert "cronsim" not in loaded, "a queue without a cron publisher loaded cronsim"
 
 
 def test_a_slot_table_takes_memory_only_once_a_cluster_is_learnt() -> None:
