@@ -25,6 +25,7 @@ from streamq.testing import TEST_TIMINGS
 from streamq.topic.halted import halted_key, record_field
 from streamq.topic.partitions import partition_streams
 from tests.conftest import wait_for
+from tests.helpers.clients import sync_client
 from tests.helpers.dashboard import TOKEN, forget_topic, in_own_thread, log_in, table, visible_text
 
 Web = httpx.Client
@@ -97,20 +98,22 @@ def publish_two(url: str, topic: str) -> None:
 
 
 def test_halted_keys_are_listed_and_released_with_the_token(
-    web: Web, r: redis.Redis, redis_url: str, topic: str
+    web: Web, redis_url: str, topic: str
 ) -> None:
     publish_two(redis_url, topic)
     poison: set[str | None] = {KEY, None}
     with ordered_consumer(redis_url, topic, poison) as handled:
-        until(lambda: len(halted_values(r, topic)) == 2, "key a and the keyless lane halted")
+        until(
+            lambda: len(halted_values(redis_url, topic)) == 2, "key a and the keyless lane halted"
+        )
         poison.clear()  # the operator fixed the handler; the key is released next
-        release_with_the_token(web, r, topic)
+        release_with_the_token(web, redis_url, topic)
         until(lambda: sorted(handled) == [(KEY, 0), (KEY, 1)], "key a retried and going on")
-        until(lambda: halted_values(r, topic) == [], "no key halted")
+        until(lambda: halted_values(redis_url, topic) == [], "no key halted")
     assert "No halted keys." in web.get("/topic/halted", params={"stream": topic}).text
 
 
-def release_with_the_token(web: Web, r: redis.Redis, topic: str) -> None:
+def release_with_the_token(web: Web, redis_url: str, topic: str) -> None:
     page = web.get("/topic/halted", params={"stream": topic})
     assert page.status_code == 200 and "Halted keys" in page.text
     rows = table(page.text, "halted")
@@ -127,7 +130,7 @@ def release_with_the_token(web: Web, r: redis.Redis, topic: str) -> None:
     assert web.post(RELEASE, data=form).status_code == 403
     csrf = log_in(web)
     assert web.post(RELEASE, data=form).status_code == 403, "released without the CSRF token"
-    assert all(json.loads(v).get("action") is None for v in halted_values(r, topic))
+    assert all(json.loads(v).get("action") is None for v in halted_values(redis_url, topic))
 
     page = web.get("/topic/halted", params={"stream": topic}).text
     assert page.count('action="/topic/halted/release"') == 4  # retry and skip, two keys
@@ -143,18 +146,24 @@ def release_with_the_token(web: Web, r: redis.Redis, topic: str) -> None:
     assert web.post(RELEASE, data=plain_form).status_code == 303
 
 
-def halted_values(r: redis.Redis, topic: str) -> list[bytes]:
-    return [v for s in partition_streams(topic, PARTITIONS) for v in r.hvals(halted_key(s))]
+def halted_values(url: str, topic: str) -> list[bytes]:
+    """The halted records of every partition, each read on the node serving it."""
+    values: list[bytes] = []
+    for stream in partition_streams(topic, PARTITIONS):
+        with sync_client(url, stream) as client:
+            values.extend(client.hvals(halted_key(stream)))
+    return values
 
 
 def test_a_release_asked_shows_until_the_owner_acts_and_bad_forms_say_so(
-    web: Web, r: redis.Redis, redis_url: str, topic: str
+    web: Web, redis_url: str, topic: str
 ) -> None:
     """No consumer runs: a release asked waits in the record (the next owner acts on it)."""
     publish_two(redis_url, topic)
     stream = partition_streams(topic, PARTITIONS)[1]
     record = {"id": "1-0", "reason": "failed 5 deliveries", "action": None}
-    r.hset(halted_key(stream), record_field("billing", "k"), json.dumps(record))
+    with sync_client(redis_url, stream) as client:
+        client.hset(halted_key(stream), record_field("billing", "k"), json.dumps(record))
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     base = {"stream": topic, "group": "billing", "action": "skip"}
     done = web.post(RELEASE, data={**base, "key": "k"}, headers=bearer)
@@ -172,7 +181,7 @@ def test_a_release_asked_shows_until_the_owner_acts_and_bad_forms_say_so(
     for form, status, message in cases:
         response = web.post(RELEASE, data=form, headers=bearer)
         assert response.status_code == status and message in visible_text(response.text), form
-    assert [json.loads(v)["action"] for v in halted_values(r, topic)] == ["skip"]
+    assert [json.loads(v)["action"] for v in halted_values(redis_url, topic)] == ["skip"]
 
 
 def owners_and_page(web: Web, url: str, topic: str, partitions: int) -> tuple[list[Any], str]:
