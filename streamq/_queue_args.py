@@ -1,8 +1,8 @@
-"""The checks of MessageQueue's identity arguments, when the queue is built."""
+"""The checks of MessageQueue's identity and ordered-mode arguments, when the queue is built."""
 
 from __future__ import annotations
 
-from .config import StartFrom
+from .config import OnPoison, StartFrom
 from .errors import ConfigError
 
 
@@ -17,3 +17,17 @@ def check_identity(group: object, consumer: object, cluster: object, start: obje
         raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
     if not isinstance(start, StartFrom):
         raise ConfigError(f"start must be a StartFrom, got {start!r}")
+
+
+def check_ordered(
+    ordered: object, on_poison: object, group: object = "group"
+) -> tuple[bool, OnPoison]:
+    """The ordered-mode settings of a queue, or ConfigError naming the valid choices (and
+    for ordered mode without a consumer group: a fan-out queue has no owners)."""
+    if ordered not in (True, False):
+        raise ConfigError(f"ordered must be True or False, got {ordered!r}")
+    if on_poison not in ("dead_letter", "halt"):
+        raise ConfigError(f"on_poison must be 'dead_letter' or 'halt', got {on_poison!r}")
+    if ordered and group is None:
+        raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
+    return bool(ordered), on_poison

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from .errors import ConfigError, InvalidMessageIdError
 from .ids import StreamId
@@ -118,6 +118,10 @@ class StartFrom:
 
 StartFrom.LATEST = StartFrom("$")
 StartFrom.EARLIEST = StartFrom("0")
+
+# What ordered mode does with an entry past ``max_deliveries``: dead-letter it and let its
+# key go on, or halt its key until an operator releases it (``MessageQueue(on_poison=)``).
+OnPoison = Literal["dead_letter", "halt"]
 
 
 @_named_fields

@@ -10,7 +10,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Never
+from typing import TYPE_CHECKING, Any, Never, TypeAlias
 
 import anyio
 import redis.asyncio as aioredis
@@ -18,7 +18,7 @@ from anyio.abc import TaskStatus
 
 from ._health import health_report
 from ._opening import open_until_ready, try_open
-from ._queue_args import check_identity
+from ._queue_args import check_identity, check_ordered
 from ._registration import QueueRegistry
 from ._stop_signals import owns_signals, watch_stop_signals
 from ._task_groups import task_group_around_block
@@ -27,6 +27,7 @@ from .config import (
     CleanupPolicy,
     ConsumerConfig,
     Duration,
+    OnPoison,
     RetryPolicy,
     StartFrom,
     consumer_config,
@@ -34,10 +35,9 @@ from .config import (
 from .consume.build import AnyConsumer as GroupConsumer
 from .consume.build import Policies, Topic, build_consumer, build_ordered
 from .consume.context import inside_handler
-from .consume.fanout import FanoutConsumer, prepare_reading
 from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
-from .consume.ordered import OnPoison, check_ordered
+from .consume.positions import prepare_reading
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError
 from .logs import run_as_consumer
@@ -56,8 +56,11 @@ from .wire.keys import require_stream
 from .wire.permission_check import check_permissions
 from .wire.routing import Deployment
 
+if TYPE_CHECKING:
+    from .consume.fanout import FanoutConsumer
+
 log = logging.getLogger(__name__)
-AnyConsumer = GroupConsumer | FanoutConsumer
+AnyConsumer: TypeAlias = "GroupConsumer | FanoutConsumer"
 
 
 class State(enum.Enum):
@@ -271,7 +274,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.router, self._handler_middlewares)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
-        if self.group is None:
+        if self.group is None:  # loaded on first use, as ordered mode (consume/build.py)
+            from .consume.fanout import FanoutConsumer
+
             return FanoutConsumer(topic, self._client_for, router, policies, self._positions)
         if self.ordered:
             return build_ordered(

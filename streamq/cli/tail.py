@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ..config import StartFrom
-from ..consume.fanout import start_position
+from ..consume.positions import start_position
 from ..queue import MessageQueue
 from ..wire.replies import stream_rows
 from .render import tail_line

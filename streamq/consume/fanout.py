@@ -28,11 +28,9 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
-from ..config import StartFrom
 from ..errors import ConsumerError
 from ..log_summary import LogSummary
 from ..message import RawEntry
-from ..topic import admin
 from .batching import Batcher
 from .build import Policies, Topic
 from .context import Place, inside_handler
@@ -45,34 +43,6 @@ from .traced import traced
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-
-
-async def start_position(client: aioredis.Redis, stream: str, start: StartFrom) -> str:
-    """The ID to read after: ``start``'s, with ``LATEST`` resolved to the stream's last
-    entry now (``0-0`` if it has none yet), so what is published once the queue is open is
-    received even if the first read comes later."""
-    if start.position != StartFrom.LATEST.position:
-        return start.position
-    last = await client.xrevrange(stream, count=1)
-    if not last:
-        return "0-0"
-    entry_id = last[0][0]
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-
-
-async def prepare_reading(
-    client: aioredis.Redis,
-    stream: str,
-    group: str | None,
-    start: StartFrom,
-    positions: MutableMapping[str, str],
-) -> None:
-    """When a queue opens: create its group if needed (the start position applies at
-    creation), or, for a fan-out queue (``group`` None), set its cursor on ``stream``."""
-    if group is None:
-        positions[stream] = await start_position(client, stream, start)
-    else:
-        await admin.ensure_group(client, stream, group, start.position)
 
 
 class FanoutConsumer:

@@ -16,15 +16,14 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskGroup, TaskStatus
 
-from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy
+from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
 from ..errors import (
-    ConfigError,
     GroupNotFoundError,
     RedisFailure,
     ServerUnavailableError,
@@ -51,21 +50,6 @@ from .unrouted import UnroutedDeliveries
 log = logging.getLogger(__name__)
 
 MAX_TICK = 0.5
-OnPoison = Literal["dead_letter", "halt"]
-
-
-def check_ordered(
-    ordered: object, on_poison: object, group: object = "group"
-) -> tuple[bool, OnPoison]:
-    """The ordered-mode settings of a queue, or ConfigError naming the valid choices (and
-    for ordered mode without a consumer group: a fan-out queue has no owners)."""
-    if ordered not in (True, False):
-        raise ConfigError(f"ordered must be True or False, got {ordered!r}")
-    if on_poison not in ("dead_letter", "halt"):
-        raise ConfigError(f"on_poison must be 'dead_letter' or 'halt', got {on_poison!r}")
-    if ordered and group is None:
-        raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
-    return bool(ordered), on_poison
 
 
 def _ignore(entry_id: str) -> None:

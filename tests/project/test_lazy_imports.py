@@ -56,6 +56,8 @@ def test_a_consumer_whose_handlers_succeed_loads_only_what_it_uses(
     assert "streamq.server.single" not in loaded and "streamq.app" not in loaded
     assert "streamq.publish.blocking" not in loaded, "an asyncio consumer loaded the Publisher"
     assert "cronsim" not in loaded, "a queue without a cron publisher loaded cronsim"
+    assert "streamq.consume.ordered" not in loaded, "a queue not ordered loaded ordered mode"
+    assert "streamq.consume.fanout" not in loaded, "a queue with a group loaded fan-out"
 
 
 def test_a_slot_table_takes_memory_only_once_a_cluster_is_learnt() -> None:
