@@ -10,8 +10,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
-from ..log_summary import LogSummary, shortened
 from ..message import Message
 from ..signals import HandlerSignal, PartialFailure, Reject, Retry
 from .failures import describe

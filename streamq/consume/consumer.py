@@ -26,6 +26,7 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
+from .._log_summary import LogSummary
 from ..config import ConsumerConfig
 from ..errors import (
     ConsumerError,
@@ -33,7 +34,6 @@ from ..errors import (
     RedisFailure,
     StreamNotFoundError,
 )
-from ..log_summary import LogSummary
 from ..logs import ENTRY
 from ..message import RawEntry
 from ..topic.control import ControlListener, StoppedView, hold_message

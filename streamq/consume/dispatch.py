@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
 from ..errors import MessageFormatError
-from ..log_summary import LogSummary, shortened
 from ..message import Message, RawEntry, decode_key
 from ..signals import HandlerSignal, Reject, Retry
 from ..topic.deadletter import DeadLetters
@@ -74,7 +74,7 @@ class Dispatcher:
         self.thread_limiter = thread_limiter
         self.stats = stats
         self.bisect_batches = bisect_batches
-        # the records each failing or foreign entry makes, summarised (streamq.log_summary)
+        # the records each failing or foreign entry makes, summarised (streamq._log_summary)
         self.summary = summary or LogSummary()
         self.observer = Observer()  # log context; trace spans are a middleware (.traced)
         # singles: the first call is made outside tenacity (the hot path), these are the rest

@@ -28,8 +28,8 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
+from .._log_summary import LogSummary
 from ..errors import ConsumerError
-from ..log_summary import LogSummary
 from ..message import RawEntry
 from .batching import Batcher
 from .build import Policies, Topic

@@ -22,6 +22,7 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskGroup, TaskStatus
 
+from .._log_summary import LogSummary
 from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
 from ..errors import (
     GroupNotFoundError,
@@ -29,7 +30,6 @@ from ..errors import (
     ServerUnavailableError,
     StreamNotFoundError,
 )
-from ..log_summary import LogSummary
 from ..topic.cleanup import Cleaner
 from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters

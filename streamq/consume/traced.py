@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from .. import tracing
-from ..log_summary import LogSummary
+from .._log_summary import LogSummary
 from ..signals import PartialFailure, Retry
 from .failures import describe
 from .middlewares import CallNext, with_middlewares

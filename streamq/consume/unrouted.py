@@ -21,8 +21,8 @@ import logging
 
 import redis.asyncio as aioredis
 
+from .._log_summary import LogSummary
 from ..errors import RedisFailure
-from ..log_summary import LogSummary
 from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)

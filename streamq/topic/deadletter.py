@@ -24,9 +24,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from .._log_summary import LogSummary, shortened
 from ..errors import MessageNotFoundError
 from ..ids import StreamId
-from ..log_summary import LogSummary, shortened
 from ..message import RawEntry
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts

@@ -11,8 +11,8 @@ import re
 import anyio
 import pytest
 
-from streamq import Message, MessageQueue, RetryPolicy, log_summary
-from streamq.log_summary import LogSummary
+from streamq import Message, MessageQueue, RetryPolicy, _log_summary
+from streamq._log_summary import LogSummary
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import wait_for
 
@@ -51,7 +51,7 @@ async def run_until(mq: MessageQueue, predicate: object, what: str) -> None:
 async def test_ten_thousand_unknown_type_entries_make_tens_of_warnings(
     make_queue: QueueFactory, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_summary, "SUMMARY_INTERVAL", 2.0)  # several intervals in the test
+    monkeypatch.setattr(_log_summary, "SUMMARY_INTERVAL", 2.0)  # several intervals in the test
     caplog.set_level(logging.WARNING, logger="streamq")
     mq = make_queue(retry=RetryPolicy(unknown_type_deliveries=2), concurrency=16)
     mq.handler("job")(lambda msg: None)
