@@ -15,11 +15,11 @@ from typing import Any
 
 import anyio
 import pytest
-import redis
 from pydantic import BaseModel
 
 from streamq import ConfigError, Message, MessageQueue, RetryPolicy, StartFrom
 from streamq.testing import TEST_TIMINGS
+from tests.helpers.clients import sync_client
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -260,7 +260,7 @@ def test_streamq_run_serves_a_fanout_queue(redis_url: str, stream: str, tmp_path
         )
         for _ in range(2)
     ]
-    r = redis.Redis.from_url(redis_url)
+    r = sync_client(redis_url, stream)  # routed: the stream's node on a cluster too
     try:
         # each service starts at `$` when it opens: publish until both got the same one
         deadline, n, lines = time.monotonic() + 30, 0, []
