@@ -1,0 +1,208 @@
+"""The ``streamq`` commands that talk to Redis: each takes the parsed arguments and returns
+what :func:`streamq.cli.main.main` prints (text from Redis escaped by
+:mod:`streamq.cli.render`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime
+
+from ..config import ENV_URL, CleanupPolicy, env_url
+from ..errors import GroupNotFoundError, StreamNotFoundError
+from ..ids import StreamId
+from ..queue import MessageQueue
+from ..server.shared import running_shared_url
+from ..topic.cleanup import Cleaner
+from ..wire.keys import Keys
+from ..wire.replies import pending_rows
+from .halted import halted_command
+from .outcome import EXIT_USAGE, CliError
+from .render import render_dead_letters, render_info, render_pending
+from .scheduled import scheduled_command
+from .tail import tail
+
+
+def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue:
+    url = args.url or env_url() or running_shared_url()  # a one-shot command starts no server
+    if not url:
+        raise CliError(
+            f"no server: pass --url redis://host:port/db, set ${ENV_URL}, "
+            "or start the shared server (streamq server)",
+            EXIT_USAGE,
+        )
+    mq = MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
+    try:
+        mq.client  # noqa: B018  # parses the URL (without connecting)
+    except ValueError as e:  # the URL itself is not echoed: it may hold a password
+        raise CliError(f"invalid server URL: {e}", EXIT_USAGE) from e
+    return mq
+
+
+async def _require_one_stream(mq: MessageQueue) -> None:
+    """For commands that read one stream (pending): not a partitioned topic."""
+    if mq.partitions > 1:
+        raise CliError(
+            f"{mq.stream!r} is a partitioned topic: name one of its partition streams "
+            f"({', '.join(mq.streams)})"
+        )
+    await _require_stream(mq)
+
+
+async def _require_stream(mq: MessageQueue) -> None:
+    if mq.partitions > 1:
+        if not (await mq.topic_info()).exists:
+            raise StreamNotFoundError(f"topic {mq.stream!r} does not exist")
+        return
+    if not await mq.client.exists(mq.stream):
+        raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
+
+
+# -- commands (each returns what to print) -------------------------------------------
+async def cmd_publish(args: argparse.Namespace) -> str:
+    try:
+        data = json.loads(args.json)
+    except ValueError as e:
+        raise CliError(f"JSON argument is not valid JSON: {e}", EXIT_USAGE) from e
+    meta = _parse_meta(args.meta or [])
+    async with _closing(_queue(args)) as mq:
+        return await mq.publish(
+            args.type, data, meta=meta or None, key=args.key, delay=args.delay,
+            schedule_id=args.schedule_id,
+        )  # fmt: skip
+
+
+def _parse_meta(items: list[str]) -> dict[str, str]:
+    meta = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--meta takes KEY=VALUE, got {item!r}", EXIT_USAGE)
+        meta[key] = value
+    return meta
+
+
+async def cmd_info(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        info = await mq.topic_info()
+        if not info.exists:
+            raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
+        if args.json:
+            from dataclasses import asdict
+
+            return json.dumps(asdict(info), indent=2, default=_isoformat)
+        return render_info(info)
+
+
+def _isoformat(value: object) -> str:
+    """What json cannot write itself in ``info --json``: ``next_due`` (a datetime)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+async def cmd_pending(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        await _require_one_stream(mq)
+        try:
+            reply = await mq.client.xpending_range(
+                mq.stream, args.group, min="-", max="+", count=args.count
+            )
+        except GroupNotFoundError:
+            raise CliError(
+                f"consumer group {args.group!r} does not exist in stream {args.stream!r}"
+            ) from None
+        rows = pending_rows(reply)
+        return render_pending(rows) if rows else f"no pending entries in group {args.group!r}"
+
+
+async def cmd_tail(args: argparse.Namespace) -> str:
+    if args.start != "$":
+        StreamId.parse(args.start)
+    async with _closing(_queue(args)) as mq:
+        await _require_stream(mq)
+        await tail(
+            mq, args.start, count=args.count, seconds=args.seconds, still_there=_require_stream
+        )
+        return ""
+
+
+async def cmd_dlq(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        # the stream may be gone while its dead letters were kept (terminate --keep-...)
+        if not await mq.client.exists(mq.stream, Keys(mq.stream).dead_letters):
+            raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
+        if args.action == "list":
+            letters = await mq.dead_letters(count=args.count)
+            if not letters:
+                return "no dead letters"
+            return render_dead_letters(letters, full_traceback=args.full)
+        if args.action == "replay":
+            new_ids = await mq.replay_dead_letter(args.id)
+            return f"replayed {len(new_ids)}: {' '.join(new_ids)}"
+        return f"purged {await mq.purge_dead_letters()} dead letters"
+
+
+async def cmd_scheduled(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        output, done = await scheduled_command(mq, args)
+    if not done:
+        raise CliError(output)
+    return output
+
+
+async def cmd_halted(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args, group=args.group)) as mq:
+        return await halted_command(mq, args)
+
+
+async def cmd_stop_message(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        await _require_stream(mq)
+        await mq.stop_message(args.id)
+        return f"stopped {args.id}"
+
+
+async def cmd_resume_message(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        await _require_stream(mq)
+        await mq.resume_message(args.id)
+        return f"resumed {args.id}"
+
+
+async def cmd_terminate(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args)) as mq:
+        await _require_stream(mq)
+        await mq.terminate_topic(keep_dead_letters=args.keep_dead_letters)
+        return f"terminated {args.stream}"
+
+
+async def cmd_cleanup(args: argparse.Namespace) -> str:
+    policy = CleanupPolicy(
+        max_stream_length=args.max_length,
+        min_retention=args.min_retention,
+        beyond_pending=args.beyond_pending,
+    )
+    async with _closing(_queue(args)) as mq:
+        await _require_stream(mq)
+        report = await Cleaner(mq.client, mq.stream, policy).run_once(dry_run=args.dry_run)
+    if report.skipped:
+        return f"nothing removed: {report.skipped}"
+    verb = "would remove" if args.dry_run else "removed"
+    checked = "; each deletion re-checked by the server" if report.server_checked else ""
+    return (
+        f"{verb} {report.removed} entries below {report.safe_point}; "
+        f"length after {report.length_after}{checked}"
+    )
+
+
+class _closing:
+    def __init__(self, mq: MessageQueue) -> None:
+        self.mq = mq
+
+    async def __aenter__(self) -> MessageQueue:
+        await self.mq._discover_partitions()  # a partitioned topic is operated as such
+        return self.mq
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.mq.aclose()
