@@ -23,6 +23,7 @@ from ..errors import RedisFailure
 from ..message import RawEntry
 from ..topic.control import StoppedView, hold_message
 from ..wire.keys import Keys
+from .failures import describe
 
 if TYPE_CHECKING:
     from .ordering import KeyedLanes, LaneKey
@@ -50,6 +51,18 @@ class StoppedHolds:
         log.info("entry %s is stopped; its key waits until it is resumed", entry.id)
         self._held[entry.id] = entry.fields.get(b"key")
         return True
+
+    async def set_aside(self, entry: RawEntry, give_up: Callable[[], None]) -> bool:
+        """``entry``'s handler was cancelled by its stop: set it aside, its key waits (True);
+        False if it was resumed meanwhile (it runs again). An error gives the partition up
+        (``give_up``): the next owner takes it over, as after any error outside a handler."""
+        try:
+            return await self.hold(entry)
+        except Exception as e:
+            log.error("partition %s: giving it up after an error at entry %s: %s",
+                      self._stream, entry.id, describe(e), exc_info=e)  # fmt: skip
+            give_up()
+            return True
 
     async def watch(self, lanes: KeyedLanes, may_act: Callable[[], bool]) -> None:
         """Poll the held entries; resume the lane of each entry resumed."""

@@ -38,8 +38,8 @@ from .context import Place
 from .failures import describe
 from .gone import confirmed_gone
 from .mover import Mover
-from .ordered_dispatch import OrderedDispatcher
-from .ordered_partition import PartitionWorker, Shared
+from .ordered_dispatch import OrderedDispatcher, Shared
+from .ordered_partition import PartitionWorker
 from .ordering import Room, Slots
 from .ownership import Changes, Ownership, RedisLeases
 from .router import Router

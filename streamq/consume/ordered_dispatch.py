@@ -1,4 +1,5 @@
-"""The outcome side of ordered consumption: fenced acks and a dispatcher whose messages carry
+"""The outcome side of ordered consumption (and what the partitions of one ordered consumer
+share, :class:`Shared`): fenced acks and a dispatcher whose messages carry
 the fencing token and whose failures stay with their key.
 
 :class:`FencedAcker` sends each ack through the fenced script (the ack is applied only
@@ -13,18 +14,22 @@ instead of being dead-lettered.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..errors import ConsumerError, RedisFailure
+from ..config import ConsumerConfig, RetryPolicy
+from ..errors import ConsumerError, GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..message import Message, RawEntry
+from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from .acks import Acker
 from .dispatch import Dispatcher
 from .failures import describe
-from .router import Route
+from .ordering import Room, Slots
+from .router import Route, Router
 
 log = logging.getLogger(__name__)
 
@@ -130,3 +135,17 @@ class OrderedDispatcher(Dispatcher):
         reason = f"failed {attempts} deliveries; last error: {describe(error)}"
         self.halted[entry.id] = reason
         log.error("entry %s halts its key: %s", entry.id, reason, exc_info=error)
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What the partitions of one ordered consumer share."""
+
+    router: Router
+    config: ConsumerConfig
+    retry: RetryPolicy
+    slots: Slots  # handler slots: ``concurrency``
+    room: Room  # entries held: ``max_in_flight``
+    valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
+    on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
+    stopped: Sequence[StoppedView]  # per partition: the stopped IDs the control channel told

@@ -16,20 +16,18 @@ nothing more is handled or acked, the next owner takes the pending entries).
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
 
-from ..config import ConsumerConfig, RetryPolicy
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
-from ..ids import StreamId
+from ..ids import StreamId, after
 from ..logs import ENTRY
 from ..message import RawEntry
-from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from ..wire import replies, resp
 from ..wire.replies import text
@@ -38,28 +36,13 @@ from .failures import describe
 from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
-from .ordered_dispatch import FencedAcker, OrderedDispatcher
-from .ordering import KeyedLanes, Room, Slots
-from .router import Router
+from .ordered_dispatch import FencedAcker, OrderedDispatcher, Shared
+from .ordering import KeyedLanes
 
 log = logging.getLogger(__name__)
 
 ERROR_BACKOFF = 0.5
 ACK_FLUSH_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Shared:
-    """What the partitions of one ordered consumer share."""
-
-    router: Router
-    config: ConsumerConfig
-    retry: RetryPolicy
-    slots: Slots  # handler slots: ``concurrency``
-    room: Room  # entries held: ``max_in_flight``
-    valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
-    on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
-    stopped: Sequence[StoppedView]  # per partition: the stopped IDs the control channel told
 
 
 class PartitionWorker:
@@ -115,7 +98,7 @@ class PartitionWorker:
                         self._run_entry_safely,
                         self._shared.slots,
                         self._shared.room,
-                        self._set_aside,
+                        functools.partial(self.holds.set_aside, give_up=self.abandon),
                     )
                     tg.start_soon(self._run_acker)
                     tg.start_soon(self.halted.watch, lanes, self._may_act)
@@ -278,17 +261,6 @@ class PartitionWorker:
         if self._lanes is not None and self._lanes.cancel(entry_id):
             log.info("cancelled the running handler of stopped entry %s", entry_id)
 
-    async def _set_aside(self, entry: RawEntry) -> bool:
-        """``entry``'s handler was cancelled by its stop: set it aside, its key waits (True);
-        False if it was resumed meanwhile (it runs again)."""
-        try:
-            return await self.holds.hold(entry)
-        except Exception as e:  # as _run_entry_safely: the next owner takes it over
-            log.error("partition %s: giving it up after an error at entry %s: %s",
-                      self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
-            self.abandon()
-            return True
-
     async def _run_entry_safely(self, entry: RawEntry) -> bool:
         """:meth:`_run_entry`; an error outside the handler (the server away while an entry
         is held or halted, a bug) gives the partition up: the next tick takes it again with
@@ -412,8 +384,3 @@ class PartitionWorker:
             return False
         entry.delivery_count = 1 if fresh else entry.delivery_count + 1
         return True
-
-
-def after(entry_id: StreamId) -> str:
-    """The smallest entry ID greater than ``entry_id`` (a claim's start is inclusive)."""
-    return f"{entry_id.ms}-{entry_id.seq + 1}"
