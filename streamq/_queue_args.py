@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 from .config import OnPoison, StartFrom
 from .errors import ConfigError
 
@@ -31,3 +34,8 @@ def check_ordered(
     if ordered and group is None:
         raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
     return bool(ordered), on_poison
+
+
+def default_consumer_name() -> str:
+    """A consumer's name when none is given: ``<host>-<pid>``."""
+    return f"{socket.gethostname()}-{os.getpid()}"

@@ -5,8 +5,6 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -18,7 +16,7 @@ from anyio.abc import TaskStatus
 
 from ._health import health_report
 from ._opening import open_until_ready, try_open
-from ._queue_args import check_identity, check_ordered
+from ._queue_args import check_identity, check_ordered, default_consumer_name
 from ._registration import QueueRegistry
 from ._stop_signals import owns_signals, watch_stop_signals
 from ._task_groups import task_group_around_block
@@ -46,11 +44,7 @@ from .publish.scheduled import ScheduledOperations
 from .topic.control import StoppedView
 from .topic.operations import TopicOperations
 from .topic.ownership import check_mode
-from .topic.partitions import (
-    partition_streams,
-    recorded_partitions,
-    validate_partitions,
-)
+from .topic.partitions import partition_streams, recorded_partitions, validate_partitions
 from .wire.client import connect, ride_through
 from .wire.keys import require_stream
 from .wire.permission_check import check_permissions
@@ -68,10 +62,6 @@ class State(enum.Enum):
     OPEN = "open"
     RUNNING = "running"
     CLOSED = "closed"
-
-
-def _default_consumer_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicOperations):
@@ -142,7 +132,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         self.partitions = validate_partitions(partitions)
         self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain
         self.stream, self.group = stream, group
-        self.consumer = consumer or _default_consumer_name()
+        self.consumer = consumer or default_consumer_name()
         self.start = start
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._queue_args import default_consumer_name
 from ..app import App
 from ..errors import ConfigError
-from ..queue import MessageQueue, _default_consumer_name
+from ..queue import MessageQueue
 
 
 def load_target(spec: str, app_dir: str | Path | None = ".") -> App:
@@ -86,7 +87,7 @@ def assign_slot(app: App, slot: int) -> None:
     """Name every consumer of ``app`` for worker ``slot``: ``<consumer>-<slot>``, the same
     after every restart, so a restarted worker recovers its own pending entries first.
     A queue left with the default ``<host>-<pid>`` name becomes ``<host>-<slot>``."""
-    default = _default_consumer_name()
+    default = default_consumer_name()
     for mq in app.queues:
         base = socket.gethostname() if mq.consumer == default else mq.consumer
         mq.consumer = f"{base}-{slot}"
