@@ -4,9 +4,10 @@ An entry may go when, for *every* group of the stream, it is at or below the gro
 last-delivered ID and below the group's oldest pending entry; when it is older than
 ``min_retention``; when it is not stopped; and only while the stream is longer than
 ``max_stream_length``. Removal runs in batches of ``batch_size``, one cleaner at a time
-(a lock with expiry, so a crashed cleaner does not block cleanup for ever). On Redis >= 8.2
-each deletion is re-checked by the server (``XDELEX ... ACKED``); elsewhere the snapshot
-rule alone decides (``XTRIM MINID`` / ``XDEL``).
+(a lock with expiry, so a crashed cleaner does not block cleanup for ever). The bound comes
+from a snapshot of the groups; each batch is re-checked on the server by the script that
+removes it (``XTRIM MINID`` for the stream's head, else ``XDEL``, or ``XDELEX ... ACKED`` on
+Redis >= 8.2), so nothing stopped, resumed or seeked back during a pass is removed.
 """
 
 from __future__ import annotations
@@ -25,14 +26,12 @@ from ..errors import InvalidMessageIdError, StreamqError, UnknownCommandError
 from ..ids import StreamId
 from ..wire import replies
 from ..wire.keys import Keys
-from ..wire.scripts import RELEASE_LOCK
-from .control import stopped_ids
+from ..wire.scripts import RELEASE_LOCK, REMOVE_SETTLED
 
 log = logging.getLogger(__name__)
 
 LOCK_TTL_MS = 60_000
 CLEANUP_ERROR_BACKOFF = 5.0
-XDELEX_DELETED = 1  # per-ID status in XDELEX's reply (2: still referenced, -1: no such ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +100,7 @@ class Cleaner:
         self.policy = policy
         self._keys = Keys(stream)
         self._release = client.register_script(RELEASE_LOCK)
+        self._remove = client.register_script(REMOVE_SETTLED)
         self._dry_run = False
         self._server_checked: bool | None = None  # probed on the first pass
 
@@ -132,27 +132,22 @@ class Cleaner:
         bound = min(bound, StreamId(int(time.time() * 1000) - retention_ms + 1, 0))
         if self._server_checked is None:
             self._server_checked = await has_xdelex(self._client, self._stream)
-        stopped = {StreamId.parse(i) for i in await stopped_ids(self._client, self._stream)}
-        check_pending = bounds.groups if bounds.safe_point < bound else ()
-        removed = await self._remove_below(
-            bound, excess, {s for s in stopped if s < bound}, check_pending
-        )
+        removed = await self._remove_below(bound, excess)
         if removed:
             log.info("cleanup removed %d entries of %s below %s", removed, self._stream, bound)
         return CleanupReport(
             removed, str(bound), length - removed, dead, server_checked=self._server_checked
         )
 
-    async def _remove_below(
-        self, bound: StreamId, limit: int, keep: set[StreamId], check_pending: tuple[str, ...]
-    ) -> int:
-        """Remove up to ``limit`` entries below ``bound``, oldest first, batch by batch.
+    async def _remove_below(self, bound: StreamId, limit: int) -> int:
+        """Remove up to ``limit`` settled entries below ``bound``, oldest first, in batches.
 
-        ``keep``: stopped IDs. ``check_pending``: groups whose pending entries in each batch
-        must stay too (``beyond_pending``: the bound is past some group's oldest pending).
+        The bound comes from a snapshot; the server re-checks each batch as it removes it
+        (:data:`~streamq.wire.scripts.REMOVE_SETTLED`), so an entry stopped, resumed or
+        not yet delivered at that moment stays. While nothing was spared the removed
+        entries are the stream's head, trimmed (cheaper than deleting one by one).
         """
-        removed, start = 0, "-"
-        prefix = not keep and not check_pending  # everything below the bound goes
+        removed, start, head = 0, "-", True
         while removed < limit:
             count = min(self.policy.batch_size, limit - removed)
             rows = await self._client.xrange(self._stream, min=start, max=f"({bound}", count=count)
@@ -160,50 +155,23 @@ class Cleaner:
                 break
             ids = [StreamId.parse(replies.text(entry_id)) for entry_id, _ in rows]
             start = f"({ids[-1]}"
-            spared = keep | await self._pending_between(check_pending, ids[0], ids[-1])
-            doomed = [i for i in ids if i not in spared]
-            if self._dry_run:
-                removed += len(doomed)
-            elif self._server_checked:
-                removed += await self._delete_if_acked(doomed)
-            elif prefix:  # trimming frees whole nodes, cheaper than XDEL
-                minid = str(ids[-1].next())
-                removed += int(
-                    await self._client.xtrim(self._stream, minid=minid, approximate=False)
-                )
-            elif doomed:
-                removed += int(await self._client.xdel(self._stream, *map(str, doomed)))
+            trim_point = str(ids[-1].next()) if head else ""
+            gone, spared = await self._remove_settled(ids, trim_point)
+            removed += gone
+            head = head and not spared
             # let the handlers of this process run between batches
             await anyio.lowlevel.checkpoint()
         return removed
 
-    async def _pending_between(
-        self, groups: tuple[str, ...], low: StreamId, high: StreamId
-    ) -> set[StreamId]:
-        """IDs in [low, high] pending in any of ``groups``."""
-        pending: set[StreamId] = set()
-        for group in groups:
-            start = str(low)
-            while True:
-                page = replies.pending_rows(
-                    await self._client.xpending_range(
-                        self._stream, group, min=start, max=str(high), count=self.policy.batch_size
-                    )
-                )
-                pending.update(StreamId.parse(p.id) for p in page)
-                if len(page) < self.policy.batch_size:
-                    break
-                start = f"({page[-1].id}"
-        return pending
-
-    async def _delete_if_acked(self, ids: list[StreamId]) -> int:
-        """Redis >= 8.2: the server deletes each ID only if no group still references it."""
-        if not ids:
-            return 0
-        reply = await self._client.execute_command(
-            "XDELEX", self._stream, "ACKED", "IDS", len(ids), *map(str, ids)
+    async def _remove_settled(self, ids: list[StreamId], trim_point: str) -> tuple[int, int]:
+        """(removed, spared) of one batch; a dry run counts what it would remove."""
+        action = "count" if self._dry_run else "remove"
+        xdelex = "1" if self._server_checked else "0"
+        gone, spared = await self._remove(
+            keys=[self._stream, self._keys.stopped],
+            args=[action, trim_point, xdelex, *map(str, ids)],
         )
-        return sum(1 for status in reply if int(status) == XDELEX_DELETED)
+        return int(gone), int(spared)
 
     async def _prune_unrouted(self, safe: StreamId) -> None:
         """Drop unrouted-delivery records of entries every group has acknowledged."""

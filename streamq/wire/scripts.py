@@ -101,3 +101,65 @@ RELEASE_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+# Cleanup's removal step: re-check a batch of IDs and remove those still settled, in one
+# atomic step, so that nothing that changed since the pass's snapshot (a stop, a resume, a
+# group created or seeked back) is removed. An ID is settled when every group was
+# delivered it, no group holds it pending and it is not stopped.
+# KEYS: stream, stopped-hash. ARGV: 'count' (remove nothing) or 'remove'; the trim point
+# ('' when the batch is not the stream's head: then only XDEL); '1' if the server has
+# XDELEX; the batch's IDs, oldest first. Returns {settled IDs removed (or counted), spared}.
+REMOVE_SETTLED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local function before(a, b)  -- stream IDs as digit strings: no rounding of large numbers
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if am ~= bm then
+    if #am ~= #bm then return #am < #bm end
+    return am < bm
+  end
+  if #as ~= #bs then return #as < #bs end
+  return as < bs
+end
+local last = ARGV[#ARGV]
+local delivered, pending = {}, {}
+for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local group = {}
+  for i = 1, #info, 2 do group[info[i]] = info[i + 1] end
+  delivered[#delivered + 1] = group['last-delivered-id']
+  if group['pending'] > 0 then
+    local oldest = redis.call('XPENDING', KEYS[1], group['name'])[2]
+    if oldest and not before(last, oldest) then pending[#pending + 1] = group['name'] end
+  end
+end
+local settled = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local keep = redis.call('HEXISTS', KEYS[2], id) == 1
+  for _, upto in ipairs(delivered) do
+    keep = keep or before(upto, id)
+  end
+  for _, name in ipairs(pending) do
+    keep = keep or #redis.call('XPENDING', KEYS[1], name, id, id, 1) > 0
+  end
+  if not keep then settled[#settled + 1] = id end
+end
+local spared = #ARGV - 3 - #settled
+if ARGV[1] == 'count' or #settled == 0 then return {#settled, spared} end
+if spared == 0 and ARGV[2] ~= '' then
+  return {redis.call('XTRIM', KEYS[1], 'MINID', ARGV[2]), 0}
+end
+local removed = 0
+for i = 1, #settled, 500 do
+  local chunk = {unpack(settled, i, math.min(i + 499, #settled))}
+  if ARGV[3] == '1' then
+    local statuses = redis.call('XDELEX', KEYS[1], 'ACKED', 'IDS', #chunk, unpack(chunk))
+    for _, status in ipairs(statuses) do
+      if status == 1 then removed = removed + 1 end
+    end
+  else
+    removed = removed + redis.call('XDEL', KEYS[1], unpack(chunk))
+  end
+end
+return {removed, spared}
+"""

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy, Message, MessageQueue
 from streamq.ids import StreamId
-from streamq.topic.cleanup import Cleaner, GroupBounds, has_xdelex
+from streamq.topic.cleanup import Cleaner, GroupBounds, group_bounds, has_xdelex
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import wait_for
 
@@ -86,24 +86,55 @@ async def test_server_side_check_used_when_the_server_has_it(
     assert report.server_checked == await has_xdelex(client), report
 
 
-async def test_server_side_check_keeps_what_a_stale_snapshot_would_remove(
+async def test_removal_rechecks_what_a_stale_snapshot_would_remove(
     make_queue: QueueFactory, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Redis >= 8.2: XDELEX ... ACKED re-checks every ID on the server, at deletion time.
+    """Each removal re-checks every ID on the server, in the step that removes it.
 
-    A snapshot can be stale (a group created or seeked back during a pass); the server's
-    check still keeps what some group has not read or acknowledged.
+    A snapshot can be stale (a group created or seeked back, an entry stopped or resumed
+    during a pass); the server's check still keeps what some group has not read, holds
+    pending, or what is stopped.
     """
-    if not await has_xdelex(client):
-        pytest.skip("the server has no XDELEX (Redis < 8.2, Valkey): snapshot rule only")
     mq, ids = await setup(make_queue, client, lagging_read=6, skip=2)
+    await mq.stop_message(ids[4])
 
     async def stale(_client: aioredis.Redis, _stream: str) -> GroupBounds:
         return GroupBounds(read_point=StreamId(2**62, 0), safe_point=StreamId(2**62, 0))
 
     monkeypatch.setattr("streamq.topic.cleanup.group_bounds", stale)
-    assert await mq.cleanup() == 5
-    assert await remaining(client, mq.stream) == [ids[2], *ids[6:]]
+    assert await mq.cleanup() == 4
+    assert await remaining(client, mq.stream) == [ids[2], ids[4], *ids[6:]]
+
+
+async def test_an_entry_resumed_during_a_pass_is_not_removed(
+    make_queue: QueueFactory, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator resumes a stopped entry after the pass took its snapshot of the groups:
+    the entry is pending again, and stays until a consumer handles it."""
+    mq, ids = await setup(make_queue, client, skip=3)  # ids[3] pending in group 'lagging'
+    await mq.stop_message(ids[3])
+    snapshot = group_bounds
+
+    async def resumed_after_snapshot(client: aioredis.Redis, stream: str) -> GroupBounds | None:
+        bounds = await snapshot(client, stream)
+        await mq.resume_message(ids[3])
+        return bounds
+
+    monkeypatch.setattr("streamq.topic.cleanup.group_bounds", resumed_after_snapshot)
+    assert await mq.cleanup() == 9
+    assert await remaining(client, mq.stream) == [ids[3]], "the resumed entry was removed"
+    (pending,) = await client.xpending_range(mq.stream, "lagging", min="-", max="+", count=10)
+    assert pending["message_id"].decode() == ids[3]
+
+
+async def test_dry_run_counts_what_a_pass_would_remove(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq, ids = await setup(make_queue, client, lagging_read=6, skip=2)
+    await mq.stop_message(ids[1])
+    report = await Cleaner(mq.client, mq.stream, EAGER).run_once(dry_run=True)
+    assert report.removed == 1, report
+    assert await remaining(client, mq.stream) == ids
 
 
 async def test_unrouted_records_of_acknowledged_entries_are_pruned(

@@ -404,7 +404,7 @@ async def test_on_redis_8_2_the_base_lines_lack_only_xdelex(
         await check_as(redis_url, user, stream)
     _header, missing, fix = str(caught.value).splitlines()  # one missing permission
     assert missing.lstrip().startswith("- xdelex on ")
-    assert fix.endswith("}:control +xdelex")
+    assert fix.startswith("fix ") and fix.endswith(":scheduled:wake +xdelex")
 
 
 async def test_an_ordered_consumer_runs_as_the_documented_service_user(
