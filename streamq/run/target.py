@@ -53,7 +53,7 @@ def as_app(target: Any, spec: str) -> App:
     if isinstance(target, MessageQueue):
         return App(target, name=spec)
     if _is_factory(target):
-        made = target()
+        made = _call_factory(target, spec)
         if inspect.isawaitable(made):
             if inspect.iscoroutine(made):
                 made.close()
@@ -66,6 +66,25 @@ def as_app(target: Any, spec: str) -> App:
         f"{spec} is a {type(target).__name__}: expected a MessageQueue, an App, "
         "or a function returning one"
     )
+
+
+def _call_factory(factory: Any, spec: str) -> Any:
+    """Call ``factory`` without arguments; one that needs some, or raises, is a ConfigError
+    saying so (a traceback of the user's code only at DEBUG, through the cause)."""
+    required = [
+        name
+        for name, p in inspect.signature(factory).parameters.items()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if required:
+        raise ConfigError(
+            f"{spec}() takes arguments ({', '.join(required)}): streamq run calls a factory "
+            "without any"
+        )
+    try:
+        return factory()
+    except Exception as e:
+        raise ConfigError(f"{spec}() raised {_one_line(e)}") from e
 
 
 def _is_factory(target: Any) -> bool:

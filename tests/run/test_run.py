@@ -264,6 +264,10 @@ async def async_factory():
     return app
 def wrong():
     return 42
+def needs_settings(settings):
+    return app
+def broken():
+    raise RuntimeError("no settings file")
 number = 7
 """
 
@@ -278,6 +282,9 @@ def test_load_target_takes_a_queue_an_app_or_a_factory(tmp_path: Path) -> None:
         ("targets_mod:async_factory", "not async"),
         ("targets_mod:wrong", "returned int"),
         ("targets_mod:number", "is a int"),
+        ("targets_mod:needs_settings", r"needs_settings\(\) takes arguments \(settings\)"),
+        ("targets_mod:broken", r"broken\(\) raised RuntimeError: no settings file"),
+        ("json:dumps", r"dumps\(\) takes arguments \(obj\)"),
     ]:
         with pytest.raises(ConfigError, match=message):
             load_target(spec, tmp_path)
