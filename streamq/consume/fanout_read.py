@@ -17,6 +17,7 @@ from typing import Protocol
 import anyio
 import redis.asyncio as aioredis
 
+from .._backoff import Backoff
 from ..config import ConsumerConfig
 from ..errors import RedisFailure, ServerUnavailableError
 from ..message import RawEntry
@@ -122,7 +123,8 @@ class StreamReader:
             await self._connection.release()
 
     async def _loop(self) -> None:
-        owner, room, backoff = self._owner, self._owner.room, READ_ERROR_BACKOFF
+        owner, room = self._owner, self._owner.room
+        backoff = Backoff(READ_ERROR_BACKOFF, MAX_READ_ERROR_BACKOFF)
         while not owner.stopping():
             await room.wait(owner.stopping)
             if owner.stopping():
@@ -135,11 +137,11 @@ class StreamReader:
                     owner.deliver(self.index, entries)
                 if not owner.stopping() and (not entries or self._check_due()):
                     await self._check_gone()
-                backoff = READ_ERROR_BACKOFF
+                backoff.reset()
             except ServerUnavailableError as e:  # the cursor is kept: nothing is missed
-                log.warning("read of %s failed, retrying in %.1fs: %s", self.stream, backoff, e)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_READ_ERROR_BACKOFF)
+                delay = backoff.next()
+                log.warning("read of %s failed, retrying in %.1fs: %s", self.stream, delay, e)
+                await anyio.sleep(delay)
             except RedisFailure as e:
                 log.error("read of %s failed with an error that will not go away: %s",
                           self.stream, e)  # fmt: skip

@@ -18,6 +18,7 @@ import logging
 import anyio
 import redis.asyncio as aioredis
 
+from .._backoff import Backoff
 from ..errors import RedisFailure, ServerUnavailableError
 from ..publish.scheduling import MOVE_BATCH, Moved, move_due
 from ..wire.keys import Keys
@@ -54,19 +55,19 @@ class Mover:
             await self._move_forever()
 
     async def _move_forever(self) -> None:
-        backoff = FAILURE_BACKOFF
+        backoff = Backoff(FAILURE_BACKOFF, MAX_FAILURE_BACKOFF)
         while True:
             self._wake = anyio.Event()  # a notice during the move makes the sleep short
             try:
                 moved = await move_due(self._client, self._stream, self._name, MOVE_BATCH)
             except Exception as e:  # a loop that survives: its consumer goes on consuming
+                delay = backoff.next()
                 log.warning("could not move due scheduled messages of %s (again in %.1fs): %s",
-                            self._stream, backoff, e,
+                            self._stream, delay, e,
                             exc_info=not isinstance(e, RedisFailure))  # fmt: skip
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_FAILURE_BACKOFF)
+                await anyio.sleep(delay)
                 continue
-            backoff = FAILURE_BACKOFF
+            backoff.reset()
             self._count(moved)
             if moved.more_due:
                 await anyio.lowlevel.checkpoint()
@@ -88,21 +89,20 @@ class Mover:
     async def _listen(self) -> None:
         """Follow the wake-up channel; every (re)subscription wakes the mover too, since
         notices sent while it was down are lost."""
-        backoff = FAILURE_BACKOFF
+        backoff = Backoff(FAILURE_BACKOFF, MAX_FAILURE_BACKOFF)
         while True:
             try:
                 with translated(self._stream):
                     async with self._client.pubsub() as pubsub:
                         await pubsub.ssubscribe(self._channel)
-                        backoff = FAILURE_BACKOFF
+                        backoff.reset()
                         self.wake()
                         await self._follow(pubsub)
             except Exception as e:  # the mover still wakes at least every MAX_SLEEP
                 if not isinstance(e, RedisFailure):
                     log.exception("following the wake-up channel of %s failed", self._stream)
                 log.debug("scheduled wake-up channel of %s lost: %s", self._stream, e)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_FAILURE_BACKOFF)
+                await anyio.sleep(backoff.next())
 
     async def _follow(self, pubsub: aioredis.client.PubSub) -> None:
         while True:

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
+from .._backoff import Backoff
 from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from ..message import RawEntry
@@ -91,7 +92,7 @@ class Reader:
             await self._connection.release()
 
     async def _loop(self) -> None:
-        backoff, recover = READ_ERROR_BACKOFF, True
+        backoff, recover = Backoff(READ_ERROR_BACKOFF, MAX_READ_ERROR_BACKOFF), True
         while not self._stopping():
             try:
                 if self._claiming is None:
@@ -103,13 +104,13 @@ class Reader:
                 if self._stopping():
                     break
                 await self._enqueue(await self.read_new())
-                backoff = READ_ERROR_BACKOFF
+                backoff.reset()
             except (GroupNotFoundError, StreamNotFoundError) as e:
                 await self._group_lost(e)
             except ServerUnavailableError as e:
-                log.warning("read failed, retrying in %.1fs: %s", backoff, e)
-                await anyio.sleep(backoff)
-                backoff, recover = min(backoff * 2, MAX_READ_ERROR_BACKOFF), True
+                delay, recover = backoff.next(), True
+                log.warning("read failed, retrying in %.1fs: %s", delay, e)
+                await anyio.sleep(delay)
             except RedisFailure as e:
                 log.error("read failed with an error that will not go away: %s", e)
                 self._fail(e)

@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from anyio.abc import Process, TaskGroup
 
+from .._backoff import Backoff
 from ..errors import ConfigError
 from . import reload
 from .http import HttpEndpoints, WorkerView, health_routes, metrics_routes
@@ -121,7 +122,7 @@ class Supervisor:
 
     async def _keep(self, slot: Slot) -> None:
         """Run the slot's worker again and again until the supervisor stops."""
-        backoff = RESTART_BACKOFF
+        backoff = Backoff(RESTART_BACKOFF, MAX_RESTART_BACKOFF)
         while not self.stopping:
             started = anyio.current_time()
             slot.process = await anyio.open_process(
@@ -139,15 +140,15 @@ class Supervisor:
             if not await self._after_exit(slot, pid, code):
                 break
             if anyio.current_time() - started > STABLE_AFTER:
-                backoff = RESTART_BACKOFF
+                backoff.reset()
+            delay = backoff.next()
             log.warning(
                 "worker %d (pid %d) exited with %s; restarting it in %.1fs",
-                slot.index, pid, _describe_exit(code), backoff,
+                slot.index, pid, _describe_exit(code), delay,
             )  # fmt: skip
             slot.restarts += 1
-            with anyio.move_on_after(backoff):
+            with anyio.move_on_after(delay):
                 await self._stop.wait()
-            backoff = min(backoff * 2, MAX_RESTART_BACKOFF)
 
     async def _after_exit(self, slot: Slot, pid: int, code: int) -> bool:
         """Whether to restart a worker that exited by itself with ``code``."""

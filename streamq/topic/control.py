@@ -22,6 +22,7 @@ from typing import Literal
 import anyio
 import redis.asyncio as aioredis
 
+from .._backoff import Backoff
 from ..errors import (
     InvalidMessageIdError,
     MessageNotFoundError,
@@ -186,7 +187,7 @@ class ControlListener:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        started, backoff = False, LISTENER_BACKOFF
+        started, backoff = False, Backoff(LISTENER_BACKOFF, MAX_LISTENER_BACKOFF)
         while True:
             try:
                 with translated(self._stream):
@@ -194,18 +195,18 @@ class ControlListener:
                         await pubsub.ssubscribe(self._keys.control)
                         await self._view.resync(self._client, self._stream)
                         self._connected()
-                        backoff = LISTENER_BACKOFF
+                        backoff.reset()
                         if not started:
                             started = True
                             task_status.started()
                         await self._follow(pubsub)
             except RedisFailure as e:
-                self._disconnected(e, backoff)
+                delay = backoff.next()
+                self._disconnected(e, delay)
                 if not started:
                     started = True
                     task_status.started()
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_LISTENER_BACKOFF)
+                await anyio.sleep(delay)
 
     def _connected(self) -> None:
         if self._lost:
