@@ -19,7 +19,10 @@ def check_identity(group: object, consumer: object, cluster: object, start: obje
     if cluster not in (None, True, False):
         raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
     if not isinstance(start, StartFrom):
-        raise ConfigError(f"start must be a StartFrom, got {start!r}")
+        raise ConfigError(
+            "start must be StartFrom.LATEST, StartFrom.EARLIEST or StartFrom.at(entry_id), "
+            f"got {start!r}"
+        )
 
 
 def check_ordered(

@@ -142,36 +142,29 @@ class Cleaner:
     async def _remove_below(self, bound: StreamId, limit: int) -> int:
         """Remove up to ``limit`` settled entries below ``bound``, oldest first, in batches.
 
-        The bound comes from a snapshot; the server re-checks each batch as it removes it
-        (:data:`~streamq.wire.scripts.REMOVE_SETTLED`), so an entry stopped, resumed or
-        not yet delivered at that moment stays. While nothing was spared the removed
-        entries are the stream's head, trimmed (cheaper than deleting one by one).
+        The bound comes from a snapshot; the server re-checks each batch in the script that
+        takes and removes it (:data:`~streamq.wire.scripts.REMOVE_SETTLED`), so an entry
+        stopped, resumed or not yet delivered at that moment stays. While nothing was kept
+        the batches are the stream's head, trimmed (cheaper than deleting one by one).
         """
         removed, start, head = 0, "-", True
+        action = "count" if self._dry_run else "remove"
+        xdelex = "1" if self._server_checked else "0"
         while removed < limit:
             count = min(self.policy.batch_size, limit - removed)
-            rows = await self._client.xrange(self._stream, min=start, max=f"({bound}", count=count)
-            if not rows:
+            gone, kept, last = await self._remove(
+                keys=[self._stream, self._keys.stopped],
+                args=[action, start, str(bound), count, "1" if head else "0", xdelex],
+            )
+            last = replies.text(last)
+            if not last:
                 break
-            ids = [StreamId.parse(replies.text(entry_id)) for entry_id, _ in rows]
-            start = f"({ids[-1]}"
-            trim_point = str(ids[-1].next()) if head else ""
-            gone, spared = await self._remove_settled(ids, trim_point)
-            removed += gone
-            head = head and not spared
+            removed += int(gone)
+            head = head and not int(kept)
+            start = f"({last}"
             # let the handlers of this process run between batches
             await anyio.lowlevel.checkpoint()
         return removed
-
-    async def _remove_settled(self, ids: list[StreamId], trim_point: str) -> tuple[int, int]:
-        """(removed, spared) of one batch; a dry run counts what it would remove."""
-        action = "count" if self._dry_run else "remove"
-        xdelex = "1" if self._server_checked else "0"
-        gone, spared = await self._remove(
-            keys=[self._stream, self._keys.stopped],
-            args=[action, trim_point, xdelex, *map(str, ids)],
-        )
-        return int(gone), int(spared)
 
     async def _prune_unrouted(self, safe: StreamId) -> None:
         """Drop unrouted-delivery records of entries every group has acknowledged."""

@@ -102,15 +102,18 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# Cleanup's removal step: re-check a batch of IDs and remove those still settled, in one
-# atomic step, so that nothing that changed since the pass's snapshot (a stop, a resume, a
-# group created or seeked back) is removed. An ID is settled when every group was
-# delivered it, no group holds it pending and it is not stopped.
-# KEYS: stream, stopped-hash. ARGV: 'count' (remove nothing) or 'remove'; the trim point
-# ('' when the batch is not the stream's head: then only XDEL); '1' if the server has
-# XDELEX; the batch's IDs, oldest first. Returns {settled IDs removed (or counted), spared}.
+# Cleanup's removal step: take the next batch below the pass's bound and remove the IDs
+# still settled, in one atomic step, so that nothing that changed since the pass's snapshot
+# (a stop, a resume, a group created or seeked back) is removed. An ID is settled when every
+# group was delivered it, no group holds it pending and it is not stopped.
+# KEYS: stream, stopped-hash. ARGV: 'count' (remove nothing) or 'remove'; the batch's start
+# ('-' or '(<id>'); the bound (exclusive); the batch size; '1' if the batch may be trimmed
+# as the stream's head (nothing kept before it in this pass); '1' if the server has XDELEX.
+# Returns {settled IDs removed (or counted), IDs kept, the batch's last ID ('' when empty)}.
 REMOVE_SETTLED = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, ''} end
+local rows = redis.call('XRANGE', KEYS[1], ARGV[2], '(' .. ARGV[3], 'COUNT', ARGV[4])
+if #rows == 0 then return {0, 0, ''} end
 local function before(a, b)  -- stream IDs as digit strings: no rounding of large numbers
   local am, as = string.match(a, '^(%d+)-(%d+)$')
   local bm, bs = string.match(b, '^(%d+)-(%d+)$')
@@ -121,22 +124,28 @@ local function before(a, b)  -- stream IDs as digit strings: no rounding of larg
   if #as ~= #bs then return #as < #bs end
   return as < bs
 end
-local last = ARGV[#ARGV]
-local delivered, pending = {}, {}
+local last = rows[#rows][1]
+local undelivered, pending = {}, {}
 for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local group = {}
   for i = 1, #info, 2 do group[info[i]] = info[i + 1] end
-  delivered[#delivered + 1] = group['last-delivered-id']
+  if before(group['last-delivered-id'], last) then
+    undelivered[#undelivered + 1] = group['last-delivered-id']
+  end
   if group['pending'] > 0 then
     local oldest = redis.call('XPENDING', KEYS[1], group['name'])[2]
     if oldest and not before(last, oldest) then pending[#pending + 1] = group['name'] end
   end
 end
+local stopped = {}
+if redis.call('HLEN', KEYS[2]) > 0 then
+  for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do stopped[id] = true end
+end
 local settled = {}
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  local keep = redis.call('HEXISTS', KEYS[2], id) == 1
-  for _, upto in ipairs(delivered) do
+for _, row in ipairs(rows) do
+  local id = row[1]
+  local keep = stopped[id] or false
+  for _, upto in ipairs(undelivered) do
     keep = keep or before(upto, id)
   end
   for _, name in ipairs(pending) do
@@ -144,15 +153,16 @@ for i = 4, #ARGV do
   end
   if not keep then settled[#settled + 1] = id end
 end
-local spared = #ARGV - 3 - #settled
-if ARGV[1] == 'count' or #settled == 0 then return {#settled, spared} end
-if spared == 0 and ARGV[2] ~= '' then
-  return {redis.call('XTRIM', KEYS[1], 'MINID', ARGV[2]), 0}
+local kept = #rows - #settled
+if ARGV[1] == 'count' or #settled == 0 then return {#settled, kept, last} end
+if kept == 0 and ARGV[5] == '1' then
+  -- the head up to the batch's last ID: trimming frees whole nodes (MINID is exclusive)
+  return {redis.call('XTRIM', KEYS[1], 'MINID', last) + redis.call('XDEL', KEYS[1], last), 0, last}
 end
 local removed = 0
 for i = 1, #settled, 500 do
   local chunk = {unpack(settled, i, math.min(i + 499, #settled))}
-  if ARGV[3] == '1' then
+  if ARGV[6] == '1' then
     local statuses = redis.call('XDELEX', KEYS[1], 'ACKED', 'IDS', #chunk, unpack(chunk))
     for _, status in ipairs(statuses) do
       if status == 1 then removed = removed + 1 end
@@ -161,5 +171,5 @@ for i = 1, #settled, 500 do
     removed = removed + redis.call('XDEL', KEYS[1], unpack(chunk))
   end
 end
-return {removed, spared}
+return {removed, kept, last}
 """
