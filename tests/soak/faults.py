@@ -16,6 +16,9 @@
   and bring it back on its port. Only with ``SOAK_SERVER=shared`` (:func:`kill_keeper`).
 - ``master_kill``: SIGKILL the cluster master serving a partition of the topic, wait for
   its replica's promotion, restart the old one. Only with ``SOAK_SERVER=cluster``.
+- ``stop_resume``: an operator stops a few recent entries (some still to be read, some in
+  flight) and resumes them a moment later, while the consumers' cleanup passes run: each
+  must still be handled once resumed.
 """
 
 from __future__ import annotations
@@ -34,14 +37,18 @@ import psutil  # type: ignore[import-untyped]
 import redis
 import redis.asyncio as aioredis
 
+from streamq.errors import MessageNotFoundError
 from streamq.server.cluster import EmbeddedCluster
 from streamq.server.keeper import Paths, pid_alive, read_info, server_pid
+from streamq.topic import control
 from streamq.wire.slots import slot_of
 from streamq.wire.timeouts import SOCKET_TIMEOUT
 from tests.soak.processes import Consumers, SoakServer
 from tests.soak.soak_consumer import BLOCK, CLAIM_IDLE
+from tests.soak.tally import retrying
 
-KINDS = ("kill", "pause", "client_kill", "server_crash", "stall", "keeper_kill", "master_kill")
+KINDS = ("kill", "pause", "client_kill", "server_crash", "stall", "keeper_kill", "master_kill",
+         "stop_resume")  # fmt: skip
 OWN_SERVER_KINDS = ("server_crash", "stall")  # faults done to a server the soak started
 PAUSE_SECONDS = (2.5 * CLAIM_IDLE, 4.0 * CLAIM_IDLE)
 SERVER_DOWN_SECONDS = (0.2, 1.5)
@@ -49,6 +56,8 @@ SERVER_DOWN_SECONDS = (0.2, 1.5)
 STALL_SECONDS = (SOCKET_TIMEOUT + BLOCK + 1.0, SOCKET_TIMEOUT + BLOCK + 3.0)
 NEW_NAME_CHANCE = 0.5
 KEEPER_BACK_WITHIN = 30.0
+STOPPED_ENTRIES = 5  # per stop_resume: every 4th of the newest 20 entries
+STOPPED_SECONDS = (0.5, 3.0)
 
 
 def connections_of(pids: list[int], server_port: int | set[int]) -> set[str]:
@@ -102,6 +111,7 @@ class Injector:
             "client_kill": self.client_kill, "server_crash": self.server_crash,
             "stall": self.stall,
             "keeper_kill": self.keeper_kill, "master_kill": self.master_kill,
+            "stop_resume": self.stop_resume,
         }  # fmt: skip
         description = await actions[kind]()
         self.counts[kind] += 1
@@ -152,6 +162,22 @@ class Injector:
     async def stall(self) -> str:
         assert self._server is not None
         return await stall_server(self._server, self._rng.uniform(*STALL_SECONDS))
+
+    async def stop_resume(self) -> str:
+        stream, client = self._victim_stream, self._client
+        newest = await retrying(client.xrevrange, stream, count=4 * STOPPED_ENTRIES)
+        stopped = []
+        for raw_id, _ in newest[::4]:
+            with contextlib.suppress(MessageNotFoundError):  # removed by cleanup meanwhile
+                await retrying(control.stop_message, client, stream, raw_id.decode())
+                stopped.append(raw_id.decode())
+        seconds = self._rng.uniform(*STOPPED_SECONDS)
+        await anyio.sleep(seconds)
+        given_back = 0
+        for entry_id in stopped:  # a resume that keeps failing ends the soak, red
+            given_back += await retrying(control.resume_message, client, stream, entry_id)
+        return (f"stopped {len(stopped)} entries for {seconds:.1f}s, resumed them "
+                f"({given_back} given back to a pending list)")  # fmt: skip
 
     async def keeper_kill(self) -> str:
         assert self._home is not None
@@ -215,7 +241,7 @@ def kill_keeper(home: Path, back_within: float = KEEPER_BACK_WITHIN) -> str:
     while True:
         after = read_info(paths)
         renewed = after is not None and after["keeper_pid"] != before["keeper_pid"]
-        if renewed and server_pid(int(after["port"])) == after["pid"]:  # type: ignore[index]
+        if after is not None and renewed and server_pid(int(after["port"])) == after["pid"]:
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"the shared server was not started again within {back_within}s")

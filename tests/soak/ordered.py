@@ -57,13 +57,14 @@ def make_ordered_queue(
     group: str, message_type: str, work: float, max_deliveries: int,
 ) -> MessageQueue:  # fmt: skip
     """The ordered consumer of the soak; every handler call is written to ``calls``."""
-    from tests.soak.soak_consumer import Job, PoisonError, TransientError
+    from tests.soak.soak_consumer import CLEANUP, Job, PoisonError, TransientError
 
     mq = MessageQueue(
         url or None, stream=stream, group=group, consumer=consumer, start=StartFrom.EARLIEST,
         retry=RetryPolicy(attempts=3, backoff=0.05, max_deliveries=max_deliveries),
         claim_idle=1.0, claim_interval=0.2, block=0.2, grace=5.0, ownership_lease=LEASE,
         concurrency=8, max_in_flight=32, read_count=32, partitions=PARTITIONS, ordered=True,
+        cleanup=CLEANUP,
     )  # fmt: skip
     rng, log = random.Random(seed), CallLog(calls / f"calls-{consumer}-{os.getpid()}.txt")
 

@@ -22,13 +22,16 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel
 
-from streamq import Message, MessageQueue, RetryPolicy, StartFrom
+from streamq import CleanupPolicy, Message, MessageQueue, RetryPolicy, StartFrom
 
 GROUP = "soak"
 MESSAGE_TYPE = "job"
 CLAIM_IDLE = 1.0
 BLOCK = 0.2  # seconds a read waits for new entries
 MAX_DELIVERIES = 6
+# Cleanup passes run in every consumer, as in production (the faults stop and resume
+# entries meanwhile): an entry they remove before it is handled shows as lost.
+CLEANUP = CleanupPolicy(enabled=True, interval=0.5, max_stream_length=200, min_retention=0)
 WORK_SECONDS = 0.003  # upper bound of the simulated work per entry
 
 
@@ -59,7 +62,7 @@ def make_queue(url: str, stream: str, consumer: str, seed: int, fail_rate: float
         url or None, stream=stream, group=GROUP, consumer=consumer, start=StartFrom.EARLIEST,
         retry=RetryPolicy(attempts=3, backoff=0.05, max_deliveries=MAX_DELIVERIES),
         claim_idle=CLAIM_IDLE, claim_interval=0.2, block=BLOCK, grace=5.0,
-        concurrency=8, max_in_flight=32, read_count=32,
+        concurrency=8, max_in_flight=32, read_count=32, cleanup=CLEANUP,
     )  # fmt: skip
     rng = random.Random(seed)
     key = results_key(stream)
