@@ -57,7 +57,6 @@ class GroupBounds:
 
     read_point: StreamId
     safe_point: StreamId
-    groups: tuple[str, ...] = ()
 
 
 async def group_bounds(client: aioredis.Redis, stream: str) -> GroupBounds | None:
@@ -74,7 +73,7 @@ async def group_bounds(client: aioredis.Redis, stream: str) -> GroupBounds | Non
             if oldest is not None:  # None: everything was acked since XINFO
                 limit = min(limit, StreamId.parse(oldest))
         safe = min(safe, limit)
-    return GroupBounds(read_point, safe, tuple(g.name for g in groups))
+    return GroupBounds(read_point, safe)
 
 
 async def has_xdelex(client: aioredis.Redis, stream: str = "probe") -> bool:

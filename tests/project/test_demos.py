@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -101,8 +102,12 @@ def test_an_interrupted_demo_leaves_nothing_behind(
             seen.append(line)
             if busy in line:
                 break
+        # go on reading, as a terminal does: a full pipe would block the demo's clean-up
+        drain = threading.Thread(target=seen.extend, args=(demo.stdout,), daemon=True)
+        drain.start()
         demo.send_signal(signum)
         demo.wait(timeout=60)
+        drain.join(timeout=10)
     finally:
         if demo.poll() is None:
             demo.kill()

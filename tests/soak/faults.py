@@ -16,8 +16,8 @@
   and bring it back on its port. Only with ``SOAK_SERVER=shared`` (:func:`kill_keeper`).
 - ``master_kill``: SIGKILL the cluster master serving a partition of the topic, wait for
   its replica's promotion, restart the old one. Only with ``SOAK_SERVER=cluster``.
-- ``stop_resume``: an operator stops a few recent entries (some still to be read, some in
-  flight) and resumes them a moment later, while the consumers' cleanup passes run: each
+- ``stop_resume``: an operator stops a few entries (in flight, and the newest) and resumes
+  them a moment later, while the consumers' cleanup passes run: each
   must still be handled once resumed.
 """
 
@@ -56,7 +56,7 @@ SERVER_DOWN_SECONDS = (0.2, 1.5)
 STALL_SECONDS = (SOCKET_TIMEOUT + BLOCK + 1.0, SOCKET_TIMEOUT + BLOCK + 3.0)
 NEW_NAME_CHANCE = 0.5
 KEEPER_BACK_WITHIN = 30.0
-STOPPED_ENTRIES = 5  # per stop_resume: every 4th of the newest 20 entries
+STOPPED_ENTRIES = 5  # per stop_resume: up to 5 in flight and the 5 newest
 STOPPED_SECONDS = (0.5, 3.0)
 
 
@@ -165,19 +165,24 @@ class Injector:
 
     async def stop_resume(self) -> str:
         stream, client = self._victim_stream, self._client
-        newest = await retrying(client.xrevrange, stream, count=4 * STOPPED_ENTRIES)
-        stopped = []
-        for raw_id, _ in newest[::4]:
+        group = await retrying(client.xinfo_groups, stream)
+        in_flight = await retrying(
+            client.xpending_range, stream, group[0]["name"], "-", "+", STOPPED_ENTRIES
+        )
+        newest = await retrying(client.xrevrange, stream, count=STOPPED_ENTRIES)
+        ids = {p["message_id"].decode() for p in in_flight} | {r[0].decode() for r in newest}
+        stopped, taken = [], 0
+        for entry_id in sorted(ids):
             with contextlib.suppress(MessageNotFoundError):  # removed by cleanup meanwhile
-                await retrying(control.stop_message, client, stream, raw_id.decode())
-                stopped.append(raw_id.decode())
+                taken += await retrying(control.stop_message, client, stream, entry_id)
+                stopped.append(entry_id)
         seconds = self._rng.uniform(*STOPPED_SECONDS)
         await anyio.sleep(seconds)
         given_back = 0
         for entry_id in stopped:  # a resume that keeps failing ends the soak, red
             given_back += await retrying(control.resume_message, client, stream, entry_id)
-        return (f"stopped {len(stopped)} entries for {seconds:.1f}s, resumed them "
-                f"({given_back} given back to a pending list)")  # fmt: skip
+        return (f"stopped {len(stopped)} entries ({taken} in flight) for {seconds:.1f}s, "
+                f"resumed them ({given_back} given back)")  # fmt: skip
 
     async def keeper_kill(self) -> str:
         assert self._home is not None
