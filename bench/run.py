@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from streamq import Message, StartFrom
 
-from . import consuming, publishing, scheduling
+from . import cleanup, consuming, publishing, scheduling
 from .workload import (
     Email,
     discard,
@@ -210,6 +210,7 @@ async def main(url: str, n: int, quick: bool, rounds: int) -> None:
     emit(bench="consumer_rss_mb", msgs=n, value=round(rss, 1), ratio_to_raw=round(rss / raw_rss, 3))
     await consuming_figures(url, n, quick, rounds, figure)
     await scheduling.figures(url, quick, rounds, emit)
+    await cleanup.figures(url, quick, rounds, emit)
 
 
 Figure = Any  # figure(name, msgs, rates, vs=..., **extra) in main()
