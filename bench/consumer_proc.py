@@ -27,4 +27,5 @@ async def main(url: str, stream: str, name: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    url, stream, name = sys.argv[1:4]
+    anyio.run(main, url, stream, name)

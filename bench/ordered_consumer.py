@@ -29,4 +29,5 @@ async def main(url: str, topic: str, name: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    url, topic, name = sys.argv[1:4]
+    anyio.run(main, url, topic, name)

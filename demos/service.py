@@ -162,7 +162,7 @@ def main() -> None:
         print(f"  nothing lost: {sum(' order ' in d for d in done)}/{ORDERS} orders, "
               f"{sum(' email ' in d for d in done)}/{EMAILS} emails, pending {left}")  # fmt: skip
         print(f"  handled by: {by_worker}")
-        recovered = {client.hget(DONE, entry_id).split()[0] for entry_id in held}  # type: ignore[union-attr]
+        recovered = {client.hget(DONE, entry_id).split()[0] for entry_id in held}
         print(f"  the {len(held)} orders worker 0 held were handled by {', '.join(recovered)}")
         check(left == 0 and recovered == {"billing-0"}, "worker 0's entries were not recovered")
 

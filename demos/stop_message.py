@@ -18,9 +18,11 @@ async def main() -> None:
     for mq in consumers:
 
         def install(mq: MessageQueue) -> None:
+            group = str(mq.group)  # each consumer here has its group
+
             @mq.handler("invoice")
             async def handle(msg: Message[int]) -> None:
-                seen[mq.group].append(msg.data)
+                seen[group].append(msg.data)
                 print(f"  {mq.group:<8} handled invoice {msg.data} ({msg.id})")
 
         install(mq)
