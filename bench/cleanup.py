@@ -11,18 +11,15 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
 from typing import Any
 
-import anyio
 import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy
 
-from .workload import fresh_stream, prefill, queue
+from .workload import figures_cli, fresh_stream, prefill, queue
 
 Emit = Any
 EVERYTHING = CleanupPolicy(max_stream_length=0, min_retention=0)
@@ -87,20 +84,5 @@ async def figures(url: str, quick: bool, rounds: int, emit: Emit) -> None:
              ratio_to_raw_xtrim=round(ratio, 3), runs=[round(r) for r in rates[name]])  # fmt: skip
 
 
-def cli() -> None:
-    from .workload import single_server
-
-    parser = argparse.ArgumentParser(description="streamq cleanup benchmarks (JSON lines)")
-    parser.add_argument("--quick", action="store_true", help="smaller runs, for smoke tests")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-
-    def emit(**fields: Any) -> None:
-        print(json.dumps(fields), flush=True)
-
-    with single_server() as url:
-        anyio.run(figures, url, args.quick, args.rounds, emit)
-
-
 if __name__ == "__main__":
-    cli()
+    figures_cli("streamq cleanup benchmarks (JSON lines)", figures)

@@ -13,9 +13,7 @@ runs them alone, ``make bench`` with the others.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import statistics
 import sys
 import time
@@ -27,7 +25,15 @@ import anyio
 from streamq import Message, StartFrom
 
 from .publishing import publish_single
-from .workload import Email, discard_queue, fresh_stream, noop_consumer, payload, queue
+from .workload import (
+    Email,
+    discard_queue,
+    figures_cli,
+    fresh_stream,
+    noop_consumer,
+    payload,
+    queue,
+)
 
 Emit = Any
 
@@ -114,20 +120,5 @@ async def figures(url: str, quick: bool, rounds: int, emit: Emit) -> None:
          value=round(await memory_per_million_mb(url), 1))  # fmt: skip
 
 
-def cli() -> None:
-    from .workload import single_server
-
-    parser = argparse.ArgumentParser(description="streamq scheduling benchmarks (JSON lines)")
-    parser.add_argument("--quick", action="store_true", help="smaller runs, for smoke tests")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-
-    def emit(**fields: Any) -> None:
-        print(json.dumps(fields), flush=True)
-
-    with single_server() as url:
-        anyio.run(figures, url, args.quick, args.rounds, emit)
-
-
 if __name__ == "__main__":
-    cli()
+    figures_cli("streamq scheduling benchmarks (JSON lines)", figures)

@@ -82,6 +82,24 @@ def single_server() -> Iterator[str]:
         yield server.url
 
 
+def figures_cli(description: str, figures: Callable[..., Any]) -> None:
+    """``python -m bench.<module>``: run ``figures(url, quick, rounds, emit)`` alone on the
+    one-node server, one JSON line per figure."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="smaller runs, for smoke tests")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    def emit(**fields: Any) -> None:
+        print(json.dumps(fields), flush=True)
+
+    with single_server() as url:
+        anyio.run(figures, url, args.quick, args.rounds, emit)
+
+
 def fresh_stream(name: str) -> str:
     return f"bench-{name}-{uuid.uuid4().hex[:8]}"
 
