@@ -29,19 +29,12 @@ async def check_mode(
 ) -> None:
     """ConfigError naming the consumers of the other mode: ordered members that are live
     when ``ordered`` is False; when True, consumers of the group that read any partition
-    in the last ``active_within`` seconds without being ordered members."""
+    in the last ``active_within`` seconds and never were ordered members (every ordered
+    member, live or not, has a record in the membership: idle times alone cannot tell, a
+    server restart makes every consumer's reads look recent)."""
     topic_client = client_for(topic)
     if not ordered:
-        # EXISTS first: a user limited to shared mode's commands (no TIME, no HGETALL) can
-        # open a topic no ordered consumer ever used without being refused anything
-        if not await topic_client.exists(wire.members_key(topic, group)):
-            return
-        live = [m for m in await wire.live_members(topic_client, topic, group) if m != me]
-        if live:
-            raise ConfigError(
-                f"group {group!r} of {topic!r} is consumed in ordered mode by {_names(live)}: "
-                "open this queue with ordered=True too (or use another group)"
-            )
+        await _check_unordered(topic_client, topic, group, me)
         return
     members = {text(m) for m in await topic_client.hkeys(wire.members_key(topic, group))}
     unordered: set[str] = set()
@@ -55,6 +48,23 @@ async def check_mode(
             f"group {group!r} of {topic!r} is consumed unordered by {_names(sorted(unordered))}: "
             "stop them or open them with ordered=True too (or use another group)"
         )
+
+
+async def _check_unordered(client: aioredis.Redis, topic: str, group: str, me: str) -> None:
+    # EXISTS first: a user limited to shared mode's commands (no TIME, no HGETALL) can
+    # open a topic no ordered consumer ever used without being refused anything
+    key = wire.members_key(topic, group)
+    if not await client.exists(key):
+        return
+    live = [m for m in await wire.live_members(client, topic, group) if m != me]
+    if live:
+        raise ConfigError(
+            f"group {group!r} of {topic!r} is consumed in ordered mode by {_names(live)}: "
+            "open this queue with ordered=True too (or use another group)"
+        )
+    # ``me`` may have been an ordered member: from now on it reads unordered, and an
+    # ordered queue opened later must count it as such
+    await client.hdel(key, me)
 
 
 async def _consumers(client: aioredis.Redis, stream: str, group: str) -> list[dict[str, Any]]:

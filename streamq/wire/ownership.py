@@ -4,8 +4,9 @@ and the fenced reads, claims and acks of a partition's owner (see docs/guides/or
 Keys (each on one slot, so every script is atomic there):
 
 * ``streamq:{<topic>}:members:<group>``: hash, member name -> ``<expiry ms>|<held>`` where
-  ``held`` lists the partitions the member holds (``0,3,5``); an expired member stays one
-  more lease (not live) before a heartbeat deletes it.
+  ``held`` lists the partitions the member holds (``0,3,5``). A member whose record has
+  expired (it died, or left: its expiry is then the time it left) is not live, and its
+  record stays with the topic: it says the consumer of that name was an ordered member.
 * ``streamq:{<partition stream>}:owner:<group>``: hash ``consumer``, ``token`` (the fencing
   token: incremented by each acquire, never reset, so never reused), ``expires`` (ms).
 
@@ -32,25 +33,29 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: members hash. ARGV: me, ttl ms, held ("0,3"), leaving ("1": delete me and stop).
-# Returns the live members as a flat [name, value, ...] list. An expired member is kept
-# (not live) for one more ttl before it is deleted: a consumer opened meanwhile still
-# knows it for an ordered member that died, not a consumer of the other mode, while its
-# last reads are recent (streamq.topic.ownership.check_mode).
+# KEYS: members hash. ARGV: me, ttl ms, held ("0,3"), leaving ("1": record that I left).
+# Returns the live members as a flat [name, value, ...] list. A member's record is never
+# deleted here: one that died keeps its expired record, and one that leaves records its
+# expiry as now (only while the hash exists: a terminated topic's is not written again).
+# So a consumer opened later knows every consumer that was an ordered member for one,
+# however recent its reads look (a server restart makes every consumer's look recent), and
+# never takes it for a consumer of the other mode (streamq.topic.ownership.check_mode).
 HEARTBEAT = (
     _NOW
     + """
-if ARGV[4] == '1' then redis.call('HDEL', KEYS[1], ARGV[1]) return {} end
-local ttl = tonumber(ARGV[2])
-local expires = string.format('%d', now + ttl)
+if ARGV[4] == '1' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now) .. '|')
+  end
+  return {}
+end
+local expires = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], ARGV[1], expires .. '|' .. ARGV[3])
 local all = redis.call('HGETALL', KEYS[1])
 local live = {}
 for i = 1, #all, 2 do
   local expires = tonumber(string.match(all[i + 1], '^(%d+)|'))
-  if expires == nil or expires + ttl <= now then
-    redis.call('HDEL', KEYS[1], all[i])
-  elseif expires > now then
+  if expires ~= nil and expires > now then
     table.insert(live, all[i]); table.insert(live, all[i + 1])
   end
 end

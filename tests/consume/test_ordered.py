@@ -518,7 +518,7 @@ async def test_an_ordered_member_that_just_died_is_not_taken_for_an_unordered_co
     make_queue: QueueFactory, client: aioredis.Redis, stream: str
 ) -> None:
     """A consumer started right after an ordered member died (a supervisor's restart) can
-    find the dead member's heartbeat expired, and swept by a live member's heartbeat, while
+    find the dead member's heartbeat expired, and a live member's heartbeat since, while
     its last read is more recent than ``ownership_lease``: that is an ordered member that
     died, not a consumer of the other mode, and opening goes on."""
     async with make_queue(ordered=True, ownership_lease=LEASE):
@@ -527,7 +527,7 @@ async def test_an_ordered_member_that_just_died_is_not_taken_for_an_unordered_co
     seconds, micros = await client.time()
     expired = seconds * 1000 + micros // 1000 - 1
     await client.hset(wire.members_key(stream, "g"), "dead", f"{expired}|0")
-    await wire.heartbeat(client, stream, "g", "alive", LEASE, [])  # sweeps expired members
+    await wire.heartbeat(client, stream, "g", "alive", LEASE, [])  # keeps expired members
     assert "dead" not in await wire.live_members(client, stream, "g")
     async with make_queue(ordered=True, ownership_lease=LEASE):
         pass
