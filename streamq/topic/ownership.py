@@ -4,7 +4,7 @@ halted keys an operator lists and releases."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -74,6 +74,16 @@ async def _consumers(client: aioredis.Redis, stream: str, group: str) -> list[di
 
 def _names(names: Sequence[str]) -> str:
     return ", ".join(repr(n) for n in names)
+
+
+def lease_keys(stream: str, groups: Iterable[str]) -> list[str]:
+    """The ordered leases of ``stream`` for ``groups`` (on the stream's slot)."""
+    return [wire.lease_key(stream, group) for group in groups]
+
+
+def membership_keys(topic: str, groups: Iterable[str]) -> list[str]:
+    """The ordered memberships of ``topic`` for ``groups`` (on the topic's own slot)."""
+    return [wire.members_key(topic, group) for group in groups]
 
 
 async def owners(

@@ -75,7 +75,7 @@ async def test_one_key_at_a_time_in_order_and_keys_concurrently(make_queue: Queu
     assert dict(journal.by_key) == dict(published)  # exactly once, in publish order
     assert journal.overlaps == []
     assert journal.most_active > 1  # different keys ran at once
-    assert journal.tokens == {1}
+    assert len(journal.tokens) == 1  # one owner, one lease: one fencing token
 
 
 async def test_keyless_entries_are_ordered_among_themselves(make_queue: QueueFactory) -> None:
@@ -145,11 +145,11 @@ async def test_a_stale_owners_ack_and_read_are_refused(
     async with mq:
         entry = await mq.publish("job", {"n": 1})
     old = await wire.acquire(client, stream, mq.group, "old", LEASE)
-    assert old == 1
+    assert old is not None
     assert await wire.fenced(client, stream, mq.group, "old", old, "read", 10) is not None
     await client.hset(wire.lease_key(stream, mq.group), "expires", "0")  # it lapsed
     new = await wire.acquire(client, stream, mq.group, "new", LEASE)
-    assert new == 2
+    assert new == old + 1
     assert await wire.fenced(client, stream, mq.group, "old", old, "ack", entry) is None
     assert await wire.fenced(client, stream, mq.group, "old", old, "read", 10) is None
     assert not await wire.renew(client, stream, mq.group, "old", old, LEASE)
