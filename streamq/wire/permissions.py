@@ -208,6 +208,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("operate", "topic_info(): scheduled messages", "ZCARD", SCHEDULED),
     _p("operate", "list scheduled messages", "HMGET", PAYLOADS, ID),
     _p("operate", "terminate: delete the schedule", "DEL", SCHEDULED, PAYLOADS, PERIODIC),
+    _p("operate", "terminate: delete ordered mode's membership and leases", "DEL", MEMBERS,
+       LEASE),
     _p("operate", "streamq tail", "XREAD", "COUNT", "1", "STREAMS", STREAM, "0"),
 )  # fmt: skip
 
