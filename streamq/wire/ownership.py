@@ -37,13 +37,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 # KEYS: members hash, the topic's key (its stream, or a partitioned topic's record; not
 # given when leaving). ARGV: me, ttl ms, held ("0,3"), leaving ("1": record that I left).
-# Returns the live members as a flat [name, value, ...] list, none when the topic is gone
-# (a terminated topic's membership is not written again). A member's record is never
+# Returns the live members as a flat [name, value, ...] list. A member's record is never
 # deleted here: one that died keeps its expired record, and one that leaves records its
-# expiry as now (only while the hash exists: a terminated topic's is not written again).
-# So a consumer opened later knows every consumer that was an ordered member for one,
-# however recent its reads look (a server restart makes every consumer's look recent), and
-# never takes it for a consumer of the other mode (streamq.topic.ownership.check_mode).
+# expiry as now. So a consumer opened later knows every consumer that was an ordered
+# member for one, however recent its reads look (a server restart makes every consumer's
+# look recent), and never takes it for a consumer of the other mode
+# (streamq.topic.ownership.check_mode). Once the topic is gone (terminated) nothing is
+# written: no heartbeat (none are returned), no record of leaving.
 HEARTBEAT = (
     _NOW
     + """
