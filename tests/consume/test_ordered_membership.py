@@ -29,11 +29,11 @@ def _ordered(mq: MessageQueue) -> MessageQueue:
     return mq
 
 
-async def _read_by(client_for: Any, mq: MessageQueue, names: set[str]) -> bool:
+async def _read_by(mq: MessageQueue, names: set[str]) -> bool:
     """Whether each of ``names`` is a consumer of one of ``mq``'s partition streams."""
     seen: set[str] = set()
     for stream in mq.streams:
-        for info in await client_for(stream).xinfo_consumers(stream, mq.group):
+        for info in await mq._client_for(stream).xinfo_consumers(stream, mq.group):
             seen.add(info["name"].decode())
     return names <= seen
 
@@ -107,7 +107,7 @@ async def test_a_former_ordered_member_reading_unordered_counts_as_unordered(
 ) -> None:
     ordered = _ordered(make_queue(ordered=True, ownership_lease=LEASE))
     async with ordered, ordered.running():
-        await wait_for(lambda: _read_by(ordered._client_for, ordered, {ordered.consumer}),
+        await wait_for(lambda: _read_by(ordered, {ordered.consumer}),
                        what="the ordered read")  # fmt: skip
     shared = _ordered(make_queue(consumer=ordered.consumer))
     async with shared, shared.running():
