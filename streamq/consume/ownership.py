@@ -176,8 +176,10 @@ class RedisLeases:
         self._client_for = client_for
 
     async def heartbeat(self, me: str, ttl: float, held: Sequence[int]) -> list[Member]:
-        client = self._client_for(self._topic)
-        return await wire.heartbeat(client, self._topic, self._group, me, ttl, held)
+        client, partitioned = self._client_for(self._topic), len(self._streams) > 1
+        return await wire.heartbeat(
+            client, self._topic, self._group, me, ttl, held, partitioned=partitioned
+        )
 
     async def acquire(self, partition: int, me: str, ttl: float) -> int | None:
         stream = self._streams[partition]

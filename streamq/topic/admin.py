@@ -52,6 +52,14 @@ async def group_status(
     return None, None
 
 
+async def group_names(client: aioredis.Redis, stream: str) -> set[str]:
+    """The names of ``stream``'s groups (none when the stream does not exist)."""
+    try:
+        return {group.name for group in replies.groups(await client.xinfo_groups(stream))}
+    except StreamNotFoundError:
+        return set()
+
+
 async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -> None:
     """Move ``group`` so that it next delivers entries after ``entry_id`` ("$", "0" allowed)."""
     if entry_id not in ("$", "0"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -104,11 +104,16 @@ async def stopped_ids(client: aioredis.Redis, stream: str) -> list[str]:
 
 
 async def terminate_topic(
-    client: aioredis.Redis, stream: str, *, keep_dead_letters: bool = False
+    client: aioredis.Redis,
+    stream: str,
+    *,
+    keep_dead_letters: bool = False,
+    group_keys: Sequence[str] = (),
 ) -> None:
-    """Delete the stream, its groups and streamq's keys; tell running consumers to stop."""
+    """Delete the stream, its groups and streamq's keys, with ``group_keys`` (keys of
+    its groups on its slot: ordered mode's); tell running consumers to stop."""
     keys = Keys(stream)
-    doomed = [stream, *keys.own_keys()]
+    doomed = [stream, *keys.own_keys(), *group_keys]
     if not keep_dead_letters:
         doomed.append(keys.dead_letters)
     pipe = client.pipeline(transaction=True)

@@ -141,12 +141,26 @@ class TopicOperations(_Queue):
     async def terminate_topic(self, *, keep_dead_letters: bool = False) -> None:
         """Delete the stream (every partition), all its groups and streamq's keys (dead
         letters too unless ``keep_dead_letters``); every running consumer stops at once."""
+        groups = await self._group_names()
+        plain = self.partitions == 1  # its one stream holds the membership
         for _, stream, client in self._parts():
+            doomed = ownership.lease_keys(stream, groups)
+            doomed += ownership.membership_keys(stream, groups) if plain else []
             await self._riding(
-                control.terminate_topic, client, stream, keep_dead_letters=keep_dead_letters
-            )
-        if self.partitions > 1:
-            await self._riding(forget_partitions, self.client, self.stream)
+                control.terminate_topic, client, stream,
+                keep_dead_letters=keep_dead_letters, group_keys=doomed,
+            )  # fmt: skip
+        if not plain:
+            members = ownership.membership_keys(self.stream, groups)
+            await self._riding(forget_partitions, self.client, self.stream, members)
+
+    async def _group_names(self) -> set[str]:
+        """The groups of every partition, and this queue's own (its keys go with the
+        topic even when its stream is already gone)."""
+        names = {self.group} if self.group is not None else set()
+        for _, stream, client in self._parts():
+            names |= await self._riding(admin.group_names, client, stream)
+        return names
 
     async def seek(self, entry_id: str) -> None:
         """Move this queue's group: it next delivers entries after ``entry_id``. On a

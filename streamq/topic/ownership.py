@@ -4,7 +4,7 @@ halted keys an operator lists and releases."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -29,19 +29,12 @@ async def check_mode(
 ) -> None:
     """ConfigError naming the consumers of the other mode: ordered members that are live
     when ``ordered`` is False; when True, consumers of the group that read any partition
-    in the last ``active_within`` seconds without being ordered members."""
+    in the last ``active_within`` seconds and never were ordered members (every ordered
+    member, live or not, has a record in the membership: idle times alone cannot tell, a
+    server restart makes every consumer's reads look recent)."""
     topic_client = client_for(topic)
     if not ordered:
-        # EXISTS first: a user limited to shared mode's commands (no TIME, no HGETALL) can
-        # open a topic no ordered consumer ever used without being refused anything
-        if not await topic_client.exists(wire.members_key(topic, group)):
-            return
-        live = [m for m in await wire.live_members(topic_client, topic, group) if m != me]
-        if live:
-            raise ConfigError(
-                f"group {group!r} of {topic!r} is consumed in ordered mode by {_names(live)}: "
-                "open this queue with ordered=True too (or use another group)"
-            )
+        await _check_unordered(topic_client, topic, group, me)
         return
     members = {text(m) for m in await topic_client.hkeys(wire.members_key(topic, group))}
     unordered: set[str] = set()
@@ -57,6 +50,23 @@ async def check_mode(
         )
 
 
+async def _check_unordered(client: aioredis.Redis, topic: str, group: str, me: str) -> None:
+    # EXISTS first: a user limited to shared mode's commands (no TIME, no HGETALL) can
+    # open a topic no ordered consumer ever used without being refused anything
+    key = wire.members_key(topic, group)
+    if not await client.exists(key):
+        return
+    live = [m for m in await wire.live_members(client, topic, group) if m != me]
+    if live:
+        raise ConfigError(
+            f"group {group!r} of {topic!r} is consumed in ordered mode by {_names(live)}: "
+            "open this queue with ordered=True too (or use another group)"
+        )
+    # ``me`` may have been an ordered member: from now on it reads unordered, and an
+    # ordered queue opened later must count it as such
+    await client.hdel(key, me)
+
+
 async def _consumers(client: aioredis.Redis, stream: str, group: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = await client.xinfo_consumers(stream, group)
     return found
@@ -64,6 +74,16 @@ async def _consumers(client: aioredis.Redis, stream: str, group: str) -> list[di
 
 def _names(names: Sequence[str]) -> str:
     return ", ".join(repr(n) for n in names)
+
+
+def lease_keys(stream: str, groups: Iterable[str]) -> list[str]:
+    """The ordered leases of ``stream`` for ``groups`` (on the stream's slot)."""
+    return [wire.lease_key(stream, group) for group in groups]
+
+
+def membership_keys(topic: str, groups: Iterable[str]) -> list[str]:
+    """The ordered memberships of ``topic`` for ``groups`` (on the topic's own slot)."""
+    return [wire.members_key(topic, group) for group in groups]
 
 
 async def owners(

@@ -22,6 +22,7 @@ return value, ``Message.id``, dead letters, stop/resume, the CLI).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -91,9 +92,10 @@ async def check_partition_count(client: aioredis.Redis, topic: str, partitions: 
         await client.hsetnx(key, "names", _names(topic, partitions))
 
 
-async def forget_partitions(client: aioredis.Redis, topic: str) -> None:
-    """Delete the record of a terminated partitioned topic (``client``: the topic's slot)."""
-    await client.delete(Keys(topic).partitions)
+async def forget_partitions(client: aioredis.Redis, topic: str, also: Sequence[str] = ()) -> None:
+    """Delete the record of a terminated partitioned topic, with ``also`` (keys of the
+    topic's own slot) at once (``client``: the topic's slot)."""
+    await client.delete(Keys(topic).partitions, *also)
 
 
 async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:

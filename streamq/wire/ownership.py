@@ -4,10 +4,13 @@ and the fenced reads, claims and acks of a partition's owner (see docs/guides/or
 Keys (each on one slot, so every script is atomic there):
 
 * ``streamq:{<topic>}:members:<group>``: hash, member name -> ``<expiry ms>|<held>`` where
-  ``held`` lists the partitions the member holds (``0,3,5``); an expired member stays one
-  more lease (not live) before a heartbeat deletes it.
+  ``held`` lists the partitions the member holds (``0,3,5``). A member whose record has
+  expired (it died, or left: its expiry is then the time it left) is not live, and its
+  record stays with the topic: it says the consumer of that name was an ordered member.
 * ``streamq:{<partition stream>}:owner:<group>``: hash ``consumer``, ``token`` (the fencing
-  token: incremented by each acquire, never reset, so never reused), ``expires`` (ms).
+  token: the topic's epoch, the server's time in microseconds, at the first acquire, then
+  incremented by each acquire, never reset, so never reused, also by a topic terminated
+  and created again), ``expires`` (ms).
 
 Times are the server's (``TIME``), so members' clocks need not agree.
 """
@@ -32,25 +35,32 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: members hash. ARGV: me, ttl ms, held ("0,3"), leaving ("1": delete me and stop).
-# Returns the live members as a flat [name, value, ...] list. An expired member is kept
-# (not live) for one more ttl before it is deleted: a consumer opened meanwhile still
-# knows it for an ordered member that died, not a consumer of the other mode, while its
-# last reads are recent (streamq.topic.ownership.check_mode).
+# KEYS: members hash, the topic's key (its stream, or a partitioned topic's record; not
+# given when leaving). ARGV: me, ttl ms, held ("0,3"), leaving ("1": record that I left).
+# Returns the live members as a flat [name, value, ...] list. A member's record is never
+# deleted here: one that died keeps its expired record, and one that leaves records its
+# expiry as now. So a consumer opened later knows every consumer that was an ordered
+# member for one, however recent its reads look (a server restart makes every consumer's
+# look recent), and never takes it for a consumer of the other mode
+# (streamq.topic.ownership.check_mode). Once the topic is gone (terminated) nothing is
+# written: no heartbeat (none are returned), no record of leaving.
 HEARTBEAT = (
     _NOW
     + """
-if ARGV[4] == '1' then redis.call('HDEL', KEYS[1], ARGV[1]) return {} end
-local ttl = tonumber(ARGV[2])
-local expires = string.format('%d', now + ttl)
+if ARGV[4] == '1' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now) .. '|')
+  end
+  return {}
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {} end
+local expires = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], ARGV[1], expires .. '|' .. ARGV[3])
 local all = redis.call('HGETALL', KEYS[1])
 local live = {}
 for i = 1, #all, 2 do
   local expires = tonumber(string.match(all[i + 1], '^(%d+)|'))
-  if expires == nil or expires + ttl <= now then
-    redis.call('HDEL', KEYS[1], all[i])
-  elseif expires > now then
+  if expires ~= nil and expires > now then
     table.insert(live, all[i]); table.insert(live, all[i + 1])
   end
 end
@@ -58,14 +68,25 @@ return live
 """
 )
 
-# KEYS: lease hash. ARGV: me, ttl ms. Returns {1, token} (acquired, with a new fencing
-# token) or {0, holder} (someone else holds an unexpired lease).
+# KEYS: lease hash, the partition stream. ARGV: me, ttl ms. Returns {1, token} (acquired,
+# with a new fencing token), {0, holder} (someone else holds an unexpired lease) or {0, ''}
+# (the stream is gone: a terminated topic's lease is not written again). A lease's first
+# token is the topic's epoch, the server's time in microseconds (a terminate deletes the
+# lease: the tokens of a topic created again still exceed every earlier one); each
+# acquire after it adds one.
 ACQUIRE = (
     _NOW
     + """
-local h = redis.call('HMGET', KEYS[1], 'consumer', 'expires')
+if redis.call('EXISTS', KEYS[2]) == 0 then return {0, ''} end
+local h = redis.call('HMGET', KEYS[1], 'consumer', 'expires', 'token')
 if h[1] and h[1] ~= ARGV[1] and tonumber(h[2] or '0') > now then return {0, h[1]} end
-local token = redis.call('HINCRBY', KEYS[1], 'token', 1)
+local token
+if h[3] then
+  token = redis.call('HINCRBY', KEYS[1], 'token', 1)
+else
+  token = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('HSET', KEYS[1], 'token', token)
+end
 local expires = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'consumer', ARGV[1], 'expires', expires)
 return {1, token}
@@ -194,12 +215,20 @@ def parse_members(flat: Sequence[Any]) -> list[Member]:
 
 
 async def heartbeat(
-    client: aioredis.Redis, topic: str, group: str, me: str, ttl: float, held: Sequence[int]
+    client: aioredis.Redis,
+    topic: str,
+    group: str,
+    me: str,
+    ttl: float,
+    held: Sequence[int],
+    *,
+    partitioned: bool = False,
 ) -> list[Member]:
-    """Say ``me`` is alive and holds ``held``; return the live members (``me`` included)."""
-    flat = await client.eval(
-        HEARTBEAT, 1, members_key(topic, group), me, _ms(ttl), ",".join(map(str, held)), "0"
-    )
+    """Say ``me`` is alive and holds ``held``; return the live members (``me`` included;
+    none when the topic is gone)."""
+    topic_key = Keys(topic).partitions if partitioned else topic
+    flat = await client.eval(HEARTBEAT, 2, members_key(topic, group), topic_key,
+                             me, _ms(ttl), ",".join(map(str, held)), "0")  # fmt: skip
     return parse_members(flat)
 
 
@@ -221,7 +250,7 @@ async def acquire(
     client: aioredis.Redis, stream: str, group: str, me: str, ttl: float
 ) -> int | None:
     """Take the lease of ``stream``: its new fencing token, or None if someone holds it."""
-    ok, value = await client.eval(ACQUIRE, 1, lease_key(stream, group), me, _ms(ttl))
+    ok, value = await client.eval(ACQUIRE, 2, lease_key(stream, group), stream, me, _ms(ttl))
     return int(value) if ok == 1 else None
 
 

@@ -75,7 +75,7 @@ async def test_one_key_at_a_time_in_order_and_keys_concurrently(make_queue: Queu
     assert dict(journal.by_key) == dict(published)  # exactly once, in publish order
     assert journal.overlaps == []
     assert journal.most_active > 1  # different keys ran at once
-    assert journal.tokens == {1}
+    assert len(journal.tokens) == 1  # one owner, one lease: one fencing token
 
 
 async def test_keyless_entries_are_ordered_among_themselves(make_queue: QueueFactory) -> None:
@@ -145,11 +145,11 @@ async def test_a_stale_owners_ack_and_read_are_refused(
     async with mq:
         entry = await mq.publish("job", {"n": 1})
     old = await wire.acquire(client, stream, mq.group, "old", LEASE)
-    assert old == 1
+    assert old is not None
     assert await wire.fenced(client, stream, mq.group, "old", old, "read", 10) is not None
     await client.hset(wire.lease_key(stream, mq.group), "expires", "0")  # it lapsed
     new = await wire.acquire(client, stream, mq.group, "new", LEASE)
-    assert new == 2
+    assert new == old + 1
     assert await wire.fenced(client, stream, mq.group, "old", old, "ack", entry) is None
     assert await wire.fenced(client, stream, mq.group, "old", old, "read", 10) is None
     assert not await wire.renew(client, stream, mq.group, "old", old, LEASE)
@@ -518,7 +518,7 @@ async def test_an_ordered_member_that_just_died_is_not_taken_for_an_unordered_co
     make_queue: QueueFactory, client: aioredis.Redis, stream: str
 ) -> None:
     """A consumer started right after an ordered member died (a supervisor's restart) can
-    find the dead member's heartbeat expired, and swept by a live member's heartbeat, while
+    find the dead member's heartbeat expired, and a live member's heartbeat since, while
     its last read is more recent than ``ownership_lease``: that is an ordered member that
     died, not a consumer of the other mode, and opening goes on."""
     async with make_queue(ordered=True, ownership_lease=LEASE):
@@ -527,7 +527,7 @@ async def test_an_ordered_member_that_just_died_is_not_taken_for_an_unordered_co
     seconds, micros = await client.time()
     expired = seconds * 1000 + micros // 1000 - 1
     await client.hset(wire.members_key(stream, "g"), "dead", f"{expired}|0")
-    await wire.heartbeat(client, stream, "g", "alive", LEASE, [])  # sweeps expired members
+    await wire.heartbeat(client, stream, "g", "alive", LEASE, [])  # keeps expired members
     assert "dead" not in await wire.live_members(client, stream, "g")
     async with make_queue(ordered=True, ownership_lease=LEASE):
         pass
