@@ -25,5 +25,10 @@ def check_scheme(url: str) -> None:
     if sep and scheme.lower() in (*NODE_SCHEMES, *SCHEMES):
         return
     names = [f"{name}://" for name in (*NODE_SCHEMES, *SCHEMES)]
-    found = f"got {scheme[:20] + '://'!r}" if sep and "@" not in scheme else "got no scheme"
+    if not sep:
+        found = "got no scheme"
+    elif "@" in scheme or ":" in scheme:  # not a scheme: what a password could be part of
+        found = "got an unknown scheme"
+    else:
+        found = f"got {scheme[:20] + '://'!r}"
     raise ConfigError(f"a server URL starts with {', '.join(names[:-1])} or {names[-1]}; {found}")
