@@ -9,8 +9,8 @@ REDIS8_PORT ?= 6482
 # root installs Debian packages itself; anyone else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup docs demo run test test-fast test-batch test-pending test-terminate test-cleanup \
-        test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak test-soak-ordered bench lint fmt typecheck clean redis-up \
+.PHONY: setup docs demo run build dist test test-fast test-batch test-pending test-terminate test-cleanup \
+        test-errors test-auto-stop test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak test-soak-ordered bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
         demo-dashboard browser-deps demo-service demo-cluster
 
@@ -100,6 +100,15 @@ test-terminate: setup
 test-cleanup: setup
 	$(PYTEST) -q tests/topic/test_cleanup.py
 
+# The tests ERROR_HANDLING.md's rows cite as their proof ("Proved by"), read from it.
+test-errors: setup
+	$(PYTEST) -q $(XDIST) $$($(PY) -m tests.helpers.error_rows)
+
+# A consumer stopping by itself when its stream or group is deleted or its topic terminated,
+# in every mode (the tests marked auto_stop).
+test-auto-stop: setup
+	$(PYTEST) -q -m auto_stop tests
+
 test-spark: setup
 	$(PYTEST) -q -m spark
 
@@ -171,6 +180,10 @@ fmt: setup
 
 typecheck: setup
 	$(PY) -m mypy
+
+# The wheel and the sdist into dist/ (the wheel is built from the sdist, so both are checked).
+build dist: setup
+	$(PY) -m build --outdir dist .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

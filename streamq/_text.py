@@ -46,10 +46,12 @@ def terminal_safe(text: str) -> str:
 
 
 def age(ms: int | None) -> str:
-    """How long ago ``ms`` milliseconds is, for people: ``4.2s``, ``3.0m``, ``1.5h``."""
+    """How long ago ``ms`` milliseconds is, for people: ``4.2s``, ``3.0m``, ``1.5h``.
+    A time just below zero (Redis's idle times read against a clock a little behind) is
+    ``0.0s``."""
     if ms is None:
         return "-"
-    seconds = ms / 1000
+    seconds = max(ms, 0) / 1000
     if seconds < 120:
         return f"{seconds:.1f}s"
     if seconds < 7200:

@@ -24,6 +24,9 @@ T = TypeVar("T")
 
 TYPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY = b"type", b"data", b"meta", b"key"
+# Every field of the wire format, in the order written: what a dead letter keeps of its
+# entry and a replay writes back (``ver``, ``enc``, ``kid`` only when an entry has them).
+WIRE_FIELDS = (_FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY, b"ver", b"enc", b"kid")
 
 
 class Message(Generic[T]):

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import ENV_URL, env_url
 from ..errors import ConfigError
+from .arguments import port_number
 
 ENV_TOKEN = "STREAMQ_DASHBOARD_TOKEN"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8700
@@ -24,7 +25,9 @@ EXIT_USAGE, EXIT_FAILED = 2, 1
 
 def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    parser.add_argument(
+        "--port", type=port_number, default=DEFAULT_PORT, help="0 picks a free port"
+    )
     parser.add_argument(
         "--token", help=f"write token (default ${ENV_TOKEN}, else a random one, printed)"
     )

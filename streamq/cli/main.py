@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import typing
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ import anyio
 from .._version import __version__
 from ..config import ENV_URL
 from ..errors import StreamqError
+from .arguments import Parser, count, duration
 from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
 from .commands import (
     cmd_cleanup,
@@ -52,19 +52,12 @@ from .server import add_server_arguments, cmd_server
 URL_HELP = f"Redis URL (default ${ENV_URL})"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line (exit 2), pointing at ``--help``."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="streamq", description="Operate streamq streams.")
+    parser = Parser(prog="streamq", description="Operate streamq streams.")
     parser.add_argument("--version", action="version", version=f"streamq {__version__}")
     parser.add_argument("--url", help=URL_HELP)
     # The same option after the command; SUPPRESS keeps the value given before it.
-    options_after = _Parser(add_help=False)
+    options_after = Parser(add_help=False)
     options_after.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -121,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = command("pending", cmd_pending, "pending entries of a group: STREAM GROUP")
     p.add_argument("group")
-    p.add_argument("--count", type=_count(1), default=100, help="at most this many (100)")
+    p.add_argument("--count", type=count(1), default=100, help="at most this many (100)")
     p = command(
         "tail",
         cmd_tail,
@@ -132,14 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="start", default="$", help="entry ID to start after (default: new only)"
     )
     p.add_argument(
-        "--count", type=_count(0), default=0, help="stop after this many entries (0: never)"
+        "--count", type=count(0), default=0, help="stop after this many entries (0: never)"
     )
-    p.add_argument("--seconds", type=float, default=0, help="stop after this long")
+    p.add_argument("--seconds", type=duration, default=0, help="stop after this long")
     p = command("dlq", cmd_dlq, "dead letters: dlq list|replay|purge STREAM [ID]", stream=False)
     p.add_argument("action", choices=["list", "replay", "purge"])
     p.add_argument("stream")
     p.add_argument("id", nargs="?", help="replay: one dead letter ID (default: all)")
-    p.add_argument("--count", type=_count(1), default=100, help="list: at most this many (100)")
+    p.add_argument("--count", type=count(1), default=100, help="list: at most this many (100)")
     p.add_argument("--full", action="store_true", help="list: whole tracebacks")
     p = command("stop-message", cmd_stop_message, "stop one entry ID for every consumer")
     p.add_argument("id")
@@ -150,11 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-dead-letters", action="store_true")
     p = command("cleanup", cmd_cleanup, "remove entries every group has acknowledged")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--max-length", type=count(0), default=0, help="keep at least this many entries")
     p.add_argument(
-        "--max-length", type=_count(0), default=0, help="keep at least this many entries"
-    )
-    p.add_argument(
-        "--min-retention", type=float, default=0, help="keep entries younger than this (s)"
+        "--min-retention", type=duration, default=0, help="keep entries younger than this (s)"
     )
     p.add_argument(
         "--beyond-pending",
@@ -162,21 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="also remove acknowledged entries above a pending one (the pending ones stay)",
     )
     return parser
-
-
-def _count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least ``minimum`` (else a usage error)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def _confirm(args: argparse.Namespace) -> None:

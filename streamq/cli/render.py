@@ -113,7 +113,8 @@ def _dead_letter(d: DeadLetter, full_traceback: bool) -> str:
     )
     header = (
         f"{one_line(d.id)}  original {one_line(d.original_id or '-')}  "
-        f"type {one_line(d.type if d.type is not None else '-')}  attempts {d.attempts}  "
+        f"type {one_line(d.type if d.type is not None else '-')}  "
+        f"{f'key {one_line(d.key)}  ' if d.key is not None else ''}attempts {d.attempts}  "
         f"group {one_line(d.group or '-')}  consumer {one_line(d.consumer or '-')}  "
         f"dead at {dead_at}"
     )

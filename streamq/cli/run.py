@@ -13,9 +13,11 @@ import anyio
 from ..config import ENV_URL, env_url
 from ..errors import ConfigError
 from ..logs import LOG_FORMATS, configure_logging
+from ..run.http import ListenError
 from ..run.supervisor import SHUTDOWN_MARGIN, RunOptions, Supervisor
 from ..run.target import load_target, uses_default_server
 from ..server.shared import shared_url
+from .arguments import count, port_number
 
 log = logging.getLogger("streamq.run")
 
@@ -24,15 +26,17 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", help="module:attr, a MessageQueue, an App or a function returning one")
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (1)")
+    p.add_argument("--workers", type=count(1), default=1, metavar="N", help="worker processes (1)")
     p.add_argument("--app-dir", default=".", help="where to import the module from (.)")
     p.add_argument("--reload", action="store_true", help="restart the workers on code changes")
     p.add_argument(
         "--reload-dir", action="append", default=[], metavar="DIR",
         help="with --reload: a directory to watch (repeatable; default --app-dir)",
     )  # fmt: skip
-    p.add_argument("--metrics-port", type=int, metavar="P", help="serve /metrics for all workers")
-    p.add_argument("--health-port", type=int, metavar="P", help="serve /livez and /readyz")
+    p.add_argument(
+        "--metrics-port", type=port_number, metavar="P", help="serve /metrics for all workers"
+    )
+    p.add_argument("--health-port", type=port_number, metavar="P", help="serve /livez and /readyz")
     p.add_argument(
         "--host", default="127.0.0.1",
         help="address of the metrics and health endpoints (0.0.0.0 in a container)",
@@ -56,7 +60,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"streamq: {e}", file=sys.stderr)
         return 2
-    return anyio.run(Supervisor(options).run)
+    try:
+        return anyio.run(Supervisor(options).run)
+    except ListenError as e:  # an endpoint's port: not the Redis server, not bad usage
+        print(f"streamq: {e}", file=sys.stderr)
+        return 1
 
 
 def _prepare(options: RunOptions) -> None:

@@ -9,6 +9,7 @@ import json
 from ..publish.scheduled import PeriodicInfo
 from ..publish.scheduling import ScheduledMessage
 from ..queue import MessageQueue
+from .arguments import count
 from .render import one_line
 
 
@@ -16,7 +17,7 @@ def add_scheduled_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["list", "cancel", "periodic"])
     p.add_argument("stream")
     p.add_argument("id", nargs="?", help="cancel: the scheduled ID")
-    p.add_argument("--count", type=int, default=100, help="list: at most this many")
+    p.add_argument("--count", type=count(1), default=100, help="list: at most this many")
     p.add_argument("--json", action="store_true", help="list: one JSON object a line")
 
 

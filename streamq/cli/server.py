@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..server.cluster import ENV_CLUSTER_URL, EmbeddedCluster
 from ..server.sentinel import ENV_SENTINEL_URL, EmbeddedSentinel
 from ..server.single import EmbeddedServer
+from .arguments import port_number
 from .shared_server import shared_server_command
 
 
@@ -34,7 +35,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--private", action="store_true", help="a server of this command's own, not the shared one"
     )
     parser.add_argument(
-        "--port", type=int, default=None,
+        "--port", type=port_number, default=None,
         help="the server's port (the shared one's if this starts it); with --cluster the "
         "first node's (PORT+i each)",
     )  # fmt: skip

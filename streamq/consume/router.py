@@ -143,9 +143,29 @@ def _params(func: Callable[..., Any]) -> list[inspect.Parameter]:
     return [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
 
 
+_POSITIONAL = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.VAR_POSITIONAL,
+)
+_STARRED = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
 def _check_takes_message(func: Callable[..., Any]) -> None:
-    if not _params(func):
+    """A handler is called with the message alone: refuse one that cannot be (no
+    positional parameter for it, or another parameter without a default), at
+    registration rather than with a TypeError on every delivery."""
+    params = _params(func)
+    if not params or params[0].kind not in _POSITIONAL:
         raise HandlerError(f"handler {_name(func)} must take the message as its first argument")
+    needed = [p.name for p in params[1:] if p.default is p.empty and p.kind not in _STARRED]
+    if needed:
+        them = "it" if len(needed) == 1 else "them"
+        raise HandlerError(
+            f"handler {_name(func)}() needs {', '.join(map(repr, needed))} besides the "
+            f"message, but streamq calls it with the message only: give {them} a default, "
+            f"or bind {them} first (functools.partial(handler, ...))"
+        )
 
 
 def _message_model(func: Callable[..., Any], annotation: Any) -> Any:

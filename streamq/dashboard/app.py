@@ -32,6 +32,7 @@ from ..errors import (
     StreamqError,
 )
 from ..wire.client import connect
+from ..wire.schemes import check_scheme
 from . import actions, downloads, pages
 from .limits import ReadSlots
 from .render import build_templates, page
@@ -65,7 +66,9 @@ def create_app(
     loopback names, so that a web page cannot reach it through DNS rebinding.
     ``asyncapi``: the AsyncAPI document of the service it watches (``streamq dashboard
     --asyncapi module:attr``), served at ``/asyncapi.json`` and linked from every page.
+    Raises ConfigError for a URL of a scheme streamq does not take.
     """
+    check_scheme(url)  # now, not when the server starts serving
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

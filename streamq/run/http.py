@@ -138,11 +138,23 @@ def metrics_routes(
     return {"/metrics": metrics}, collector
 
 
+class ListenError(OSError):
+    """An endpoint cannot listen on its address (the port is taken, the host not ours)."""
+
+
 class HttpEndpoints:
-    """A small threaded HTTP server for some GET routes (probes and scrapes)."""
+    """A small threaded HTTP server for some GET routes (probes and scrapes).
+
+    Raises ListenError naming the address and the routes when it cannot listen."""
 
     def __init__(self, host: str, port: int, routes: Mapping[str, Callable[[], Response]]):
-        self._server = ThreadingHTTPServer((host, port), _handler(dict(routes)))
+        try:
+            self._server = ThreadingHTTPServer((host, port), _handler(dict(routes)))
+        except OSError as e:
+            paths = " ".join(sorted(routes))
+            raise ListenError(
+                f"cannot listen on {host}:{port} for {paths}: {e.strerror or e}"
+            ) from e
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()

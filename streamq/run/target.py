@@ -60,12 +60,31 @@ def as_app(target: Any, spec: str) -> App:
             raise ConfigError(f"{spec}: the factory must be a plain function, not async")
         if isinstance(made, App | MessageQueue):
             return as_app(made, spec)
-        kind = type(made).__name__
-        raise ConfigError(f"{spec}() returned {kind}: expected an App or a MessageQueue")
+        raise ConfigError(f"{spec}(): expected it to return a MessageQueue or App, "
+                          f"got {_described(made)}")  # fmt: skip
     raise ConfigError(
-        f"{spec} is a {type(target).__name__}: expected a MessageQueue, an App, "
-        "or a function returning one"
+        f"{spec}: expected a MessageQueue or App (or a function returning one), "
+        f"got {_described(target)}"
     )
+
+
+def _described(value: Any) -> str:
+    """What ``value`` is, for someone who named it by mistake: ``the class models.Email``,
+    ``the module models``, ``an instance of app.Api``, ``the int 42``."""
+    if inspect.ismodule(value):
+        return f"the module {value.__name__}"
+    if inspect.isclass(value):
+        return f"the class {_qualified(value)}"
+    if isinstance(value, int | float | str | bytes | bool) or value is None:
+        text = repr(value)
+        return f"the {type(value).__name__} {text[:40]}{'…' if len(text) > 40 else ''}"
+    return f"an instance of {_qualified(type(value))}"
+
+
+def _qualified(cls: type) -> str:
+    module = getattr(cls, "__module__", "")
+    name = getattr(cls, "__qualname__", cls.__name__)
+    return name if module in ("builtins", "") else f"{module}.{name}"
 
 
 def _call_factory(factory: Any, spec: str) -> Any:

@@ -38,7 +38,7 @@ STATS_KEYS = ("received", "handled", "failed", "retried", "dead_lettered", "clai
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m streamq.run.worker")
+    parser = argparse.ArgumentParser(prog="python -m streamq.run.worker", allow_abbrev=False)
     parser.add_argument("target")
     parser.add_argument("--slot", type=int, required=True)
     parser.add_argument("--supervisor", type=int, default=None, help="the supervisor's pid")

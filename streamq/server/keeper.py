@@ -313,7 +313,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
     parser.add_argument("--home", required=True)
     parser.add_argument("--binary", required=True)
     parser.add_argument("--port", type=int, required=True)

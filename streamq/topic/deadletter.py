@@ -1,14 +1,17 @@
 """The dead-letter stream ``streamq:{<stream>}:dlq``: write, list, replay, purge.
 
-A dead letter keeps the original ID, type, raw data and meta, the group and consumer that
-gave up, the error text and the number of deliveries, and, when the failure was an
+A dead letter keeps every wire field of its entry as it was (type, raw data, meta, the
+publish key, and ``ver``/``enc``/``kid`` when present), the original ID, the group and
+consumer that gave up, the error text and the number of deliveries, and, when the failure was an
 exception, its qualified class name (``error_type``) and a bounded traceback. Writing is
 XADD to the dead-letter stream; the consumer acknowledges the original through its acker
 only once that XADD has succeeded: a crash between the two leaves the entry pending (so it
 is dead-lettered twice at worst), never lost.
 
-Replaying removes the letter and publishes it again in one script, so a letter is replayed
-once even when two operators replay at the same time. Replaying all takes a snapshot: the
+Replaying removes the letter and publishes its wire fields again in one script, so a letter
+is replayed once even when two operators replay at the same time, and a keyed entry comes
+back with its key (ordered with it again, in the partition the key picks: the partition
+it was published to, whose dead-letter stream holds the letter). Replaying all takes a snapshot: the
 letters up to the last one present when it starts; letters dead-lettered meanwhile (a
 consumer still failing on the replayed entries) stay for the next replay.
 """
@@ -27,14 +30,13 @@ import redis.asyncio as aioredis
 from .._log_summary import LogSummary, shortened
 from ..errors import MessageNotFoundError
 from ..ids import StreamId
-from ..message import RawEntry
+from ..message import WIRE_FIELDS, RawEntry
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts
 from ..wire.keys import Keys
 
 log = logging.getLogger(__name__)
 
-_COPIED_FIELDS = (b"type", b"data", b"meta")
 MAX_ERROR_CHARS = 4000
 # A few KB: enough for the frames nearest the raise, small enough for a stream entry.
 MAX_TRACEBACK_CHARS = 4096
@@ -79,8 +81,9 @@ class DeadLetter:
 
     ``error_type`` (e.g. ``builtins.KeyError``) and ``traceback`` are set when the failure
     was an exception; ``attempts`` and ``dead_at_ms`` are 0 when the letter lacks them (or
-    holds something else: letters written by hand are listed too). ``cut``: the full size
-    in bytes of each field listed cut short (:meth:`DeadLetters.list` with a ``limit``).
+    holds something else: letters written by hand are listed too). ``key``: the entry's
+    publish key (None when it had none). ``cut``: the full size in bytes of each field
+    listed cut short (:meth:`DeadLetters.list` with a ``limit``).
     """
 
     id: str
@@ -95,6 +98,7 @@ class DeadLetter:
     dead_at_ms: int
     error_type: str | None = None
     traceback: str | None = None
+    key: str | None = None
     cut: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -123,6 +127,7 @@ class DeadLetter:
             dead_at_ms=_int(value(b"dead_at_ms")),
             error_type=value(b"error_type"),
             traceback=value(b"traceback"),
+            key=value(b"key"),
             cut={_text(name): size for name, size in (cut or {}).items()},
         )
 
@@ -174,11 +179,12 @@ def dead_letter_fields(
     error: str,
     exception: BaseException | None = None,
 ) -> dict[bytes | str, bytes | str]:
-    """The fields of the dead letter of ``entry``."""
+    """The fields of the dead letter of ``entry``: its wire fields as they are, then the
+    letter's own (a field outside the wire format is named in ``error``, not copied)."""
     fields: dict[bytes | str, bytes | str] = {
-        name: entry.fields[name] for name in _COPIED_FIELDS if name in entry.fields
+        name: entry.fields[name] for name in WIRE_FIELDS if name in entry.fields
     }
-    extra = sorted(k.decode("utf-8", "replace") for k in entry.fields if k not in _COPIED_FIELDS)
+    extra = sorted(k.decode("utf-8", "replace") for k in entry.fields if k not in WIRE_FIELDS)
     if extra:
         error = f"{error} (other fields not kept: {', '.join(extra)})"
     fields.update(
@@ -332,8 +338,9 @@ class DeadLetters:
 
 
 def _replayed_message(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
-    """The entry to publish again: type, data (null if missing), meta with a replay note."""
-    message = {k: v for k, v in fields.items() if k in _COPIED_FIELDS}
+    """The entry to publish again: every wire field of the letter (data null if missing),
+    meta with a replay note."""
+    message = {k: v for k, v in fields.items() if k in WIRE_FIELDS}
     message.setdefault(b"data", b"null")
     original = _text(fields.get(b"original_id", b""))
     message[b"meta"] = _with_replay_note(fields.get(b"meta"), original)

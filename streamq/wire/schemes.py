@@ -6,10 +6,29 @@ redis-py's Sentinel clients: a consumer of one node or a cluster never needs the
 
 from __future__ import annotations
 
+from ..errors import ConfigError
+
 SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}  # scheme -> TLS
+NODE_SCHEMES = ("redis", "rediss", "unix")  # a node or a cluster's (redis-py's own)
 
 
 def is_sentinel_url(url: str) -> bool:
     """True for a ``redis+sentinel://`` or ``rediss+sentinel://`` URL."""
     scheme, sep, _ = url.partition("://")
     return bool(sep) and scheme.lower() in SCHEMES
+
+
+def check_scheme(url: str) -> None:
+    """ConfigError naming every scheme streamq takes, unless ``url`` has one of them. The
+    message shows the scheme found, never the rest (it may hold a password)."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme.lower() in (*NODE_SCHEMES, *SCHEMES):
+        return
+    names = [f"{name}://" for name in (*NODE_SCHEMES, *SCHEMES)]
+    if not sep:
+        found = "got no scheme"
+    elif "@" in scheme or ":" in scheme:  # not a scheme: what a password could be part of
+        found = "got an unknown scheme"
+    else:
+        found = f"got {scheme[:20] + '://'!r}"
+    raise ConfigError(f"a server URL starts with {', '.join(names[:-1])} or {names[-1]}; {found}")

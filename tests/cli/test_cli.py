@@ -55,6 +55,19 @@ def test_publish_info_pending_tail(redis_url: str, stream: str) -> None:
     assert json.loads(tail.stdout)["id"] == entry_id
 
 
+def test_dlq_list_shows_a_letters_key(redis_url: str, stream: str) -> None:
+    r = sync_client(redis_url, stream)
+    r.xadd(stream, {"type": "job", "data": "1"})
+    r.xadd(
+        f"streamq:{{{stream}}}:dlq",
+        {"original_id": "1-0", "type": "job", "data": "2", "key": "cust-7", "error": "boom"},
+    )
+    r.xadd(f"streamq:{{{stream}}}:dlq", {"original_id": "1-1", "type": "job", "data": "3"})
+    keyed, keyless = streamq("dlq", "list", stream, url=redis_url).stdout.splitlines()[::2]
+    assert "  key cust-7  " in keyed, keyed
+    assert " key " not in keyless, "a letter without a key shows none"
+
+
 def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
     r = sync_client(redis_url, stream)
     entry_id = r.xadd(stream, {"type": "job", "data": "1"}).decode()

@@ -3,6 +3,7 @@ the module docstring of streamq.cli.main promises, never a traceback."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,15 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
         (("pending", "S", "G", "--count", "-1"), "--count: must be at least 1, got -1"),
         (("tail", "S", "--count", "x"), "--count: expected a whole number, got 'x'"),
         (("cleanup", "S", "--max-length", "-5"), "--max-length: must be at least 0"),
+        (("dashboard", "--port", "99999"), "--port: must be a port from 0 to 65535, got 99999"),
+        (("run", "app:mq", "--metrics-port", "99999"), "--metrics-port: must be a port from 0"),
+        (("run", "app:mq", "--health-port", "-1"), "--health-port: must be a port from 0"),
+        (("run", "app:mq", "--workers", "0"), "--workers: must be at least 1, got 0"),
+        (("tail", "S", "--seconds", "-1"), "--seconds: must be 0 seconds or more, got -1"),
+        (("cleanup", "S", "--min-retention", "nan"), "--min-retention: must be 0 seconds or more"),
+        (("run", "app:mq", "--worker", "2"), "unrecognized arguments: --worker 2"),
+        (("info", "S", "--js"), "unrecognized arguments: --js"),
+        (("info", "S", "--ur", "redis://x"), "unrecognized arguments: --ur redis://x"),
         (("nosuchcommand",), "invalid choice: 'nosuchcommand'"),
         ((), "the following arguments are required: command"),
     ],
@@ -76,7 +86,14 @@ def test_output_piped_into_a_reader_that_leaves_is_not_an_error(
         (
             "class Api:\n    def __call__(self, scope, receive, send): ...\napi = Api()\n",
             "app:api",
-            "app:api is a Api: expected a MessageQueue, an App, or a function returning one",
+            "app:api: expected a MessageQueue or App (or a function returning one), "
+            "got an instance of app.Api",
+        ),
+        (
+            "from pydantic import BaseModel\nclass Email(BaseModel):\n    to: str\n",
+            "app:Email",
+            "app:Email: expected a MessageQueue or App (or a function returning one), "
+            "got the class app.Email",
         ),
         ("x = 1 / 0\n", "app:mq", "importing 'app' failed: ZeroDivisionError: division by zero"),
         ("def f(:\n", "app:mq", "importing 'app' failed: SyntaxError: "),
@@ -91,6 +108,35 @@ def test_run_names_a_target_it_cannot_run_in_one_line(
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert says in one_line_error(result, 2)
+
+
+def test_run_with_its_health_port_taken_says_so_not_that_the_server_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "app.py").write_text(
+        "from streamq import MessageQueue\n"
+        'mq = MessageQueue("redis://127.0.0.1:1/0", stream="s", group="g")\n'
+        'mq.handler("job")(lambda msg: None)\n'
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "streamq.cli", "run", "app:mq", "--health-port", str(port)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    line = one_line_error(result, 1)
+    assert f"cannot listen on 127.0.0.1:{port} for /livez /readyz: " in line, line
+    assert "reach the server" not in line, line
+
+
+@pytest.mark.parametrize("command", [("info", "S"), ("dashboard",)])
+def test_an_unknown_url_scheme_lists_every_scheme_streamq_takes(command: tuple[str, ...]) -> None:
+    line = one_line_error(streamq(*command, "--url", "foo://user:secret@h:1", url=None), 2)
+    for scheme in ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://"):
+        assert scheme in line, line
+    assert "got 'foo://'" in line and "secret" not in line, line
 
 
 def test_a_refused_connection_names_the_address(unused_port: int) -> None:

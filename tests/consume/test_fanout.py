@@ -145,6 +145,7 @@ async def test_failing_handler_retried_then_logged_and_counted(
         assert await mq.dead_letters() == []
 
 
+@pytest.mark.auto_stop
 async def test_a_deleted_stream_stops_the_subscriber(redis_url: str, stream: str) -> None:
     mq = subscriber(redis_url, stream)
     seen = keeper(mq)
@@ -161,6 +162,7 @@ async def test_a_deleted_stream_stops_the_subscriber(redis_url: str, stream: str
     assert (mq.stop_reason, mq.auto_stopped) == ("stream_deleted", True)
 
 
+@pytest.mark.auto_stop
 async def test_terminate_topic_stops_the_subscriber(redis_url: str, stream: str) -> None:
     mq = subscriber(redis_url, stream)
     keeper(mq)
@@ -409,6 +411,7 @@ async def test_a_failing_batch_is_retried_then_logged_once_and_counted(
     assert len(mine) == 1 and "failed for 5 entries" in mine[0].getMessage()
 
 
+@pytest.mark.auto_stop
 async def test_terminate_under_a_steady_flow_stops_the_subscriber(
     redis_url: str, stream: str
 ) -> None:

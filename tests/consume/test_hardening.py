@@ -312,6 +312,7 @@ def test_stream_names_with_braces_are_refused(name: str) -> None:
     "reply",
     ["MOVED 4761 127.0.0.1:7001", "ASK 4761 127.0.0.1:7001", "CLUSTERDOWN The cluster is down"],
 )
+@pytest.mark.auto_stop
 def test_cluster_redirections_are_transient_not_group_deleted(reply: str) -> None:
     from redis import exceptions as rx
 
@@ -337,6 +338,7 @@ CRAFTED_NOTICES = [
 ]
 
 
+@pytest.mark.auto_stop
 async def test_crafted_control_notices_neither_crash_nor_stop_consumers(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
@@ -362,6 +364,7 @@ async def test_crafted_control_notices_neither_crash_nor_stop_consumers(
     assert mq.stop_reason == "stopped" and mq.auto_stopped is False
 
 
+@pytest.mark.auto_stop
 async def test_a_real_terminate_still_stops_consumers(make_queue: QueueFactory) -> None:
     mq = make_queue()
 

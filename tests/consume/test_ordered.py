@@ -323,6 +323,7 @@ def test_bad_ordered_settings_are_refused() -> None:
         MessageQueue(stream="s", ordered=True, ownership_lease=0)
 
 
+@pytest.mark.auto_stop
 async def test_a_terminated_topic_stops_its_ordered_consumers(make_queue: QueueFactory) -> None:
     mq = make_queue(ordered=True, partitions=2, ownership_lease=LEASE)
     journal = Journal()

@@ -157,6 +157,7 @@ async def _dead_count(mq: MessageQueue) -> bool:
 
 
 @pytest.mark.parametrize("how", ["destroy_group", "delete_stream"])
+@pytest.mark.auto_stop
 async def test_auto_stop_when_group_or_stream_disappears(
     make_queue: QueueFactory, client: aioredis.Redis, how: str
 ) -> None:

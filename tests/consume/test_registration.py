@@ -216,3 +216,63 @@ async def test_queue_handlers_with_local_models_end_to_end(make_queue: QueueFact
             await wait_for(lambda: len(got) == 2, what="both handlers")
             await mq.stop()
     assert sorted(got, key=lambda m: m.n) == [Ping(n=1), Pong(n=2)]
+
+
+# -- handlers streamq could never call: refused at registration ----------------------
+
+
+def _registries() -> list[Any]:
+    """A queue (never opened) and a streamq.Router: both register through one code path."""
+    import streamq
+
+    queue = streamq.MessageQueue("redis://127.0.0.1:1/0", stream="s", group="g")
+    return [queue, streamq.Router()]
+
+
+@pytest.mark.parametrize("decorator", ["handler", "batch_handler"])
+def test_a_decorator_without_parentheses_is_refused_saying_what_to_write(decorator: str) -> None:
+    for registry in _registries():
+
+        async def send_email(msg: Message[Any]) -> None: ...
+
+        with pytest.raises(HandlerError, match=rf'write @(mq|router).{decorator}\("email"\)'):
+            getattr(registry, decorator)(send_email)
+        assert not len(registry.router), "nothing may be registered"
+
+
+def test_a_handler_that_needs_more_than_the_message_is_refused_saying_what_to_write() -> None:
+    async def one(msg: Message[Any], extra: int) -> None: ...
+
+    async def many(msgs: list[Message[Any]], *, db: Any) -> None: ...
+
+    class Obj:
+        message_type = "obj"
+
+        def handle(self, msg: Message[Any], retries: int) -> None: ...
+
+    for registry in _registries():
+        with pytest.raises(HandlerError, match=r"one\(\) needs 'extra'.*a default"):
+            registry.handler("a")(one)
+        with pytest.raises(HandlerError, match=r"many\(\) needs 'db'.*functools.partial"):
+            registry.batch_handler("b", size=2)(many)
+        with pytest.raises(HandlerError, match=r"Obj.handle\(\) needs 'retries'"):
+            registry.register(Obj())
+        with pytest.raises(HandlerError, match="needs 'extra'"):
+            registry.handler("c", model=Any)(one)
+        assert not len(registry.router), "nothing may be registered"
+
+
+def test_extra_parameters_with_defaults_or_bound_are_accepted() -> None:
+    import functools
+
+    async def with_default(msg: Message[Any], extra: int = 1) -> None: ...
+
+    async def with_star(msg: Message[Any], *args: Any, **kwargs: Any) -> None: ...
+
+    async def bound(db: str, msg: Message[Any]) -> None: ...
+
+    router = Router()
+    router.add_single("a", with_default)
+    router.add_single("b", with_star)
+    router.add_single("c", functools.partial(bound, "db"), model=Any)
+    assert len(router) == 3

@@ -152,6 +152,22 @@ def test_dead_letters_page_shows_payload_error_and_traceback(
     assert "1 deliveries" in page and "group workers" in page
 
 
+def test_an_age_a_few_milliseconds_below_zero_shows_as_zero() -> None:
+    """XINFO CONSUMERS may give an idle time just below 0 (the server's clock read before
+    the consumer was last seen): the pages show "0.0s", never "-0.0s"."""
+    from streamq._text import age
+
+    assert [age(-3), age(-400), age(0), age(1500)] == ["0.0s", "0.0s", "0.0s", "1.5s"]
+
+
+def test_dead_letters_page_shows_a_letters_key(web: Web, r: redis.Redis, stream: str) -> None:
+    r.xadd(stream, {"type": "job", "data": "1"})
+    r.xgroup_create(stream, "g", id="0")
+    r.xadd(Keys(stream).dead_letters, {"type": "job", "data": "1", "key": "cust-<7>"})
+    page = web.get("/topic/dead-letters", params={"stream": stream}).text
+    assert '<code class="key">cust-&lt;7&gt;</code>' in page
+
+
 def test_big_dead_letter_fields_are_cut_and_downloadable_whole(
     web: Web, r: redis.Redis, stream: str
 ) -> None:

@@ -269,6 +269,10 @@ def needs_settings(settings):
 def broken():
     raise RuntimeError("no settings file")
 number = 7
+import json
+from pydantic import BaseModel
+class Model(BaseModel):
+    n: int
 """
 
 
@@ -280,8 +284,14 @@ def test_load_target_takes_a_queue_an_app_or_a_factory(tmp_path: Path) -> None:
     assert [q.stream for q in load_target("targets_mod:factory", tmp_path).queues] == ["f"]
     for spec, message in [
         ("targets_mod:async_factory", "not async"),
-        ("targets_mod:wrong", "returned int"),
-        ("targets_mod:number", "is a int"),
+        ("targets_mod:wrong", "expected it to return a MessageQueue or App, got the int 42"),
+        (
+            "targets_mod:number",
+            r"expected a MessageQueue or App \(or a function returning one\), "
+            "got the int 7",
+        ),
+        ("targets_mod:Model", "got the class targets_mod.Model"),
+        ("targets_mod:json", "got the module json"),
         ("targets_mod:needs_settings", r"needs_settings\(\) takes arguments \(settings\)"),
         ("targets_mod:broken", r"broken\(\) raised RuntimeError: no settings file"),
         ("json:dumps", r"dumps\(\) takes arguments \(obj\)"),

@@ -117,6 +117,7 @@ async def test_stop_of_unknown_id_is_a_clear_error(make_queue: QueueFactory) -> 
             await mq.resume_message("1-1")
 
 
+@pytest.mark.auto_stop
 async def test_terminate_stops_every_consumer_at_once_and_topic_is_reusable(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from streamq import (
+    ConfigError,
     GroupExistsError,
     GroupNotFoundError,
     MessageQueue,
@@ -244,3 +245,20 @@ async def test_tls_against_a_plain_port_names_the_cause(redis_url: str, blocking
             async with MessageQueue(url=url, stream="s"):
                 pass
     assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("foo://user:secret@h:1/0", "got 'foo://'"),
+        ("localhost:6379", "got no scheme"),
+        ("user:secret@h://x", "got an unknown scheme"),
+    ],
+)
+def test_a_url_of_another_scheme_is_refused_naming_every_scheme_taken(url: str, says: str) -> None:
+    for make in (connect, connect_sync):
+        with pytest.raises(ConfigError) as refused:
+            make(url)
+        message = str(refused.value)
+        assert says in message and "secret" not in message, message
+        assert "redis+sentinel://" in message and "rediss+sentinel://" in message, message

@@ -1,0 +1,67 @@
+"""The argparse pieces every ``streamq`` command shares: a parser whose usage errors are
+one line (exit 2) and that takes no abbreviated option (``--worker 2`` is not ``--workers
+2``), and the types of its numbers (counts, ports, durations), each refusing what makes no
+sense with a usage error naming the option."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from .outcome import EXIT_USAGE
+from .render import one_line
+
+HIGHEST_PORT = 65535
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit 2), pointing at ``--help``, and no
+    abbreviations of long options (a prefix would silently pick another option)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` (else a usage error)."""
+
+    def parse(text: str) -> int:
+        value = _whole(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (0: the system picks a free one)."""
+    value = _whole(text)
+    if not 0 <= value <= HIGHEST_PORT:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to {HIGHEST_PORT}, got {value}")
+    return value
+
+
+def duration(text: str) -> float:
+    """An argparse type: a number of seconds, 0 or more (finite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 seconds or more, got {text}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
