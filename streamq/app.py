@@ -217,7 +217,9 @@ class App:
                 self._starting.append((status, starting))
                 await mq.run(handle_signals=False, task_status=status)
         except Exception as e:
-            log.error("queue %s stopped on an error: %s", _label(mq), e, exc_info=e)
+            # a configuration error says all in its message; anything else, where it came from
+            trace = None if isinstance(e, ConfigError) else e
+            log.error("queue %s stopped on an error: %s", _label(mq), e, exc_info=trace)
             errors.append(e)
             self.request_stop("error")
         finally:

@@ -4,7 +4,8 @@ Every error streamq raises derives from :class:`StreamqError`::
 
     StreamqError
     ├── ConfigError (ValueError)          bad arguments or contradictory options
-    │   └── HandlerError                  a handler registered in an unusable form, or twice
+    │   ├── HandlerError                  a handler registered in an unusable form, or twice
+    │   └── ConsumerNameTakenError        another live process consumes under this name
     ├── MessageFormatError (ValueError)   an entry or payload that does not fit wire format v1
     ├── InvalidMessageIdError (ValueError)   a stream entry ID that is not ``ms-seq``
     ├── MessageNotFoundError (LookupError)   an ID that is not in the stream
@@ -56,6 +57,17 @@ class QueueStateError(StreamqError, RuntimeError):
 
 class HandlerError(ConfigError):
     """A handler was registered in a form streamq cannot call, or a type twice."""
+
+
+class ConsumerNameTakenError(ConfigError):
+    """Another live process consumes in this group under this consumer name.
+
+    ``consumer``, ``group`` and ``stream`` name it; the message says how to choose another
+    name."""
+
+    def __init__(self, message: str, *, consumer: str, group: str, stream: str) -> None:
+        super().__init__(message)
+        self.consumer, self.group, self.stream = consumer, group, stream
 
 
 class ConsumerError(StreamqError):

@@ -35,6 +35,7 @@ from .consume.build import Policies, Topic, build_consumer, build_ordered
 from .consume.context import inside_handler
 from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
+from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
 from .consume.router import Router
 from .errors import ConfigError, QueueStateError
@@ -71,8 +72,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         url: Redis URL; ``None`` uses ``$STREAMQ_REDIS_URL``, else the embedded server.
         stream, group, consumer: the stream key, the consumer group, this consumer's name
             (default ``<host>-<pid>``; keep it stable across restarts to recover pending
-            entries first). ``group=None``: a fan-out subscriber (``XREAD``, no group:
-            every instance receives every entry; :mod:`streamq.consume.fanout`).
+            entries first; one live process per name in a group). ``group=None``: a
+            fan-out subscriber (``XREAD``, no group: every instance receives every entry;
+            :mod:`streamq.consume.fanout`).
         start: where the group starts when this queue creates it (fan-out: on open).
         retry, batch, cleanup: policies (see :mod:`streamq.config`).
         config: read-loop settings as a :class:`ConsumerConfig`; each of its fields may
@@ -133,6 +135,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain
         self.stream, self.group = stream, group
         self.consumer = consumer or default_consumer_name()
+        self._name = NameClaim(stream, group or NO_GROUP)  # one live process per name
         self.start = start
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()
@@ -215,8 +218,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         On a cluster or a Sentinel service, a server that cannot be reached is waited
         for as a publish waits (up to 30 s: a failover under way).
 
-        Raises ConfigError (missing permissions), AuthenticationFailedError,
-        ServerUnavailableError, QueueStateError if the queue is already open.
+        Raises ConfigError (missing permissions), ConsumerNameTakenError (a queue with
+        handlers whose consumer name another live process consumes under),
+        AuthenticationFailedError, ServerUnavailableError, QueueStateError if open.
         """
         if self._state in (State.OPEN, State.RUNNING):
             raise QueueStateError(f"this MessageQueue is already {self._state.value}")
@@ -240,6 +244,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             await check_permissions(client, stream, consuming=consuming, cleanup=cleanup,
                                     ordered=self.ordered)  # fmt: skip
             await prepare_reading(client, stream, self.group, self.start, self._positions)
+        if self.group is not None and len(self.router):  # a consumer (fan-out has no group)
+            await self._name.take(self.client, self.consumer)
         if self.group is not None:
             await check_mode(
                 self._client_for, self.stream, self.streams, self.group, self.consumer,
@@ -254,6 +260,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         self._state = State.CLOSED
 
     async def _close_client(self) -> None:
+        await self._name.release()
         deployment, self._made_deployment, self._client = self._made_deployment, None, None
         self._clients.clear()
         if deployment is not None:
@@ -298,7 +305,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         if self._state is State.RUNNING:
             raise QueueStateError("this MessageQueue is already running")
-        opened = self._state is State.OPEN or await self._try_open()
+        opened = self._state is State.OPEN or await try_open(self.open)
         self._state = State.RUNNING
         if self.done.is_set():  # a queue may run again after a stop: a fresh event per run
             self.done = anyio.Event()
@@ -313,6 +320,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
                 if opened and self.periodics:  # one message per tick across processes
                     tg.start_soon(self.run_periodics)
                 if opened:  # every record of the consumer's tasks says which consumer it is
+                    tg.start_soon(self._name.keep, consumer)
                     ids = (self.stream, self.group or NO_GROUP, self.consumer)
                     await run_as_consumer(consumer.run, *ids)
                 tg.cancel_scope.cancel()
@@ -323,10 +331,6 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             self.done.set()
         if consumer.error is not None:
             raise consumer.error
-
-    async def _try_open(self) -> bool:
-        """Open now; False if the server cannot be reached yet (other errors raise)."""
-        return await try_open(self.open)
 
     async def _open_until_ready(self, consumer: AnyConsumer) -> bool:
         """Retry opening with backoff until it works (True) or a stop is asked (False)."""
@@ -349,7 +353,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         if not was_open and not len(self.router):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         if not was_open:
-            await self._try_open()  # configuration errors raise here, not in a task group
+            await try_open(self.open)  # configuration errors raise here, not in a task group
         try:
             async with task_group_around_block() as tg:
                 await tg.start(functools.partial(self.run, handle_signals=False))

@@ -1,9 +1,11 @@
 """``streamq dashboard``: serve the web dashboard in the foreground until Ctrl-C/SIGTERM.
 
-It prints the address on stdout once it listens, and on stderr the server it watches
-(without the URL's password) and, when no token was given, the random write token it made
-(like Jupyter's). ``--token`` is visible to other users in ``ps``: prefer
-``$STREAMQ_DASHBOARD_TOKEN``. ``--read-only`` refuses every change.
+It watches ``--url``, else ``$STREAMQ_REDIS_URL``, else the shared embedded server if it
+runs: it then counts as one of that server's users until it exits, so the server is not
+stopped under it. It prints the address on stdout once it listens, and on stderr the
+server it watches (without the URL's password) and, when no token was given, the random
+write token it made (like Jupyter's). ``--token`` is visible to other users in ``ps``:
+prefer ``$STREAMQ_DASHBOARD_TOKEN``. ``--read-only`` refuses every change.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..config import ENV_URL, env_url
 from ..errors import ConfigError
+from ..server.shared import running_shared_url
 from .arguments import port_number
 
 ENV_TOKEN = "STREAMQ_DASHBOARD_TOKEN"
@@ -45,9 +48,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except ImportError as e:
         return _fail(f"the dashboard needs the [dashboard] extra ({e.name} is missing): "
                      "pip install 'streamq[dashboard]'", EXIT_USAGE)  # fmt: skip
-    url = getattr(args, "url", None) or env_url()
+    # the shared server, as for every command, held (a lease) until this process exits
+    url = getattr(args, "url", None) or env_url() or running_shared_url()
     if not url:
-        return _fail(f"no server: pass --url redis://host:port/db or set ${ENV_URL}", EXIT_USAGE)
+        return _fail(f"no server: pass --url redis://host:port/db, set ${ENV_URL}, or start "
+                     "the shared embedded server (streamq server)", EXIT_USAGE)  # fmt: skip
     token, made = _token(args)
     loopback = is_loopback(args.host)
     try:

@@ -14,6 +14,7 @@ from ..config import ENV_URL, env_url
 from ..errors import ConfigError
 from ..logs import LOG_FORMATS, configure_logging
 from ..run.http import ListenError
+from ..run.names import check_names_free
 from ..run.supervisor import SHUTDOWN_MARGIN, RunOptions, Supervisor
 from ..run.target import load_target, uses_default_server
 from ..server.shared import shared_url
@@ -27,6 +28,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", help="module:attr, a MessageQueue, an App or a function returning one")
     p.add_argument("--workers", type=count(1), default=1, metavar="N", help="worker processes (1)")
+    p.add_argument(
+        "--name", metavar="NAME",
+        help="consumer names NAME-0, NAME-1, ... (default: each queue's consumer name, or the "
+        "host name, then -<slot>); one live process per name in a group",
+    )  # fmt: skip
     p.add_argument("--app-dir", default=".", help="where to import the module from (.)")
     p.add_argument("--reload", action="store_true", help="restart the workers on code changes")
     p.add_argument(
@@ -52,7 +58,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ[ENV_URL] = args.url  # for the queues without a URL of their own
     try:
         options = RunOptions(
-            args.target, workers=args.workers, app_dir=args.app_dir, reload=args.reload,
+            args.target, workers=args.workers, name=args.name, app_dir=args.app_dir,
+            reload=args.reload,
             reload_dirs=args.reload_dir, host=args.host, metrics_port=args.metrics_port,
             health_port=args.health_port, log_level=args.log_level, log_format=args.log_format,
         )  # fmt: skip
@@ -69,8 +76,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _prepare(options: RunOptions) -> None:
     """Load the target once: fail fast on a bad one (unless reloading: the next change may
-    fix it), size the shutdown wait by the queues' grace, and hold the shared server for
-    the whole run if the queues use it, so that it outlives restarting workers."""
+    fix it) or on consumer names live processes hold, size the shutdown wait by the
+    queues' grace, and hold the shared server for the whole run if the queues use it, so
+    that it outlives restarting workers."""
     try:
         app = load_target(options.target, options.app_dir)
         app.check_runnable()
@@ -83,3 +91,4 @@ def _prepare(options: RunOptions) -> None:
     options.shutdown_timeout = max(mq.config.grace for mq in app.queues) + SHUTDOWN_MARGIN
     if uses_default_server(app) and not env_url():
         shared_url()
+    anyio.run(check_names_free, app, options.workers, options.name)

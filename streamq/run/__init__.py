@@ -1,7 +1,9 @@
 """``streamq run module:attr``: a service's handlers in supervised worker processes.
 
 * :mod:`.target` loads ``module:attr`` (a MessageQueue, an App, or a factory of one) and
-  gives each worker slot its stable consumer names (``<consumer>-<slot>``);
+  gives each worker slot its stable consumer names (``<consumer>-<slot>``, or
+  ``<name>-<slot>`` with ``--name``); :mod:`.names` refuses a run whose names live
+  processes hold, before any worker starts;
 * :mod:`.supervisor` starts the workers, restarts a crashed one with backoff, drains them
   all on SIGTERM/SIGINT (a second signal ends them at once) and, with ``--reload``,
   restarts them when the code changes (:mod:`.reload`);

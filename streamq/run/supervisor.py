@@ -51,6 +51,7 @@ class RunOptions:
 
     target: str
     workers: int = 1
+    name: str | None = None
     app_dir: str = "."
     reload: bool = False
     reload_dirs: list[str] = field(default_factory=list)
@@ -65,6 +66,8 @@ class RunOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
+        if self.name is not None and not self.name.strip():
+            raise ConfigError("--name must not be empty")
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Supervisor:
             "--slot", str(slot.index), "--supervisor", str(os.getpid()), "--app-dir", o.app_dir,
             "--run-dir", str(self.run_dir), "--status-interval", str(o.status_interval),
             "--log-level", o.log_level, "--log-format", o.log_format,
+            *(["--name", o.name] if o.name else []),
         ]  # fmt: skip
 
     async def _keep(self, slot: Slot) -> None:

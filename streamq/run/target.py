@@ -121,14 +121,21 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def assign_slot(app: App, slot: int) -> None:
-    """Name every consumer of ``app`` for worker ``slot``: ``<consumer>-<slot>``, the same
-    after every restart, so a restarted worker recovers its own pending entries first.
-    A queue left with the default ``<host>-<pid>`` name becomes ``<host>-<slot>``."""
-    default = default_consumer_name()
+def assign_slot(app: App, slot: int, name: str | None = None) -> None:
+    """Name every consumer of ``app`` for worker ``slot`` (:func:`slot_name`), the same
+    after every restart, so a restarted worker recovers its own pending entries first."""
     for mq in app.queues:
-        base = socket.gethostname() if mq.consumer == default else mq.consumer
-        mq.consumer = f"{base}-{slot}"
+        mq.consumer = slot_name(mq, slot, name)
+
+
+def slot_name(mq: MessageQueue, slot: int, name: str | None = None) -> str:
+    """The consumer name of ``mq`` in worker ``slot``: ``<name>-<slot>`` (``streamq run
+    --name``), else ``<consumer>-<slot>``, where a queue left with the default
+    ``<host>-<pid>`` name becomes ``<host>-<slot>``."""
+    if name:
+        return f"{name}-{slot}"
+    base = socket.gethostname() if mq.consumer == default_consumer_name() else mq.consumer
+    return f"{base}-{slot}"
 
 
 def uses_default_server(app: App) -> bool:

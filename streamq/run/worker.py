@@ -41,6 +41,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m streamq.run.worker", allow_abbrev=False)
     parser.add_argument("target")
     parser.add_argument("--slot", type=int, required=True)
+    parser.add_argument("--name", default=None, help="consumer names <name>-<slot>")
     parser.add_argument("--supervisor", type=int, default=None, help="the supervisor's pid")
     parser.add_argument("--app-dir", default=".")
     parser.add_argument("--run-dir", type=Path, default=None)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         log.log(logging.ERROR if args.slot == 0 else logging.DEBUG, "cannot start: %s", e)
         log.debug("why the target cannot start", exc_info=True)
         return EXIT_CONFIG
-    assign_slot(app, args.slot)
+    assign_slot(app, args.slot, args.name)
     log.info(
         "worker %d (pid %d) runs %s as %s",
         args.slot, os.getpid(), args.target, ", ".join(mq.consumer for mq in app.queues),
@@ -72,13 +73,26 @@ def main(argv: list[str] | None = None) -> int:
     reporter = StatusReporter(app, args.slot, args.run_dir, args.status_interval, supervisor)
     try:
         anyio.run(serve, app, reporter, supervisor)
-    except ConfigError as e:
-        log.error("worker %d stopped: %s", args.slot, e)
-        return EXIT_CONFIG
     except Exception as e:
-        log.error("worker %d stopped on an error: %s", args.slot, e)
-        return EXIT_ERROR
+        return _stopped_on(args.slot, _sole(e))
     return EXIT_OK
+
+
+def _stopped_on(slot: int, error: BaseException) -> int:
+    """The exit code of a worker whose App raised ``error``, said in one line: a queue's
+    configuration error (a consumer name another process holds) was said by the App."""
+    if isinstance(error, ConfigError):
+        log.debug("worker %d stopped: %s", slot, error)
+        return EXIT_CONFIG
+    log.error("worker %d stopped on an error: %s", slot, error)
+    return EXIT_ERROR
+
+
+def _sole(error: BaseException) -> BaseException:
+    """``error`` out of the task groups that wrapped it alone."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 async def serve(app: App, reporter: StatusReporter, parent: int) -> None:

@@ -103,6 +103,11 @@ class Keys:
         :mod:`streamq.publish.periodic` (each tick's claim is a key of its own, expiring)."""
         return self.prefix + "periodic"
 
+    def consumer_claim(self, group: str, consumer: str) -> str:
+        """String: the claim of the live process consuming in ``group`` as ``consumer``
+        (see :mod:`streamq.consume.name_claim`; it expires by itself)."""
+        return f"{self.prefix}alive:{group}:{consumer}"
+
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
         return [

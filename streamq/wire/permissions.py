@@ -28,6 +28,7 @@ PARTS = "<partitions>"
 SCHEDULED, PAYLOADS, WAKE = "<scheduled>", "<scheduled-payloads>", "<scheduled-wake>"
 PERIODIC, TICK = "<periodic>", "<periodic-tick>"
 MEMBERS, LEASE, HALTED = "<members>", "<lease>", "<halted>"
+ALIVE = "<consumer-claim>"
 # Group, consumer, entry ID and script SHA are not subject to the ACL: any value does.
 G, C, ID, SHA = "g", "c", "0-1", "0" * 40
 # Commands whose ACL name includes the subcommand ("xinfo|groups").
@@ -142,6 +143,11 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "count deliveries without a handler", "HGET", UNROUTED, ID),
     _p("consume", "drop delivery counts; cleanup", "HDEL", UNROUTED, ID),
     _p("consume", "health()", "PING"),
+    _p("consume", "claim, renew and give back the consumer's name (scripts)", "EVALSHA", SHA, "1",
+       ALIVE),
+    _p("consume", "in the consumer name scripts", "GET", ALIVE),
+    _p("consume", "in the consumer name scripts", "SET", ALIVE, "t", "PX", "1000"),
+    _p("consume", "in the consumer name scripts", "DEL", ALIVE),
     _p("ordered", "membership heartbeat (script)", "EVALSHA", SHA, "2", MEMBERS, STREAM),
     _p("ordered", "in the membership and lease scripts: is the topic there", "EXISTS", STREAM),
     _p("ordered", "in the membership script: is the partitioned topic there", "EXISTS", PARTS),
@@ -234,6 +240,7 @@ def names_for(stream: str) -> dict[str, str]:
         MEMBERS: keys.prefix + "members:" + G,
         LEASE: keys.prefix + "owner:" + G,
         HALTED: keys.halted,
+        ALIVE: keys.consumer_claim(G, C),
     }
 
 

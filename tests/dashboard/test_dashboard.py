@@ -1,7 +1,8 @@
 """The dashboard over HTTP (httpx against the app served by uvicorn, the session's real
 server behind it): every page, escaping of what comes from Redis, no password of the Redis
 URL shown, security headers, the ``streamq dashboard`` command and the demo. The actions
-and the write token: test_dashboard_actions.py; in a real browser: test_dashboard_browser.py.
+and the write token: test_dashboard_actions.py; in a real browser: test_dashboard_browser.py;
+on the shared embedded server: test_dashboard_shared_server.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 
 import httpx
@@ -335,13 +335,6 @@ def test_streamq_dashboard_command_serves_on_loopback(redis_url: str, stream: st
         if process.poll() is None:
             process.kill()
             process.wait()
-    started = time.monotonic()
-    no_url = subprocess.run(
-        [sys.executable, "-m", "streamq.cli", "dashboard"], capture_output=True, text=True,
-        env={k: v for k, v in env.items() if k != "STREAMQ_REDIS_URL"}, timeout=60,
-    )  # fmt: skip
-    assert no_url.returncode == 2 and "no server" in no_url.stderr
-    assert time.monotonic() - started < 30
 
 
 @pytest.mark.slow

@@ -308,6 +308,8 @@ def test_each_slot_has_stable_consumer_names() -> None:
     assign_slot(App(named, default), 3)
     assert named.consumer == "mailer-3"
     assert default.consumer == f"{socket.gethostname()}-3", "not <host>-<pid>: pids change"
+    assign_slot(App(named, default), 1, "blue")  # streamq run --name blue
+    assert (named.consumer, default.consumer) == ("blue-1", "blue-1")
 
 
 @pytest.mark.slow
