@@ -196,9 +196,10 @@ class OrderedConsumer:
                 # the partition is given up; the next tick may take it again
                 log.error("partition %s stopped: %s", worker.stream, failures[0])
             else:  # a bug in streamq: never a consumer silently holding its partitions
+                bug = next(f for f in failures if not isinstance(f, RedisFailure))
                 log.error("partition %s of ordered consumer %s died: %s", worker.stream,
-                          self.me, describe(e), exc_info=e)  # fmt: skip
-                self.error = e
+                          self.me, describe(bug), exc_info=bug)  # fmt: skip
+                self.error = self.error or bug
                 self.request_stop("error", auto=True)
         finally:
             if self.workers.get(worker.index) is worker:
