@@ -54,7 +54,7 @@ SCHEDULE = """
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-if first[1] == nil or tonumber(ARGV[2]) < tonumber(first[2]) then return 1 end
+if first[1] == nil or tonumber(ARGV[2]) < (tonumber(first[2]) or 0) then return 1 end
 return 0
 """
 
