@@ -166,16 +166,6 @@ def stopped_id(key: str, field: bytes | str) -> str | DamagedRecord:
     return found
 
 
-def stopped_groups(key: str, field: str, value: bytes | str) -> dict[str, int] | DamagedRecord:
-    """A value of the stopped hash: JSON ``{group: delivery count}``."""
-    loaded = _json(value)
-    if not isinstance(loaded, dict) or not all(
-        isinstance(n, int) and not isinstance(n, bool) for n in loaded.values()
-    ):
-        return _damaged("stopped", key, field, "a JSON object of group -> count", value)
-    return {str(group): count for group, count in loaded.items()}
-
-
 def halted(key: str, field: bytes | str, value: bytes | str | None) -> HaltedRecord | DamagedRecord:
     """A record of the halted hash: field JSON ``[group, key]``, value JSON ``{"id",
     "reason", "action"}`` (action None, ``"skip"`` or ``"retry"``)."""
