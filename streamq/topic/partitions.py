@@ -40,6 +40,7 @@ from ..wire.partition_names import partition_streams as partition_streams
 from ..wire.partition_names import validate_partitions as validate_partitions
 from ..wire.records import DamagedRecord
 from ..wire.records import partition_count as read_partition_count
+from ..wire.records import partition_names as read_partition_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,16 +101,24 @@ async def forget_partitions(client: aioredis.Redis, topic: str) -> None:
 
 
 async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
-    """The partition count recorded for ``topic`` (1: a plain stream, or nothing yet)."""
+    """The partition count recorded for ``topic`` (1: a plain stream, or nothing yet).
+    A damaged count is taken from the streams' names recorded beside it when they are
+    whole (one more read, only then)."""
     key = Keys(topic).partitions
-    return _count(key, await client.hget(key, "count")) or 1
+    count = read_partition_count(key, await client.hget(key, "count"))
+    if isinstance(count, DamagedRecord):
+        count = _recovered(topic, count, await client.hget(key, "names"))
+    return count or 1
 
 
 def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
     """The partition count recorded for ``topic``, None for a plain stream (a blocking
-    ``client`` on the topic's own slot: Spark, scripts)."""
+    ``client`` on the topic's own slot: Spark, scripts); a damaged count as above."""
     key = Keys(topic).partitions
-    return _count(key, client.hget(key, "count"))
+    count = read_partition_count(key, cast("bytes | None", client.hget(key, "count")))
+    if isinstance(count, DamagedRecord):
+        count = _recovered(topic, count, cast("bytes | None", client.hget(key, "names")))
+    return count
 
 
 def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int) -> None:
@@ -135,6 +144,17 @@ def _count(key: str, recorded: Any) -> int | None:
     if isinstance(count, DamagedRecord):
         set_aside(count, "the topic's partition count is taken for not recorded")
         return None
+    return count
+
+
+def _recovered(topic: str, damaged: DamagedRecord, names: bytes | None) -> int | None:
+    """The count the record's ``names`` give in place of its ``damaged`` count, else None
+    (not recorded); the damaged count is set aside either way."""
+    count = read_partition_names(damaged.key, topic, names)
+    if isinstance(count, DamagedRecord):
+        set_aside(damaged, "the topic's partition count is taken for not recorded")
+        return None
+    set_aside(damaged, f"the count of the partition names recorded beside it is used: {count}")
     return count
 
 

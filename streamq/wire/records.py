@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import MAX_OWNERSHIP_LEASE
-from .partition_names import MAX_PARTITIONS
+from .partition_names import MAX_PARTITIONS, partition_streams
 
 # The longest ordered-mode lease (``ConsumerConfig.ownership_lease`` is at most this): no
 # member or lease expiry streamq writes lies further ahead of the server's clock.
@@ -109,6 +109,19 @@ def partition_count(key: str, value: bytes | str | None) -> int | DamagedRecord 
     if count is None or not 1 <= count <= MAX_PARTITIONS:
         return _damaged("partitions", key, "count", f"an integer 1..{MAX_PARTITIONS}", value)
     return count
+
+
+def partition_names(key: str, topic: str, value: bytes | str | None) -> int | DamagedRecord:
+    """The partition count that the ``names`` field of ``topic``'s partitions record
+    gives: a JSON list of exactly the streams of that many partitions."""
+    names = _json(value) if value is not None else None
+    if (
+        isinstance(names, list)
+        and 2 <= len(names) <= MAX_PARTITIONS
+        and tuple(names) == partition_streams(topic, len(names))
+    ):
+        return len(names)
+    return _damaged("partitions", key, "names", "the JSON list of the partition streams", value)
 
 
 def member(

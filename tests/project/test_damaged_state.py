@@ -64,8 +64,8 @@ class Damage:
     name: str
     write: Write
     logged_by: frozenset[str]  # which targets read the record and must log its key
-    # a topic whose partition count is damaged is read as a plain stream: the CLI says
-    # that stream does not exist (exit 1)
+    # a topic whose partition count is damaged, and the names beside it too, is read as
+    # a plain stream: the CLI says that stream does not exist (exit 1), the page is a 404
     topic_unknown: bool = False
 
     def __str__(self) -> str:
@@ -80,6 +80,18 @@ def _hset(key_of: Callable[[Topic], str], field: str, value: str | Callable[[], 
     def write(client: redis.Redis, topic: Topic) -> str:
         key = key_of(topic)
         client.hset(key, field, value() if callable(value) else value)
+        return key
+
+    return write
+
+
+def _count_and_names(count: str, names: str) -> Write:
+    """A partitions record with both fields damaged, written after the names a publisher
+    records (which it never overwrites)."""
+
+    def write(client: redis.Redis, topic: Topic) -> str:
+        key = _partitions(topic)
+        client.hset(key, mapping={"count": count, "names": names})
         return key
 
     return write
@@ -147,8 +159,10 @@ def _periodic(t: Topic) -> str:
 
 DAMAGES = [
     Damage("partition count past the maximum", _hset(_partitions, "count", "20000"),
-           CONSUMERS | LISTINGS, topic_unknown=True),
+           CONSUMERS | LISTINGS),
     Damage("partition count not a number", _hset(_partitions, "count", "abc"),
+           CONSUMERS | LISTINGS),
+    Damage("partition count and names damaged", _count_and_names("4096", '["x"]'),
            CONSUMERS | LISTINGS, topic_unknown=True),
     Damage("stopped field not an entry ID", _hset(_stopped, "not-an-id", '{"g": 1}'), LISTINGS),
     Damage("stopped record not JSON", _hset(_stopped, "1-1", "{not json"), NONE),

@@ -3,6 +3,8 @@ damaged (with its key, field and what was expected), and the bounds of what stre
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from streamq.wire import records
@@ -94,3 +96,12 @@ def test_a_damaged_value_is_shown_cut_and_escaped() -> None:
     found = records.partition_count(KEY, b"\x1b[1m" + b"9" * 200)
     assert isinstance(found, DamagedRecord)
     assert "\x1b" not in str(found) and len(found.found) < 100
+
+
+def test_the_partition_names_give_the_count_only_when_whole() -> None:
+    from streamq.wire.partition_names import partition_streams
+
+    names = json.dumps(list(partition_streams("orders", 4)))
+    assert records.partition_names(KEY, "orders", names.encode()) == 4
+    for value in (b'["x"]', b"[]", b"{not json", names.replace("orders", "other").encode(), None):
+        assert isinstance(records.partition_names(KEY, "orders", value), DamagedRecord)
