@@ -451,3 +451,30 @@ def test_damaged_records_are_counted_once_each_in_the_metrics(redis_url: str, to
         code, command = _cli("info", topic.damaged, "--url", redis_url)
         assert code == 0, command
     assert count() == before + 1
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_an_ordered_consumer_on_a_cluster_handles_every_genuine_message_beside_damage(
+    streamq_cluster_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a Redis Cluster, where the topic's records and each partition's live on their
+    own slots: damaged members, leases, stopped and scheduled records on several slots."""
+    topic = Topic(f"test-{os.urandom(5).hex()}")
+    try:
+        with sync_client(streamq_cluster_url, topic.name) as client:
+            client.hset(_members(topic), "aaa-ghost", "99999999999999999999|0")
+        for index, stream in enumerate(topic.streams):
+            with sync_client(streamq_cluster_url, stream) as client:
+                lease = {"consumer": "ghost", "expires": str(_now_ms() + 10**14), "token": "abc"}
+                client.hset(lease_key(stream, topic.group), mapping=lease)
+                client.hset(Keys(stream).stopped, f"not-an-id-{index}", '{"g": 1}')
+                client.zadd(Keys(stream).scheduled, {"damaged": float("inf")})
+        handled, ticks = await _consume_beside(streamq_cluster_url, topic, caplog, ordered=True)
+        assert len({m.id for m in handled}) == GENUINE + SCHEDULED
+        assert ticks >= 2
+        assert _logged(caplog, _members(topic))
+        assert all(_logged(caplog, lease_key(s, topic.group)) for s in topic.streams)
+    finally:
+        for name in (*topic.streams, topic.name):
+            delete_stream_keys(streamq_cluster_url, name)
