@@ -115,7 +115,7 @@ return hold({'KEEPTTL'})
 PUBLISH_TICK = """
 local claim = redis.call('GET', KEYS[1])
 if not claim then return {-1, ''} end
-local done = string.match(claim, '^done (.*)$')
+local done = string.match(claim, '^done (%d+%-%d+)$')
 if done then return {0, done} end
 if string.sub(claim, 1, 6) ~= 'lease ' then return {-1, ''} end
 local id
