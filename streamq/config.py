@@ -205,6 +205,11 @@ class CleanupPolicy:
         _set_seconds(self, "dead_letter_retention", prefix=prefix, optional=True)
 
 
+# The longest ordered-mode lease: a member's or lease's expiry further ahead of the
+# server's clock than this was not written by streamq (streamq.wire.records).
+MAX_OWNERSHIP_LEASE = 3600.0
+
+
 @_named_fields
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
@@ -213,7 +218,7 @@ class ConsumerConfig:
     ``concurrency``: handlers running at once. ``max_in_flight``: entries fetched but not
     finished (bounded so fetched entries do not age in the PEL). ``ownership_lease``: in
     ordered mode, how long a partition's lease and a member's heartbeat last (a dead
-    member's partitions move within about this time). ``claim_idle``: pending
+    member's partitions move within about this time; at most an hour). ``claim_idle``: pending
     entries idle this long are taken over; leases of running handlers are renewed well
     before that. ``grace``: how long ``stop()`` waits for running handlers. Durations in
     seconds (a ``timedelta`` is accepted too and normalised).
@@ -240,6 +245,11 @@ class ConsumerConfig:
         )  # fmt: skip
         _set_seconds(self, "grace", "dead_consumer_idle")
         _set_seconds(self, "handler_timeout", allow_zero=False, optional=True)
+        if self.ownership_lease > MAX_OWNERSHIP_LEASE:
+            raise ConfigError(
+                f"ownership_lease ({self.ownership_lease:g}s) must be at most "
+                f"{MAX_OWNERSHIP_LEASE:g}s: a lease or heartbeat further ahead is taken for damaged"
+            )
         if self.max_in_flight < self.concurrency:
             raise ConfigError(
                 f"max_in_flight ({self.max_in_flight}) must be >= concurrency "

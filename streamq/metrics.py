@@ -24,6 +24,7 @@ from .errors import ConfigError
 from .ids import StreamId
 from .wire import replies
 from .wire.client import connect_sync
+from .wire.damage import damaged_counts
 from .wire.keys import Keys
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class QueueCollector:
         yield from counters.values()
         yield from (in_flight, duration, batch, lateness)
         yield from self._ordered_metrics(core, labels)
+        yield _damaged_records(core)
         yield from self._queue_gauges(core)
 
     def _ordered_metrics(self, core: Any, labels: list[str]) -> Iterator[Any]:
@@ -185,6 +187,18 @@ class QueueCollector:
                 if first:
                     age = max(now_ms - StreamId.parse(first[0].id).ms, 0) / 1000
             oldest.add_metric([stream, name], age)
+
+
+def _damaged_records(core: Any) -> Any:
+    """Damaged records of streamq's own keys this process found, per kind (each record
+    once: see streamq.wire.damage)."""
+    family = core.CounterMetricFamily(
+        f"{PREFIX}_damaged_records", "damaged records of streamq's own keys set aside",
+        labels=["kind"],
+    )  # fmt: skip
+    for kind, count in sorted(damaged_counts().items()):
+        family.add_metric([kind], count)
+    return family
 
 
 def _le(bound: float) -> str:

@@ -15,6 +15,9 @@ import redis.asyncio as aioredis
 from ..errors import RedisFailure
 from ..message import RawEntry
 from ..topic.halted import ACTIONS, halted_key, lane_field
+from ..wire import records
+from ..wire.damage import set_aside
+from ..wire.records import DamagedRecord, HaltedRecord
 
 if TYPE_CHECKING:
     from .ordering import KeyedLanes, LaneKey
@@ -36,8 +39,8 @@ class HaltedKeys:
         """Record that ``entry``'s key halts (keeping a release already asked for it)."""
         lane_key = entry.fields.get(b"key")
         field = lane_field(self._group, lane_key)
-        known = await self._client.hget(self._hash, field)
-        if known is None or json.loads(known).get("id") != entry.id:
+        known = self._parsed(field, await self._client.hget(self._hash, field))
+        if known is None or known.entry_id != entry.id:
             record = {"id": entry.id, "reason": reason, "action": None}
             await self._client.hset(self._hash, field, json.dumps(record))
             log.error("key %s halted on entry %s: %s", field, entry.id, reason)
@@ -58,8 +61,13 @@ class HaltedKeys:
         fields = list(self._waiting)
         values = await self._client.hmget(self._hash, fields)
         for field, value in zip(fields, values, strict=True):
-            record = json.loads(value) if value is not None else {"action": "retry"}
-            action = record.get("action")
+            record = self._parsed(field, value)
+            if value is not None and record is None:  # damaged: written anew, to release
+                entry_id = self._waiting[field][0]
+                rewritten = {"id": entry_id, "reason": "its record was damaged", "action": None}
+                await self._client.hset(self._hash, field, json.dumps(rewritten))
+                continue
+            action = "retry" if record is None else record.action
             if action not in ACTIONS:
                 continue
             entry_id, lane_key = self._waiting.pop(field)
@@ -67,6 +75,17 @@ class HaltedKeys:
             await self._client.hdel(self._hash, field)
             log.info("key %s released (%s) at entry %s", field, action, entry_id)
             lanes.resume(lane_key)
+
+    def _parsed(self, field: str, value: bytes | None) -> HaltedRecord | None:
+        """The record of ``field`` (None: none, or damaged: set aside, and
+        rewritten by :meth:`halt` or :meth:`_poll`, so that it can be released)."""
+        if value is None:
+            return None
+        record = records.halted(self._hash, field, value)
+        if isinstance(record, DamagedRecord):
+            set_aside(record, "taken for no record: the key stays halted until released")
+            return None
+        return record
 
     @property
     def count(self) -> int:

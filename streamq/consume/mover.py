@@ -21,7 +21,9 @@ import redis.asyncio as aioredis
 from .._backoff import Backoff
 from ..errors import RedisFailure, ServerUnavailableError
 from ..publish.scheduling import MOVE_BATCH, Moved, move_due
+from ..wire.damage import set_aside
 from ..wire.keys import Keys
+from ..wire.records import DamagedRecord
 from ..wire.translate import translated
 from .stats import Stats
 
@@ -80,11 +82,11 @@ class Mover:
         self._stats.dead_lettered += len(moved.damaged)
         for late in moved.lateness:
             self._stats.scheduled_lateness.observe(late)
+        key = Keys(self._stream).scheduled
         for scheduled_id in moved.damaged:
-            log.error(
-                "scheduled message %s of %s had a damaged payload: dead-lettered",
-                scheduled_id, self._stream,
-            )  # fmt: skip
+            expected = "a due time and a payload as streamq writes them"
+            damaged = DamagedRecord("scheduled", key, scheduled_id, expected, "another")
+            set_aside(damaged, "dead-lettered with the reason")
 
     async def _listen(self) -> None:
         """Follow the wake-up channel; every (re)subscription wakes the mover too, since

@@ -52,6 +52,14 @@ log = logging.getLogger(__name__)
 MAX_TICK = 0.5
 
 
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside ``error``, out of any exception groups (a worker's task
+    group raises its tasks' failures as one)."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
 def _ignore(entry_id: str) -> None:
     """A resume notice: the lanes poll the entries they hold (and look at the stopped IDs
     when they reach an entry)."""
@@ -181,9 +189,18 @@ class OrderedConsumer:
     async def _run_worker(self, worker: PartitionWorker) -> None:
         try:
             await worker.run()
-        except RedisFailure as e:  # the partition is given up; the next tick may take it again
-            log.error("partition %s stopped: %s", worker.stream, e)
+        except Exception as e:
             worker.lost = True
+            failures = _leaves(e)
+            if all(isinstance(f, RedisFailure) for f in failures):
+                # the partition is given up; the next tick may take it again
+                log.error("partition %s stopped: %s", worker.stream, failures[0])
+            else:  # a bug in streamq: never a consumer silently holding its partitions
+                bug = next(f for f in failures if not isinstance(f, RedisFailure))
+                log.error("partition %s of ordered consumer %s died: %s", worker.stream,
+                          self.me, describe(bug), exc_info=bug)  # fmt: skip
+                self.error = self.error or bug
+                self.request_stop("error", auto=True)
         finally:
             if self.workers.get(worker.index) is worker:
                 del self.workers[worker.index]

@@ -18,6 +18,8 @@ import redis.asyncio as aioredis
 
 from ..errors import ConfigError
 from ..wire.client import ride_through
+from ..wire.damage import set_aside
+from ..wire.records import DamagedRecord, periodic_tick
 from ..wire.replies import text
 from . import scheduling
 from .periodic import from_spec, record_key
@@ -117,15 +119,19 @@ class PeriodicInfo:
 
 async def periodic_publishers(client: aioredis.Redis, topic: str) -> list[PeriodicInfo]:
     """The periodic publishers that processes running ``topic``'s consumers have recorded."""
-    record = {text(k): text(v) for k, v in (await client.hgetall(record_key(topic))).items()}
+    key = record_key(topic)
+    record = {text(k): text(v) for k, v in (await client.hgetall(key)).items()}
+    now_ms = round(time.time() * 1000)
     found = []
     for field, spec in sorted(record.items()):
         name, _, kind = field.rpartition(":")
         periodic = from_spec(name, spec) if kind == "spec" and name else None
         if periodic is None:
             continue
-        last = record.get(name)
-        last_tick = _utc(int(last) / 1000) if last and last.isdigit() else None
+        last = periodic_tick(key, name, record.get(name), now_ms)
+        if isinstance(last, DamagedRecord):
+            set_aside(last, "listed without a last tick")
+        last_tick = _utc(last / 1000) if isinstance(last, int) else None
         try:
             upcoming = _utc(periodic.next_tick(time.time()))
         except Exception:  # a spec written by hand: listed without a next tick is worse

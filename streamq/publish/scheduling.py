@@ -38,7 +38,9 @@ from redis import exceptions as rx
 
 from ..errors import ConfigError, MessageFormatError
 from ..wire import resp
+from ..wire.damage import set_aside
 from ..wire.keys import Keys
+from ..wire.records import MAX_DUE_MS, DamagedRecord, due_time
 from ..wire.translate import translate
 
 MAX_ID_CHARS = 256
@@ -52,7 +54,7 @@ SCHEDULE = """
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-if first[1] == nil or tonumber(ARGV[2]) < tonumber(first[2]) then return 1 end
+if first[1] == nil or tonumber(ARGV[2]) < (tonumber(first[2]) or 0) then return 1 end
 return 0
 """
 
@@ -66,7 +68,9 @@ return removed
 """
 
 # KEYS: scheduled zset, payloads hash, stream, dead-letter stream.
-# ARGV: most to move, the mover's name (for dead letters).
+# ARGV: most to move, the mover's name (for dead letters), the latest due time (ms).
+# A message whose due time is not one streamq writes (below 0, beyond the latest, ±inf)
+# is damaged and dead-lettered like one whose payload is.
 # Returns {moved, next due ms or -1, server time ms, number of damaged, damaged ID, ...,
 # then how late each moved message was (ms)}.
 MOVE_DUE = """
@@ -74,7 +78,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]),
   'WITHSCORES')
-local function fields_of(payload)
+local max_due = tonumber(ARGV[3])
+local beyond = redis.call('ZRANGE', KEYS[1], '(' .. ARGV[3], '+inf', 'BYSCORE', 'LIMIT', 0,
+  tonumber(ARGV[1]), 'WITHSCORES')
+for i = 1, #beyond do due[#due + 1] = beyond[i] end
+local function fields_of(payload, score)
+  local due_ms = tonumber(score)
+  if not due_ms or due_ms < 0 or due_ms > max_due then
+    return nil, 'its due time ' .. score .. ' is not a time in Unix ms from 0 to ' .. ARGV[3]
+  end
   if not payload then return nil, 'its stored payload is missing' end
   local ok, fields = pcall(cjson.decode, payload)
   if not ok or type(fields) ~= 'table' or #fields < 2 or #fields % 2 ~= 0 then
@@ -91,7 +103,7 @@ local moved, damaged, late = 0, {}, {}
 for i = 1, #due, 2 do
   local id = due[i]
   local payload = redis.call('HGET', KEYS[2], id)
-  local fields, reason = fields_of(payload)
+  local fields, reason = fields_of(payload, due[i + 1])
   if fields then
     redis.call('XADD', KEYS[3], '*', unpack(fields))
     moved = moved + 1
@@ -108,7 +120,7 @@ for i = 1, #due, 2 do
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
-if first[2] then next_due = tonumber(first[2]) end
+if first[2] then next_due = math.max(math.min(tonumber(first[2]) or now, max_due), 0) end
 local reply = {moved, next_due, now, #damaged}
 for _, id in ipairs(damaged) do reply[#reply + 1] = id end
 for _, ms in ipairs(late) do reply[#reply + 1] = ms end
@@ -240,8 +252,14 @@ def _field(payload: bytes | None, name: str) -> str | None:
     return None
 
 
-def _due_time(score: float) -> datetime:
-    return datetime.fromtimestamp(score / 1000, UTC)
+def _due_time(key: str, member: bytes, score: float) -> datetime | None:
+    """A listed message's due time; None for a damaged one (set aside: not listed, and
+    dead-lettered by the next move)."""
+    due = due_time(key, member, score)
+    if isinstance(due, DamagedRecord):
+        set_aside(due, "not listed; the mover dead-letters it")
+        return None
+    return datetime.fromtimestamp(due / 1000, UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +350,7 @@ async def move_due(
     keys = Keys(stream)
     reply: list[Any] = await client.register_script(MOVE_DUE)(
         keys=[keys.scheduled, keys.scheduled_payloads, stream, keys.dead_letters],
-        args=[count, mover],
+        args=[count, mover, MAX_DUE_MS],
     )
     moved, next_due, now, count, *rest = reply
     damaged, late = rest[: int(count)], rest[int(count) :]
@@ -354,16 +372,16 @@ async def waiting(
     if not rows:
         return []
     payloads = await client.hmget(keys.scheduled_payloads, [member for member, _ in rows])
-    return [
-        ScheduledMessage(
-            ScheduledId(member.decode(), partition),
-            _field(payload, "type"),
-            _due_time(score),
-            _field(payload, "key"),
-            partition,
-        )
-        for (member, score), payload in zip(rows, payloads, strict=True)
-    ]
+    found = []
+    for (member, score), payload in zip(rows, payloads, strict=True):
+        due = _due_time(keys.scheduled, member, score)
+        if due is not None:
+            scheduled_id = ScheduledId(member.decode(), partition)
+            key = _field(payload, "key")
+            found.append(
+                ScheduledMessage(scheduled_id, _field(payload, "type"), due, key, partition)
+            )
+    return found
 
 
 async def summary(client: aioredis.Redis, stream: str) -> ScheduledSummary:
@@ -373,7 +391,7 @@ async def summary(client: aioredis.Redis, stream: str) -> ScheduledSummary:
     pipe.zcard(keys.scheduled)
     pipe.zrange(keys.scheduled, 0, 0, withscores=True)
     count, first = await pipe.execute()
-    return ScheduledSummary(int(count), _due_time(first[0][1]) if first else None)
+    return ScheduledSummary(int(count), _due_time(keys.scheduled, *first[0]) if first else None)
 
 
 def now() -> float:

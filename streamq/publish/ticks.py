@@ -25,19 +25,26 @@ advances, keeps it from being claimed again.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
 
+from ..wire.damage import set_aside
 from ..wire.keys import Keys
+from ..wire.records import MAX_TICK_AHEAD_MS, DamagedRecord, periodic_tick, shown
 from ..wire.replies import StreamMissing, text
 
 Mode = Literal["new", "rescue", "renew", "skip"]
 
 # KEYS: the tick's claim, the stream's periodic hash.
 # ARGV: mode, owner, lease ms, window ms (the claim's life), the tick's open field, the
-# publisher's name, the tick (ms).
+# publisher's name, the tick (ms), how far ahead of now a last tick may lie (ms).
+# A claim that is none of streamq's ('lease <ms> <owner>' ending within a lease, 'done
+# <ID>' of an entry added after the tick, less the allowance, or 'skipped') or a last tick
+# further ahead than the allowance is damaged: the claim is deleted, the last tick
+# ignored, and the reply carries its key and value after the two numbers below.
 # mode new: take the tick unless another holds a live lease or it is finished (a tick at
 # or before the last one published whose claim is gone is taken for finished: it may have
 # been published, and its window passed); rescue: the same, but a claim gone is not made
@@ -49,35 +56,53 @@ CLAIM_TICK = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode, owner, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local damaged = {}
+local function reply(status, ms) return {status, ms, unpack(damaged)} end
 local function hold(options)
   local until_ms = now + lease
   redis.call('SET', KEYS[1], 'lease ' .. until_ms .. ' ' .. owner, unpack(options))
   redis.call('HSET', KEYS[2], ARGV[5], until_ms)
-  return {1, lease}
+  return reply(1, lease)
 end
 local claim = redis.call('GET', KEYS[1])
+local until_ms, holder
+if claim then
+  until_ms, holder = string.match(claim, '^lease (%d+) (.*)$')
+  until_ms = tonumber(until_ms)
+  local done_ms = tonumber(string.match(claim, '^done (%d+)%-%d+$') or '')
+  local known = (until_ms and until_ms <= now + lease) or claim == 'skipped'
+    or (done_ms and done_ms >= tonumber(ARGV[7]) - tonumber(ARGV[8]))
+  if not known then
+    damaged = {KEYS[1], claim}
+    redis.call('DEL', KEYS[1])
+    claim = nil
+  end
+end
 if not claim then
-  local last = tonumber(redis.call('HGET', KEYS[2], ARGV[6]) or '')
+  local recorded = redis.call('HGET', KEYS[2], ARGV[6])
+  local last = tonumber(recorded or '')
+  if recorded and (not last or last > now + tonumber(ARGV[8])) then
+    damaged = {KEYS[2], recorded}
+    last = nil
+  end
   if mode ~= 'new' or (last and last >= tonumber(ARGV[7])) then
     redis.call('HDEL', KEYS[2], ARGV[5])
-    return {-1, 0}
+    return reply(-1, 0)
   end
   return hold({'PX', ARGV[4]})
 end
-local until_ms, holder = string.match(claim, '^lease (%d+) (.*)$')
 if not until_ms then
   redis.call('HDEL', KEYS[2], ARGV[5])
-  return {-1, 0}
+  return reply(-1, 0)
 end
-until_ms = tonumber(until_ms)
 if mode == 'renew' or mode == 'skip' then
-  if holder ~= owner then return {0, math.max(until_ms - now, 0)} end
+  if holder ~= owner then return reply(0, math.max(until_ms - now, 0)) end
   if mode == 'renew' then return hold({'KEEPTTL'}) end
   redis.call('SET', KEYS[1], 'skipped', 'KEEPTTL')
   redis.call('HDEL', KEYS[2], ARGV[5])
-  return {-1, 0}
+  return reply(-1, 0)
 end
-if until_ms > now then return {0, until_ms - now} end
+if until_ms > now then return reply(0, until_ms - now) end
 return hold({'KEEPTTL'})
 """
 
@@ -90,7 +115,7 @@ return hold({'KEEPTTL'})
 PUBLISH_TICK = """
 local claim = redis.call('GET', KEYS[1])
 if not claim then return {-1, ''} end
-local done = string.match(claim, '^done (.*)$')
+local done = string.match(claim, '^done (%d+%-%d+)$')
 if done then return {0, done} end
 if string.sub(claim, 1, 6) ~= 'lease ' then return {-1, ''} end
 local id
@@ -150,8 +175,13 @@ async def claim_tick(
     ``window`` in seconds."""
     keys = [claim_key(stream, name, tick_ms), Keys(stream).periodic]
     field = open_field(name, tick_ms)
-    args = [mode, owner, int(lease * 1000), int(window * 1000), field, name, tick_ms]
-    status, ms = await client.register_script(CLAIM_TICK)(keys=keys, args=args)
+    args = [mode, owner, int(lease * 1000), int(window * 1000), field, name, tick_ms,
+            MAX_TICK_AHEAD_MS]  # fmt: skip
+    status, ms, *damaged = await client.register_script(CLAIM_TICK)(keys=keys, args=args)
+    if damaged:
+        key, value = text(damaged[0]), damaged[1]
+        what = "a claim streamq writes" if key == keys[0] else "a tick at most an hour ahead"
+        set_aside(DamagedRecord("periodic", key, name, what, shown(value)), "ignored")
     return Claim(int(status) == 1, int(status) < 0, int(ms) / 1000)
 
 
@@ -182,12 +212,21 @@ async def open_ticks(client: aioredis.Redis, stream: str, names: set[str]) -> li
         if len(parts) != 3 or parts[1] != "open" or parts[0] not in names:
             continue
         name, _, tick = parts
-        if tick.isdigit() and text(value).isdigit():
+        if _digits(tick) and _digits(text(value)):
             found.append((int(text(value)), name, int(tick)))
     return [(name, tick) for _, name, tick in sorted(found)]
 
 
 async def last_published(client: aioredis.Redis, stream: str, name: str) -> int | None:
     """The latest tick of ``name`` published to ``stream`` (Unix ms), None if none."""
-    raw = await client.hget(Keys(stream).periodic, name)
-    return int(raw) if raw is not None and text(raw).isdigit() else None
+    key = Keys(stream).periodic
+    last = periodic_tick(key, name, await client.hget(key, name), round(time.time() * 1000))
+    if isinstance(last, DamagedRecord):
+        set_aside(last, "ignored: no tick is taken for published")
+        return None
+    return last
+
+
+def _digits(found: str) -> bool:
+    """ASCII digits only (``str.isdigit`` takes ``'²'`` too, which ``int`` refuses)."""
+    return found.isascii() and found.isdigit()

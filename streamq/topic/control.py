@@ -30,7 +30,10 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..ids import StreamId
+from ..wire import records
+from ..wire.damage import set_aside
 from ..wire.keys import Keys
+from ..wire.records import DamagedRecord
 from ..wire.replies import text
 from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
 from ..wire.translate import translated
@@ -98,8 +101,15 @@ async def hold_message(client: aioredis.Redis, stream: str, group: str, entry_id
 
 
 async def stopped_ids(client: aioredis.Redis, stream: str) -> list[str]:
-    raw = await client.hkeys(Keys(stream).stopped)
-    ids = [text(k) for k in raw]
+    """The stopped IDs of ``stream`` in ID order (a field that is no ID is set aside)."""
+    key = Keys(stream).stopped
+    ids = []
+    for name in await client.hkeys(key):
+        found = records.stopped_id(key, name)
+        if isinstance(found, DamagedRecord):
+            set_aside(found, "not listed")
+        else:
+            ids.append(found)
     return sorted(ids, key=StreamId.parse)
 
 

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from ..wire import records
+from ..wire.damage import set_aside
 from ..wire.keys import Keys
-from ..wire.replies import text
+from ..wire.records import DamagedRecord
 
 ACTIONS = ("skip", "retry")
 
@@ -60,13 +62,15 @@ async def list_every_halted(
     client: aioredis.Redis, stream: str, partition: int
 ) -> list[tuple[str, HaltedKey]]:
     """The halted keys of every group of partition ``stream``, each with its group."""
-    found = await client.hgetall(halted_key(stream))
+    name = halted_key(stream)
     halted = []
-    for field, value in found.items():
-        group, key = json.loads(text(field))
-        record = json.loads(value)
-        halted.append((group, HaltedKey(key, partition, record["id"], record["reason"],
-                                        record.get("action"))))  # fmt: skip
+    for field, value in (await client.hgetall(name)).items():
+        record = records.halted(name, field, value)
+        if isinstance(record, DamagedRecord):
+            set_aside(record, "not listed")
+            continue
+        halted.append((record.group, HaltedKey(record.key, partition, record.entry_id,
+                                               record.reason, record.action)))  # fmt: skip
     return halted
 
 
@@ -74,11 +78,14 @@ async def release_key(
     client: aioredis.Redis, stream: str, group: str, key: str | None, action: str
 ) -> bool:
     """Ask the owner to release halted ``key`` with ``action``; False if it is not halted."""
-    field = record_field(group, key)
-    value = await client.hget(halted_key(stream), field)
+    field, name = record_field(group, key), halted_key(stream)
+    value = await client.hget(name, field)
     if value is None:
         return False
-    record = json.loads(value)
-    record["action"] = action
-    await client.hset(halted_key(stream), field, json.dumps(record))
+    record = records.halted(name, field, value)
+    if isinstance(record, DamagedRecord):  # its owner rewrites it when it halts again
+        set_aside(record, "not released")
+        return False
+    written = {"id": record.entry_id, "reason": record.reason, "action": action}
+    await client.hset(name, field, json.dumps(written))
     return True

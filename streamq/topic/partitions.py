@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 
 from ..errors import ConfigError, InvalidMessageIdError
 from ..ids import StreamId
+from ..wire.damage import set_aside
 from ..wire.keys import Keys
 
 # re-exported: the names every importer of this module used before they moved down
@@ -38,6 +39,9 @@ from ..wire.partition_names import MAX_PARTITIONS as MAX_PARTITIONS
 from ..wire.partition_names import partition_for_key as partition_for_key
 from ..wire.partition_names import partition_streams as partition_streams
 from ..wire.partition_names import validate_partitions as validate_partitions
+from ..wire.records import DamagedRecord
+from ..wire.records import partition_count as read_partition_count
+from ..wire.records import partition_names as read_partition_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +84,12 @@ async def check_partition_count(client: aioredis.Redis, topic: str, partitions: 
     slot). Raises ConfigError naming both counts."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
-    recorded = _count(await client.hget(key, "count"))
+    recorded = _count(key, await client.hget(key, "count"))
     if recorded is None and partitions > 1:
         if await client.exists(topic):
             raise _plain_stream(topic, partitions)
         await client.hsetnx(key, "count", partitions)
-        recorded = _count(await client.hget(key, "count"))
+        recorded = _count(key, await client.hget(key, "count"))
     if recorded is not None and recorded != partitions:
         raise _another_count(topic, key, recorded, partitions)
     if partitions > 1:  # also after an open that failed between the two writes
@@ -99,35 +103,61 @@ async def forget_partitions(client: aioredis.Redis, topic: str, also: Sequence[s
 
 
 async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
-    """The partition count recorded for ``topic`` (1: a plain stream, or nothing yet)."""
-    return _count(await client.hget(Keys(topic).partitions, "count")) or 1
+    """The partition count recorded for ``topic`` (1: a plain stream, or nothing yet).
+    A damaged count is taken from the streams' names recorded beside it when they are
+    whole (one more read, only then)."""
+    key = Keys(topic).partitions
+    count = read_partition_count(key, await client.hget(key, "count"))
+    if isinstance(count, DamagedRecord):
+        count = _recovered(topic, count, await client.hget(key, "names"))
+    return count or 1
 
 
 def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
     """The partition count recorded for ``topic``, None for a plain stream (a blocking
-    ``client`` on the topic's own slot: Spark, scripts)."""
-    return _count(client.hget(Keys(topic).partitions, "count"))
+    ``client`` on the topic's own slot: Spark, scripts); a damaged count as above."""
+    key = Keys(topic).partitions
+    count = read_partition_count(key, cast("bytes | None", client.hget(key, "count")))
+    if isinstance(count, DamagedRecord):
+        count = _recovered(topic, count, cast("bytes | None", client.hget(key, "names")))
+    return count
 
 
 def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int) -> None:
     """The blocking twin of :func:`check_partition_count` (same record, same errors)."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
-    recorded = _count(client.hget(key, "count"))
+    recorded = _count(key, client.hget(key, "count"))
     if recorded is None and partitions > 1:
         if client.exists(topic):
             raise _plain_stream(topic, partitions)
         client.hsetnx(key, "count", partitions)
-        recorded = _count(client.hget(key, "count"))
+        recorded = _count(key, client.hget(key, "count"))
     if recorded is not None and recorded != partitions:
         raise _another_count(topic, key, recorded, partitions)
     if partitions > 1:  # also after an open that failed between the two writes
         client.hsetnx(key, "names", _names(topic, partitions))
 
 
-def _count(recorded: Any) -> int | None:
-    """The record's ``count`` field as read (bytes, or None where nothing is recorded)."""
-    return None if recorded is None else int(cast("bytes | str", recorded))
+def _count(key: str, recorded: Any) -> int | None:
+    """The record's ``count`` field as read (bytes, or None where nothing is recorded); a
+    damaged one is set aside (logged once) and taken for nothing recorded."""
+    count = read_partition_count(key, cast("bytes | str | None", recorded))
+    if isinstance(count, DamagedRecord):
+        set_aside(count, "the topic's partition count is taken for not recorded")
+        return None
+    return count
+
+
+def _recovered(topic: str, damaged: DamagedRecord, names: bytes | None) -> int | None:
+    """The count the record's ``names`` give in place of its ``damaged`` count, else None
+    (not recorded); the damaged count is set aside either way."""
+    count = read_partition_names(damaged.key, topic, names)
+    if isinstance(count, DamagedRecord):
+        set_aside(damaged, "the topic's partition count is taken for not recorded")
+        return None
+    set_aside(damaged, f"the count of the partition names recorded beside it is used: {count}")
+    return count
 
 
 def _plain_stream(topic: str, partitions: int) -> ConfigError:

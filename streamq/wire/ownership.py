@@ -25,8 +25,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from . import resp
+from . import records, resp
+from .damage import set_aside
 from .keys import Keys
+from .records import MAX_LEASE_MS, DamagedRecord
 from .replies import text
 from .translate import translate
 
@@ -36,12 +38,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
 # KEYS: members hash, the topic's key (its stream, or a partitioned topic's record; not
-# given when leaving). ARGV: me, ttl ms, held ("0,3"), leaving ("1": record that I left).
-# Returns the live members as a flat [name, value, ...] list. A member's record is never
-# deleted here: one that died keeps its expired record, and one that leaves records its
-# expiry as now. So a consumer opened later knows every consumer that was an ordered
-# member for one, however recent its reads look (a server restart makes every consumer's
-# look recent), and never takes it for a consumer of the other mode
+# given when leaving). ARGV: me, ttl ms, held ("0,3"), leaving ("1": record that I left),
+# the longest lease (ms).
+# Returns {live, damaged}: the live members as a flat [name, value, ...] list, and the
+# same of the fields deleted as damaged (no '<expiry>|<held>' value, or an expiry further
+# ahead than the longest lease: a ghost never holds partitions). A genuine member's record
+# is never deleted here: one that died keeps its expired record, and one that leaves
+# records its expiry as now. So a consumer opened later knows every consumer that was an
+# ordered member for one, however recent its reads look (a server restart makes every
+# consumer's look recent), and never takes it for a consumer of the other mode
 # (streamq.topic.ownership.check_mode). Once the topic is gone (terminated) nothing is
 # written: no heartbeat (none are returned), no record of leaving.
 HEARTBEAT = (
@@ -57,45 +62,67 @@ if redis.call('EXISTS', KEYS[2]) == 0 then return {} end
 local expires = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], ARGV[1], expires .. '|' .. ARGV[3])
 local all = redis.call('HGETALL', KEYS[1])
-local live = {}
+local live, damaged = {}, {}
 for i = 1, #all, 2 do
-  local expires = tonumber(string.match(all[i + 1], '^(%d+)|'))
-  if expires ~= nil and expires > now then
+  local expires = tonumber(string.match(all[i + 1], '^(%d+)|[%d,]*$') or '')
+  if expires == nil or expires > now + tonumber(ARGV[5]) then
+    redis.call('HDEL', KEYS[1], all[i])
+    table.insert(damaged, all[i]); table.insert(damaged, all[i + 1])
+  elseif expires > now then
     table.insert(live, all[i]); table.insert(live, all[i + 1])
   end
 end
-return live
+return {live, damaged}
 """
 )
 
-# KEYS: lease hash, the partition stream. ARGV: me, ttl ms. Returns {1, token} (acquired,
-# with a new fencing token), {0, holder} (someone else holds an unexpired lease) or {0, ''}
-# (the stream is gone: a terminated topic's lease is not written again). A lease's first
-# token is the topic's epoch, the server's time in microseconds (a terminate deletes the
-# lease: the tokens of a topic created again still exceed every earlier one); each
-# acquire after it adds one.
+# KEYS: lease hash, the partition stream. ARGV: me, ttl ms, the longest lease (ms).
+# Returns {1, token} (acquired, with a new fencing token), {0, holder} (someone else holds
+# an unexpired lease) or {0, ''} (the stream is gone: a terminated topic's lease is not
+# written again). A lease's first token is the topic's epoch, the server's time in
+# microseconds (a terminate deletes the lease: the tokens of a topic created again still
+# exceed every earlier one); each acquire after it adds one. An expiry that is not a
+# number, or further ahead than the longest lease, is no lease. A token that is not a
+# counter below 2**53 is replaced by the server's time in microseconds (above any token
+# of the topic's epoch, so tokens still only grow). Damaged fields follow:
+# {1, token, field, value..}.
 ACQUIRE = (
     _NOW
     + """
 if redis.call('EXISTS', KEYS[2]) == 0 then return {0, ''} end
 local h = redis.call('HMGET', KEYS[1], 'consumer', 'expires', 'token')
-if h[1] and h[1] ~= ARGV[1] and tonumber(h[2] or '0') > now then return {0, h[1]} end
+local damaged = {}
+local expires = 0
+if h[2] then
+  expires = tonumber(string.match(h[2], '^%d+$') or '')
+  if not expires or expires > now + tonumber(ARGV[3]) then
+    damaged = {'expires', h[2]}
+    expires = 0
+  end
+end
+if h[1] and h[1] ~= ARGV[1] and expires > now then return {0, h[1]} end
+local epoch = t[1] .. string.format('%06d', tonumber(t[2]))
 local token
 if h[3] then
+  local count = tonumber(string.match(h[3], '^%d+$') or '')
+  if not count or count >= 9007199254740992 then
+    damaged[#damaged + 1] = 'token'; damaged[#damaged + 1] = h[3]
+    redis.call('HSET', KEYS[1], 'token', epoch)
+  end
   token = redis.call('HINCRBY', KEYS[1], 'token', 1)
 else
-  token = t[1] .. string.format('%06d', tonumber(t[2]))
+  token = epoch
   redis.call('HSET', KEYS[1], 'token', token)
 end
-local expires = string.format('%d', now + tonumber(ARGV[2]))
-redis.call('HSET', KEYS[1], 'consumer', ARGV[1], 'expires', expires)
-return {1, token}
+redis.call('HSET', KEYS[1], 'consumer', ARGV[1], 'expires',
+  string.format('%d', now + tonumber(ARGV[2])))
+return {1, token, unpack(damaged)}
 """
 )
 
 _VALID = """
 local h = redis.call('HMGET', KEYS[1], 'consumer', 'token', 'expires')
-local valid = h[1] == ARGV[1] and h[2] == ARGV[2] and tonumber(h[3] or '0') > now
+local valid = h[1] == ARGV[1] and h[2] == ARGV[2] and (tonumber(h[3] or '0') or 0) > now
 """
 
 # KEYS: lease hash. ARGV: me, token, ttl ms. Returns 1 (renewed) or 0 (lost).
@@ -167,8 +194,12 @@ elseif op == 'held' then
     for i = 1, #all, 2 do
       local ok, held = pcall(cjson.decode, all[i + 1])
       if ok and type(held) == 'table' and held[g] ~= nil then
-        local row = redis.call('XRANGE', s, all[i], all[i])
-        if #row > 0 then found[#found + 1] = {row[1][1], row[1][2], tostring(held[g])} end
+        local row = redis.pcall('XRANGE', s, all[i], all[i])  -- a field may not be an ID
+        local count = tonumber(held[g])
+        if not count or count < 1 or count > 1e9 then count = 1 end
+        if row.err == nil and #row > 0 then
+          found[#found + 1] = {row[1][1], row[1][2], string.format('%d', count)}
+        end
       end
     end
   end
@@ -205,12 +236,15 @@ class Member:
     held: frozenset[int]
 
 
-def parse_members(flat: Sequence[Any]) -> list[Member]:
+def parse_members(key: str, flat: Sequence[Any]) -> list[Member]:
+    """The members of a flat ``[name, value, ...]`` reply; damaged values set aside."""
     members = []
     for i in range(0, len(flat), 2):
-        _, _, held = text(flat[i + 1]).partition("|")
-        parts = frozenset(int(p) for p in held.split(",") if p.isdigit())
-        members.append(Member(text(flat[i]), parts))
+        record = records.member(key, flat[i], flat[i + 1])
+        if isinstance(record, DamagedRecord):
+            set_aside(record, "not counted as a member")
+        else:
+            members.append(Member(text(flat[i]), record.held))
     return members
 
 
@@ -225,32 +259,63 @@ async def heartbeat(
     partitioned: bool = False,
 ) -> list[Member]:
     """Say ``me`` is alive and holds ``held``; return the live members (``me`` included;
-    none when the topic is gone)."""
+    none when the topic is gone). Damaged member fields are deleted by the heartbeat and
+    logged here."""
+    key = members_key(topic, group)
     topic_key = Keys(topic).partitions if partitioned else topic
-    flat = await client.eval(HEARTBEAT, 2, members_key(topic, group), topic_key,
-                             me, _ms(ttl), ",".join(map(str, held)), "0")  # fmt: skip
-    return parse_members(flat)
+    reply = await client.eval(HEARTBEAT, 2, key, topic_key, me, _ms(ttl),
+                              ",".join(map(str, held)), "0", MAX_LEASE_MS)  # fmt: skip
+    live, damaged = reply if reply else ([], [])
+    for i in range(0, len(damaged), 2):
+        found = records.member(key, damaged[i], damaged[i + 1])
+        if not isinstance(found, DamagedRecord):  # parses, but expires too far ahead
+            found = records.member_expiry_bounded(key, damaged[i], found, 0)
+        if isinstance(found, DamagedRecord):
+            set_aside(found, "deleted from the membership")
+    return parse_members(key, live)
 
 
 async def leave(client: aioredis.Redis, topic: str, group: str, me: str) -> None:
-    await client.eval(HEARTBEAT, 1, members_key(topic, group), me, "0", "", "1")
+    await client.eval(HEARTBEAT, 1, members_key(topic, group), me, "0", "", "1", MAX_LEASE_MS)
 
 
 async def live_members(client: aioredis.Redis, topic: str, group: str) -> list[str]:
-    """Names of the live members, without joining (a read: expired fields are skipped)."""
+    """Names of the live members, without joining (a read: expired fields are skipped,
+    damaged ones set aside)."""
+    now = await _server_ms(client)
+    key = members_key(topic, group)
+    live = []
+    for name, value in (await client.hgetall(key)).items():
+        record = records.member(key, name, value)
+        if not isinstance(record, DamagedRecord):
+            record = records.member_expiry_bounded(key, name, record, now)
+        if isinstance(record, DamagedRecord):
+            set_aside(record, "not counted as a member")
+        elif record.expires > now:
+            live.append(text(name))
+    return sorted(live)
+
+
+async def _server_ms(client: aioredis.Redis) -> int:
     now_s, now_us = await client.time()
-    now = now_s * 1000 + now_us // 1000
-    found = await client.hgetall(members_key(topic, group))
-    return sorted(
-        text(name) for name, value in found.items() if int(text(value).partition("|")[0] or 0) > now
-    )
+    return int(now_s) * 1000 + int(now_us) // 1000
 
 
 async def acquire(
     client: aioredis.Redis, stream: str, group: str, me: str, ttl: float
 ) -> int | None:
     """Take the lease of ``stream``: its new fencing token, or None if someone holds it."""
-    ok, value = await client.eval(ACQUIRE, 2, lease_key(stream, group), stream, me, _ms(ttl))
+    key = lease_key(stream, group)
+    ok, value, *damaged = await client.eval(ACQUIRE, 2, key, stream, me, _ms(ttl), MAX_LEASE_MS)
+    for field, found in zip(damaged[::2], damaged[1::2], strict=True):
+        if text(field) == "token":
+            token = records.lease_token(key, found)
+            if isinstance(token, DamagedRecord):
+                set_aside(token, f"replaced by the server's time in µs (token {int(value)})")
+        else:
+            expiry = records.lease_expiry(key, found, 0)
+            if isinstance(expiry, DamagedRecord):
+                set_aside(expiry, "the lease is taken for expired")
     return int(value) if ok == 1 else None
 
 
@@ -265,15 +330,22 @@ async def release(client: aioredis.Redis, stream: str, group: str, me: str, toke
 
 
 async def lease_holder(client: aioredis.Redis, stream: str, group: str) -> tuple[str, int] | None:
-    """The lease's holder and token if it is unexpired (for ``topic_info`` and tests)."""
-    now_s, now_us = await client.time()
-    now = now_s * 1000 + now_us // 1000
-    consumer, token, expires = await client.hmget(
-        lease_key(stream, group), "consumer", "token", "expires"
-    )
-    if consumer is None or int(expires or 0) <= now:
+    """The lease's holder and token if it is unexpired (for ``topic_info`` and tests); a
+    damaged lease is set aside (no holder)."""
+    now = await _server_ms(client)
+    key = lease_key(stream, group)
+    consumer, token, expires = await client.hmget(key, "consumer", "token", "expires")
+    if consumer is None:
         return None
-    return text(consumer), int(token)
+    until = records.lease_expiry(key, expires, now)
+    number = records.lease_token(key, token)
+    for found in (until, number):
+        if isinstance(found, DamagedRecord):
+            set_aside(found, "the lease is taken for not held")
+            return None
+    if isinstance(until, DamagedRecord) or until <= now or not isinstance(number, int):
+        return None
+    return text(consumer), number
 
 
 FENCED_SHA = hashlib.sha1(FENCED.encode()).hexdigest()

@@ -26,7 +26,11 @@ def validate_partitions(partitions: object) -> int:
 
 @functools.lru_cache(maxsize=64)
 def partition_streams(topic: str, partitions: int) -> tuple[str, ...]:
-    """The stream of each partition of ``topic`` (a plain topic: the topic itself)."""
+    """The stream of each partition of ``topic`` (a plain topic: the topic itself).
+
+    Raises ConfigError past :data:`MAX_PARTITIONS` (a name is searched per slot range, and
+    past 16,384 ranges some are empty)."""
+    validate_partitions(partitions)
     if partitions == 1:
         return (topic,)
     return tuple(_partition_stream(topic, i, partitions) for i in range(partitions))

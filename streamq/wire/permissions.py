@@ -111,6 +111,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "in the periodic tick scripts", "GET", TICK),
     _p("consume", "in the periodic tick scripts", "SET", TICK, "t", "PX", "1000"),
     _p("consume", "in the periodic tick scripts", "SET", TICK, "t", "KEEPTTL"),
+    _p("consume", "in the periodic tick scripts: a damaged claim", "DEL", TICK),
     _p("consume", "in the periodic tick scripts: the server's clock", "TIME"),
     _p("consume", "in the periodic tick scripts", "XADD", STREAM, "*", "type", "t", "data", "0"),
     _p("consume", "the last periodic tick; in the tick scripts", "HGET", PERIODIC, "name"),

@@ -7,14 +7,25 @@ that ``resume`` can put it back (``XCLAIM ... FORCE``) in exactly those groups.
 
 from __future__ import annotations
 
+# The groups a stopped entry was taken from, as stored: a record that is not a JSON object
+# (written by someone else) is taken for none, never a script error.
+_HELD_OF = """
+local function held_of(prev)
+  if not prev then return {} end
+  local ok, held = pcall(cjson.decode, prev)
+  if ok and type(held) == 'table' then return held end
+  return {}
+end
+"""
+
 # KEYS: stream, stopped-hash. ARGV: id.
 # Returns -1 if the entry does not exist, else the number of groups it was taken from.
-STOP_MESSAGE = """
+STOP_MESSAGE = (
+    _HELD_OF
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return -1 end
-local held = {}
-local prev = redis.call('HGET', KEYS[2], ARGV[1])
-if prev then held = cjson.decode(prev) end
+local held = held_of(redis.call('HGET', KEYS[2], ARGV[1]))
 local n = 0
 for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local name
@@ -33,16 +44,18 @@ else
 end
 return n
 """
+)
 
 # A consumer read an entry that is stopped: take it out of its group's pending list and
 # remember the group with its delivery count (kept if the stop took it out already: it was
 # stopped while it waited in a consumer's queue). KEYS: stream, stopped-hash. ARGV: id, group.
 # Returns 1 if held, 0 if the entry is no longer stopped (process it normally).
-HOLD_MESSAGE = """
+HOLD_MESSAGE = (
+    _HELD_OF
+    + """
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 if not prev then return 0 end
-local held = cjson.decode(prev)
-if type(held) ~= 'table' then held = {} end
+local held = held_of(prev)
 local p = redis.call('XPENDING', KEYS[1], ARGV[2], ARGV[1], ARGV[1], 1)
 if #p > 0 then
   held[ARGV[2]] = p[1][4]
@@ -53,16 +66,19 @@ end
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(held))
 return 1
 """
+)
 
 # KEYS: stream, stopped-hash. ARGV: id, claimer consumer name, idle ms.
 # Returns -1 if the ID was not stopped, else the number of groups it was put back into.
-RESUME_MESSAGE = """
+RESUME_MESSAGE = (
+    _HELD_OF
+    + """
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 if not prev then return -1 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
-local held = cjson.decode(prev)
+local held = held_of(prev)
 local groups = {}
 for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   for i = 1, #info, 2 do if info[i] == 'name' then groups[info[i + 1]] = true end end
@@ -71,7 +87,7 @@ local n = 0
 if type(held) ~= 'table' then return 0 end
 for group, count in pairs(held) do
   if groups[group] then
-    local retry = math.max(tonumber(count) - 1, 0)
+    local retry = math.max((tonumber(count) or 1) - 1, 0)
     redis.call('XCLAIM', KEYS[1], group, ARGV[2], 0, ARGV[1],
                'IDLE', ARGV[3], 'RETRYCOUNT', retry, 'FORCE', 'JUSTID')
     n = n + 1
@@ -79,6 +95,7 @@ for group, count in pairs(held) do
 end
 return n
 """
+)
 
 # Keep the leases of entries this consumer is still working on: reset their idle time,
 # but only if this consumer still owns them. KEYS: stream. ARGV: group, consumer, ids...

@@ -119,3 +119,13 @@ def test_a_queue_without_a_stream_is_an_error_not_a_made_up_stream() -> None:
         MessageQueue(URL, steam="orders")  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="Publisher needs a stream"):
         Publisher(URL)
+
+
+def test_an_ownership_lease_past_an_hour_is_refused() -> None:
+    """Expiries further ahead than the longest lease are taken for damaged, so no lease
+    may be longer."""
+    from streamq.config import ConsumerConfig
+
+    assert ConsumerConfig(ownership_lease=3600).ownership_lease == 3600.0
+    with pytest.raises(ConfigError, match="at most 3600s"):
+        ConsumerConfig(ownership_lease=3601)

@@ -1,0 +1,234 @@
+"""Checked readers of the records streamq keeps in its own keys, one per kind: pure functions
+without I/O.
+
+Every service that may write a stream may also write ``streamq:{<stream>}:...`` (the
+documented ACL allows it), so what streamq reads back there is input, not a promise. Each
+reader returns the parsed value, or a :class:`DamagedRecord` naming the key, the field and
+what was expected; the caller sets the record aside (:mod:`streamq.wire.damage` logs it
+once and counts it) and goes on with the others. Bounds are those of what streamq itself
+writes: a partition count up to :data:`MAX_PARTITIONS`, an expiry no further ahead than
+the longest lease (:data:`MAX_LEASE_MS`), a tick no further ahead than
+:data:`MAX_TICK_AHEAD_MS`, a due time between 1970 and 9999.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import MAX_OWNERSHIP_LEASE
+from .partition_names import MAX_PARTITIONS, partition_streams
+
+# The longest ordered-mode lease (``ConsumerConfig.ownership_lease`` is at most this): no
+# member or lease expiry streamq writes lies further ahead of the server's clock.
+MAX_LEASE_MS = int(MAX_OWNERSHIP_LEASE * 1000)
+# The latest due time a scheduled message can have (datetime's last millisecond).
+MAX_DUE_MS = 253_402_300_799_999
+# How far ahead of now a periodic publisher's last published tick can lie: ticks are
+# published when they come (plus the clocks' disagreement between processes).
+MAX_TICK_AHEAD_MS = 3_600_000
+# Fencing tokens are counters; past 2**53 a JSON or Lua number loses digits.
+MAX_TOKEN = 2**53
+_SHOWN = 80  # characters of a damaged value that a log line shows
+
+_ENTRY_ID = re.compile(r"\A[0-9]{1,20}-[0-9]{1,20}\Z")
+_DIGITS = re.compile(r"\A[0-9]{1,19}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedRecord:
+    """A record of streamq's own keys that does not parse: where it is and what was
+    expected there. ``kind`` names the record kind (``partitions``, ``member``, ``lease``,
+    ``stopped``, ``halted``, ``scheduled``, ``periodic``) for the metric."""
+
+    kind: str
+    key: str
+    field: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return (
+            f"damaged {self.kind} record in {self.key!r}, field {self.field!r}: expected "
+            f"{self.expected}, found {self.found}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """An ordered member's heartbeat: its expiry (server ms) and the partitions it holds."""
+
+    expires: int
+    held: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class HaltedRecord:
+    """A halted key's record (:mod:`streamq.topic.halted`)."""
+
+    group: str
+    key: str | None
+    entry_id: str
+    reason: str
+    action: str | None
+
+
+def as_text(value: bytes | str) -> str:
+    """A value as read (bytes), as text; bytes that are not UTF-8 kept as escapes."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def shown(value: object) -> str:
+    """A damaged value as a log line shows it: quoted, escaped, cut at :data:`_SHOWN`."""
+    if value is None:
+        return "nothing"
+    found = repr(as_text(value) if isinstance(value, bytes | str) else value)
+    return found if len(found) <= _SHOWN else found[:_SHOWN] + "..."
+
+
+def _damaged(kind: str, key: str, field: str, expected: str, found: object) -> DamagedRecord:
+    return DamagedRecord(kind, key, field, expected, shown(found))
+
+
+def _integer(value: bytes | str | None) -> int | None:
+    """Decimal digits only (no sign, no spaces, ASCII), else None."""
+    if value is None:
+        return None
+    found = as_text(value)
+    return int(found) if _DIGITS.match(found) else None
+
+
+def partition_count(key: str, value: bytes | str | None) -> int | DamagedRecord | None:
+    """The ``count`` field of a topic's partitions record; None when nothing is recorded."""
+    if value is None:
+        return None
+    count = _integer(value)
+    if count is None or not 1 <= count <= MAX_PARTITIONS:
+        return _damaged("partitions", key, "count", f"an integer 1..{MAX_PARTITIONS}", value)
+    return count
+
+
+def partition_names(key: str, topic: str, value: bytes | str | None) -> int | DamagedRecord:
+    """The partition count that the ``names`` field of ``topic``'s partitions record
+    gives: a JSON list of exactly the streams of that many partitions."""
+    names = _json(value) if value is not None else None
+    if (
+        isinstance(names, list)
+        and 2 <= len(names) <= MAX_PARTITIONS
+        and tuple(names) == partition_streams(topic, len(names))
+    ):
+        return len(names)
+    return _damaged("partitions", key, "names", "the JSON list of the partition streams", value)
+
+
+def member(
+    key: str, name: bytes | str, value: bytes | str, partitions: int | None = None
+) -> MemberRecord | DamagedRecord:
+    """A member's value ``<expiry ms>|<held>`` (held: ``0,3,5``, each below
+    ``partitions`` when given)."""
+    field, found = as_text(name), as_text(value)
+    head, sep, held = found.partition("|")
+    expires = _integer(head)
+    parts = [_integer(p) for p in held.split(",")] if held else []
+    limit = MAX_PARTITIONS if partitions is None else partitions
+    if not sep or expires is None or any(p is None or p >= limit for p in parts):
+        expected = "'<expiry ms>|<partition>,...' (digits, partitions in range)"
+        return _damaged("member", key, field, expected, value)
+    return MemberRecord(expires, frozenset(p for p in parts if p is not None))
+
+
+def member_expiry_bounded(
+    key: str, name: bytes | str, record: MemberRecord, now_ms: int
+) -> MemberRecord | DamagedRecord:
+    """``record`` unless its expiry lies further ahead than a heartbeat writes."""
+    if record.expires > now_ms + MAX_LEASE_MS:
+        expected = f"an expiry at most {MAX_LEASE_MS} ms ahead of the server's clock"
+        return _damaged("member", key, as_text(name), expected, record.expires)
+    return record
+
+
+def lease_token(key: str, value: bytes | str | None) -> int | DamagedRecord | None:
+    """A lease's ``token`` (a fencing counter); None when the lease was never taken."""
+    if value is None:
+        return None
+    token = _integer(value)
+    if token is None or token >= MAX_TOKEN:
+        return _damaged("lease", key, "token", "an integer below 2**53", value)
+    return token
+
+
+def lease_expiry(key: str, value: bytes | str | None, now_ms: int) -> int | DamagedRecord:
+    """A lease's ``expires`` (server ms; 0 when missing: not held)."""
+    if value is None:
+        return 0
+    expires = _integer(value)
+    if expires is None or expires > now_ms + MAX_LEASE_MS:
+        expected = f"an expiry in ms at most {MAX_LEASE_MS} ms ahead of the server's clock"
+        return _damaged("lease", key, "expires", expected, value)
+    return expires
+
+
+def stopped_id(key: str, field: bytes | str) -> str | DamagedRecord:
+    """A field of the stopped hash: an entry ID ``<ms>-<seq>``."""
+    found = as_text(field)
+    if not _ENTRY_ID.match(found) or int(found.partition("-")[0]) >= 2**64:
+        return _damaged("stopped", key, found, "an entry ID '<ms>-<seq>'", field)
+    return found
+
+
+def halted(key: str, field: bytes | str, value: bytes | str | None) -> HaltedRecord | DamagedRecord:
+    """A record of the halted hash: field JSON ``[group, key]``, value JSON ``{"id",
+    "reason", "action"}`` (action None, ``"skip"`` or ``"retry"``)."""
+    name = as_text(field)
+    where = _json(field)
+    if (
+        not isinstance(where, list)
+        or len(where) != 2
+        or not isinstance(where[0], str)
+        or not isinstance(where[1], str | None)
+    ):
+        return _damaged("halted", key, name, "a JSON [group, key] field", field)
+    record = _json(value) if value is not None else None
+    if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("id"), str)
+        or not _ENTRY_ID.match(record["id"])
+        or not isinstance(record.get("reason", ""), str)
+        or record.get("action") not in (None, "skip", "retry")
+    ):
+        expected = 'a JSON object {"id": entry ID, "reason": text, "action": null|"skip"|"retry"}'
+        return _damaged("halted", key, name, expected, value)
+    return HaltedRecord(where[0], where[1], record["id"], record.get("reason", ""),
+                        record.get("action"))  # fmt: skip
+
+
+def due_time(key: str, member: bytes | str, score: float) -> int | DamagedRecord:
+    """A scheduled message's due time (Unix ms): a finite score from 0 to 9999's end."""
+    if not math.isfinite(score) or not 0 <= score <= MAX_DUE_MS:
+        expected = f"a due time in Unix ms from 0 to {MAX_DUE_MS}"
+        return _damaged("scheduled", key, as_text(member), expected, score)
+    return int(score)
+
+
+def periodic_tick(
+    key: str, field: bytes | str, value: bytes | str | None, now_ms: int
+) -> int | DamagedRecord | None:
+    """A periodic publisher's last published tick (Unix ms), None when none was; no
+    further ahead of ``now_ms`` than :data:`MAX_TICK_AHEAD_MS`."""
+    if value is None:
+        return None
+    tick = _integer(value)
+    if tick is None or tick > now_ms + MAX_TICK_AHEAD_MS:
+        expected = f"a tick in Unix ms at most {MAX_TICK_AHEAD_MS} ms ahead of now"
+        return _damaged("periodic", key, as_text(field), expected, value)
+    return tick
+
+
+def _json(value: bytes | str) -> Any:
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return None

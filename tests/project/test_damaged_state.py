@@ -1,0 +1,480 @@
+"""Damaged state in streamq's own keys: one suite of damaged or hostile records (partition
+count, members, leases, stopped, halted, scheduled, periodic), each written beside genuine
+messages of a partitioned topic and run against an ordered consumer, a shared consumer
+(each with its mover and periodic runner), the CLI commands and the dashboard pages.
+
+Every genuine message is handled, nothing hangs (each check has a time limit), and the
+parts that read the damaged record log it once at ERROR, naming its key."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import anyio
+import httpx
+import pytest
+import redis
+
+from streamq import Message, MessageQueue, Publisher, RetryPolicy, StartFrom
+from streamq.cli.main import main as cli_main
+from streamq.publish.ticks import claim_key
+from streamq.testing import TEST_TIMINGS, delete_stream_keys
+from streamq.topic.halted import halted_key, record_field
+from streamq.topic.partitions import partition_for_key, partition_streams
+from streamq.wire.keys import Keys
+from streamq.wire.ownership import lease_key, members_key
+from tests.helpers.clients import sync_client
+
+PARTITIONS = 4
+GENUINE = 120  # published, plus SCHEDULED scheduled, beside each damaged record
+SCHEDULED = 10
+KEYS = 12
+TICK = "tick"  # the periodic publisher's name; its ticks go to partition TICK_PARTITION
+TICK_PARTITION = partition_for_key(TICK, PARTITIONS)
+LIMIT = 20.0  # seconds any one check may take
+DAMAGED_PARTITION = 1
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    group: str = "g"
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return partition_streams(self.name, PARTITIONS)
+
+    @property
+    def damaged(self) -> str:
+        """The partition stream the damaged records of one partition are written to."""
+        return self.streams[DAMAGED_PARTITION]
+
+
+Write = Callable[[redis.Redis, Topic], str]  # returns the damaged key
+
+
+@dataclass(frozen=True)
+class Damage:
+    name: str
+    write: Write
+    logged_by: frozenset[str]  # which targets read the record and must log its key
+    # a topic whose partition count is damaged, and the names beside it too, is read as
+    # a plain stream: the CLI says that stream does not exist (exit 1), the page is a 404
+    topic_unknown: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _hset(key_of: Callable[[Topic], str], field: str, value: str | Callable[[], str]) -> Write:
+    def write(client: redis.Redis, topic: Topic) -> str:
+        key = key_of(topic)
+        client.hset(key, field, value() if callable(value) else value)
+        return key
+
+    return write
+
+
+def _count_and_names(count: str, names: str) -> Write:
+    """A partitions record with both fields damaged, written after the names a publisher
+    records (which it never overwrites)."""
+
+    def write(client: redis.Redis, topic: Topic) -> str:
+        key = _partitions(topic)
+        client.hset(key, mapping={"count": count, "names": names})
+        return key
+
+    return write
+
+
+def _lease(**fields: str | Callable[[], str]) -> Write:
+    def write(client: redis.Redis, topic: Topic) -> str:
+        key = lease_key(topic.damaged, topic.group)
+        values = {k: v() if callable(v) else v for k, v in fields.items()}
+        client.hset(key, mapping=values)
+        return key
+
+    return write
+
+
+def _scheduled(score: float) -> Write:
+    def write(client: redis.Redis, topic: Topic) -> str:
+        keys = Keys(topic.damaged)
+        client.zadd(keys.scheduled, {"damaged-1": score})
+        payload = json.dumps(["type", "job", "data", "{}", "key", "k0"])
+        client.hset(keys.scheduled_payloads, "damaged-1", payload)
+        return keys.scheduled
+
+    return write
+
+
+def _pre_claimed(value: str, ttl_ms: int | None) -> Write:
+    """Claims of the periodic publisher's next ticks written ahead of time."""
+
+    def write(client: redis.Redis, topic: Topic) -> str:
+        stream = topic.streams[TICK_PARTITION]
+        first = _now_ms() // 200 * 200
+        for tick in range(first, first + 20_000, 200):
+            client.set(claim_key(stream, TICK, tick), value, px=ttl_ms)
+        return Keys(stream).periodic
+
+    return write
+
+
+CONSUMERS = frozenset({"ordered", "shared"})
+ORDERED = frozenset({"ordered"})
+LISTINGS = frozenset({"cli", "dashboard"})
+NONE: frozenset[str] = frozenset()
+
+
+def _partitions(t: Topic) -> str:
+    return Keys(t.name).partitions
+
+
+def _members(t: Topic) -> str:
+    return members_key(t.name, t.group)
+
+
+def _stopped(t: Topic) -> str:
+    return Keys(t.damaged).stopped
+
+
+def _halted(t: Topic) -> str:
+    return halted_key(t.damaged)
+
+
+def _periodic(t: Topic) -> str:
+    return Keys(t.streams[TICK_PARTITION]).periodic
+
+
+DAMAGES = [
+    Damage("partition count past the maximum", _hset(_partitions, "count", "20000"),
+           CONSUMERS | LISTINGS),
+    Damage("partition count not a number", _hset(_partitions, "count", "abc"),
+           CONSUMERS | LISTINGS),
+    Damage("partition count and names damaged", _count_and_names("4096", '["x"]'),
+           CONSUMERS | LISTINGS, topic_unknown=True),
+    Damage("stopped field not an entry ID", _hset(_stopped, "not-an-id", '{"g": 1}'), LISTINGS),
+    Damage("stopped record not JSON", _hset(_stopped, "1-1", "{not json"), NONE),
+    Damage("halted record not JSON", _hset(_halted, record_field("g", "k1"), "{not json"),
+           LISTINGS),
+    Damage("halted field not JSON", _hset(_halted, "[not json", '{"id": "1-1"}'), LISTINGS),
+    Damage("lease expiry not a number", _lease(consumer="ghost", expires="abc", token="3"),
+           ORDERED),
+    Damage("lease token not a number",
+           _lease(consumer="ghost", expires=lambda: str(_now_ms() - 1), token="abc"), ORDERED),
+    Damage("lease held by a ghost far ahead",
+           _lease(consumer="ghost", expires=lambda: str(_now_ms() + 10**14), token="7"),
+           ORDERED),
+    Damage("phantom member far ahead", _hset(_members, "aaa-ghost", "99999999999999999999|0"),
+           CONSUMERS),
+    Damage("member holding a partition that is no number",
+           _hset(_members, "zzz", lambda: f"{_now_ms() + 60_000}|\u00b2"), ORDERED),
+    Damage("member value without an expiry", _hset(_members, "x", "abc|0"), CONSUMERS),
+    Damage("scheduled due at +inf", _scheduled(float("inf")), CONSUMERS | LISTINGS),
+    Damage("scheduled due at -inf", _scheduled(float("-inf")), CONSUMERS),
+    Damage("scheduled due at 1e300", _scheduled(1e300), CONSUMERS | LISTINGS),
+    Damage("periodic last tick far ahead", _hset(_periodic, TICK, str(10**20)), CONSUMERS),
+    Damage("periodic ticks pre-claimed by a ghost",
+           _pre_claimed(f"lease {10**14} ghost", None), CONSUMERS),
+    Damage("periodic ticks pre-claimed as done", _pre_claimed("done 1-1", None), CONSUMERS),
+]  # fmt: skip
+
+
+@pytest.fixture
+def topic(redis_url: str, stream: str) -> Iterator[Topic]:
+    yield Topic(stream)
+    for name in (*partition_streams(stream, PARTITIONS), stream):
+        delete_stream_keys(redis_url, name)
+
+
+@pytest.fixture
+def damaged(redis_url: str, topic: Topic, request: pytest.FixtureRequest) -> str:
+    """The damaged record of the test's case, written before anything runs: its key.
+    (One node: every key of the topic is reached through one client.)"""
+    damage: Damage = request.param
+    with sync_client(redis_url, topic.damaged) as client:
+        return damage.write(client, topic)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, key: str) -> bool:
+    """Whether an ERROR record names ``key`` (or a key under it: each pre-claimed tick is
+    a key of its own), none twice (a damaged record is logged once, not at every turn of
+    the loop that reads it)."""
+    named = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and key in r.getMessage()
+    ]
+    assert len(named) == len(set(named)), named
+    return bool(named)
+
+
+def _queue(redis_url: str, topic: Topic, *, ordered: bool) -> MessageQueue:
+    return MessageQueue(
+        redis_url, stream=topic.name, group=topic.group, consumer=f"c-{os.urandom(3).hex()}",
+        partitions=PARTITIONS, ordered=ordered, ownership_lease=2.0,
+        start=StartFrom.EARLIEST, config=TEST_TIMINGS,
+    )  # fmt: skip
+
+
+async def _publish_genuine(mq: MessageQueue) -> set[str]:
+    ids = set(
+        await mq.publish_many(
+            "job", [{"n": n} for n in range(GENUINE)], key=lambda d: f"k{d['n'] % KEYS}"
+        )
+    )
+    for n in range(SCHEDULED):
+        await mq.publish("job", {"n": -n}, key=f"k{n}", delay=0.2)
+    return ids
+
+
+async def _consume_beside(
+    redis_url: str, topic: Topic, caplog: pytest.LogCaptureFixture, *, ordered: bool
+) -> tuple[list[Message[dict[str, int]]], int]:
+    """Genuine messages published beside the damaged record; run a consumer with a
+    periodic publisher until every one is handled (within :data:`LIMIT`): what it handled
+    and how many ticks it published."""
+    mq = _queue(redis_url, topic, ordered=ordered)
+    handled: list[Message[dict[str, int]]] = []
+    ticks: list[Message[int]] = []
+
+    @mq.handler("job")
+    async def job(msg: Message[dict[str, int]]) -> None:
+        handled.append(msg)
+
+    @mq.handler(TICK)
+    async def tick(msg: Message[int]) -> None:
+        ticks.append(msg)
+
+    mq.periodic(TICK, every=0.2)(lambda: 1)
+    caplog.set_level(logging.ERROR)
+    async with mq:
+        await _publish_genuine(mq)
+        async with mq.running():
+            with anyio.fail_after(LIMIT):
+                while len({m.id for m in handled}) < GENUINE + SCHEDULED or len(ticks) < 2:
+                    assert mq.stop_reason is None, f"the consumer stopped: {mq.stop_reason}"
+                    await anyio.sleep(0.05)
+    return handled, len(ticks)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("damaged", DAMAGES, indirect=True, ids=str)
+@pytest.mark.parametrize("mode", ["ordered", "shared"])
+async def test_a_consumer_handles_every_genuine_message_beside_a_damaged_record(
+    redis_url: str, topic: Topic, damaged: str, mode: str, request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    damage = request.node.callspec.params["damaged"]
+    handled, ticks = await _consume_beside(redis_url, topic, caplog, ordered=mode == "ordered")
+    assert len({m.id for m in handled}) == GENUINE + SCHEDULED
+    assert ticks >= 2
+    if mode in damage.logged_by:
+        assert _logged(caplog, damaged), f"no ERROR naming {damaged}"
+
+
+def _genuine_topic(redis_url: str, topic: Topic) -> None:
+    """Genuine messages in every partition, and the group, for the listings to show."""
+    with Publisher(redis_url, topic.name, partitions=PARTITIONS) as publisher:
+        publisher.publish_many("job", [{"n": n} for n in range(20)], key=lambda d: str(d["n"]))
+    with sync_client(redis_url, topic.name) as client:
+        for stream in topic.streams:
+            client.xgroup_create(stream, topic.group, "0")
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    """``streamq ARGS`` in this process (a thread of its own, under :data:`LIMIT`)."""
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(cli_main(list(args))), daemon=True)
+    thread.start()
+    thread.join(LIMIT)
+    assert result, f"streamq {' '.join(args)} hung"
+    return result[0], " ".join(args)
+
+
+@pytest.mark.parametrize("damaged", DAMAGES, indirect=True, ids=str)
+def test_the_cli_lists_a_topic_beside_a_damaged_record(
+    redis_url: str, topic: Topic, damaged: str, request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    damage = request.node.callspec.params["damaged"]
+    _genuine_topic(redis_url, topic)
+    caplog.set_level(logging.ERROR)
+    url = ["--url", redis_url]
+    for args in (
+        ["info", topic.name], ["scheduled", "list", topic.name],
+        ["scheduled", "periodic", topic.name], ["halted", "list", topic.name, topic.group],
+    ):  # fmt: skip
+        code, command = _cli(*args, *url)
+        out = capsys.readouterr()
+        assert "Traceback" not in out.err
+        if damage.topic_unknown and code == 1:
+            assert "does not exist" in out.err
+        else:
+            assert code == 0, f"streamq {command}: exit {code}: {out.err}"
+    if "cli" in damage.logged_by:
+        assert _logged(caplog, damaged), f"no ERROR naming {damaged}"
+
+
+@pytest.fixture(scope="module")
+def web(redis_url: str) -> Iterator[httpx.Client]:
+    """One dashboard over the session's server for every case (pages under LIMIT)."""
+    pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
+    from tests.helpers.dashboard import dashboard_client
+
+    with dashboard_client(redis_url) as client:
+        client.timeout = httpx.Timeout(LIMIT)
+        yield client
+
+
+@pytest.mark.parametrize("damaged", DAMAGES, indirect=True, ids=str)
+def test_every_dashboard_page_shows_beside_a_damaged_record(
+    redis_url: str, topic: Topic, damaged: str, request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture, web: httpx.Client,
+) -> None:  # fmt: skip
+    damage = request.node.callspec.params["damaged"]
+    _genuine_topic(redis_url, topic)
+    caplog.set_level(logging.ERROR)
+    pages = ["/topic", "/topic/stopped", "/topic/scheduled", "/topic/halted", "/topic/pending"]
+    assert web.get("/").status_code == 200
+    for page in pages:
+        for stream in (topic.name, topic.damaged):
+            params = {"stream": stream, "group": topic.group}
+            shown = web.get(page, params=params)
+            unknown = damage.topic_unknown and stream == topic.name  # read as a plain stream
+            expected = 404 if unknown and shown.status_code == 404 else 200
+            assert shown.status_code == expected, f"{page}?stream={stream}: {shown.status_code}"
+    if "dashboard" in damage.logged_by:
+        assert _logged(caplog, damaged), f"no ERROR naming {damaged}"
+
+
+@pytest.mark.anyio
+async def test_a_garbage_halted_record_before_its_key_halts_is_replaced_and_the_key_halts(
+    redis_url: str, topic: Topic, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key halts on its poison entry once (its partition is not given up and retaken),
+    every other key goes on, and the garbage is logged once."""
+    poison_key = "k1"
+    stream = topic.streams[partition_for_key(poison_key, PARTITIONS)]
+    field = record_field(topic.group, poison_key)
+    with sync_client(redis_url, stream) as client:
+        client.hset(halted_key(stream), field, "{not json")
+    mq = MessageQueue(
+        redis_url, stream=topic.name, group=topic.group, consumer="c1", partitions=PARTITIONS,
+        ordered=True, ownership_lease=2.0, on_poison="halt", start=StartFrom.EARLIEST,
+        retry=RetryPolicy(attempts=1, backoff=0.01, max_backoff=0.05, max_deliveries=1),
+        config=TEST_TIMINGS,
+    )  # fmt: skip
+    handled: list[str] = []
+
+    @mq.handler("job")
+    async def job(msg: Message[dict[str, int]]) -> None:
+        if msg.key == poison_key:
+            raise ValueError("poison")
+        handled.append(msg.id)
+
+    caplog.set_level(logging.INFO)
+    async with mq:
+        await mq.publish_many(
+            "job", [{"n": n} for n in range(GENUINE)], key=lambda d: f"k{d['n'] % KEYS}"
+        )
+        async with mq.running():
+            with anyio.fail_after(LIMIT):
+                while len(handled) < GENUINE - GENUINE // KEYS or not await mq.halted_keys():
+                    await anyio.sleep(0.05)
+            (halted,) = await mq.halted_keys()
+            await anyio.sleep(1.0)  # a partition given up would be retaken meanwhile
+            acquired = [r for r in caplog.records if "acquired by" in r.getMessage()]
+            assert _logged(caplog, halted_key(stream))
+            # overwritten while it halts: the owner writes it anew, so it can be released
+            with sync_client(redis_url, stream) as client:
+                client.hset(halted_key(stream), field, "[]")
+            with anyio.fail_after(LIMIT):
+                while not await mq.halted_keys():
+                    await anyio.sleep(0.05)
+            assert await mq.release_halted_key(poison_key, skip=True)
+            with anyio.fail_after(LIMIT):  # skipped: the key goes on, to its next poison
+                while [h.entry_id for h in await mq.halted_keys()] in ([], [halted.entry_id]):
+                    await anyio.sleep(0.05)
+    assert halted.key == poison_key
+    assert len(acquired) == PARTITIONS  # each partition taken once, never given up
+
+
+@pytest.mark.anyio
+async def test_a_partition_worker_failing_stops_its_ordered_consumer_with_reason_error(
+    redis_url: str, topic: Topic, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure inside a partition worker (raised from its task group as an ExceptionGroup)
+    is never a silent stop: the consumer stops with stop_reason 'error' and says so."""
+
+    async def broken(*args: object) -> None:
+        raise ValueError("a bug in a partition's task")
+
+    monkeypatch.setattr("streamq.consume.halting.HaltedKeys.watch", broken)
+    mq = _queue(redis_url, topic, ordered=True)
+    mq.handler("job")(lambda msg: None)
+    caplog.set_level(logging.ERROR)
+    async with mq:
+        with anyio.fail_after(LIMIT), pytest.raises(ValueError):
+            await mq.run()
+    assert mq.done.is_set()
+    assert mq.stop_reason == "error"
+    assert any("died" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+
+
+def test_damaged_records_are_counted_once_each_in_the_metrics(redis_url: str, topic: Topic) -> None:
+    """``streamq_damaged_records{kind}`` counts each damaged record once, however often it
+    is read."""
+    pytest.importorskip("prometheus_client", reason="the metrics need the [metrics] extra")
+    from streamq.metrics import QueueCollector
+
+    def count() -> float:
+        (family,) = [f for f in QueueCollector().collect() if f.name == "streamq_damaged_records"]
+        return sum(s.value for s in family.samples if s.labels == {"kind": "stopped"})
+
+    _genuine_topic(redis_url, topic)
+    before = count()
+    with sync_client(redis_url, topic.damaged) as client:
+        client.hset(Keys(topic.damaged).stopped, "not-an-id", "{}")
+    for _ in range(3):
+        code, command = _cli("info", topic.damaged, "--url", redis_url)
+        assert code == 0, command
+    assert count() == before + 1
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_an_ordered_consumer_on_a_cluster_handles_every_genuine_message_beside_damage(
+    streamq_cluster_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a Redis Cluster, where the topic's records and each partition's live on their
+    own slots: damaged members, leases, stopped and scheduled records on several slots."""
+    topic = Topic(f"test-{os.urandom(5).hex()}")
+    try:
+        with sync_client(streamq_cluster_url, topic.name) as client:
+            client.hset(_members(topic), "aaa-ghost", "99999999999999999999|0")
+        for index, stream in enumerate(topic.streams):
+            with sync_client(streamq_cluster_url, stream) as client:
+                lease = {"consumer": "ghost", "expires": str(_now_ms() + 10**14), "token": "abc"}
+                client.hset(lease_key(stream, topic.group), mapping=lease)
+                client.hset(Keys(stream).stopped, f"not-an-id-{index}", '{"g": 1}')
+                client.zadd(Keys(stream).scheduled, {"damaged": float("inf")})
+        handled, ticks = await _consume_beside(streamq_cluster_url, topic, caplog, ordered=True)
+        assert len({m.id for m in handled}) == GENUINE + SCHEDULED
+        assert ticks >= 2
+        assert _logged(caplog, _members(topic))
+        assert all(_logged(caplog, lease_key(s, topic.group)) for s in topic.streams)
+    finally:
+        for name in (*topic.streams, topic.name):
+            delete_stream_keys(streamq_cluster_url, name)
