@@ -25,6 +25,7 @@ from .ids import StreamId
 from .wire import replies
 from .wire.client import connect_sync
 from .wire.keys import Keys
+from .wire.urls import redact
 
 if TYPE_CHECKING:
     from .queue import MessageQueue
@@ -157,7 +158,7 @@ class QueueCollector:
             try:
                 self._stream_gauges(url, stream, length, dead, pending, lag, oldest, scheduled)
             except Exception as e:  # a scrape must not fail because Redis is away
-                log.warning("queue gauges of %s unavailable: %s", stream, e)
+                log.warning("queue gauges of %s unavailable: %s", stream, redact(str(e)))
         yield from (length, dead, pending, lag, oldest, scheduled)
 
     def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:

@@ -34,7 +34,6 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
@@ -199,18 +198,3 @@ def safe_next(target: str | None, default: str = "/") -> str:
     if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
         return default
     return target
-
-
-def display_url(url: str) -> str:
-    """The Redis URL without its password and query (which may hold one): for pages."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        netloc = host + (f":{parts.port}" if parts.port else "")
-    except ValueError:  # a port that is not a number: say nothing more of it
-        netloc = host
-    if parts.username:
-        netloc = f"{parts.username}@{netloc}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
