@@ -38,8 +38,10 @@ from redis import exceptions as rx
 
 from ..errors import ConfigError, MessageFormatError
 from ..wire import resp
+from ..wire.excerpts import hash_excerpts
 from ..wire.keys import Keys
 from ..wire.translate import translate
+from .payload_fields import EXCERPT_BYTES, listed_fields
 
 MAX_ID_CHARS = 256
 PIPELINE_CHUNK = 1000  # scripts one pipeline of publish_many(..., delay=) holds
@@ -226,20 +228,6 @@ def _key_text(key: str | bytes) -> str:
     return key
 
 
-def _field(payload: bytes | None, name: str) -> str | None:
-    """One field of a stored payload, or None (a damaged payload is listed as it is)."""
-    try:
-        flat = json.loads(payload) if payload is not None else None
-    except ValueError:
-        return None
-    if not isinstance(flat, list):
-        return None
-    for i in range(0, len(flat) - 1, 2):
-        if flat[i] == name and isinstance(flat[i + 1], str):
-            return str(flat[i + 1])
-    return None
-
-
 def _due_time(score: float) -> datetime:
     return datetime.fromtimestamp(score / 1000, UTC)
 
@@ -353,16 +341,15 @@ async def waiting(
     rows = await client.zrange(keys.scheduled, 0, limit - 1, withscores=True)
     if not rows:
         return []
-    payloads = await client.hmget(keys.scheduled_payloads, [member for member, _ in rows])
+    members = [member for member, _ in rows]
+    # the payloads' first and last bytes only: a listing never reads a payload whole
+    excerpts = await hash_excerpts(client, keys.scheduled_payloads, members, EXCERPT_BYTES)
+    listed = [listed_fields(excerpt) for excerpt in excerpts]
     return [
         ScheduledMessage(
-            ScheduledId(member.decode(), partition),
-            _field(payload, "type"),
-            _due_time(score),
-            _field(payload, "key"),
-            partition,
+            ScheduledId(member.decode(), partition), type_, _due_time(score), key, partition
         )
-        for (member, score), payload in zip(rows, payloads, strict=True)
+        for (member, score), (type_, key) in zip(rows, listed, strict=True)
     ]
 
 

@@ -61,13 +61,23 @@ async def list_every_halted(
 ) -> list[tuple[str, HaltedKey]]:
     """The halted keys of every group of partition ``stream``, each with its group."""
     found = await client.hgetall(halted_key(stream))
-    halted = []
-    for field, value in found.items():
-        group, key = json.loads(text(field))
-        record = json.loads(value)
-        halted.append((group, HaltedKey(key, partition, record["id"], record["reason"],
-                                        record.get("action"))))  # fmt: skip
-    return halted
+    return [_halted(field, value, partition) for field, value in found.items()]
+
+
+async def scan_every_halted(
+    client: aioredis.Redis, stream: str, partition: int, cursor: int, count: int
+) -> tuple[int, list[tuple[str, HaltedKey]]]:
+    """About ``count`` halted keys of partition ``stream`` from the HSCAN cursor
+    ``cursor``, each with its group, and the cursor that goes on (0: none left). Like
+    HSCAN, a key halted or released meanwhile may be listed twice or not at all."""
+    after, found = await client.hscan(halted_key(stream), cursor, count=count)
+    return int(after), [_halted(field, value, partition) for field, value in found.items()]
+
+
+def _halted(field: bytes, value: bytes, partition: int) -> tuple[str, HaltedKey]:
+    group, key = json.loads(text(field))
+    record = json.loads(value)
+    return group, HaltedKey(key, partition, record["id"], record["reason"], record.get("action"))
 
 
 async def release_key(
