@@ -23,8 +23,9 @@ localhost (a dev server, a notebook) counts as the same site and its forms would
 cookie; it cannot read the dashboard's pages (another origin), so it cannot know the CSRF
 token. As a last layer, a POST whose ``Origin`` header names another origin is refused.
 
-Wrong tokens (at login or as a Bearer header) are counted per client address: after a few
-within a minute that address gets 429 for a while (:mod:`.throttle`).
+Wrong tokens (at login or as a Bearer header) are counted per client address and for all
+addresses together: after a few within a minute that address (or, after more, every
+address) gets 429 for a while (:mod:`.throttle`).
 """
 
 from __future__ import annotations
@@ -113,13 +114,14 @@ class Access:
 
     def check_token(self, request: Request, given: str) -> bool:
         """Whether ``given`` is the write token, counting a wrong one against the client's
-        address; raise 429 (with ``Retry-After``) while that address is throttled."""
+        address and the token; raise 429 (with ``Retry-After``) while either is throttled."""
         address = request.client.host if request.client else "unknown"
         wait = self.throttle.retry_after(address)
         if wait is not None:
             raise HTTPException(
                 429,
-                f"too many wrong tokens from this address: try again in {wait} s",
+                f"too many wrong tokens, from this address or from all together: try again "
+                f"in {wait} s",
                 headers={"Retry-After": str(wait)},
             )
         if self.token_matches(given):
