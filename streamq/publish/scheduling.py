@@ -163,12 +163,17 @@ def checked_schedule_id(schedule_id: object) -> str:
     return schedule_id
 
 
+# How far ahead a message may be scheduled: far enough for any real plan, near enough that
+# every due time is a date (datetime stops at the year 9999).
+MAX_AHEAD = timedelta(days=36_500)
+
+
 def due_ms(delay: float | timedelta | None, at: datetime | None, now: float) -> int:
     """When a message is due (Unix ms), from ``delay`` (seconds or timedelta) or ``at``
     (an aware datetime); ``now`` is ``time.time()``. A time in the past means now.
 
     Raises ConfigError for both or neither given, a negative or non-finite delay, a naive
-    datetime or anything else.
+    datetime, a time more than :data:`MAX_AHEAD` ahead, or anything else.
     """
     if (delay is None) == (at is None):
         raise ConfigError("give either delay= (seconds or a timedelta) or at= (a datetime)")
@@ -180,7 +185,7 @@ def due_ms(delay: float | timedelta | None, at: datetime | None, now: float) -> 
                 f"at={at!r} is naive: give a timezone, e.g. datetime(..., tzinfo=UTC), "
                 "so that every process reads the same instant"
             )
-        return max(int(at.timestamp() * 1000), int(now * 1000))
+        return _within_reach(max(at.timestamp(), now), now, f"at={at.isoformat()}")
     if isinstance(delay, timedelta):
         wait = delay.total_seconds()
     elif isinstance(delay, int | float) and not isinstance(delay, bool):
@@ -189,7 +194,17 @@ def due_ms(delay: float | timedelta | None, at: datetime | None, now: float) -> 
         raise ConfigError(f"delay must be a number of seconds or a timedelta, got {delay!r}")
     if not wait >= 0 or wait == float("inf"):  # also NaN
         raise ConfigError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-    return int((now + wait) * 1000)
+    return _within_reach(now + wait, now, f"delay={delay!r}")
+
+
+def _within_reach(due: float, now: float, given: str) -> int:
+    """``due`` (Unix seconds) in Unix ms; ConfigError if it is more than MAX_AHEAD ahead."""
+    if due - now > MAX_AHEAD.total_seconds():
+        raise ConfigError(
+            f"{given} is too far ahead: a message can be scheduled at most "
+            f"{MAX_AHEAD.days:,} days (100 years) ahead"
+        )
+    return int(due * 1000)
 
 
 def _iso(ms: int) -> str:
@@ -326,7 +341,8 @@ async def move_due(
     damaged, late = rest[: int(count)], rest[int(count) :]
     return Moved(
         int(moved),
-        [d.decode() if isinstance(d, bytes) else str(d) for d in damaged],
+        # an ID is any bytes (written by hand): shown escaped, so the move is still counted
+        [d.decode(errors="backslashreplace") if isinstance(d, bytes) else str(d) for d in damaged],
         None if int(next_due) < 0 else int(next_due),
         int(now),
         [int(ms) / 1000 for ms in late],

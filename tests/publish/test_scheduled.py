@@ -159,6 +159,28 @@ async def test_scheduled_lists_and_topic_info_counts(make_queue: QueueFactory) -
         await mq.scheduled(limit=0)
 
 
+async def test_a_time_beyond_the_limit_is_refused_naming_the_limit(
+    make_queue: QueueFactory, redis_url: str
+) -> None:
+    mq = make_queue()
+    far = [
+        {"delay": 1e12},
+        {"delay": timedelta(days=36_501)},
+        {"at": datetime(9999, 12, 31, tzinfo=UTC)},
+        {"at": datetime.now(UTC) + timedelta(days=36_501)},
+    ]
+    for when in far:
+        with pytest.raises(ConfigError, match="at most 36,500 days"):
+            await mq.publish("job", 1, **when)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="at most 36,500 days"):
+            await mq.publish_many("job", [1, 2], **when)  # type: ignore[arg-type]
+        with Publisher(redis_url, mq.stream) as publisher, pytest.raises(ConfigError):
+            publisher.publish("job", 1, **when)  # type: ignore[arg-type]
+    assert await mq.scheduled() == []
+    sid = await mq.publish("job", 1, delay=timedelta(days=36_499))
+    assert [row.id for row in await mq.scheduled()] == [sid]
+
+
 TRICKY_KEYS = ['a","key","b', "\\", '"', "ключ 🔑", 'x\\"]', "key", ""]
 
 
