@@ -16,6 +16,7 @@ from ..logs import LOG_FORMATS, configure_logging
 from ..run.supervisor import SHUTDOWN_MARGIN, RunOptions, Supervisor
 from ..run.target import load_target, uses_default_server
 from ..server.shared import shared_url
+from ..wire.urls import redact
 
 log = logging.getLogger("streamq.run")
 
@@ -54,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         _prepare(options)
     except ConfigError as e:
-        print(f"streamq: {e}", file=sys.stderr)
+        print(f"streamq: {redact(str(e))}", file=sys.stderr)
         return 2
     return anyio.run(Supervisor(options).run)
 
