@@ -21,6 +21,8 @@ ENCODED = "'#' as %23, '/' as %2F, '?' as %3F, '@' as %40"
 _SCHEME_END = "://"
 _AUTHORITY_ENDS = "/?#"
 _PORT = re.compile(r"\d{1,5}")
+# a URL option that holds a secret: ?password=..., &sentinel_password=...
+_SECRET_OPTION = re.compile(r"(?i)([?&][a-z_]*(?:password|passwd|secret|token)=)[^&\s#'\"]*")
 
 
 def redact(text: str) -> str:
@@ -28,8 +30,13 @@ def redact(text: str) -> str:
 
     Everything between a ``://`` and the last ``@`` on the rest of its line goes, so a
     password holding any character (``#``, ``/``, ``?``, ``@``, spaces) is removed whole;
-    when in doubt more is hidden, never less.
+    when in doubt more is hidden, never less. Options that hold a secret
+    (``?password=``, ``&sentinel_password=``) are shown as ``***`` too.
     """
+    return _SECRET_OPTION.sub(r"\1***", _without_userinfo(text))
+
+
+def _without_userinfo(text: str) -> str:
     out: list[str] = []
     start = 0
     while (found := text.find(_SCHEME_END, start)) >= 0:

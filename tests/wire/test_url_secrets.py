@@ -92,6 +92,7 @@ async def test_a_percent_encoded_password_with_reserved_characters_connects(
         f"redis://u:{SECRET[:3]}/{SECRET[3:]}@h and rediss://:{SECRET}@h2 too",
         f"redis+sentinel://u:{SECRET[:3]}@{SECRET[3:]}@s1:26379,s2/mymaster",
         f"redis://:{SECRET[:3]} {SECRET[3:]}@h\nnext line redis://h2",
+        f"rediss+sentinel://u:{SECRET}@s1/m?sentinel_password={SECRET}&ssl_cert_reqs=none",
     ],
 )
 def test_redact_removes_every_piece_of_a_password_whatever_the_urls_shape(text: str) -> None:
@@ -99,6 +100,11 @@ def test_redact_removes_every_piece_of_a_password_whatever_the_urls_shape(text: 
     for piece in (SECRET, SECRET[:3], SECRET[3:]):
         assert piece not in shown, shown
     assert "://***@" in shown
+
+
+def test_options_that_hold_a_secret_are_hidden_too() -> None:
+    shown = redact(f"redis://h/0?password={SECRET}&client_name=app")
+    assert shown == "redis://h/0?password=***&client_name=app"
 
 
 def test_text_without_credentials_is_left_as_it_is() -> None:
