@@ -102,9 +102,9 @@ def _port_of(host: str) -> str | None:
     """The port text of ``host[:port]`` or ``[v6]:port`` (None: no port given)."""
     if host.startswith("["):
         _, _, after = host.partition("]")
-        return after[1:] if after.startswith(":") else (after or None)
-    _, colon, port = host.partition(":")
-    return port if colon else None
+        return (after[1:] or None) if after.startswith(":") else (after or None)
+    port = host.partition(":")[2]
+    return port or None  # "host:" means the default port, as for a URL parser
 
 
 def public_url(url: str) -> str:
