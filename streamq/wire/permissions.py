@@ -203,7 +203,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("operate", "cancel a scheduled message (script)", "EVALSHA", SHA, "2", SCHEDULED,
        PAYLOADS),
     _p("operate", "topic_info(): scheduled messages", "ZCARD", SCHEDULED),
-    _p("operate", "list scheduled messages", "HMGET", PAYLOADS, ID),
+    _p("operate", "list scheduled messages: their payloads' first and last bytes (script)",
+       "EVAL", "return 0", "1", PAYLOADS),
+    _p("operate", "in the listing script", "HGET", PAYLOADS, ID),
+    _p("operate", "the dashboard's halted keys, a page at a time", "HSCAN", HALTED, "0"),
     _p("operate", "terminate: delete the schedule", "DEL", SCHEDULED, PAYLOADS, PERIODIC),
     _p("operate", "streamq tail", "XREAD", "COUNT", "1", "STREAMS", STREAM, "0"),
 )  # fmt: skip
