@@ -117,3 +117,16 @@ def test_pages_show_the_url_without_password_or_options(host: str) -> None:
     assert public_url(f"redis://:{SECRET}@{host}") == f"redis://{host}"
     for url in _bad_urls(host):
         assert SECRET[:3] not in public_url(url) and SECRET[3:] not in public_url(url)
+
+
+def test_a_client_error_naming_its_url_is_translated_without_its_credentials() -> None:
+    from redis import exceptions as rx
+
+    from streamq.wire.translate import translate
+
+    for error in (
+        rx.ConnectionError(f"Error connecting to redis://u:{SECRET}@h:1/0"),
+        rx.RedisError(f"bad url 'redis://:{SECRET[:3]}#{SECRET[3:]}@h'"),
+    ):
+        text = str(translate(error, "s"))
+        assert SECRET[:3] not in text and SECRET[3:] not in text and "***@h" in text
