@@ -5,7 +5,9 @@ partitioned topic lists its partition streams), one message per type with the JS
 of its pydantic model as payload and the entry's other fields (``type``, ``meta``, ``key``)
 as headers, a ``receive`` operation per handler and a ``send`` operation per typed
 publisher (``mq.publisher(type, Model)``). Servers are the queues' URLs with any password
-removed; a queue on the embedded default server has none unless one is running.
+removed; a queue on the embedded default server has none unless one is running. Default
+values that may be secrets (secret-typed and excluded fields, fields named as credentials,
+URLs with credentials) are left out of the schemas (:mod:`._schema_secrets`).
 
 ``streamq asyncapi module:attr [--yaml] [--output F]`` prints it.
 """
@@ -18,8 +20,10 @@ from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter
 
+from ._schema_secrets import SecretFreeSchema
 from ._version import __version__
 from .config import env_url
+from .wire.urls import check_url
 
 if TYPE_CHECKING:
     from .app import App
@@ -96,7 +100,9 @@ class _Document:
         """``model``'s JSON Schema, its definitions moved to components.schemas."""
         if model is None or model is Any:
             return {"description": "any JSON value"}
-        schema = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
+        schema = TypeAdapter(model).json_schema(
+            ref_template="#/components/schemas/{model}", schema_generator=SecretFreeSchema
+        )
         for name, definition in schema.pop("$defs", {}).items():
             self.schemas.setdefault(name, definition)
         name = schema.get("title")
@@ -138,6 +144,7 @@ def _channel(mq: MessageQueue, server: str | None) -> dict[str, Any]:
 
 def _server(url: str) -> dict[str, Any]:
     """A server object for ``url``, without its user name and password."""
+    check_url(url)  # one that urlsplit would misread is refused, without quoting it
     parts = urlsplit(url)
     host = parts.hostname or "localhost"
     if ":" in host:  # an IPv6 address

@@ -26,6 +26,7 @@ from .wire import replies
 from .wire.client import connect_sync
 from .wire.damage import damaged_counts
 from .wire.keys import Keys
+from .wire.urls import redact
 
 if TYPE_CHECKING:
     from .queue import MessageQueue
@@ -159,7 +160,7 @@ class QueueCollector:
             try:
                 self._stream_gauges(url, stream, length, dead, pending, lag, oldest, scheduled)
             except Exception as e:  # a scrape must not fail because Redis is away
-                log.warning("queue gauges of %s unavailable: %s", stream, e)
+                log.warning("queue gauges of %s unavailable: %s", stream, redact(str(e)))
         yield from (length, dead, pending, lag, oldest, scheduled)
 
     def _stream_gauges(self, url: str, stream: str, *families: Any) -> None:

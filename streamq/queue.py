@@ -50,6 +50,7 @@ from .wire.client import connect, ride_through
 from .wire.keys import require_stream
 from .wire.permission_check import check_permissions
 from .wire.routing import Deployment
+from .wire.urls import check_url
 
 if TYPE_CHECKING:
     from .consume.fanout import FanoutConsumer
@@ -130,6 +131,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
         check_identity(group, consumer, cluster, start)
         self.ordered, self.on_poison = check_ordered(ordered, on_poison, group)
+        if url is not None:
+            check_url(url)  # a bad URL is refused here, without quoting it
         self._url, self._cluster = url, cluster
         self.partitions = validate_partitions(partitions)
         self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain

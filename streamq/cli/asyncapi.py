@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..asyncapi import asyncapi_document
 from ..errors import ConfigError
+from ..wire.urls import redact
 from .outcome import EXIT_USAGE
 
 
@@ -28,7 +29,7 @@ def cmd_asyncapi(args: argparse.Namespace) -> int:
         app = load_target(args.target, args.app_dir)
         text = _render(asyncapi_document(app, title=args.title or _title(app.name)), args.yaml)
     except ConfigError as e:
-        print(f"streamq: {e}", file=sys.stderr)
+        print(f"streamq: {redact(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     if args.output:
         Path(args.output).write_text(text)

@@ -16,6 +16,7 @@ from ..server.shared import running_shared_url
 from ..topic.cleanup import Cleaner
 from ..wire.keys import Keys
 from ..wire.replies import pending_rows
+from ..wire.urls import redact
 from .halted import halted_command
 from .outcome import EXIT_USAGE, CliError
 from .render import render_dead_letters, render_info, render_pending
@@ -31,11 +32,11 @@ def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue
             "or start the shared server (streamq server)",
             EXIT_USAGE,
         )
-    mq = MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
     try:
+        mq = MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
         mq.client  # noqa: B018  # parses the URL (without connecting)
-    except ValueError as e:  # the URL itself is not echoed: it may hold a password
-        raise CliError(f"invalid server URL: {e}", EXIT_USAGE) from e
+    except ValueError as e:  # ConfigError names what is wrong, never the URL
+        raise CliError(redact(str(e)), EXIT_USAGE) from e
     return mq
 
 

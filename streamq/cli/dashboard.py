@@ -19,6 +19,7 @@ from typing import Any
 from ..config import ENV_URL, env_url
 from ..errors import ConfigError
 from ..server.shared import running_shared_url
+from ..wire.urls import redact
 from .arguments import port_number
 
 ENV_TOKEN = "STREAMQ_DASHBOARD_TOKEN"
@@ -65,8 +66,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             asyncapi=document,
         )  # fmt: skip
         sock = bind(args.host, args.port)
-    except ValueError as e:  # the URL itself is not echoed: it may hold a password
-        return _fail(f"invalid server URL: {e}", EXIT_USAGE)
+    except ValueError as e:  # ConfigError names what is wrong, never the URL
+        return _fail(redact(str(e)), EXIT_USAGE)
     except OSError as e:
         return _fail(f"cannot listen on {args.host}:{args.port}: {e}", EXIT_FAILED)
     _announce(app.state.server_url, token, made, loopback, args.host)
@@ -126,5 +127,5 @@ def _announce(server: str, token: str | None, made: bool, loopback: bool, host: 
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"streamq: {message}", file=sys.stderr)
+    print(f"streamq: {redact(message)}", file=sys.stderr)
     return code

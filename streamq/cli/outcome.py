@@ -13,6 +13,7 @@ from ..errors import (
     ServerUnavailableError,
     StreamqError,
 )
+from ..wire.urls import redact
 from .render import one_line
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -66,5 +67,5 @@ def _root(error: BaseException) -> str:
 
 
 def fail(message: str, code: int) -> int:
-    print(f"streamq: {one_line(message)}", file=sys.stderr)
+    print(f"streamq: {one_line(redact(message))}", file=sys.stderr)
     return code

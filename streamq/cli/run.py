@@ -18,6 +18,7 @@ from ..run.names import check_names_free
 from ..run.supervisor import SHUTDOWN_MARGIN, RunOptions, Supervisor
 from ..run.target import load_target, uses_default_server
 from ..server.shared import shared_url
+from ..wire.urls import redact
 from .arguments import count, port_number
 
 log = logging.getLogger("streamq.run")
@@ -65,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         _prepare(options)
     except ConfigError as e:
-        print(f"streamq: {e}", file=sys.stderr)
+        print(f"streamq: {redact(str(e))}", file=sys.stderr)
         return 2
     try:
         return anyio.run(Supervisor(options).run)

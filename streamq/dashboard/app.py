@@ -32,12 +32,12 @@ from ..errors import (
     StreamqError,
 )
 from ..wire.client import connect
-from ..wire.schemes import check_scheme
+from ..wire.urls import check_url, public_url, redact
 from . import actions, downloads, pages
 from .limits import ReadSlots
 from .render import build_templates, page
 from .samples import SampleStore
-from .security import Access, display_url
+from .security import Access
 
 STATIC = Path(__file__).parent / "static"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -66,9 +66,10 @@ def create_app(
     loopback names, so that a web page cannot reach it through DNS rebinding.
     ``asyncapi``: the AsyncAPI document of the service it watches (``streamq dashboard
     --asyncapi module:attr``), served at ``/asyncapi.json`` and linked from every page.
-    Raises ConfigError for a URL of a scheme streamq does not take.
+    A URL a client would misread, or of a scheme streamq does not take, raises
+    :class:`~streamq.ConfigError` here, before serving.
     """
-    check_scheme(url)  # now, not when the server starts serving
+    check_url(url)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -94,7 +95,7 @@ def create_app(
     app.state.samples = SampleStore()
     app.state.read_slots = ReadSlots()
     app.state.templates = build_templates()
-    app.state.server_url = display_url(url)
+    app.state.server_url = public_url(url)
     app.state.asyncapi = asyncapi
     return app
 
@@ -142,14 +143,16 @@ async def http_error(request: Request, error: Exception) -> Response:
 
 
 async def failure(request: Request, error: Exception) -> Response:
-    """Errors out of Redis or streamq as a page that says what happened (no traceback)."""
+    """Errors out of Redis or streamq as a page that says what happened (no traceback, no
+    credentials of a URL)."""
+    message = redact(str(error))
     if isinstance(error, InvalidMessageIdError):
-        return error_page(request, 400, str(error))
+        return error_page(request, 400, message)
     if isinstance(error, (StreamNotFoundError, GroupNotFoundError)):
-        return error_page(request, 404, str(error))
+        return error_page(request, 404, message)
     if isinstance(error, ServerUnavailableError):
-        return error_page(request, 503, str(error))
-    return error_page(request, 502, f"the server answered with an error: {error}")
+        return error_page(request, 503, message)
+    return error_page(request, 502, f"the server answered with an error: {message}")
 
 
 def error_page(request: Request, status: int, message: str) -> Response:

@@ -15,11 +15,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..topic.admin import TopicInfo
-from ..topic.halted import HaltedKey
 from ..wire.routing import Deployment
 from .limits import reading
 from .names import name_in
-from .paging import dead_letter_page, parse_cursor, pending_page
+from .paging import (
+    dead_letter_page,
+    halted_page,
+    parse_cursor,
+    parse_halted_cursor,
+    pending_page,
+)
 from .render import page
 from .samples import SampleStore, chart_series
 from .security import safe_next
@@ -129,15 +134,15 @@ async def scheduled(request: Request) -> Response:
 
 @reading
 async def halted(request: Request) -> Response:
-    """The keys halted in ordered mode, of every group of the topic (``on_poison="halt"``)."""
+    """The keys halted in ordered mode, of every group of the topic (``on_poison="halt"``),
+    a page at a time (:data:`~.paging.HALTED_PAGE`)."""
     view, info = await existing_topic(request)
-    rows = sorted(await view.every_halted_key(), key=_order)
-    return page(request, "halted.html", {"info": info, "view": view, "rows": rows})
-
-
-def _order(row: tuple[str, HaltedKey]) -> tuple[str, int, bool, str]:
-    group, key = row
-    return group, key.partition, key.key is not None, key.key or ""
+    after = request.query_params.get("after")
+    start = parse_halted_cursor(view, after)
+    if start is None:
+        raise HTTPException(400, "the 'after' given is not a page of the halted keys")
+    rows = await halted_page(view, start)
+    return page(request, "halted.html", {"info": info, "view": view, "rows": rows, "after": after})
 
 
 @reading

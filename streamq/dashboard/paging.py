@@ -1,10 +1,11 @@
-"""Pages of pending entries and dead letters, over every partition of a topic.
+"""Pages of pending entries, dead letters and halted keys, over every partition of a topic.
 
 Rows come partition by partition (0, 1, ...), oldest first within each: entries of
 different partitions are not ordered with each other. Each row's ID is shown as the topic's
 operations take it (``"<i>:<ms>-<seq>"`` on a partitioned topic), and a page's cursor is
 its last row's ID: the next page goes on after it in its partition, then the partitions
-after that one.
+after that one. Halted keys (a hash per partition) come in HSCAN's order, and their page's
+cursor is ``"<partition>:<HSCAN cursor>"``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import redis.asyncio as aioredis
 
 from ..errors import GroupNotFoundError
 from ..topic.deadletter import DeadLetter, DeadLetters
+from ..topic.halted import HaltedKey, scan_every_halted
 from ..topic.partitions import PartitionedId
 from ..wire import replies
 from .view import TopicView
@@ -32,6 +34,7 @@ R = TypeVar("R", bound=_Row)
 
 PENDING_PAGE = 50
 DEAD_LETTER_PAGE = 20
+HALTED_PAGE = 100
 # Each field of a dead letter is read cut to this many bytes (on the server): a page holds
 # at most DEAD_LETTER_PAGE letters of a few such fields, however big the letters are.
 SHOWN_BYTES = 20_000
@@ -128,3 +131,42 @@ async def _over_partitions(
         if len(rows) > count:
             return Page(rows[:count], rows[count - 1].id)
     return Page(rows, None)
+
+
+HaltedRow = tuple[str, HaltedKey]  # (group, the halted key)
+
+
+def parse_halted_cursor(view: TopicView, after: str | None) -> tuple[int, int] | None:
+    """A halted keys' page cursor from the query string as (partition, HSCAN cursor):
+    (0, 0) for the first page, None for text that is no such cursor."""
+    if not after:
+        return 0, 0
+    partition, colon, cursor = after.partition(":")
+    if not (colon and partition.isdigit() and cursor.isdigit()):
+        return None
+    if int(partition) >= view.partitions:
+        return None
+    return int(partition), int(cursor)
+
+
+async def halted_page(
+    view: TopicView, start: tuple[int, int], count: int = HALTED_PAGE
+) -> Page[HaltedRow]:
+    """About ``count`` halted keys of every group from ``start`` (partition, HSCAN
+    cursor), partition after partition, sorted within the page."""
+    partition, cursor = start
+    rows: list[HaltedRow] = []
+    while partition < view.partitions and len(rows) < count:
+        stream, client = view.part(partition)
+        cursor, found = await scan_every_halted(client, stream, partition, cursor, count)
+        rows += found
+        if cursor == 0:
+            partition += 1
+    rows.sort(key=_halted_order)
+    next_after = f"{partition}:{cursor}" if partition < view.partitions else None
+    return Page(rows, next_after)
+
+
+def _halted_order(row: HaltedRow) -> tuple[str, int, bool, str]:
+    group, key = row
+    return group, key.partition, key.key is not None, key.key or ""

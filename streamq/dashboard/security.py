@@ -23,8 +23,9 @@ localhost (a dev server, a notebook) counts as the same site and its forms would
 cookie; it cannot read the dashboard's pages (another origin), so it cannot know the CSRF
 token. As a last layer, a POST whose ``Origin`` header names another origin is refused.
 
-Wrong tokens (at login or as a Bearer header) are counted per client address: after a few
-within a minute that address gets 429 for a while (:mod:`.throttle`).
+Wrong tokens (at login or as a Bearer header) are counted per client address and for all
+addresses together: after a few within a minute that address (or, after more, every
+address) gets 429 for a while (:mod:`.throttle`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
@@ -114,13 +114,14 @@ class Access:
 
     def check_token(self, request: Request, given: str) -> bool:
         """Whether ``given`` is the write token, counting a wrong one against the client's
-        address; raise 429 (with ``Retry-After``) while that address is throttled."""
+        address and the token; raise 429 (with ``Retry-After``) while either is throttled."""
         address = request.client.host if request.client else "unknown"
         wait = self.throttle.retry_after(address)
         if wait is not None:
             raise HTTPException(
                 429,
-                f"too many wrong tokens from this address: try again in {wait} s",
+                f"too many wrong tokens, from this address or from all together: try again "
+                f"in {wait} s",
                 headers={"Retry-After": str(wait)},
             )
         if self.token_matches(given):
@@ -199,18 +200,3 @@ def safe_next(target: str | None, default: str = "/") -> str:
     if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
         return default
     return target
-
-
-def display_url(url: str) -> str:
-    """The Redis URL without its password and query (which may hold one): for pages."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        netloc = host + (f":{parts.port}" if parts.port else "")
-    except ValueError:  # a port that is not a number: say nothing more of it
-        netloc = host
-    if parts.username:
-        netloc = f"{parts.username}@{netloc}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -16,7 +16,6 @@ from ..publish.scheduled import ScheduledOperations
 from ..topic import ownership
 from ..topic.control import StoppedView
 from ..topic.deadletter import DeadLetter
-from ..topic.halted import HaltedKey, list_every_halted
 from ..topic.operations import TopicOperations
 from ..topic.partitions import partition_streams, recorded_partitions
 from ..wire.keys import Keys
@@ -78,15 +77,6 @@ class TopicView(ScheduledOperations, TopicOperations):
         """
         index, raw, client = self._locate(letter_id)
         return client, Keys(self.streams[index]).dead_letters, raw
-
-    async def every_halted_key(self) -> list[tuple[str, HaltedKey]]:
-        """The keys halted in ordered mode, of every group and partition, each with its
-        group (one read per partition)."""
-        found: list[tuple[str, HaltedKey]] = []
-        for partition, stream in enumerate(self.streams):
-            client = self._client_for(stream)
-            found += await self._riding(list_every_halted, client, stream, partition)
-        return found
 
     async def release_halted_key_of(self, group: str, key: str | None, *, skip: bool) -> bool:
         """Ask the owner to release a halted key of ``group``; False if it is not halted."""

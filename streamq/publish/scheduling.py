@@ -39,9 +39,11 @@ from redis import exceptions as rx
 from ..errors import ConfigError, MessageFormatError
 from ..wire import resp
 from ..wire.damage import set_aside
+from ..wire.excerpts import hash_excerpts
 from ..wire.keys import Keys
 from ..wire.records import MAX_DUE_MS, DamagedRecord, due_time
 from ..wire.translate import translate
+from .payload_fields import EXCERPT_BYTES, listed_fields
 
 MAX_ID_CHARS = 256
 PIPELINE_CHUNK = 1000  # scripts one pipeline of publish_many(..., delay=) holds
@@ -173,12 +175,17 @@ def checked_schedule_id(schedule_id: object) -> str:
     return schedule_id
 
 
+# How far ahead a message may be scheduled: far enough for any real plan, near enough that
+# every due time is a date (datetime stops at the year 9999).
+MAX_AHEAD = timedelta(days=36_500)
+
+
 def due_ms(delay: float | timedelta | None, at: datetime | None, now: float) -> int:
     """When a message is due (Unix ms), from ``delay`` (seconds or timedelta) or ``at``
     (an aware datetime); ``now`` is ``time.time()``. A time in the past means now.
 
     Raises ConfigError for both or neither given, a negative or non-finite delay, a naive
-    datetime or anything else.
+    datetime, a time more than :data:`MAX_AHEAD` ahead, or anything else.
     """
     if (delay is None) == (at is None):
         raise ConfigError("give either delay= (seconds or a timedelta) or at= (a datetime)")
@@ -190,7 +197,7 @@ def due_ms(delay: float | timedelta | None, at: datetime | None, now: float) -> 
                 f"at={at!r} is naive: give a timezone, e.g. datetime(..., tzinfo=UTC), "
                 "so that every process reads the same instant"
             )
-        return max(int(at.timestamp() * 1000), int(now * 1000))
+        return _within_reach(max(at.timestamp(), now), now, f"at={at.isoformat()}")
     if isinstance(delay, timedelta):
         wait = delay.total_seconds()
     elif isinstance(delay, int | float) and not isinstance(delay, bool):
@@ -199,7 +206,17 @@ def due_ms(delay: float | timedelta | None, at: datetime | None, now: float) -> 
         raise ConfigError(f"delay must be a number of seconds or a timedelta, got {delay!r}")
     if not wait >= 0 or wait == float("inf"):  # also NaN
         raise ConfigError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-    return int((now + wait) * 1000)
+    return _within_reach(now + wait, now, f"delay={delay!r}")
+
+
+def _within_reach(due: float, now: float, given: str) -> int:
+    """``due`` (Unix seconds) in Unix ms; ConfigError if it is more than MAX_AHEAD ahead."""
+    if due - now > MAX_AHEAD.total_seconds():
+        raise ConfigError(
+            f"{given} is too far ahead: a message can be scheduled at most "
+            f"{MAX_AHEAD.days:,} days (100 years) ahead"
+        )
+    return int(due * 1000)
 
 
 def _iso(ms: int) -> str:
@@ -236,20 +253,6 @@ def _key_text(key: str | bytes) -> str:
     if not isinstance(key, str):
         raise ConfigError(f"key must be str or bytes, got {type(key).__name__}")
     return key
-
-
-def _field(payload: bytes | None, name: str) -> str | None:
-    """One field of a stored payload, or None (a damaged payload is listed as it is)."""
-    try:
-        flat = json.loads(payload) if payload is not None else None
-    except ValueError:
-        return None
-    if not isinstance(flat, list):
-        return None
-    for i in range(0, len(flat) - 1, 2):
-        if flat[i] == name and isinstance(flat[i + 1], str):
-            return str(flat[i + 1])
-    return None
 
 
 def _due_time(key: str, member: bytes, score: float) -> datetime | None:
@@ -356,7 +359,8 @@ async def move_due(
     damaged, late = rest[: int(count)], rest[int(count) :]
     return Moved(
         int(moved),
-        [d.decode() if isinstance(d, bytes) else str(d) for d in damaged],
+        # an ID is any bytes (written by hand): shown escaped, so the move is still counted
+        [d.decode(errors="backslashreplace") if isinstance(d, bytes) else str(d) for d in damaged],
         None if int(next_due) < 0 else int(next_due),
         int(now),
         [int(ms) / 1000 for ms in late],
@@ -371,16 +375,16 @@ async def waiting(
     rows = await client.zrange(keys.scheduled, 0, limit - 1, withscores=True)
     if not rows:
         return []
-    payloads = await client.hmget(keys.scheduled_payloads, [member for member, _ in rows])
+    members = [member for member, _ in rows]
+    # the payloads' first and last bytes only: a listing never reads a payload whole
+    excerpts = await hash_excerpts(client, keys.scheduled_payloads, members, EXCERPT_BYTES)
     found = []
-    for (member, score), payload in zip(rows, payloads, strict=True):
+    for (member, score), excerpt in zip(rows, excerpts, strict=True):
         due = _due_time(keys.scheduled, member, score)
-        if due is not None:
-            scheduled_id = ScheduledId(member.decode(), partition)
-            key = _field(payload, "key")
-            found.append(
-                ScheduledMessage(scheduled_id, _field(payload, "type"), due, key, partition)
-            )
+        if due is not None:  # an ID that is not UTF-8 was not written by streamq: shown escaped
+            type_, key = listed_fields(excerpt)
+            scheduled_id = ScheduledId(member.decode(errors="backslashreplace"), partition)
+            found.append(ScheduledMessage(scheduled_id, type_, due, key, partition))
     return found
 
 

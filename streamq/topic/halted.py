@@ -62,9 +62,25 @@ async def list_every_halted(
     client: aioredis.Redis, stream: str, partition: int
 ) -> list[tuple[str, HaltedKey]]:
     """The halted keys of every group of partition ``stream``, each with its group."""
+    found = await client.hgetall(halted_key(stream))
+    return _parsed(stream, found, partition)
+
+
+async def scan_every_halted(
+    client: aioredis.Redis, stream: str, partition: int, cursor: int, count: int
+) -> tuple[int, list[tuple[str, HaltedKey]]]:
+    """About ``count`` halted keys of partition ``stream`` from the HSCAN cursor
+    ``cursor``, each with its group, and the cursor that goes on (0: none left). Like
+    HSCAN, a key halted or released meanwhile may be listed twice or not at all."""
+    after, found = await client.hscan(halted_key(stream), cursor, count=count)
+    return int(after), _parsed(stream, found, partition)
+
+
+def _parsed(stream: str, found: dict[bytes, bytes], partition: int) -> list[tuple[str, HaltedKey]]:
+    """The halted records of ``found`` with their groups; a damaged one is set aside."""
     name = halted_key(stream)
     halted = []
-    for field, value in (await client.hgetall(name)).items():
+    for field, value in found.items():
         record = records.halted(name, field, value)
         if isinstance(record, DamagedRecord):
             set_aside(record, "not listed")

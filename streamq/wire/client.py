@@ -23,7 +23,7 @@ from .pool_options import MAX_CONNECTIONS as MAX_CONNECTIONS
 from .pool_options import POOL_OPTIONS as POOL_OPTIONS
 from .routing import Deployment
 from .routing_sync import SyncDeployment
-from .schemes import check_scheme, is_sentinel_url
+from .schemes import is_sentinel_url
 from .seeds import split_seeds
 from .timeouts import POOL_WAIT
 from .translate import (  # noqa: F401  (re-exported: the boundary's names)
@@ -33,6 +33,7 @@ from .translate import (  # noqa: F401  (re-exported: the boundary's names)
     translate,
     translated,
 )
+from .urls import check_url
 
 T = TypeVar("T")
 
@@ -47,8 +48,9 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
     are done by streamq's loops. A ``redis+sentinel://`` URL names the master of a
     Sentinel service instead (found again after a failover; see :mod:`.sentinel`); one
     with comma-separated ``host:port`` pairs names several nodes of a cluster (see
-    :mod:`.seeds`)."""
-    check_scheme(url)
+    :mod:`.seeds`). A URL a client would misread raises :class:`ConfigError` (never
+    quoting the URL: see :mod:`.urls`)."""
+    check_url(url)
     if is_sentinel_url(url):
         from . import sentinel  # redis-py's Sentinel clients, for a Sentinel URL only
 
@@ -63,7 +65,7 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
 
 def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
     """The blocking twin of :func:`connect` (Publisher, metrics, Spark)."""
-    check_scheme(url)
+    check_url(url)
     if is_sentinel_url(url):
         from . import sentinel  # redis-py's Sentinel clients, for a Sentinel URL only
 

@@ -1,4 +1,4 @@
-"""Reading stream entries with their large values cut on the server.
+"""Reading stream entries and hash values with their large values cut on the server.
 
 A stream has no partial read of a field: ``XRANGE`` and ``XINFO STREAM`` (its first and
 last entry) send every value whole, so a reader of entries of 50 MB holds 50 MB each. The
@@ -6,7 +6,9 @@ scripts here run those commands on the server and send back a bounded prefix of 
 with its full length, or only the IDs of the first and last entry. They are read-only
 (``flags=no-writes``, Redis >= 7.0 and Valkey) and name their one key in KEYS, so they run
 on a cluster node like the command they replace. They read one entry at a time, so the
-server too holds one entry's values at once, not a page's.
+server too holds one entry's values at once, not a page's. A hash field has no partial
+read either (``HGET`` and ``HMGET`` send it whole): :func:`hash_excerpts` sends its first and
+last bytes and its length instead, one field at a time.
 """
 
 from __future__ import annotations
@@ -66,6 +68,51 @@ for i = 1, #info, 2 do
 end
 return info
 """
+
+
+# KEYS: hash. ARGV: limit in bytes, field names. Returns {head, tail, length} per field
+# (head the whole value when it is at most twice the limit, tail then empty), or false for
+# a field that does not exist.
+HASH_EXCERPTS = """#!lua flags=no-writes
+local limit = tonumber(ARGV[1])
+local out = {}
+for i = 2, #ARGV do
+  local value = redis.call('HGET', KEYS[1], ARGV[i])
+  if not value then
+    out[#out + 1] = false
+  elseif #value <= 2 * limit then
+    out[#out + 1] = {value, '', #value}
+  else
+    out[#out + 1] = {string.sub(value, 1, limit), string.sub(value, -limit), #value}
+  end
+end
+return out
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ValueExcerpt:
+    """A value's first bytes (``head``) and last bytes (``tail``, empty when ``head`` is the
+    whole value) and its full length in bytes."""
+
+    head: bytes
+    tail: bytes
+    size: int
+
+    @property
+    def whole(self) -> bool:
+        return self.size == len(self.head)
+
+
+async def hash_excerpts(
+    client: aioredis.Redis, key: str, fields: Sequence[bytes | str], limit: int
+) -> list[ValueExcerpt | None]:
+    """The fields ``fields`` of the hash ``key``, each cut to its first and last ``limit``
+    bytes (None for a field that does not exist)."""
+    if not fields:
+        return []
+    rows = await client.eval(HASH_EXCERPTS, 1, key, limit, *fields)
+    return [ValueExcerpt(bytes(r[0]), bytes(r[1]), int(r[2])) if r else None for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

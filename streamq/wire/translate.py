@@ -25,6 +25,7 @@ from ..errors import (
     UnknownCommandError,
 )
 from .timeouts import POOL_WAIT
+from .urls import redact
 
 # Error replies of a cluster that is changing: a slot moved (MOVED) or moving (ASK,
 # TRYAGAIN), a failover under way (CLUSTERDOWN, MASTERDOWN). redis-py raises each as its
@@ -102,13 +103,14 @@ def translate(error: BaseException, stream: str, group: str | None = None) -> Re
         return _reply_error(error, stream, group)
     if isinstance(error, rx.AuthenticationError):
         return AuthenticationFailedError(f"the server refused the credentials: {error}")
+    text = redact(str(error))  # a client's error may name the URL it was given
     if isinstance(error, rx.ConnectionError | rx.TimeoutError | OSError):
-        if "No connection available" in str(error):
+        if "No connection available" in text:
             return ServerUnavailableError(
-                f"no free connection in the client's pool after {POOL_WAIT:g}s ({error})"
+                f"no free connection in the client's pool after {POOL_WAIT:g}s ({text})"
             )
-        return ServerUnavailableError(f"cannot reach the server: {error}")
-    return RedisFailure(str(error))
+        return ServerUnavailableError(f"cannot reach the server: {text}")
+    return RedisFailure(text)
 
 
 def group_of(args: Sequence[Any]) -> str | None:

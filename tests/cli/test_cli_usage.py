@@ -175,3 +175,17 @@ def unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("reserved", ["#", "/", "?"])
+@pytest.mark.parametrize(
+    "command", [("info", "s"), ("dashboard", "--port", "0"), ("scheduled", "list", "s")]
+)
+def test_a_url_whose_password_holds_a_reserved_character_is_named_not_shown(
+    redis_url: str, reserved: str, command: tuple[str, ...]
+) -> None:
+    host = urlsplit(redis_url).netloc.rpartition("@")[2]
+    url = f"redis://:S3cr{reserved}3tPW@{host}/0"
+    line = one_line_error(streamq(*command, url=url), 2)
+    assert "percent-encoded" in line
+    assert "S3cr" not in line and "3tPW" not in line

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 import httpx
@@ -22,6 +23,8 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 
 from streamq.dashboard import create_app
 from streamq.dashboard.limits import ReadSlots
+from streamq.publish.scheduling import encode_payload
+from streamq.topic.halted import record_field
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import acl_rules
 from tests.helpers.clients import sync_client
@@ -281,6 +284,10 @@ def test_an_operator_limited_to_one_topic_sees_it_and_not_the_others(
     """The README's operator ACL plus +scan: the topic's pages work; the streams it may not
     read are counted as hidden, not an error."""
     topic_with_pending(redis_url, r, stream)
+    keys = Keys(stream)
+    r.zadd(keys.scheduled, {"later": time.time() * 1000 + 3_600_000})
+    r.hset(keys.scheduled_payloads, "later", encode_payload({"type": "job", "data": "1"}, "k-s"))
+    r.hset(keys.halted, record_field("billing", "k-h"), '{"id": "1-0", "reason": "r"}')
     other = f"{stream}-other"
     other_client = sync_client(redis_url, other)  # another stream: maybe another slot
     other_client.xgroup_create(other, "g", id="$", mkstream=True)
@@ -298,6 +305,9 @@ def test_an_operator_limited_to_one_topic_sees_it_and_not_the_others(
             for path in ("/topic", "/topic/live", "/topic/pending", "/topic/dead-letters",
                          "/topic/stopped", "/topic/terminate"):  # fmt: skip
                 assert web.get(path, params={"stream": stream}).status_code == 200, path
+            for path, shown in (("/topic/scheduled", "k-s"), ("/topic/halted", "k-h")):
+                page = web.get(path, params={"stream": stream})
+                assert page.status_code == 200 and shown in page.text, (path, page.text)
     finally:
         acl_on_every_master(redis_url, "DELUSER", user)
         other_client.delete(other)

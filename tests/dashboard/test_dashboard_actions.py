@@ -18,7 +18,7 @@ from streamq.cli.render import one_line
 from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
 from streamq.dashboard.names import encoded
-from streamq.dashboard.throttle import LoginThrottle
+from streamq.dashboard.throttle import MAX_TOTAL_FAILURES, WINDOW, LoginThrottle
 from streamq.testing import delete_stream_keys
 from streamq.wire.keys import Keys
 from tests.helpers.clients import sync_client
@@ -159,6 +159,25 @@ def test_wrong_bearer_tokens_count_as_guesses_too(throttled_site: str) -> None:
             response = script.post("/topic/stop", data={"stream": "s", "id": "1-0"}, headers=wrong)
             assert response.status_code == 403
         assert script.post("/login", data={"token": TOKEN}).status_code == 429
+
+
+def test_guesses_from_rotating_loopback_addresses_are_throttled_together(
+    redis_url: str,
+) -> None:
+    """Every 127.x.y.z is loopback: one wrong guess per address never reaches the limit of
+    an address, so wrong tokens are counted for all addresses together too."""
+    app = create_app(redis_url, token=TOKEN, allowed_hosts=LOOPBACK_HOSTS)
+    with serving(app) as base:
+        statuses = []
+        for n in range(2, 2 + MAX_TOTAL_FAILURES + 5):
+            with from_address(base, f"127.0.{n // 250}.{n % 250 + 1}") as guesser:
+                statuses.append(guesser.post("/login", data={"token": f"guess-{n}"}).status_code)
+        assert statuses[:MAX_TOTAL_FAILURES] == [403] * MAX_TOTAL_FAILURES
+        assert set(statuses[MAX_TOTAL_FAILURES:]) == {429}, statuses
+        with from_address(base, "127.0.9.9") as newcomer:
+            right = newcomer.post("/login", data={"token": TOKEN})
+            assert right.status_code == 429 and not newcomer.cookies
+            assert 1 <= int(right.headers["retry-after"]) <= WINDOW
 
 
 def test_the_throttle_forgets_old_failures_and_successful_addresses() -> None:

@@ -4,13 +4,16 @@ owner on the topic page while ordered consumers run, nothing extra otherwise."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import httpx
@@ -21,6 +24,7 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 
 from streamq import Message, MessageQueue, RetryPolicy, StartFrom
 from streamq.dashboard.names import encoded
+from streamq.dashboard.paging import HALTED_PAGE
 from streamq.testing import TEST_TIMINGS
 from streamq.topic.halted import halted_key, record_field
 from streamq.topic.partitions import partition_streams
@@ -243,3 +247,45 @@ def test_every_tab_of_a_topic_has_a_title_of_plain_text(
         page = web.get(path, params={"stream": stream}).text
         title = page[page.index("<title>") + 7 : page.index("</title>")]
         assert "<" not in title and stream in title, f"{path}: title {title!r}"
+
+
+def write_halted(url: str, topic: str, per_partition: int, groups: tuple[str, ...]) -> set[str]:
+    """``per_partition`` halted keys of each of ``groups`` in each partition, written as an
+    ordered owner writes them; return them as the page shows them (group/partition/key)."""
+    written: set[str] = set()
+    for partition, stream in enumerate(partition_streams(topic, PARTITIONS)):
+        with sync_client(url, stream) as client:
+            pipe = client.pipeline(transaction=False)
+            for group in groups:
+                for n in range(per_partition):
+                    key = f"k{partition}-{n}"
+                    record = {"id": f"1-{n}", "reason": "failed", "action": None}
+                    pipe.hset(halted_key(stream), record_field(group, key), json.dumps(record))
+                    written.add(f"{group}/{partition}/{key}")
+            pipe.execute()
+    return written
+
+
+def test_halted_keys_come_a_page_at_a_time_and_the_pages_list_every_key(
+    web: Web, redis_url: str, topic: str
+) -> None:
+    publish_two(redis_url, topic)
+    written = write_halted(redis_url, topic, 300, ("billing", "audit"))
+    seen: list[str] = []
+    params: dict[str, str] = {"stream": topic}
+    pages = 0
+    while True:
+        page = web.get("/topic/halted", params=params)
+        assert page.status_code == 200, page.text
+        rows = table(page.text, "halted")[1:] if 'id="halted"' in page.text else []
+        assert len(rows) <= 2 * HALTED_PAGE, f"a page of {len(rows)} rows"
+        seen += [f"{row[0]}/{row[1]}/{row[2]}" for row in rows]
+        pages += 1
+        found = re.search(r'href="([^"]+)" rel="next"', page.text)
+        if found is None:
+            break
+        params = dict(parse_qsl(urlsplit(html.unescape(found[1])).query))
+        assert pages < 100, "the pages never end"
+    assert set(seen) == written and pages >= len(written) // (2 * HALTED_PAGE)
+    bad = web.get("/topic/halted", params={"stream": topic, "after": "x:1"})
+    assert bad.status_code == 400 and "not a page of the halted keys" in bad.text

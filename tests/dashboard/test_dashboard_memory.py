@@ -7,6 +7,7 @@ parallel loads of any page keep the process small; a download streams one field 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -20,10 +21,15 @@ import httpx
 import psutil
 import pytest
 
+from streamq.publish.scheduling import encode_payload
+from streamq.topic.halted import halted_key, record_field
 from streamq.wire.keys import Keys
 from tests.helpers.clients import sync_client
 
 pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
+
+from streamq.dashboard.paging import HALTED_PAGE
+from tests.helpers.dashboard import table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -127,3 +133,74 @@ def test_parallel_page_loads_over_50_mb_entries_keep_the_dashboard_small(
                 size += len(chunk)
         assert size == BIG and digest.digest() == hashlib.sha256(first_data).digest()
         assert rss.peak < MAX_RSS, f"a download grew the dashboard to {rss.peak >> 20} MB"
+
+
+SCHEDULED = 200
+SCHEDULED_BIG = 2 * 1024 * 1024
+
+
+def scheduled_topic(redis_url: str, stream: str) -> list[str]:
+    """``SCHEDULED`` messages of 2 MB waiting in ``stream``'s schedule, stored as
+    ``publish(..., delay=)`` stores them, each with a key holding quotes and backslashes;
+    return their keys by due time."""
+    keys = Keys(stream)
+    due = int(time.time() * 1000) + 3_600_000
+    names = []
+    with sync_client(redis_url, stream) as r:
+        r.xadd(stream, {"type": "job", "data": "1"})
+        for i in range(SCHEDULED):
+            key = f'k{i:03}","key","x\\"'
+            data = json.dumps("x" * SCHEDULED_BIG)
+            payload = encode_payload({"type": "job", "data": data}, key)
+            r.hset(keys.scheduled_payloads, f"s{i:03}", payload)
+            r.zadd(keys.scheduled, {f"s{i:03}": due + i})
+            names.append(key)
+    return names
+
+
+def test_parallel_loads_of_the_scheduled_page_never_read_a_payload_whole(
+    redis_url: str, stream: str, dashboard: tuple[str, psutil.Process]
+) -> None:
+    base, process = dashboard
+    names = scheduled_topic(redis_url, stream)
+    path = f"/topic/scheduled?stream={quote(stream)}"
+    with httpx.Client(base_url=base, timeout=120) as web, ThreadPoolExecutor(PARALLEL) as pool:
+        with PeakRss(process) as rss:
+            pages = list(pool.map(web.get, [path] * PARALLEL))
+        assert {p.status_code for p in pages} <= {200, 503}, [p.status_code for p in pages]
+        assert rss.peak < MAX_RSS, f"the dashboard grew to {rss.peak >> 20} MB"
+        html = web.get(path).text
+    rows = table(html, "scheduled")[1:]
+    assert len(rows) == SCHEDULED and len(html) < 1024 * 1024
+    assert [row[1] for row in rows] == ["job"] * SCHEDULED
+    assert [row[3] for row in rows] == names
+
+
+HALTED = 100_000
+
+
+def many_halted_keys(redis_url: str, stream: str) -> None:
+    """``HALTED`` keys halted in ordered mode on ``stream``, as an owner records them."""
+    with sync_client(redis_url, stream) as r:
+        r.xadd(stream, {"type": "job", "data": "1"})
+        record = json.dumps({"id": "1-0", "reason": "failed " * 20, "action": None})
+        for start in range(0, HALTED, 5_000):
+            fields = {record_field("billing", f"key-{n}"): record
+                      for n in range(start, start + 5_000)}  # fmt: skip
+            r.hset(halted_key(stream), mapping=fields)
+
+
+def test_parallel_loads_of_the_halted_keys_page_read_one_page(
+    redis_url: str, stream: str, dashboard: tuple[str, psutil.Process]
+) -> None:
+    base, process = dashboard
+    many_halted_keys(redis_url, stream)
+    path = f"/topic/halted?stream={quote(stream)}"
+    with httpx.Client(base_url=base, timeout=120) as web, ThreadPoolExecutor(PARALLEL) as pool:
+        with PeakRss(process) as rss:
+            pages = list(pool.map(web.get, [path] * PARALLEL))
+        assert {p.status_code for p in pages} <= {200, 503}, [p.status_code for p in pages]
+        assert rss.peak < MAX_RSS, f"the dashboard grew to {rss.peak >> 20} MB"
+        html = web.get(path).text
+    assert len(html) < 512 * 1024, f"a page of {len(html) >> 10} KB"
+    assert 0 < len(table(html, "halted")) - 1 <= 2 * HALTED_PAGE and 'rel="next"' in html

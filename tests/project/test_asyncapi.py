@@ -179,3 +179,74 @@ def test_a_dashboard_asyncapi_target_that_cannot_load_is_one_line_exit_2(
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "expected a MessageQueue, an App" in lines[0]
+
+
+SECRET_DEFAULTS = [
+    "ak-0001",
+    "pw-0002",
+    "dbpw-0003",
+    "hidden-0004",
+    "cs-0005",
+    "tok-0006",
+    "pk-0007",
+    "basic-0008",
+    "nested-0009",
+]
+
+
+def _model_with_secret_defaults() -> Any:
+    from pydantic import BaseModel, Field, SecretBytes, SecretStr
+
+    class OAuth(BaseModel):
+        client_id: str = "visible-client"
+        client_secret: str = "cs-0005"
+        accessToken: str = "tok-0006"  # a foreign payload's camelCase
+
+    class Deep(BaseModel):
+        oauth: OAuth = OAuth()
+        items: list[dict[str, str]] = [{"password": "nested-0009"}]
+
+    class Settings(BaseModel):
+        api_key: str = "ak-0001"
+        password: str = "pw-0002"
+        db_url: str = "postgresql://app:dbpw-0003@db:5432/app"
+        internal: str = Field(default="hidden-0004", exclude=True)
+        private_key: str = "pk-0007"
+        basic_auth: str = "basic-0008"
+        signing: SecretStr = SecretStr("sig")
+        blob: SecretBytes | None = None
+        deep: Deep = Deep()
+        region: str = "eu-west-1"
+        author: str = "visible-author"
+        max_tokens: int = 512
+
+    return Settings
+
+
+def _defaults(node: Any, path: str = "") -> dict[str, Any]:
+    """Every ``default`` of the document, by where it is."""
+    found: dict[str, Any] = {}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "default":
+                found[path] = value
+            found |= _defaults(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found |= _defaults(value, f"{path}/{i}")
+    return found
+
+
+def test_default_values_that_may_be_secrets_are_left_out_at_any_depth() -> None:
+    mq = MessageQueue("redis://db.example:6390/2", stream="settings", group="g")
+    mq.publisher("settings", _model_with_secret_defaults())
+    document = asyncapi_document(App(mq, name="svc"))
+    jsonschema.validate(document, SCHEMA)
+    text = json.dumps(document)
+    assert not [s for s in SECRET_DEFAULTS if s in text], text
+    defaults = _defaults(document["components"]["schemas"])
+    shown = {path.rsplit("/", 1)[-1]: value for path, value in defaults.items()}
+    assert shown["region"] == "eu-west-1" and shown["author"] == "visible-author"
+    assert shown["max_tokens"] == 512 and shown["client_id"] == "visible-client"
+    for hidden in ("api_key", "password", "db_url", "internal", "signing", "deep", "oauth"):
+        assert hidden not in shown, (hidden, shown[hidden])

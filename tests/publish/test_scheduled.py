@@ -18,6 +18,7 @@ from streamq import (
     ScheduledId,
 )
 from streamq.publish import scheduling
+from streamq.publish.payload_fields import EXCERPT_BYTES
 from streamq.topic.partitions import partition_for_key
 from streamq.wire.keys import Keys
 from tests.helpers.queues import QueueFactory, handled_messages
@@ -156,6 +157,55 @@ async def test_scheduled_lists_and_topic_info_counts(make_queue: QueueFactory) -
     assert info.scheduled == 2 and info.next_due == rows[0].due
     with pytest.raises(ConfigError):
         await mq.scheduled(limit=0)
+
+
+async def test_a_time_beyond_the_limit_is_refused_naming_the_limit(
+    make_queue: QueueFactory, redis_url: str
+) -> None:
+    mq = make_queue()
+    far = [
+        {"delay": 1e12},
+        {"delay": timedelta(days=36_501)},
+        {"at": datetime(9999, 12, 31, tzinfo=UTC)},
+        {"at": datetime.now(UTC) + timedelta(days=36_501)},
+    ]
+    for when in far:
+        with pytest.raises(ConfigError, match="at most 36,500 days"):
+            await mq.publish("job", 1, **when)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="at most 36,500 days"):
+            await mq.publish_many("job", [1, 2], **when)  # type: ignore[arg-type]
+        with Publisher(redis_url, mq.stream) as publisher, pytest.raises(ConfigError):
+            publisher.publish("job", 1, **when)  # type: ignore[arg-type]
+    assert await mq.scheduled() == []
+    sid = await mq.publish("job", 1, delay=timedelta(days=36_499))
+    assert [row.id for row in await mq.scheduled()] == [sid]
+
+
+TRICKY_KEYS = ['a","key","b', "\\", '"', "ключ 🔑", 'x\\"]', "key", ""]
+
+
+@pytest.mark.parametrize("size", [10, 100_000], ids=["small", "big"])
+async def test_listing_reads_type_and_key_from_payload_excerpts(
+    make_queue: QueueFactory, size: int
+) -> None:
+    """Listing reads each payload's first and last bytes only; type and key come out
+    whole whatever the key holds (quotes, backslashes, the text ``"key","``)."""
+    mq = make_queue()
+    for i, key in enumerate(TRICKY_KEYS):
+        await mq.publish("job", {"pad": "p" * size, "k": key}, delay=3600 + i, key=key)
+    await mq.publish("plain", "x" * size, delay=9000)
+    rows = await mq.scheduled()
+    assert [(r.type, r.key) for r in rows] == [("job", k) for k in TRICKY_KEYS] + [("plain", None)]
+
+
+async def test_a_key_longer_than_the_excerpt_of_a_big_payload_is_listed_as_unknown(
+    make_queue: QueueFactory,
+) -> None:
+    mq = make_queue()
+    await mq.publish("job", "x" * 100_000, delay=3600, key="k" * (EXCERPT_BYTES + 1))
+    await mq.publish("job", "x" * 10, delay=3601, key="k" * (EXCERPT_BYTES + 1))
+    rows = await mq.scheduled()
+    assert [(r.type, r.key) for r in rows] == [("job", None), ("job", "k" * (EXCERPT_BYTES + 1))]
 
 
 async def test_years_ahead_waits_and_is_listed(

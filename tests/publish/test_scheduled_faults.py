@@ -72,6 +72,27 @@ async def test_a_damaged_payload_is_dead_lettered_and_the_others_delivered(
     assert by_id["broken"].error_type == scheduling.DAMAGED_ERROR_TYPE
 
 
+async def test_a_damaged_payload_under_an_id_that_is_not_utf8_is_counted(
+    make_queue: QueueFactory, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The mover counts what a move did whatever the IDs it dead-lettered are made of."""
+    mq = make_queue()
+    handled = handled_messages(mq)
+    keys = Keys(mq.stream)
+    now_ms = int(time.time() * 1000)
+    await client.zadd(keys.scheduled, {b"\xff\xfe-id": now_ms})
+    await client.hset(keys.scheduled_payloads, b"\xff\xfe-id", "{not json")
+    await mq.publish("job", 1, delay=0)
+    async with mq.running():
+        await wait_for(lambda: len(handled) == 1, what="the good message")
+        await wait_letters(mq, 1)
+        await wait_for(lambda: mq.stats()["dead_lettered"] == 1, what="the damaged one counted")
+        stats = mq.stats()
+    assert stats["scheduled_moved"] == 1 and stats["scheduled_lateness_seconds"]["count"] == 1
+    assert "could not move" not in caplog.text
+    assert "scheduled message \\xff\\xfe-id of" in caplog.text
+
+
 async def wait_letters(mq: MessageQueue, count: int) -> list[Any]:
     letters: list[Any] = []
 

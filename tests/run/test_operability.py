@@ -143,6 +143,32 @@ async def test_metrics_in_an_existing_registry(make_queue: QueueFactory) -> None
     assert "streamq_stream_length" not in generate_latest(registry).decode()  # unregistered
 
 
+def test_a_scrape_over_a_url_whose_password_holds_a_hash_names_no_piece_of_it(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queue given no URL takes $STREAMQ_REDIS_URL: a bad one is said at every scrape,
+    without the password."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamq import MessageQueue
+    from streamq.metrics import QueueCollector
+
+    host = redis_url.split("://", 1)[1].rpartition("@")[2].split("/")[0]
+    monkeypatch.setenv("STREAMQ_REDIS_URL", f"redis://:S3cr#3tPW@{host}/0")
+    mq = MessageQueue(stream="metrics-secret", group="g")
+    registry = CollectorRegistry()
+    collector = QueueCollector(mq)
+    registry.register(collector)
+    try:
+        generate_latest(registry)
+        generate_latest(registry)
+    finally:
+        collector.close()
+    assert caplog.text.count("queue gauges of metrics-secret unavailable") == 2
+    assert "percent-encoded" in caplog.text
+    assert "S3cr" not in caplog.text and "3tPW" not in caplog.text
+
+
 async def test_running_inside_an_asgi_lifespan_and_health(make_queue: QueueFactory) -> None:
     mq = make_queue()
     handled: list[int] = []
