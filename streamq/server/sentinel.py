@@ -80,7 +80,7 @@ class EmbeddedSentinel(ProcessSet):
     """
 
     _kind = "embedded sentinel set"
-    _dir_prefix = "streamq-sentinel-"
+    _kind_of_directory = "sentinel"
 
     def __init__(
         self,
