@@ -120,6 +120,7 @@ class EmbeddedSentinel(ProcessSet):
 
     @property
     def sentinel_ports(self) -> list[int]:
+        """The sentinels' ports (what :attr:`url` lists)."""
         return [s.port for s in self._watchers]
 
     @property

@@ -46,10 +46,12 @@ class EmbeddedServer(PrivateServer):
 
     @property
     def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
         return f"redis://127.0.0.1:{self.port}/0"
 
     @property
     def running(self) -> bool:
+        """True while the server process runs."""
         return self._process is not None and self._process.poll() is None
 
     def _command(self, port: int, directory: Path) -> list[str]:
