@@ -5,10 +5,10 @@ role shown as written, no ``**unknown: Never`` in a signature."""
 from __future__ import annotations
 
 import html
+import importlib.util
 import inspect
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zlib
@@ -26,13 +26,11 @@ ROLE = re.compile(r":(?:py:)?(?:meth|func|class|attr|exc|mod|data|obj|const):`?[
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The documentation site, built as `make docs` builds it."""
-    mkdocs = Path(sys.executable).with_name("mkdocs")
-    if not mkdocs.exists() and shutil.which("mkdocs") is None:
+    if importlib.util.find_spec("mkdocs") is None:
         pytest.skip("mkdocs is not installed (the [docs] extra)")
     out = tmp_path_factory.mktemp("site")
     result = subprocess.run(
-        [str(mkdocs) if mkdocs.exists() else "mkdocs", "build", "--strict", "--quiet",
-         "--site-dir", str(out)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
         cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
