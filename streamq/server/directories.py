@@ -3,10 +3,11 @@ owner died without closing them.
 
 A private server's directory is removed by its ``close()`` (or at the exit of its owner).
 An owner killed with SIGKILL cannot do that, so each directory's name says who owns it,
-``streamq-<kind>-<pid>-<start>-<random>`` (``<start>``: the owner's start time, so that a
-reused PID is not taken for the owner), and :func:`remove_orphaned` removes the
-directories whose owner is gone: every private server calls it when it starts, and the
-pytest plugin when a test session ends.
+``streamq-<kind>-<pid>-<start>-<namespace>-<random>`` (``<start>``: the owner's start
+time, so that a reused PID is not taken for the owner; ``<namespace>``: its PID namespace,
+so that a container sharing the temporary directory does not judge the PIDs of another),
+and :func:`remove_orphaned` removes the directories whose owner is gone: every private
+server calls it when it starts, and the pytest plugin when a test session ends.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 KINDS = ("valkey", "cluster", "sentinel")
-_NAME = re.compile(r"^streamq-(?:valkey|cluster|sentinel)-(\d+)-(\d+)-")
+_NAME = re.compile(r"^streamq-(?:valkey|cluster|sentinel)-(\d+)-(\d+)-(\d+)-")
 _PROC = Path("/proc")
 
 
@@ -31,7 +32,7 @@ def make_private_directory(kind: str) -> Path:
     assert kind in KINDS, kind
     remove_orphaned()
     pid = os.getpid()
-    prefix = f"streamq-{kind}-{pid}-{_start_time(pid) or 0}-"
+    prefix = f"streamq-{kind}-{pid}-{_start_time(pid) or 0}-{_pid_namespace()}-"
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
@@ -59,8 +60,8 @@ def _is_orphaned(directory: Path) -> bool:
             return False
     except OSError:
         return False
-    pid, start = int(match.group(1)), int(match.group(2))
-    return not _is_running(pid, start)
+    pid, start, namespace = (int(group) for group in match.groups())
+    return namespace == _pid_namespace() and not _is_running(pid, start)
 
 
 def _is_running(pid: int, start: int) -> bool:
@@ -77,6 +78,14 @@ def _is_running(pid: int, start: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _pid_namespace() -> int:
+    """This process's PID namespace (Linux: the inode of ``/proc/self/ns/pid``), else 0."""
+    try:
+        return (_PROC / "self" / "ns" / "pid").stat().st_ino
+    except OSError:
+        return 0
 
 
 def _start_time(pid: int) -> int | None:

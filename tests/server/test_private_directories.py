@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from streamq import EmbeddedCluster, EmbeddedSentinel, EmbeddedServer
-from streamq.server.directories import remove_orphaned
+from streamq.server.directories import make_private_directory, remove_orphaned
 
 OWNER = textwrap.dedent(
     """
@@ -70,6 +70,28 @@ def test_a_server_that_never_started_leaves_no_directory(temp_dir: Path) -> None
     EmbeddedCluster(masters=1)
     EmbeddedSentinel()
     assert server_dirs(temp_dir) == []
+
+
+def a_dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_only_directories_of_dead_owners_of_this_pid_namespace_are_removed(
+    temp_dir: Path,
+) -> None:
+    mine = make_private_directory("valkey")
+    _, _kind, pid, start, namespace, _random = mine.name.split("-")
+    dead = a_dead_pid()
+    orphan = temp_dir / f"streamq-cluster-{dead}-{start}-{namespace}-x"
+    reused = temp_dir / f"streamq-sentinel-{pid}-{int(start) + 1}-{namespace}-x"  # PID reused
+    elsewhere = temp_dir / f"streamq-valkey-{dead}-{start}-{int(namespace) + 1}-x"
+    unnamed = temp_dir / "streamq-valkey-abc"  # not named by streamq's rule: not judged
+    for directory in (orphan, reused, elsewhere, unnamed):
+        directory.mkdir()
+    assert sorted(remove_orphaned()) == sorted([orphan, reused])
+    assert server_dirs(temp_dir) == sorted([mine, elsewhere, unnamed])
 
 
 def test_close_removes_the_directory_and_a_restart_keeps_it(temp_dir: Path) -> None:
