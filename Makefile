@@ -52,13 +52,16 @@ demo-dashboard: setup
 
 # The dashboard's browser tests drive Debian's chromium through the playwright package:
 # both are installed when missing; where that is impossible those tests skip, saying why.
+# apt's and dpkg's output goes to .cache/apt-chromium.log (shown in part when it fails).
+APT_LOG := .cache/apt-chromium.log
 browser-deps: setup
 	@command -v chromium >/dev/null 2>&1 || \
 	  (echo "make: installing Debian's chromium with apt-get for the dashboard's browser tests" \
-	    "(about 115 packages, once)" && \
-	   $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq chromium) || \
-	  echo "make: could not install chromium: the dashboard's browser tests will skip"
+	    "(about 115 packages, once; log in $(APT_LOG))" && mkdir -p $(dir $(APT_LOG)) && \
+	   { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq chromium; } >$(APT_LOG) 2>&1) || \
+	  { tail -n 5 $(APT_LOG) 2>/dev/null; \
+	    echo "make: could not install chromium: the dashboard's browser tests will skip"; }
 	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet playwright || \
 	  echo "make: could not install playwright: the dashboard's browser tests will skip"
 

@@ -28,9 +28,9 @@ import redis.asyncio as aioredis
 from anyio.abc import Process
 
 try:
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 except ImportError:  # a dev dependency: without it the CPU figures are left out
-    psutil = None
+    psutil = None  # type: ignore[assignment]  # the module, or None without it
 
 from streamq import MessageQueue
 from streamq.server import EmbeddedCluster

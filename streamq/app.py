@@ -94,6 +94,7 @@ class App:
 
     @property
     def queues(self) -> tuple[MessageQueue, ...]:
+        """The App's queues, in the order they were given or added."""
         return tuple(self._queues)
 
     @property

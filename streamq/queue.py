@@ -159,6 +159,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
     # -- connection -----------------------------------------------------------------
     @property
     def url(self) -> str:
+        """The server's URL: the one given, else ``$STREAMQ_REDIS_URL``, else the shared
+        embedded server's (started on first use)."""
         if self._url is None:
             # the embedded-server machinery loads only for a queue given no URL
             from .server.single import default_url

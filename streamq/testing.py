@@ -13,6 +13,9 @@ nothing), ``streamq_queue`` (a factory of MessageQueues on that stream, EARLIEST
 timings, closed after the test), ``streamq_cluster_url`` (session: ``$STREAMQ_CLUSTER_URL``
 or an embedded 3-master Redis Cluster), ``streamq_sentinel_url`` (session:
 ``$STREAMQ_SENTINEL_URL`` or an embedded master, replica and three sentinels).
+
+When the session ends, the temporary directories of embedded servers whose owner process
+was killed (a test's subprocess SIGKILLed) are removed too.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pytest
 from .config import ConsumerConfig, StartFrom, env_url
 from .errors import RedisFailure
 from .queue import MessageQueue
+from .server.directories import remove_orphaned
 from .server.single import EmbeddedServer
 from .wire.client import connect_sync
 from .wire.keys import Keys
@@ -36,6 +40,12 @@ log = logging.getLogger(__name__)
 
 # Short timings for tests: pass as ``MessageQueue(..., config=TEST_TIMINGS)``.
 TEST_TIMINGS = ConsumerConfig(claim_idle=1.0, claim_interval=0.2, block=0.2, grace=5.0)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the directories that killed owners of embedded servers left (the session's
+    own servers are closed by their fixtures)."""
+    remove_orphaned()
 
 
 @pytest.fixture(scope="session")

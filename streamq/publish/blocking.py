@@ -292,6 +292,7 @@ class Publisher:
         return features
 
     def close(self) -> None:
+        """Close the connections (``with`` does it on leaving)."""
         self._coalescer.close()
         self._deployment.close()
 

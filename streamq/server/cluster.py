@@ -58,7 +58,7 @@ class EmbeddedCluster(ProcessSet):
     """
 
     _kind = "embedded cluster"
-    _dir_prefix = "streamq-cluster-"
+    _kind_of_directory = "cluster"
 
     def __init__(
         self,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
@@ -22,18 +21,20 @@ import redis
 
 from ..errors import ServerUnavailableError
 from .cluster_nodes import POLL_INTERVAL, NodeProcess
+from .directories import make_private_directory
 from .private import PrivateServer
 
 
 class ProcessSet(PrivateServer):
     """Processes owned by this Python process, in one private directory removed on stop.
 
-    A subclass names itself (``_kind``, in messages), its directory (``_dir_prefix``), and
-    gives :meth:`_processes`, :meth:`_boot`, :meth:`_forget` and :meth:`_address`.
+    A subclass names itself (``_kind``, in messages), the kind of its directory
+    (``_kind_of_directory``: ``streamq-<kind>-...``), and gives :meth:`_processes`,
+    :meth:`_boot`, :meth:`_forget` and :meth:`_address`.
     """
 
     _kind: ClassVar[str]
-    _dir_prefix: ClassVar[str]
+    _kind_of_directory: ClassVar[str]
 
     def __init__(self) -> None:
         self._dir: Path | None = None
@@ -53,7 +54,7 @@ class ProcessSet(PrivateServer):
         if self.running:
             return self
         began = time.monotonic()
-        self._dir = Path(tempfile.mkdtemp(prefix=self._dir_prefix))
+        self._dir = make_private_directory(self._kind_of_directory)
         self._close_at_exit()
         try:
             self._boot()

@@ -80,7 +80,7 @@ class EmbeddedSentinel(ProcessSet):
     """
 
     _kind = "embedded sentinel set"
-    _dir_prefix = "streamq-sentinel-"
+    _kind_of_directory = "sentinel"
 
     def __init__(
         self,
@@ -120,6 +120,7 @@ class EmbeddedSentinel(ProcessSet):
 
     @property
     def sentinel_ports(self) -> list[int]:
+        """The sentinels' ports (what :attr:`url` lists)."""
         return [s.port for s in self._watchers]
 
     @property

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..config import env_url
 from ..errors import ServerUnavailableError
 from .binary import binary_path as binary_path
 from .binary import free_port as free_port
+from .directories import make_private_directory
 from .keeper import server_state
 from .private import PrivateServer, reap, spawn_private
 from .shared import shared_url
@@ -41,46 +41,59 @@ class EmbeddedServer(PrivateServer):
         self._wanted_port = port
         self.port = 0
         self.appendonly = appendonly
-        self._dir = Path(tempfile.mkdtemp(prefix="streamq-valkey-"))
+        self._dir: Path | None = None  # made when it first starts, kept across restarts
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
         return f"redis://127.0.0.1:{self.port}/0"
 
     @property
     def running(self) -> bool:
+        """True while the server process runs."""
         return self._process is not None and self._process.poll() is None
 
-    def _command(self, port: int) -> list[str]:
+    def _command(self, port: int, directory: Path) -> list[str]:
         return [
             str(binary_path()),
             "--bind", "127.0.0.1",
             "--port", str(port),
-            "--dir", str(self._dir),
+            "--dir", str(directory),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "no",
             "--protected-mode", "yes",
             "--daemonize", "no",
             "--loglevel", "warning",
-            "--logfile", str(self._dir / "server.log"),
+            "--logfile", str(directory / "server.log"),
         ]  # fmt: skip
 
     def start(self) -> EmbeddedServer:
         """Start the server and wait until it answers PING."""
         if self.running:
             return self
+        first = self._dir is None
+        if self._dir is None:
+            self._dir = make_private_directory("valkey")
+            self._close_at_exit()
+        try:
+            return self._start_in(self._dir)
+        except BaseException:
+            if first:  # failed or interrupted: leave no directory behind
+                self.close()
+            raise
+
+    def _start_in(self, directory: Path) -> EmbeddedServer:
         last_error = ""
         for _ in range(PORT_ATTEMPTS):
             port = self._wanted_port or self.port or free_port()
-            self._process = spawn_private(self._command(port))
+            self._process = spawn_private(self._command(port, directory))
             if self._wait_ready(port):
                 self.port = port
-                self._close_at_exit()
                 log.debug("embedded server ready on port %d", port)
                 return self
-            last_error = self._collect_failure()
+            last_error = self._collect_failure(directory)
             if self._wanted_port:
                 raise ServerUnavailableError(
                     f"embedded server did not start on port {port}: {last_error}"
@@ -101,14 +114,14 @@ class EmbeddedServer(PrivateServer):
             time.sleep(0.01)
         return False
 
-    def _collect_failure(self) -> str:
+    def _collect_failure(self, directory: Path) -> str:
         process, self._process = self._process, None
         if process is None:
             return "no process"
         if process.poll() is None:
             process.kill()
         process.wait()
-        log_file = self._dir / "server.log"
+        log_file = directory / "server.log"
         lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
         # the reason: the line that says why it could not listen ("Could not create server
         # TCP listening socket 127.0.0.1:P: bind: Address already in use"), else the last
@@ -142,7 +155,9 @@ class EmbeddedServer(PrivateServer):
     def close(self) -> None:
         """Stop the server and remove its directory."""
         self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        directory, self._dir = self._dir, None
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 _shared: EmbeddedServer | None = None

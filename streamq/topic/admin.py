@@ -130,9 +130,14 @@ class TopicInfo:
 
     @property
     def pending(self) -> int:
+        """Entries delivered and not yet acknowledged, summed over every group."""
         return sum(g.pending for g in self.groups)
 
     def group(self, name: str) -> GroupInfo:
+        """The group named ``name``.
+
+        :raises KeyError: when the topic has no such group.
+        """
         for group in self.groups:
             if group.name == name:
                 return group

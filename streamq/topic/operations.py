@@ -132,6 +132,8 @@ class TopicOperations(_Queue):
         return groups
 
     async def stopped_messages(self) -> list[str]:
+        """The IDs stopped with :meth:`stop_message` on this topic (every partition), as
+        ``publish`` returned them."""
         return [
             self._named(i, entry_id)
             for i, stream, client in self._parts()

@@ -125,7 +125,7 @@ async def test_malformed_entries_dead_lettered_with_reason_and_stream_goes_on(
 
     async with mq:
         await mq.publish("email", {"to": "before@x"})
-        bad_ids = [await client.xadd(mq.stream, fields) for fields, _ in MALFORMED]  # type: ignore[arg-type]
+        bad_ids = [await client.xadd(mq.stream, fields) for fields, _ in MALFORMED]
         await mq.publish("email", {"to": "after@x"})
         await run_until_dead(mq, len(MALFORMED))
         # several workers dead-letter concurrently: order in the DLQ is not stream order
@@ -141,7 +141,7 @@ async def test_foreign_fields_are_named_in_the_dead_letter(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     mq = make_queue()
-    mq.handler("email")(lambda msg: None)  # type: ignore[arg-type,return-value]
+    mq.handler("email")(lambda msg: None)
     async with mq:
         await client.xadd(mq.stream, {"payload": "x", "version": "2"})
         await run_until_dead(mq, 1)
@@ -155,7 +155,7 @@ async def test_unknown_type_waits_for_a_handler_then_dead_letters(
     mq = make_queue(
         retry=RetryPolicy(unknown_type_deliveries=3), claim_idle=0.2, claim_interval=0.05
     )
-    mq.handler("email")(lambda msg: None)  # type: ignore[arg-type,return-value]
+    mq.handler("email")(lambda msg: None)
     async with mq:
         await mq.publish("sms", {"to": "+100"})
         await run_until_dead(mq, 1)
@@ -167,11 +167,11 @@ async def test_unknown_type_is_taken_by_a_consumer_that_has_the_handler(
     make_queue: QueueFactory,
 ) -> None:
     emails_only = make_queue(consumer="emails", claim_idle=0.3, claim_interval=0.05)
-    emails_only.handler("email")(lambda msg: None)  # type: ignore[arg-type,return-value]
+    emails_only.handler("email")(lambda msg: None)
     sms_sent: list[str] = []
     both = make_queue(consumer="both", claim_idle=0.3, claim_interval=0.05)
-    both.handler("email")(lambda msg: None)  # type: ignore[arg-type,return-value]
-    both.handler("sms")(lambda msg: sms_sent.append(msg.id))  # type: ignore[arg-type,func-returns-value]
+    both.handler("email")(lambda msg: None)
+    both.handler("sms")(lambda msg: sms_sent.append(msg.id))
     async with emails_only, both:
         sms_id = await emails_only.publish("sms", {"to": "+100"})
         async with anyio.create_task_group() as tg:
@@ -190,7 +190,7 @@ async def test_deliveries_to_consumers_without_the_handler_do_not_use_up_max_del
 ) -> None:
     policy = RetryPolicy(max_deliveries=3)
     emails_only = make_queue(consumer="emails", retry=policy, claim_idle=0.1, claim_interval=0.05)
-    emails_only.handler("email")(lambda msg: None)  # type: ignore[arg-type,return-value]
+    emails_only.handler("email")(lambda msg: None)
     async with emails_only:
         sms_id = await emails_only.publish("sms", {"to": "+100"})
         unrouted = Keys(emails_only.stream).unrouted
@@ -204,7 +204,7 @@ async def test_deliveries_to_consumers_without_the_handler_do_not_use_up_max_del
             await emails_only.stop()
     sms_sent: list[str] = []
     both = make_queue(consumer="both", retry=policy, claim_idle=0.1, claim_interval=0.05)
-    both.handler("sms")(lambda msg: sms_sent.append(msg.id))  # type: ignore[arg-type,func-returns-value]
+    both.handler("sms")(lambda msg: sms_sent.append(msg.id))
     async with both, anyio.create_task_group() as tg:
         tg.start_soon(both.run)
         await wait_for(lambda: sms_sent == [sms_id], what="the sms handled, not dead-lettered")

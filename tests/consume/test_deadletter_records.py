@@ -66,7 +66,7 @@ async def _write_letter(
 async def test_dead_letter_keeps_error_type_and_traceback(
     client: aioredis.Redis, stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    error = _caught(lambda: {}["missing"])
+    error = _caught(lambda: dict[str, int]()["missing"])
     with caplog.at_level(logging.WARNING, logger="streamq.topic.deadletter"):
         letter = await _write_letter(client, stream, error)
     assert letter.error_type == "builtins.KeyError"
@@ -174,7 +174,7 @@ async def test_a_payload_failing_validation_is_one_warning_line(
 
     async with mq:
         fields = {"type": "email", "data": '{"subject": "no recipient"}'}
-        bad = (await client.xadd(mq.stream, fields)).decode()  # type: ignore[arg-type]
+        bad = (await client.xadd(mq.stream, fields)).decode()
         await run_until_dead(mq, 1)
         (letter,) = await mq.dead_letters()
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -45,40 +45,38 @@ def huge(rng: random.Random) -> bytes:
 
 
 def data_field(rng: random.Random) -> bytes | None:
-    return rng.choice(
-        [
-            lambda: b"1",
-            lambda: b'{"n": 1, "s": "\xc3\xa9"}',
-            lambda: deep(rng),
-            lambda: huge(rng),
-            lambda: junk(rng, rng.randint(1, 64)),
-            lambda: b"not json",
-            lambda: b"",
-            lambda: b'"\\ud800"',  # a lone surrogate, escaped: valid JSON, not valid text
-            lambda: b"[1",
-            lambda: None,  # no data field
-        ]
-    )()
+    fields: list[Callable[[], bytes | None]] = [
+        lambda: b"1",
+        lambda: b'{"n": 1, "s": "\xc3\xa9"}',
+        lambda: deep(rng),
+        lambda: huge(rng),
+        lambda: junk(rng, rng.randint(1, 64)),
+        lambda: b"not json",
+        lambda: b"",
+        lambda: b'"\\ud800"',  # a lone surrogate, escaped: valid JSON, not valid text
+        lambda: b"[1",
+        lambda: None,  # no data field
+    ]
+    return rng.choice(fields)()
 
 
 def meta_field(rng: random.Random) -> bytes | None:
     parent = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    return rng.choice(
-        [
-            lambda: None,
-            lambda: b'{"k": "v"}',
-            lambda: b'{"traceparent": "' + parent + b'"}',
-            lambda: b'{"traceparent": 5, "tracestate": ["a"]}',
-            lambda: b'{"traceparent": "garbage", "baggage": "=;=;"}',
-            lambda: b'{"traceparent": ' + deep(rng) + b"}",
-            lambda: deep(rng),
-            lambda: b'["traceparent", "x"]',
-            lambda: b'{"k": null, "n": 1, "o": {}}',
-            lambda: b'"a string"',
-            lambda: junk(rng, rng.randint(1, 64)),
-            lambda: b'{"k": "' + b"v" * (1 << 20) + b'"}',
-        ]
-    )()
+    fields: list[Callable[[], bytes | None]] = [
+        lambda: None,
+        lambda: b'{"k": "v"}',
+        lambda: b'{"traceparent": "' + parent + b'"}',
+        lambda: b'{"traceparent": 5, "tracestate": ["a"]}',
+        lambda: b'{"traceparent": "garbage", "baggage": "=;=;"}',
+        lambda: b'{"traceparent": ' + deep(rng) + b"}",
+        lambda: deep(rng),
+        lambda: b'["traceparent", "x"]',
+        lambda: b'{"k": null, "n": 1, "o": {}}',
+        lambda: b'"a string"',
+        lambda: junk(rng, rng.randint(1, 64)),
+        lambda: b'{"k": "' + b"v" * (1 << 20) + b'"}',
+    ]
+    return rng.choice(fields)()
 
 
 def type_field(rng: random.Random) -> bytes | None:

@@ -265,7 +265,8 @@ def test_streamq_run_serves_a_fanout_queue(redis_url: str, stream: str, tmp_path
     r = sync_client(redis_url, stream)  # routed: the stream's node on a cluster too
     try:
         # each service starts at `$` when it opens: publish until both got the same one
-        deadline, n, lines = time.monotonic() + 30, 0, []
+        deadline, n = time.monotonic() + 30, 0
+        lines: list[str] = []
         while time.monotonic() < deadline and not any(lines.count(k) == 2 for k in lines):
             r.xadd(stream, {"type": "invalidate", "data": f'{{"key": "k{n}"}}'})
             n += 1

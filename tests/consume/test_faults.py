@@ -33,12 +33,14 @@ def spawn(url: str, stream: str, name: str) -> subprocess.Popen[str]:
     return process
 
 
-def slow_consumer(url: str, stream: str, **options: int) -> tuple[MessageQueue, set[str]]:
-    """Consumer ``c`` of group ``g`` from the earliest entry (fast timings, ``options``)
+def slow_consumer(
+    url: str, stream: str, concurrency: int | None = None
+) -> tuple[MessageQueue, set[str]]:
+    """Consumer ``c`` of group ``g`` from the earliest entry (fast timings, ``concurrency``)
     whose ``job`` handler takes a millisecond and keeps each ID it handled, in the set
     returned beside the queue."""
     mq = MessageQueue(url, stream=stream, group="g", consumer="c", start=StartFrom.EARLIEST,
-                      config=FAST, **options)  # fmt: skip
+                      config=FAST, concurrency=concurrency)  # fmt: skip
     handled: set[str] = set()
 
     @mq.handler("job")

@@ -317,7 +317,7 @@ def test_cluster_redirections_are_transient_not_group_deleted(reply: str) -> Non
     from redis import exceptions as rx
 
     from streamq.errors import ServerUnavailableError
-    from streamq.wire.client import translated
+    from streamq.wire.translate import translated
 
     with pytest.raises(ServerUnavailableError), translated("s", "g"):
         raise rx.ResponseError(reply)

@@ -142,44 +142,48 @@ async def test_a_stale_owners_ack_and_read_are_refused(
     make_queue: QueueFactory, client: aioredis.Redis, stream: str
 ) -> None:
     mq = make_queue()
+    group = mq.group
+    assert group is not None
     async with mq:
         entry = await mq.publish("job", {"n": 1})
-    old = await wire.acquire(client, stream, mq.group, "old", LEASE)
+    old = await wire.acquire(client, stream, group, "old", LEASE)
     assert old is not None
-    assert await wire.fenced(client, stream, mq.group, "old", old, "read", 10) is not None
-    await client.hset(wire.lease_key(stream, mq.group), "expires", "0")  # it lapsed
-    new = await wire.acquire(client, stream, mq.group, "new", LEASE)
+    assert await wire.fenced(client, stream, group, "old", old, "read", 10) is not None
+    await client.hset(wire.lease_key(stream, group), "expires", "0")  # it lapsed
+    new = await wire.acquire(client, stream, group, "new", LEASE)
     assert new == old + 1
-    assert await wire.fenced(client, stream, mq.group, "old", old, "ack", entry) is None
-    assert await wire.fenced(client, stream, mq.group, "old", old, "read", 10) is None
-    assert not await wire.renew(client, stream, mq.group, "old", old, LEASE)
-    assert await wire.acquire(client, stream, mq.group, "old", LEASE) is None  # new holds it
-    claimed = await wire.fenced(client, stream, mq.group, "new", new, "claim", "0-0", 10)
+    assert await wire.fenced(client, stream, group, "old", old, "ack", entry) is None
+    assert await wire.fenced(client, stream, group, "old", old, "read", 10) is None
+    assert not await wire.renew(client, stream, group, "old", old, LEASE)
+    assert await wire.acquire(client, stream, group, "old", LEASE) is None  # new holds it
+    claimed = await wire.fenced(client, stream, group, "new", new, "claim", "0-0", 10)
     assert claimed is not None and [row[0].decode() for row in claimed[2]] == [entry]
-    assert await wire.fenced(client, stream, mq.group, "new", new, "ack", entry) == [1, 1]
+    assert await wire.fenced(client, stream, group, "new", new, "ack", entry) == [1, 1]
 
 
 async def test_a_read_carries_acks_only_while_the_lease_holds(
     make_queue: QueueFactory, client: aioredis.Redis, stream: str
 ) -> None:
     mq = make_queue()
+    group = mq.group
+    assert group is not None
     async with mq:
         first, second, third = await mq.publish_many("job", [{"n": 1}, {"n": 2}, {"n": 3}])
-    owner = await wire.acquire(client, stream, mq.group, "owner", LEASE)
+    owner = await wire.acquire(client, stream, group, "owner", LEASE)
     assert owner is not None
-    read = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 2)
+    read = await wire.fenced(client, stream, group, "owner", owner, "read", 2)
     assert read is not None and [row[0].decode() for row in read[1]] == [first, second]
     # the next read acks what it carries, in the same script call, then reads on
-    read = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10, first, second)
+    read = await wire.fenced(client, stream, group, "owner", owner, "read", 10, first, second)
     assert read is not None and [row[0].decode() for row in read[1]] == [third]
     assert read[3] == 2, f"the read should have acked both IDs it carried: {read}"
-    pending = await client.xpending_range(stream, mq.group, "-", "+", 10)
+    pending = await client.xpending_range(stream, group, "-", "+", 10)
     assert [p["message_id"].decode() for p in pending] == [third]
-    idle = await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10)
+    idle = await wire.fenced(client, stream, group, "owner", owner, "read", 10)
     assert idle is not None and idle[0] == 2 and idle[2] == 0  # nothing new, nothing acked
-    await client.hset(wire.lease_key(stream, mq.group), "expires", "0")  # it lapsed
-    assert await wire.fenced(client, stream, mq.group, "owner", owner, "read", 10, third) is None
-    pending = await client.xpending_range(stream, mq.group, "-", "+", 10)
+    await client.hset(wire.lease_key(stream, group), "expires", "0")  # it lapsed
+    assert await wire.fenced(client, stream, group, "owner", owner, "read", 10, third) is None
+    pending = await client.xpending_range(stream, group, "-", "+", 10)
     assert [p["message_id"].decode() for p in pending] == [third], "a stale read acked"
 
 

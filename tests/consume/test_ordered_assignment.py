@@ -294,16 +294,16 @@ async def test_a_lease_given_up_while_its_renewal_is_under_way_is_not_dropped_tw
     world = World(2)
     a = world.join("a")
     await world.run(1)
-    partition, token = min(a.leases), a.leases[min(a.leases)].token
+    given_up, token = min(a.leases), a.leases[min(a.leases)].token
     store, renew = world.store, world.store.renew
 
-    async def given_up_meanwhile(p: int, me: str, t: int, ttl: float) -> bool:
-        if p == partition:
-            a.forget(p, t)
-            await store.release(p, me, t)
-        return await renew(p, me, t, ttl)
+    async def given_up_meanwhile(partition: int, me: str, token: int, ttl: float) -> bool:
+        if partition == given_up:
+            a.forget(partition, token)
+            await store.release(partition, me, token)
+        return await renew(partition, me, token, ttl)
 
     store.renew = given_up_meanwhile  # type: ignore[method-assign]
     changes = await a.tick()
-    assert [lease.partition for lease in changes.acquired] == [partition]
-    assert a.leases[partition].token > token
+    assert [lease.partition for lease in changes.acquired] == [given_up]
+    assert a.leases[given_up].token > token

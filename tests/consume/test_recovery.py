@@ -23,7 +23,7 @@ async def test_own_pending_entries_are_handled_before_new_ones(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:
     mq = make_queue(consumer="worker-a", claim_idle=60)
-    order: list[tuple[str, int]] = []
+    order: list[tuple[int, int]] = []
 
     @mq.handler("job")
     async def handle(msg: Message[int]) -> None:

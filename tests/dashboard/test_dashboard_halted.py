@@ -136,9 +136,9 @@ def release_with_the_token(web: Web, redis_url: str, topic: str) -> None:
     assert web.post(RELEASE, data=form).status_code == 403, "released without the CSRF token"
     assert all(json.loads(v).get("action") is None for v in halted_values(redis_url, topic))
 
-    page = web.get("/topic/halted", params={"stream": topic}).text
-    assert page.count('action="/topic/halted/release"') == 4  # retry and skip, two keys
-    assert f'name="key64" value="{encoded(KEY)}"' in page
+    text = web.get("/topic/halted", params={"stream": topic}).text
+    assert text.count('action="/topic/halted/release"') == 4  # retry and skip, two keys
+    assert f'name="key64" value="{encoded(KEY)}"' in text
     encoded_form = {"csrf": csrf, "stream64": encoded(topic), "group64": encoded("billing"),
                     "key64": encoded(KEY), "action": "retry"}  # fmt: skip
     done = web.post(RELEASE, data=encoded_form)

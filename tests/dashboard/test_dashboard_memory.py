@@ -76,7 +76,7 @@ def big_topic(redis_url: str, stream: str) -> bytes:
                 "group": "billing", "consumer": "c1", "error": "too big", "attempts": "5",
                 "dead_at_ms": str(int(time.time() * 1000)), "traceback": b"t" * BIG,
             }  # fmt: skip
-            r.xadd(Keys(stream).dead_letters, letter)  # type: ignore[arg-type]
+            r.xadd(Keys(stream).dead_letters, letter)
         return datas[0]
 
 

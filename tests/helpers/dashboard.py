@@ -116,7 +116,7 @@ def make_dead_letters(
         async with mq:
             expected = (await mq.topic_info()).dead_letters + len(items) + len(foreign)
             for fields in foreign:
-                await mq.client.xadd(stream, fields)  # type: ignore[arg-type]
+                await mq.client.xadd(stream, fields)
             await mq.publish_many(message_type, items)
             async with mq.running():
 

@@ -5,8 +5,9 @@ the tests of concurrent publishing (test_concurrency.py) and of coalesced writes
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import anyio
 import redis
@@ -30,7 +31,9 @@ async def jobs(client: aioredis.Redis, stream: str) -> list[int]:
     return numbers(await client.xrange(stream))
 
 
-def publish_into(mq: MessageQueue, ids: dict[int, str]) -> Callable[[int], Awaitable[None]]:
+def publish_into(
+    mq: MessageQueue, ids: dict[int, str]
+) -> Callable[[int], Coroutine[Any, Any, None]]:
     """A task of one publish: ``publish(i)`` publishes ``Job(i)`` and keeps its ID in
     ``ids[i]``."""
 
@@ -72,4 +75,4 @@ def publish_from_threads(publisher: Publisher, threads: int, each: int) -> list[
 
 def sync_jobs(client: redis.Redis, stream: str) -> list[int]:
     """``jobs`` with a blocking client."""
-    return numbers(client.xrange(stream))  # type: ignore[arg-type]
+    return numbers(client.xrange(stream))

@@ -21,4 +21,5 @@ async def main(url: str, stream: str, consumer: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    url, stream, consumer = sys.argv[1:4]
+    anyio.run(main, url, stream, consumer)

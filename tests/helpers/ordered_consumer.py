@@ -42,4 +42,5 @@ async def main(url: str, topic: str, partitions: str, consumer: str, lease: str)
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:6])
+    url, topic, partitions, consumer, lease = sys.argv[1:6]
+    anyio.run(main, url, topic, partitions, consumer, lease)

@@ -40,4 +40,5 @@ async def main(url: str, stream: str, consumer: str, lease: str, max_deliveries:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:6])
+    url, stream, consumer, lease, max_deliveries = sys.argv[1:6]
+    anyio.run(main, url, stream, consumer, lease, max_deliveries)

@@ -43,7 +43,9 @@ async def publish_one(mq: MessageQueue, n: int, durable: bool) -> str:
     return f"ok {entry_id} {n}"
 
 
-async def publisher(mq: MessageQueue, number: int, durable: bool, out: Any, state: dict) -> None:
+async def publisher(
+    mq: MessageQueue, number: int, durable: bool, out: Any, state: dict[str, bool]
+) -> None:
     n = number * 1_000_000
     while state["publishing"]:
         out.write(await publish_one(mq, n, durable) + "\n")
@@ -94,4 +96,5 @@ async def info_line(mq: MessageQueue) -> str:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    url, stream, out_dir = sys.argv[1:4]
+    anyio.run(main, url, stream, out_dir)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -142,8 +143,8 @@ class _InterruptedWhileStarting(subprocess.Popen[bytes]):
     """A child whose start is interrupted by SIGTERM after the fork, as a busy machine
     interrupts a demo that is starting its publisher process."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -153,7 +154,7 @@ def test_a_child_started_during_an_interrupt_is_ended_before_the_clean_up(
     from demos import _common
 
     previous = signal.signal(signal.SIGTERM, _common._interrupt)
-    monkeypatch.setattr(_common.subprocess, "Popen", _InterruptedWhileStarting)
+    monkeypatch.setattr(subprocess, "Popen", _InterruptedWhileStarting)  # as _common sees it
     try:
         with pytest.raises(KeyboardInterrupt):  # raised once the child is recorded
             _common.spawn([sys.executable, "-c", "import time; time.sleep(60)"])

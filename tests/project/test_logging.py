@@ -212,7 +212,7 @@ async def test_a_handlers_own_exception_chain_is_logged_as_it_is(
     @mq.handler("job")
     async def job(msg: Message[int]) -> None:
         try:
-            {}["missing"]
+            dict[str, int]()["missing"]
         except KeyError:
             raise ValueError("job is broken")  # noqa: B904 - the implicit chain is the case
 

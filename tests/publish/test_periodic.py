@@ -48,7 +48,7 @@ async def test_bad_settings_are_refused_at_registration(make_queue: QueueFactory
         ({"every": 60, "timezone": "Europe/Paris"}, "applies to cron"),
     ):
         with pytest.raises(ConfigError, match=match):
-            mq.periodic("report", **options)(lambda: 1)  # type: ignore[arg-type]
+            mq.periodic("report", **options)(lambda: 1)
     with pytest.raises(ConfigError):
         mq.periodic("bad type!", every=1)(lambda: 1)
     mq.periodic("report", every=60)(lambda: 1)
@@ -74,8 +74,8 @@ def test_ticks_are_the_same_instants_in_every_process() -> None:
     assert cron.next_tick(on_tick) == datetime(2026, 1, 1, 10, 10, tzinfo=UTC).timestamp()
 
 
-def utc(*args: int) -> float:
-    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> float:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC).timestamp()
 
 
 def test_cron_ticks_are_read_in_their_time_zone_across_daylight_saving() -> None:

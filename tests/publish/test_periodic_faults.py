@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from streamq import Message
 from streamq.publish.periodic_runner import tick_time
-from streamq.publish.ticks import claim_key, claim_tick, last_published, publish_tick
+from streamq.publish.ticks import Fields, claim_key, claim_tick, last_published, publish_tick
 from streamq.topic.partitions import partition_for_key, partition_streams
 from streamq.wire.client import connect
 from tests.conftest import sync_client, wait_for
@@ -55,7 +55,7 @@ async def test_a_tick_is_written_once_with_its_claim(
         mine = await claim_tick(client, stream, "report", TICK, mode="new", owner="a", **claim)
         theirs = await claim_tick(client, stream, "report", TICK, mode="new", owner="b", **claim)
         assert mine.held and not theirs.held and not theirs.finished and theirs.wait > 4
-        entry = {"type": "report", "data": "1"}
+        entry: Fields = {"type": "report", "data": "1"}
         first = await publish_tick(client, stream, "report", TICK, entry, make_stream=True)
         # a retry after a lost reply, or a claimer overtaken by another: nothing added
         again = await publish_tick(client, stream, "report", TICK, entry, make_stream=True)
@@ -188,7 +188,8 @@ def test_a_claimer_killed_before_its_publish_leaves_the_tick_to_another_process(
     assert line.startswith("hanging "), line
     hung_tick = line.split()[1]
     processes += [
-        subprocess.Popen([*command, name, "120", str(partitions)]) for name in ("s1", "s2")
+        subprocess.Popen([*command, name, "120", str(partitions)], text=True)
+        for name in ("s1", "s2")
     ]
     with sync_client(where, stream) as r:
         _poll(lambda: len(_ticks(r, stream)) >= 3, 30, "the other processes' ticks")

@@ -11,11 +11,13 @@ the record (``partitions=None``) publishes to the new partitions.
 
 from __future__ import annotations
 
+import functools
+
 import anyio
 import pytest
 
 from streamq import ConfigError, MessageQueue, Publisher
-from streamq.publish.plan import ManyPlan, choose_partition
+from streamq.publish.plan import Fields, ManyPlan, choose_partition
 from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import partition_streams
 from streamq.wire.client import connect_sync
@@ -83,7 +85,9 @@ async def test_a_publisher_follows_a_topic_re_created_with_another_count(
         consumers = await recreate(where, topic, old=8, new=4)
         try:
             ids = [
-                await anyio.to_thread.run_sync(lambda n=n: publisher.publish("job", n, key=f"k{n}"))
+                await anyio.to_thread.run_sync(
+                    functools.partial(publisher.publish, "job", n, key=f"k{n}")
+                )
                 for n in range(20)
             ]
             many = await anyio.to_thread.run_sync(
@@ -101,15 +105,13 @@ async def test_a_publisher_with_a_count_that_no_longer_fits_raises(where: str, t
         await anyio.to_thread.run_sync(publisher.publish, "job", 0)
         consumers = await recreate(where, topic, old=8, new=2)
         try:
-            for options in (
-                {"key": "a"},
-                {"replicas": 1, "timeout": 0.1},
-                {"idempotency_key": "i"},
+            for publish in (
+                functools.partial(publisher.publish, "job", 1, key="a"),
+                functools.partial(publisher.publish, "job", 1, replicas=1, timeout=0.1),
+                functools.partial(publisher.publish, "job", 1, idempotency_key="i"),
             ):
                 with pytest.raises(ConfigError, match="has 2 partitions"):
-                    await anyio.to_thread.run_sync(
-                        lambda options=options: publisher.publish("job", 1, **options)
-                    )
+                    await anyio.to_thread.run_sync(publish)
         finally:
             await consumers.aclose()
     assert unread(where, topic, old=8, new=2) == {}
@@ -220,7 +222,7 @@ def test_the_plan_of_publish_many_keeps_partitions_unless_the_count_changed() ->
     items = ["a", "b", "c", "d"]
     turns = iter(range(100)).__next__
     plan = ManyPlan(items, None, 2, lambda key: choose_partition(key, 2, turns))
-    entries = [{"data": item} for item in items]
+    entries: list[Fields] = [{"data": item} for item in items]
     for send in plan.sends(("s0", "s1"), entries, 1, make_stream=False):
         for _packed, count in send:
             send.take([None] * count if send.partition == 1 else [b"1-1"] * count)

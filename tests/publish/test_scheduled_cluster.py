@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from streamq import Message
+from streamq import Message, ScheduledId
 from streamq.topic.partitions import partition_for_key, partition_streams
 from streamq.wire.client import connect
 from streamq.wire.keys import Keys
@@ -32,7 +32,9 @@ async def test_scheduled_messages_on_a_node_and_a_cluster(
     keys = [f"k{i}" for i in range(12)]
     for key in keys:
         sid = await mq.publish("job", key, delay=0.3, key=key)
-        assert sid.in_partition == partition_for_key(key, partitions)
+        assert isinstance(sid, ScheduledId) and sid.in_partition == partition_for_key(
+            key, partitions
+        )
     doomed = await mq.publish("job", "cancelled", delay=0.3)
     assert (await mq.topic_info()).scheduled == 13
     assert await mq.cancel_scheduled(doomed)

@@ -117,7 +117,8 @@ async def test_a_consumer_killed_while_moving_loses_and_doubles_nothing(
     async with await anyio.open_process(command, stdout=None, stderr=None) as process:
 
         async def moving() -> bool:
-            return await client.xlen(mq.stream) > 0
+            length: int = await client.xlen(mq.stream)
+            return length > 0
 
         try:
             await wait_for(moving, timeout=30, what="the first moved messages")
@@ -131,7 +132,8 @@ async def test_a_consumer_killed_while_moving_loses_and_doubles_nothing(
         await wait_for(lambda: len(handled) >= left, timeout=30, what="the rest moved")
 
         async def all_moved() -> bool:
-            return await client.xlen(mq.stream) >= total
+            length: int = await client.xlen(mq.stream)
+            return length >= total
 
         await wait_for(all_moved, timeout=30, what="every message in the stream")
     data = [json.loads(fields[b"data"]) for _, fields in await client.xrange(mq.stream)]

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
@@ -91,12 +91,16 @@ async def test_running_raises_configuration_errors_at_startup(redis_url: str) ->
 async def test_open_run_close_open_again(make_queue: QueueFactory) -> None:
     seen: list[int] = []
     mq = with_handler(make_queue(), seen)
+
+    def handled_up_to(n: int) -> Callable[[], bool]:
+        return lambda: seen == list(range(n + 1))
+
     for n in range(3):
         async with mq:
             await mq.publish("job", n)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(mq.run)
-                await wait_for(lambda n=n: seen == list(range(n + 1)), what=f"job {n}")
+                await wait_for(handled_up_to(n), what=f"job {n}")
                 await mq.stop()
     assert seen == [0, 1, 2]
 

@@ -296,4 +296,4 @@ def test_a_node_that_cannot_start_fails_with_the_nodes_logs() -> None:
 def test_bad_arguments_are_config_errors() -> None:
     for kwargs in ({"masters": 0}, {"replicas": -1}, {"port": 60000}):
         with pytest.raises(ConfigError):
-            EmbeddedCluster(**kwargs)  # type: ignore[arg-type]
+            EmbeddedCluster(**kwargs)

@@ -67,7 +67,7 @@ def test_bad_arguments_are_config_errors() -> None:
         ({"down_after": 0}, "must be positive seconds"),
     ):
         with pytest.raises(ConfigError) as caught:
-            EmbeddedSentinel(**kwargs)  # type: ignore[arg-type]
+            EmbeddedSentinel(**kwargs)
         assert problem in str(caught.value)
 
 

@@ -53,8 +53,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def attach_in_subprocess(count: int) -> list[subprocess.Popen[str]]:
     command = [sys.executable, "-c", ATTACH_AND_WAIT]
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
-    return [subprocess.Popen(command, text=True, **pipes) for _ in range(count)]
+    return [
+        subprocess.Popen(command, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for _ in range(count)
+    ]
 
 
 def finish(processes: list[subprocess.Popen[str]]) -> None:

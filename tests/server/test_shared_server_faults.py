@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -23,6 +24,7 @@ import redis
 from streamq import MessageQueue, Publisher
 from streamq.server import EmbeddedServer, shared
 from streamq.server.keeper import Paths, pid_alive, read_info, server_state
+from streamq.server.shared_start import ServerInfo
 from tests.helpers.processes import processes_of
 from tests.helpers.waiting import wait_until
 
@@ -244,7 +246,7 @@ def goes_on(publisher: Running, consumer: Running, within: float = 30.0) -> None
 def test_running_users_survive_a_sigkilled_keeper(
     home: Path, traffic: tuple[Running, Running]
 ) -> None:
-    before = shared.ServerInfo(**{k: v for k, v in _info(home).items() if k != "started_at"})
+    before = ServerInfo(**{k: v for k, v in _info(home).items() if k != "started_at"})
     os.kill(before.keeper_pid, signal.SIGKILL)
     wait_until(lambda: not pid_alive(before.pid), what="Valkey to follow its keeper")
     goes_on(*traffic)
@@ -265,7 +267,7 @@ def test_a_running_publisher_goes_on_after_server_stop_and_a_restart(
         goes_on(*traffic)
 
 
-def _info(home: Path) -> dict[str, object]:
+def _info(home: Path) -> dict[str, Any]:
     wait_until(lambda: read_info(Paths(home)) is not None, what="server.json")
     info = read_info(Paths(home))
     assert info is not None

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
-import psutil  # type: ignore[import-untyped]
+import psutil
 import redis
 import redis.asyncio as aioredis
 

@@ -260,7 +260,8 @@ async def test_stream_stays_bounded_under_load(
         await wait_for(lambda: len(handled) >= 20_000, timeout=30)
 
         async def at_policy() -> bool:
-            return await client.xlen(queues[0].stream) <= 1000
+            length: int = await client.xlen(queues[0].stream)
+            return length <= 1000
 
         await wait_for(at_policy, what="length back at max_stream_length")
         for mq in queues:

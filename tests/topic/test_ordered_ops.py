@@ -189,7 +189,7 @@ async def test_the_halted_keys_gauge_counts_a_halted_key_until_it_is_released(
     registry.register(collector)
 
     async def gauge() -> str:
-        text = (await anyio.to_thread.run_sync(generate_latest, registry)).decode()
+        text: str = (await anyio.to_thread.run_sync(generate_latest, registry)).decode()
         return next(line for line in text.splitlines() if line.startswith("streamq_halted_keys{"))
 
     try:

@@ -208,7 +208,7 @@ async def test_metrics_have_a_series_per_partition(where: str, topic: str) -> No
         registry.register(collector)
         text = generate_latest(registry).decode()
         collector.close()
-    per_partition = defaultdict(int)
+    per_partition: defaultdict[str, int] = defaultdict(int)
     for entry_id in ids:
         per_partition[mq.streams[int(entry_id.split(":")[0])]] += 1
     for stream, count in per_partition.items():

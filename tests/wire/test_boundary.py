@@ -24,7 +24,8 @@ from streamq import (
 from streamq.topic.admin import ensure_group, seek
 from streamq.topic.cleanup import has_xdelex
 from streamq.wire import replies, resp
-from streamq.wire.client import connect, connect_sync, translated
+from streamq.wire.client import connect, connect_sync
+from streamq.wire.translate import translated
 from tests.helpers.queues import QueueFactory
 
 pytestmark = pytest.mark.anyio

@@ -6,6 +6,7 @@ a master start their own set; the others share the plugin's ``streamq_sentinel_u
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -289,7 +290,7 @@ async def _read_and_ack(
 
 async def _publish(client: aioredis.Redis, stream: str, count: int, ids: list[bytes]) -> None:
     for n in range(count):  # one at a time: each retried until a master accepts it
-        entry_id = await _retried(lambda n=n: client.xadd(stream, {"n": f"late-{n}"}))
+        entry_id = await _retried(functools.partial(client.xadd, stream, {"n": f"late-{n}"}))
         ids.append(entry_id)
 
 
