@@ -8,6 +8,7 @@ have no group and claim nothing."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import anyio
 import pytest
@@ -21,7 +22,7 @@ from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
-MODES = {
+MODES: dict[str, dict[str, Any]] = {
     "shared": {},
     "ordered": {"ordered": True},
     "partitioned": {"partitions": 2},
@@ -29,7 +30,7 @@ MODES = {
 }
 
 
-def consuming(where: str, topic: str, **options: object) -> tuple[MessageQueue, list[int]]:
+def consuming(where: str, topic: str, **options: Any) -> tuple[MessageQueue, list[int]]:
     """A queue ``worker-0`` of group ``g`` on ``topic`` whose ``job`` handler keeps what it
     handles (in the list returned)."""
     mq = queue(where, topic, consumer="worker-0", **options)

@@ -76,7 +76,7 @@ async def test_every_wire_field_of_a_foreign_entry_is_kept_and_written_back(
         raise Reject("no")
 
     async with mq:
-        await client.xadd(mq.stream, {**wire, b"colour": b"red"})  # type: ignore[arg-type]
+        await client.xadd(mq.stream, {**wire, b"colour": b"red"})
         async with mq.running():
             await _dead_letters(mq, 1)
         (letter,) = await mq.dead_letters()

@@ -40,7 +40,9 @@ def table_rows(text: str) -> list[list[str]]:
 
 
 def _cells(line: str) -> list[str]:
-    cells, current, quoted = [], [], False
+    cells: list[str] = []
+    current: list[str] = []
+    quoted = False
     for char in line.strip().strip("|"):
         if char == "`":
             quoted = not quoted

@@ -441,7 +441,7 @@ def test_damaged_records_are_counted_once_each_in_the_metrics(redis_url: str, to
 
     def count() -> float:
         (family,) = [f for f in QueueCollector().collect() if f.name == "streamq_damaged_records"]
-        return sum(s.value for s in family.samples if s.labels == {"kind": "stopped"})
+        return float(sum(s.value for s in family.samples if s.labels == {"kind": "stopped"}))
 
     _genuine_topic(redis_url, topic)
     before = count()

@@ -91,7 +91,11 @@ async def test_a_damaged_payload_under_an_id_that_is_not_utf8_is_counted(
     assert stats["scheduled_moved"] == 1 and stats["scheduled_lateness_seconds"]["count"] == 1
     assert "could not move" not in caplog.text
     # the damaged record is named with its ID escaped, never a decoding error
-    assert "damaged scheduled record" in caplog.text and "xff" in caplog.text and "xfe-id" in caplog.text
+    assert (
+        "damaged scheduled record" in caplog.text
+        and "xff" in caplog.text
+        and "xfe-id" in caplog.text
+    )
 
 
 async def wait_letters(mq: MessageQueue, count: int) -> list[Any]:
