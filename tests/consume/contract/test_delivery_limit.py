@@ -79,7 +79,7 @@ async def test_an_unknown_type_waits_then_is_dead_lettered_after_its_own_budget(
             if mode.grouped:
                 await wait_for(lambda: _one_letter(mq), what="the unknown type's letter")
             else:
-                await wait_for(lambda: "'sms'" in caplog.text, timeout=2, what="a log of it")
+                await wait_for(lambda: "'sms'" in caplog.text, timeout=1, what="a log of it")
         if mode.grouped:
             (letter,) = await mq.dead_letters()
             assert letter.type == "sms" and "no handler for type 'sms'" in letter.error

@@ -40,7 +40,7 @@ async def test_handlers_and_held_entries_stay_within_their_bounds(mode: Mode) ->
         async with mq.running():
             await wait_for(lambda: mq.stats()["in_flight"] == 4, what="the budget full")
             held = []
-            with anyio.move_on_after(TEST_TIMINGS.block * 4):  # reads that would overshoot
+            with anyio.move_on_after(TEST_TIMINGS.block * 2):  # reads that would overshoot
                 while True:
                     held.append((mq.stats()["in_flight"], mq.stats()["received"]))
                     await anyio.sleep(0.02)

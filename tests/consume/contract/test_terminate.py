@@ -100,8 +100,8 @@ async def test_a_blocked_read_is_woken_by_a_terminate_or_a_deletion(
                 await mq.terminate_topic()
             else:
                 await client.delete(*mq.streams)
-            with anyio.move_on_after(2):
+            with anyio.move_on_after(1.5):
                 await mq.done.wait()
             stopped_in_time = mq.done.is_set()
             tg.cancel_scope.cancel()  # setting done on its way out
-    assert stopped_in_time, "still blocked in its read 2 s after the stream went"
+    assert stopped_in_time, "still blocked in its read 1.5 s after the stream went"
