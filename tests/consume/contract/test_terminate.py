@@ -1,6 +1,7 @@
 """Termination and auto-stop: ``terminate_topic()`` stops every running consumer at once,
 lets running handlers finish, sets ``done`` with ``auto_stopped`` and the reason, and the
-topic can be used again; a stream deleted by anyone stops its consumers the same way.
+topic can be used again; a stream (or a group) deleted by anyone stops its consumers the
+same way.
 (DESIGN.md "Topic termination", "Auto-stop"; docs/guides/control.md;
 docs/guides/lifecycle.md; ERROR_HANDLING.md rows "Group or stream deleted by anyone", "The
 stream of a fan-out subscriber is deleted"; services.md "Running".)"""
@@ -12,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue
-from tests.consume.contract.conftest import Mode
+from tests.consume.contract.conftest import FANOUT_DOC, Mode
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -68,6 +69,24 @@ async def test_a_stream_deleted_by_anyone_stops_its_consumers(
             with anyio.fail_after(4):
                 await mq.done.wait()
     assert (mq.stop_reason, mq.auto_stopped) == ("stream_deleted", True)
+
+
+async def test_a_group_destroyed_by_anyone_stops_its_consumers(
+    mode: Mode, client: aioredis.Redis
+) -> None:
+    mode.skip_unless("shared", "ordered", does_not="read through a group", where=FANOUT_DOC)
+    mq = mode.queue()
+    _, finished = slow_journal(mq, 0.0)
+    async with mq:
+        await mq.publish("job", 1, key="a")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mq.run)
+            await wait_for(lambda: finished == [1], what="the first entry handled")
+            for stream in mq.streams:
+                await client.xgroup_destroy(stream, "g")
+            with anyio.fail_after(4):
+                await mq.done.wait()
+    assert (mq.stop_reason, mq.auto_stopped) == ("group_deleted", True)
 
 
 @pytest.mark.parametrize("how", ["terminate", "delete"])
