@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from streamq import Message, MessageQueue, Reject
-from tests.consume.contract.conftest import Mode, all_acked
+from tests.consume.contract.modes import Mode, all_acked
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

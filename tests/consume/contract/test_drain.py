@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from streamq import Message
-from tests.consume.contract.conftest import Mode, all_acked, pending
+from tests.consume.contract.modes import Mode, all_acked, pending
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from streamq import Message, MessageQueue
-from tests.consume.contract.conftest import Mode, all_acked, keys
+from tests.consume.contract.modes import Mode, all_acked, keys
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ import pytest
 
 from streamq import Message
 from streamq.testing import TEST_TIMINGS
-from tests.consume.contract.conftest import Mode, all_acked, keys
+from tests.consume.contract.modes import Mode, all_acked, keys
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue, Reject, RetryPolicy
-from tests.consume.contract.conftest import FANOUT_DOC, Mode, all_acked, keys
+from tests.consume.contract.modes import FANOUT_DOC, Mode, all_acked, keys
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from streamq import Message, Retry, RetryPolicy
-from tests.consume.contract.conftest import FANOUT_DOC, Mode, all_acked
+from tests.consume.contract.modes import FANOUT_DOC, Mode, all_acked
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

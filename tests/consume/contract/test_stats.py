@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue, RedisFailure
-from tests.consume.contract.conftest import Mode
+from tests.consume.contract.modes import Mode
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

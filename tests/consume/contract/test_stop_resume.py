@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from streamq import Message, MessageQueue
-from tests.consume.contract.conftest import FANOUT_DOC, Mode, all_acked
+from tests.consume.contract.modes import FANOUT_DOC, Mode, all_acked
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio

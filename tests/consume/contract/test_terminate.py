@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue
-from tests.consume.contract.conftest import FANOUT_DOC, Mode
+from tests.consume.contract.modes import FANOUT_DOC, Mode
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
