@@ -9,7 +9,7 @@ REDIS8_PORT ?= 6482
 # root installs Debian packages itself; anyone else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup docs demo run build dist test test-fast test-batch test-pending test-terminate test-cleanup \
+.PHONY: setup docs demo run build dist test test-fast test-contract test-batch test-pending test-terminate test-cleanup \
         test-errors test-auto-stop test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak test-soak-ordered bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
         demo-dashboard browser-deps demo-service demo-cluster
@@ -90,6 +90,9 @@ test: setup browser-deps docs
 
 test-fast: setup
 	$(PYTEST) -q $(XDIST) -m "not slow and not spark"
+
+test-contract: setup
+	$(PYTEST) -q $(XDIST) tests/consume/contract
 
 test-batch: setup
 	$(PYTEST) -q tests/consume/test_batching.py

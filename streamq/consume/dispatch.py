@@ -297,26 +297,29 @@ class Dispatcher:
 
     async def _handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
         messages = []
+        # a Message's ID names its partition on a partitioned topic ("1:<ms>-<seq>"), its
+        # entry's does not: outcomes go back to the entries by the Message's ID
+        by_message_id: dict[str, RawEntry] = {}
         for entry in entries:
             if entry.delivery_count > 1 and await self.over_limit(entry):
                 await self.dead_letter(entry, self._over_limit_reason(entry))
                 continue
             try:  # each entry's data is one JSON value on its own: never joined
-                messages.append(self.message(route, entry))
+                message = self.message(route, entry)
             except Exception as e:
                 await self.bad_payload(route, entry, e)
+                continue
+            messages.append(message)
+            by_message_id[message.id] = entry
         if not messages:
             return
         self.stats.batch_size.observe(len(messages))
         started = perf_counter()
         failed = await self._batch_calls.run(route, messages)
         self.stats.handler_seconds.observe(perf_counter() - started)
-        by_id = {entry.id: entry for entry in entries}
-        done = (
-            [m.id for m in messages if m.id not in failed] if failed else [m.id for m in messages]
-        )
+        done = [by_message_id[m.id] for m in messages if m.id not in failed]
         self.stats.handled += len(done)
-        self.acker.ack_many(done)
-        await self.settled([by_id[i] for i in done])
-        for entry_id, error in failed.items():
-            await self._settle(by_id[entry_id], error)
+        self.acker.ack_many([entry.id for entry in done])
+        await self.settled(done)
+        for message_id, error in failed.items():
+            await self._settle(by_message_id[message_id], error)

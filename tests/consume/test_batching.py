@@ -169,6 +169,36 @@ async def test_partial_failure_retries_only_failed_entries(
         assert await pending_count(client, mq.stream, "g") == 0
 
 
+async def test_batches_of_every_partition_are_acked_and_partially_failed_by_message_id(
+    make_queue: QueueFactory,
+) -> None:
+    # a Message's ID names its partition ("1:<ms>-<seq>"): outcomes must find the entries
+    mq = make_queue(partitions=2, retry=RetryPolicy(attempts=1), claim_idle=0.2,
+                    claim_interval=0.05)  # fmt: skip
+    calls: list[tuple[str, int]] = []
+
+    @mq.batch_handler("order", size=10, timeout=0.05)
+    async def store(msgs: list[Message[Order]]) -> None:
+        calls.extend((m.id, m.delivery_count) for m in msgs)
+        failed = {m.id: "fails once" for m in msgs if m.data.n == 0 and m.delivery_count == 1}
+        if failed:
+            raise PartialFailure(failed)
+
+    async with mq:
+        ids = await mq.publish_many("order", [Order(n=i) for i in range(8)], key=str)
+        assert {i.split(":")[0] for i in ids} == {"0", "1"}  # both partitions have entries
+
+        async def all_acked() -> bool:
+            return (await mq.topic_info()).pending == 0
+
+        async with mq.running():
+            await wait_for(lambda: len(calls) == 9, what="8 entries and 1 retried")
+            await wait_for(all_acked, what="every entry of both partitions acked")
+    retried = [i for i, count in calls if count == 2]
+    assert retried == [ids[0]], "only the entry named by PartialFailure comes back"
+    assert sorted(i for i, count in calls if count == 1) == sorted(ids)
+
+
 async def test_malformed_entry_does_not_fail_its_batch(
     make_queue: QueueFactory, client: aioredis.Redis
 ) -> None:

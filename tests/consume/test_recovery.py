@@ -1,4 +1,5 @@
-"""Pending-first recovery, claiming idle entries, lease renewal, retries, auto-stop."""
+"""Pending-first recovery, claiming idle entries, lease renewal, retries, auto-stop
+(``handler_timeout`` has its own file, test_handler_timeout.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import Message, MessageQueue, RedisFailure, Retry, RetryPolicy
+from streamq import Message, RedisFailure, Retry, RetryPolicy
 from tests.helpers.clients import pending_count
 from tests.helpers.queues import QueueFactory, handled_messages
 from tests.helpers.waiting import run_until, wait_for
@@ -133,27 +134,6 @@ async def test_retry_signal_redelivers_after_delay(make_queue: QueueFactory) -> 
     (first, t1), (second, t2) = seen
     assert (first, second) == (1, 2)
     assert t2 - t1 >= 0.28, f"retried after {t2 - t1:.3f}s, asked for 0.3s"
-
-
-async def test_handler_timeout_counts_as_failure(make_queue: QueueFactory) -> None:
-    mq = make_queue(handler_timeout=0.1, retry=RetryPolicy(attempts=1, max_deliveries=1))
-
-    @mq.handler("job")
-    async def hangs(msg: Message[int]) -> None:
-        await anyio.sleep(10)
-
-    async with mq:
-        await mq.publish("job", 1)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(mq.run)
-            await wait_for(lambda: _dead_count(mq), what="dead letter after timeout")
-            await mq.stop()
-        (letter,) = await mq.dead_letters()
-        assert "TimeoutError" in letter.error
-
-
-async def _dead_count(mq: MessageQueue) -> bool:
-    return (await mq.topic_info()).dead_letters > 0
 
 
 @pytest.mark.parametrize("how", ["destroy_group", "delete_stream"])

@@ -1,0 +1,1 @@
+"""The consumer engine's contract, one suite run against every mode (conftest.py)."""

@@ -1,0 +1,33 @@
+"""The ``mode`` and ``kind`` fixtures: each test of this folder states the engine's
+contract once and runs against every consumer mode (modes.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from streamq.testing import delete_stream_keys
+from streamq.topic.partitions import partition_streams
+from tests.consume.contract.modes import KINDS, MODES, Mode
+from tests.helpers.queues import QueueFactory
+
+
+@pytest.fixture(params=MODES)
+def mode(
+    request: pytest.FixtureRequest, make_queue: QueueFactory, stream: str, redis_url: str
+) -> Iterator[Mode]:
+    """Each mode in turn, its queues on the test's stream (a topic of two partitions for
+    the ``-p2`` modes, whose partition streams are deleted after the test)."""
+    mode = Mode(request.param, make_queue, stream, request)
+    yield mode
+    if mode.partitions > 1:
+        for name in partition_streams(stream, mode.partitions):
+            delete_stream_keys(redis_url, name)
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest, make_queue: QueueFactory, stream: str) -> Mode:
+    """The three kinds of consumer on a plain stream, for tests too slow to run on
+    partitioned topics as well."""
+    return Mode(request.param, make_queue, stream, request)

@@ -1,0 +1,108 @@
+"""A consumer's life as its queue reports it: ``stats()`` (empty before a run, then every
+documented figure), ``done``, ``stop_reason``, ``auto_stopped``, the error ``run()``
+raises, ``health()``, and a queue that runs again after a stop. (DESIGN.md public API;
+docs/guides/lifecycle.md; ``MessageQueue.stats``/``health`` docstrings; ERROR_HANDLING.md
+row "An unrecoverable Redis error in the read loop"; services.md "Running": fan-out's
+``health()`` has ``pending`` and ``lag`` None.)"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from streamq import Message, MessageQueue, RedisFailure
+from tests.consume.contract.modes import Mode
+from tests.helpers.waiting import wait_for
+
+pytestmark = pytest.mark.anyio
+
+# mq.stats(): counters, the in_flight gauge, the histograms (MessageQueue.stats)
+DOCUMENTED_FIGURES = {
+    "received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked",
+    "scheduled_moved", "in_flight", "handler_seconds", "batch_size",
+    "scheduled_lateness_seconds",
+}  # fmt: skip
+
+
+def journal(mq: MessageQueue) -> list[int]:
+    handled: list[int] = []
+
+    @mq.handler("job")
+    async def keep(msg: Message[int]) -> None:
+        handled.append(msg.data)
+
+    return handled
+
+
+async def test_before_a_run_nothing_is_reported_and_stop_returns_at_once(mode: Mode) -> None:
+    mq = mode.queue()
+    journal(mq)
+    async with mq:
+        assert mq.stats() == {}
+        assert (mq.stop_reason, mq.auto_stopped, mq.done.is_set()) == (None, False, False)
+        with anyio.fail_after(1):
+            await mq.stop()
+
+
+async def test_stats_report_every_documented_figure(mode: Mode) -> None:
+    mq = mode.queue()
+    handled = journal(mq)
+    async with mq:
+        await mq.publish("job", 1, key="a")
+        async with mq.running():
+            await wait_for(lambda: handled == [1], what="handled")
+            running = mq.stats()
+        assert mq.stats().keys() == running.keys(), "the figures outlive the run"
+    missing = DOCUMENTED_FIGURES - running.keys()
+    assert not missing, f"stats() lacks {sorted(missing)}"
+    for name in ("handler_seconds", "batch_size", "scheduled_lateness_seconds"):
+        assert {"buckets", "sum", "count"} <= running[name].keys(), name
+
+
+async def test_a_stopped_queue_runs_again_with_a_fresh_done_and_reason(mode: Mode) -> None:
+    mq = mode.queue()
+    handled = journal(mq)
+    async with mq:
+        for n in (1, 2):
+            await mq.publish("job", n, key="a")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(mq.run)
+                await wait_for(lambda n=n: len(handled) == n, what=f"run {n} handled its entry")
+                assert not mq.done.is_set() and mq.stop_reason is None
+                health = await mq.health()
+                assert (health["ready"], health["consuming"]) == (True, True)
+                if not mode.grouped:  # no group: nothing pending, no lag to report
+                    assert (health["pending"], health["lag"]) == (None, None)
+                await mq.stop()
+            assert mq.done.is_set()
+            assert (mq.stop_reason, mq.auto_stopped) == ("stopped", False)
+            assert (await mq.health())["consuming"] is False
+    assert handled == [1, 2]
+
+
+async def test_an_unrecoverable_read_error_stops_with_reason_error_and_run_raises(
+    mode: Mode, client: aioredis.Redis
+) -> None:
+    mode.differs(
+        "ordered",
+        reason="run() of an ordered consumer raises the read's RedisFailure inside "
+        "ExceptionGroups (its partition workers' task groups), not as itself; "
+        "ERROR_HANDLING.md: run() re-raises the error (a RedisFailure)",
+    )
+    mq = mode.queue()
+    handled = journal(mq)
+    async with mq:
+        await mq.publish("job", 1, key="a")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mq.run)
+            await wait_for(lambda: handled == [1], what="handled")
+            tg.cancel_scope.cancel()
+        pipe = client.pipeline(transaction=True)  # the streams replaced by strings
+        for stream in mq.streams:
+            pipe.delete(stream)
+            pipe.set(stream, "replaced by a string")
+        await pipe.execute()
+        with pytest.raises(RedisFailure, match="WRONGTYPE"), anyio.fail_after(5):
+            await mq.run()
+    assert (mq.stop_reason, mq.auto_stopped, mq.done.is_set()) == ("error", True, True)
