@@ -7,6 +7,9 @@ row "An unrecoverable Redis error in the read loop"; services.md "Running": fan-
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import anyio
 import pytest
 import redis.asyncio as aioredis
@@ -68,7 +71,7 @@ async def test_a_stopped_queue_runs_again_with_a_fresh_done_and_reason(mode: Mod
             await mq.publish("job", n, key="a")
             async with anyio.create_task_group() as tg:
                 tg.start_soon(mq.run)
-                await wait_for(lambda n=n: len(handled) == n, what=f"run {n} handled its entry")
+                await wait_for(handled_count(handled, n), what=f"run {n} handled its entry")
                 assert not mq.done.is_set() and mq.stop_reason is None
                 health = await mq.health()
                 assert (health["ready"], health["consuming"]) == (True, True)
@@ -106,3 +109,8 @@ async def test_an_unrecoverable_read_error_stops_with_reason_error_and_run_raise
         with pytest.raises(RedisFailure, match="WRONGTYPE"), anyio.fail_after(5):
             await mq.run()
     assert (mq.stop_reason, mq.auto_stopped, mq.done.is_set()) == ("error", True, True)
+
+
+def handled_count(handled: list[Any], n: int) -> Callable[[], bool]:
+    """Whether ``handled`` holds ``n`` entries (a closure per run, not a late-bound one)."""
+    return lambda: len(handled) == n
