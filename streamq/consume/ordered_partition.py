@@ -37,7 +37,8 @@ from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, OrderedDispatcher, Shared
-from .ordering import KeyedLanes
+from .ordering import KeyedLanes, LaneKey
+from .refill import PendingRefill
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ class PartitionWorker:
         self.dispatcher = make_dispatcher(self.acker, token)
         self.halted = HaltedKeys(client, stream, group)
         self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
+        # refills run in the lanes, beside the read loop: on a pooled connection
+        self.refill = PendingRefill(functools.partial(self._fenced, pooled=True),
+                                    lambda: self._last_added)  # fmt: skip
         self.lost = False  # the lease lapsed or a fenced op was refused
         self.draining = False
         self._scope = anyio.CancelScope()  # everything of this partition
@@ -99,6 +103,7 @@ class PartitionWorker:
                         self._shared.slots,
                         self._shared.room,
                         functools.partial(self.holds.set_aside, give_up=self.abandon),
+                        self._refill,
                     )
                     tg.start_soon(self._run_acker)
                     tg.start_soon(self.halted.watch, lanes, self._may_act)
@@ -180,6 +185,7 @@ class PartitionWorker:
             return handover
         handover.set_held((await self._fenced("held"))[1])
         self.holds.flagged.update(entry.id for entry in handover.held)
+        self.refill.set_aside(handover.held)
         self._taken.update(entry.id for entry in handover.held)
         return handover
 
@@ -243,17 +249,33 @@ class PartitionWorker:
         acker.acked += len(ids)
         return reply
 
-    async def _fenced(self, op: str, *args: str | int) -> list[Any]:
+    async def _fenced(self, op: str, *args: str | int | bytes, pooled: bool = False) -> list[Any]:
+        """A fenced op on the read loop's connection (``pooled``: on one of the pool's)."""
         if not self._may_act():
             self.abandon()
             await anyio.sleep_forever()  # cancelled by abandon()
+        connection = None if pooled else self._connection
         reply = await wire.fenced(self._client, self.stream, self.group, self.me, self.token,
-                                  op, *args, connection=self._connection)  # fmt: skip
+                                  op, *args, connection=connection)  # fmt: skip
         if reply is None:
             self.abandon()
             await anyio.sleep_forever()
         assert reply is not None
         return reply
+
+    async def _refill(
+        self, key: LaneKey, start: str, want: int
+    ) -> tuple[list[RawEntry], str | None]:
+        """A lane's spilled entries (:mod:`.refill`); an error gives the partition up, as
+        one outside a handler does (the next owner takes every pending entry over)."""
+        try:
+            return await self.refill(key, start, want)
+        except Exception as e:
+            log.error("partition %s: giving it up after an error refilling a lane: %s",
+                      self.stream, describe(e), exc_info=e)  # fmt: skip
+            self.abandon()
+            await anyio.sleep_forever()  # cancelled by abandon()
+            raise
 
     # -- handling -------------------------------------------------------------------
     def cancel_running(self, entry_id: str) -> None:
@@ -307,6 +329,7 @@ class PartitionWorker:
         """What an operator asked for ``entry`` (it was stopped, resumed, or its halted key
         released): True or False as :meth:`_run_entry` returns, None to handle it now."""
         holds = self.holds
+        self.refill.aside.pop(entry.id, None)  # it runs: back in the pending list if resumed
         if (entry.id in holds.flagged or entry.id in holds.view.ids) and await holds.hold(entry):
             return False  # stopped: its key waits until it is resumed
         if entry.id in self.holds.resumed:

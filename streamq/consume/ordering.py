@@ -5,6 +5,12 @@ One lane per key with work, as one task that lives while its queue is not empty:
 key costs nothing. Entries without a key share the lane of the key ``None`` (the keyless
 entries of a partition are ordered among themselves). :class:`Room` bounds the entries held
 by a consumer's lanes (``max_in_flight``): a partition reads only what the lanes can take.
+
+A key holds at most ``Room.per_key`` of that budget, and a key that waits (halted, held by
+a stop, retrying after a backoff) holds none of it: the entries of a key past its share are
+not kept in memory (they stay in this consumer's pending list, where the read put them) and
+come back, in ID order, through ``refill`` once its lane has run what it holds. So reading
+goes on past a waiting or slow key, and the budget counts only entries that can run.
 """
 
 from __future__ import annotations
@@ -15,12 +21,16 @@ from collections.abc import Awaitable, Callable
 import anyio
 from anyio.abc import TaskGroup
 
+from ..config import ConsumerConfig
 from ..message import RawEntry
 
 LaneKey = bytes | None
 RunEntry = Callable[[RawEntry], Awaitable[bool]]
 # an entry whose run a stop notice cancelled: set it aside (True) or run it again (False)
 OnStopped = Callable[[RawEntry], Awaitable[bool]]
+# a key's entries left in the pending list: refill(key, from ID, at most) -> (up to that
+# many, in ID order, and the ID to go on from, or None when none of the key is left there)
+Refill = Callable[[LaneKey, str, int], Awaitable[tuple[list[RawEntry], str | None]]]
 
 
 class Runner:
@@ -38,14 +48,16 @@ class Runner:
 
 
 class Room:
-    """How many more entries this consumer's lanes may hold (``max_in_flight``).
+    """How many more entries this consumer's lanes may hold (``max_in_flight``), and how
+    many of them one key may hold (``per_key``).
 
     Readers wait until a useful amount is free (``low_water``), not one slot: waking every
     partition's reader for each finished entry would turn reads into one entry each."""
 
-    def __init__(self, limit: int, low_water: int = 1) -> None:
+    def __init__(self, limit: int, low_water: int = 1, per_key: int | None = None) -> None:
         self.limit, self.held = limit, 0
         self.low_water = max(1, min(low_water, limit))
+        self.per_key = max(1, min(per_key or limit, limit))
         self._freed = anyio.Event()
 
     def free(self) -> int:
@@ -64,6 +76,13 @@ class Room:
         self.held -= count
         if self.limit - self.held >= self.low_water:  # free(), inlined: once per entry
             self._freed.set()
+
+
+def per_key_share(config: ConsumerConfig) -> int:
+    """How many entries one key's lane keeps in memory, at most (a quarter of
+    ``max_in_flight``, at most ``read_count``); it is also how much room a partition waits
+    for before it reads again."""
+    return max(1, min(config.read_count, config.max_in_flight // 4))
 
 
 class Slots:
@@ -113,14 +132,23 @@ class KeyedLanes:
     work, started and ended for each read, was a measurable cost per entry.
 
     :meth:`cancel` (a stop notice) cancels the run of an entry: its lane stops there and
-    ``on_stopped(entry)`` sets the entry aside (or, resumed meanwhile, the lane goes on)."""
+    ``on_stopped(entry)`` sets the entry aside (or, resumed meanwhile, the lane goes on).
+
+    With ``refill`` a lane keeps at most ``room.per_key`` entries, and a stopped lane only
+    the entry it stopped at, which counts against the room only once the lane goes on again;
+    the key's later entries are *spilled*: left in the pending list from the first of them
+    on (every later entry of the key read meanwhile too, so the lane still holds a prefix of
+    its key's entries) and refilled in ID order when the lane has run what it holds."""
 
     def __init__(
         self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room,
-        on_stopped: OnStopped | None = None,
+        on_stopped: OnStopped | None = None, refill: Refill | None = None,
     ) -> None:  # fmt: skip
         self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
-        self._on_stopped = on_stopped
+        self._on_stopped, self._refill = on_stopped, refill
+        self._per_key = room.per_key if refill is not None else None
+        self._spilled: dict[LaneKey, str] = {}  # key -> its first entry left pending
+        self._counted = 0  # the entries of these lanes that hold room
         self._runners_at_work: list[Runner] = []
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
         self._ready: deque[LaneKey] = deque()  # lanes with entries that no runner holds
@@ -136,28 +164,46 @@ class KeyedLanes:
     def held(self) -> int:
         return sum(len(lane) for lane in self._lanes.values())
 
+    @property
+    def spilled(self) -> int:
+        """How many keys have entries left in the pending list (see the class)."""
+        return len(self._spilled)
+
     def behind(self, key: LaneKey) -> int:
-        """How many entries wait in ``key``'s lane behind its first."""
+        """How many entries wait behind ``key``'s first (its lane's, 1 for spilled ones)."""
         lane = self._lanes.get(key)
-        return len(lane) - 1 if lane else 0
+        return len(lane) - 1 + (key in self._spilled) if lane else 0
 
     def add(self, entries: list[RawEntry]) -> None:
-        """Queue ``entries`` (in ID order) behind the earlier entries of their keys."""
-        self._room.take(len(entries))
-        lanes, ready = self._lanes, self._ready
+        """Queue ``entries`` (in ID order) behind the earlier entries of their keys (past a
+        key's share, spilled: see the class)."""
+        lanes, ready, spilled = self._lanes, self._ready, self._spilled
+        kept = 0
         for entry in entries:
             key = entry.fields.get(b"key")
             lane = lanes.get(key)
-            if lane is not None:
+            if lane is None:
+                lanes[key] = deque((entry,))
+                kept += 1
+                if key not in self.stopped_keys:  # a stopped lane takes no more work
+                    ready.append(key)
+            elif spilled and key in spilled:
+                continue  # behind entries of its key that are not in memory
+            elif self._per_key is not None and (
+                len(lane) >= self._per_key or key in self.stopped_keys
+            ):
+                spilled[key] = entry.id
+            else:
                 lane.append(entry)
-                continue
-            lanes[key] = deque((entry,))
-            if key in self.stopped_keys:  # a stopped lane takes no more work
-                continue
-            ready.append(key)
+                kept += 1
+        self._count(kept)
         if ready:
             self._busy()
             self._wake_one()
+
+    def _count(self, entries: int) -> None:
+        self._counted += entries
+        self._room.take(entries)
 
     def _busy(self) -> None:
         if self._idle.is_set():
@@ -226,11 +272,24 @@ class KeyedLanes:
         lane = self._lanes.get(key)
         if entry is None or not lane or lane[0] is not entry:  # dropped meanwhile
             return
-        self.stopped_keys.add(key)
+        self._stop(key, lane)
         if not self._running():
             self._idle.set()
         if self._on_stopped is None or not await self._on_stopped(entry):
             self.resume(key)
+
+    def _stop(self, key: LaneKey, lane: deque[RawEntry]) -> None:
+        """``key``'s lane stops at its first entry. With refill, the entries behind it are
+        spilled and the first no longer holds room: a waiting key holds none of it."""
+        self.stopped_keys.add(key)
+        if self._refill is None:
+            return
+        self._counted -= len(lane)
+        self._room.give(len(lane))
+        if len(lane) > 1:
+            self._spilled[key] = lane[1].id  # the lane holds a prefix: the rest follow it
+            while len(lane) > 1:
+                lane.pop()
 
     async def _run_lane(self, key: LaneKey, runner: Runner) -> None:
         lane = self._lanes.get(key)
@@ -243,16 +302,21 @@ class KeyedLanes:
         await slots.acquire()
         try:
             runner.key = key
-            while lane and self._lanes.get(key) is lane:  # not dropped meanwhile
+            while self._lanes.get(key) is lane:  # not dropped meanwhile
+                if not lane:
+                    if key in self._spilled and await self._refilled(key, lane):
+                        continue
+                    return
                 entry = runner.entry = lane[0]
                 go_on = await self._run_entry(entry)
                 runner.entry = None
                 if not go_on:
                     if self._lanes.get(key) is lane:  # not dropped meanwhile
-                        self.stopped_keys.add(key)
+                        self._stop(key, lane)
                     return
                 lane.popleft()
                 if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
+                    self._counted -= 1
                     room.give(1)
                 else:
                     return
@@ -262,6 +326,21 @@ class KeyedLanes:
                 del self._lanes[key]
             if not self._running():
                 self._idle.set()
+
+    async def _refilled(self, key: LaneKey, lane: deque[RawEntry]) -> bool:
+        """Bring back the next of ``key``'s spilled entries into its empty lane: whether
+        there may be more to run (False: none of the key is left)."""
+        assert self._refill is not None and self._per_key is not None
+        entries, rest = await self._refill(key, self._spilled[key], self._per_key)
+        if self._lanes.get(key) is not lane:  # dropped meanwhile
+            return False
+        if rest is None:
+            del self._spilled[key]
+        else:
+            self._spilled[key] = rest
+        lane.extend(entries)
+        self._count(len(entries))
+        return bool(lane) or rest is not None
 
     def _running(self) -> bool:
         # every stopped key has a lane (it stopped with entries left; drop_all clears both)
@@ -276,7 +355,10 @@ class KeyedLanes:
         """Let a stopped lane (a halted key) go on from the entry it stopped at."""
         if key in self.stopped_keys:
             self.stopped_keys.discard(key)
-            if key in self._lanes:
+            lane = self._lanes.get(key)
+            if lane is not None:
+                if self._refill is not None:  # its first entry holds room again
+                    self._count(len(lane))
                 self._ready.append(key)
                 self._busy()
                 self._wake_one()
@@ -284,8 +366,10 @@ class KeyedLanes:
     def drop_all(self) -> None:
         """Forget every queued entry (the partition was lost or is being left: they stay
         pending in Redis for the next owner) and give their room back."""
-        self._room.give(self.held)
+        self._room.give(self._counted)
+        self._counted = 0
         self._lanes.clear()
         self._ready.clear()
+        self._spilled.clear()
         self.stopped_keys.clear()
         self._idle.set()
