@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskGroup
@@ -25,7 +26,17 @@ from ..config import ConsumerConfig
 from ..message import RawEntry
 
 LaneKey = bytes | None
-RunEntry = Callable[[RawEntry], Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """``run_entry``'s answer for an entry to run again after ``delay`` seconds (a retry's
+    backoff): its key waits, holding no handler slot and no room."""
+
+    delay: float
+
+
+RunEntry = Callable[[RawEntry], Awaitable[bool | Later]]
 # an entry whose run a stop notice cancelled: set it aside (True) or run it again (False)
 OnStopped = Callable[[RawEntry], Awaitable[bool]]
 # a key's entries left in the pending list: refill(key, from ID, at most) -> (up to that
@@ -79,9 +90,8 @@ class Room:
 
 
 def per_key_share(config: ConsumerConfig) -> int:
-    """How many entries one key's lane keeps in memory, at most (a quarter of
-    ``max_in_flight``, at most ``read_count``); it is also how much room a partition waits
-    for before it reads again."""
+    """How many entries one key's lane keeps in memory (a quarter of ``max_in_flight``, at
+    most ``read_count``), and how much room a partition waits for before it reads again."""
     return max(1, min(config.read_count, config.max_in_flight // 4))
 
 
@@ -119,7 +129,8 @@ class Slots:
 class KeyedLanes:
     """The lanes of one partition. ``run_entry(entry)`` handles one entry and returns
     whether its lane goes on (False: the lane stops, e.g. the lease was lost or the key
-    halted; its remaining entries stay where they are, pending in Redis).
+    halted; its remaining entries stay where they are, pending in Redis), or
+    :class:`Later`: the lane stops and goes on from that entry after the delay.
 
     The lanes are run by a pool of runner tasks, at most ``concurrency``: a runner takes a
     key whose lane is ready, runs the lane (holding one of the consumer's handler slots)
@@ -148,6 +159,7 @@ class KeyedLanes:
         self._on_stopped, self._refill = on_stopped, refill
         self._per_key = room.per_key if refill is not None else None
         self._spilled: dict[LaneKey, str] = {}  # key -> its first entry left pending
+        self._later: dict[LaneKey, object] = {}  # key -> the token of its wake-up to come
         self._counted = 0  # the entries of these lanes that hold room
         self._runners_at_work: list[Runner] = []
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
@@ -310,9 +322,11 @@ class KeyedLanes:
                 entry = runner.entry = lane[0]
                 go_on = await self._run_entry(entry)
                 runner.entry = None
-                if not go_on:
+                if go_on is not True:
                     if self._lanes.get(key) is lane:  # not dropped meanwhile
                         self._stop(key, lane)
+                        if go_on is not False:
+                            self._resume_later(key, go_on.delay)
                     return
                 lane.popleft()
                 if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
@@ -342,6 +356,15 @@ class KeyedLanes:
         self._count(len(entries))
         return bool(lane) or rest is not None
 
+    def _resume_later(self, key: LaneKey, delay: float) -> None:
+        self._later[key] = token = object()
+        self._tg.start_soon(self._wake_up, key, token, delay)
+
+    async def _wake_up(self, key: LaneKey, token: object, delay: float) -> None:
+        await anyio.sleep(delay)
+        if self._later.get(key) is token:  # not resumed, dropped or stopped again meanwhile
+            self.resume(key)
+
     def _running(self) -> bool:
         # every stopped key has a lane (it stopped with entries left; drop_all clears both)
         return len(self._lanes) > len(self.stopped_keys)
@@ -353,6 +376,7 @@ class KeyedLanes:
 
     def resume(self, key: LaneKey) -> None:
         """Let a stopped lane (a halted key) go on from the entry it stopped at."""
+        self._later.pop(key, None)
         if key in self.stopped_keys:
             self.stopped_keys.discard(key)
             lane = self._lanes.get(key)
@@ -371,5 +395,6 @@ class KeyedLanes:
         self._lanes.clear()
         self._ready.clear()
         self._spilled.clear()
+        self._later.clear()
         self.stopped_keys.clear()
         self._idle.set()

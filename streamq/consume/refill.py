@@ -18,14 +18,20 @@ lane, and should it be spilled, it comes back from :attr:`PendingRefill.aside`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+
+import anyio
 
 from ..ids import StreamId, after
 from ..message import RawEntry
 from ..wire import replies
 from ..wire.replies import text
+from .failures import describe
 from .ordering import LaneKey
+
+log = logging.getLogger(__name__)
 
 # pending IDs one refill call looks at, at most: a bound on the script's time when many
 # entries of other keys are pending between two of this key's
@@ -38,16 +44,34 @@ class PendingRefill:
     """``refill`` of :class:`~streamq.consume.ordering.KeyedLanes` for one owned partition.
 
     ``fenced(op, *args)`` runs a fenced op (the lease checked); ``last_given()`` is the
-    highest entry ID given to the lanes so far (nothing past it was spilled)."""
+    highest entry ID given to the lanes so far (nothing past it was spilled). An error gives
+    the partition up (``give_up``), as one outside a handler does: the next owner takes
+    every pending entry over, so nothing is skipped."""
 
-    def __init__(self, fenced: Fenced, last_given: Callable[[], StreamId]) -> None:
-        self._fenced, self._last_given = fenced, last_given
+    def __init__(
+        self, fenced: Fenced, last_given: Callable[[], StreamId], give_up: Callable[[], None],
+        stream: str,
+    ) -> None:  # fmt: skip
+        self._fenced, self._last_given, self._give_up = fenced, last_given, give_up
+        self._stream = stream
         self.aside: dict[str, RawEntry] = {}  # taken over while set aside by a stop
 
     def set_aside(self, entries: Iterable[RawEntry]) -> None:
         self.aside.update((entry.id, entry) for entry in entries)
 
     async def __call__(
+        self, key: LaneKey, start: str, want: int
+    ) -> tuple[list[RawEntry], str | None]:
+        try:
+            return await self._refill(key, start, want)
+        except Exception as e:
+            log.error("partition %s: giving it up after an error refilling a lane: %s",
+                      self._stream, describe(e), exc_info=e)  # fmt: skip
+            self._give_up()
+            await anyio.sleep_forever()  # cancelled by give_up()
+            raise
+
+    async def _refill(
         self, key: LaneKey, start: str, want: int
     ) -> tuple[list[RawEntry], str | None]:
         upto = self._last_given()

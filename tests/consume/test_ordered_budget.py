@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from streamq import Message, MessageQueue, RetryPolicy, StartFrom
+from streamq import Message, MessageQueue, Retry, RetryPolicy, StartFrom
 from streamq.config import OnPoison
 from tests.helpers.waiting import wait_for
 
@@ -127,3 +127,27 @@ async def test_a_slow_hot_key_with_a_backlog_does_not_stop_the_other_keys(
             )  # fmt: skip
     for key, ns in handled.by_key.items():
         assert ns == list(range(len(ns))), f"key {key} out of order"
+
+
+async def test_a_key_waiting_to_retry_holds_no_handler_slot(where: str, topic: str) -> None:
+    mq = MessageQueue(where, stream=topic, group="g", consumer="c1", ordered=True,
+                      ownership_lease=LEASE, block=0.2, start=StartFrom.EARLIEST,
+                      concurrency=1, max_in_flight=4)  # fmt: skip
+    handled = Handled()
+    asked: list[float] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        if msg.key == "waits" and not asked:
+            asked.append(anyio.current_time())
+            raise Retry(delay=5.0)
+        handled.add(msg)
+
+    async with mq:
+        await _publish(mq, ["waits"], 2)
+        await _publish(mq, [f"k{i}" for i in range(4)], 3)
+        async with mq.running():
+            await handled.wait(12, but="waits", timeout=3)  # the one slot is free meanwhile
+            assert handled.by_key["waits"] == []
+            await wait_for(lambda: handled.by_key["waits"] == [0, 1], timeout=10, what="waits")
+    assert anyio.current_time() - asked[0] >= 5.0
