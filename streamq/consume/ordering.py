@@ -40,7 +40,8 @@ RunEntry = Callable[[RawEntry], Awaitable[bool | Later]]
 # an entry whose run a stop notice cancelled: set it aside (True) or run it again (False)
 OnStopped = Callable[[RawEntry], Awaitable[bool]]
 # a key's entries left in the pending list: refill(key, from ID, at most) -> (up to that
-# many, in ID order, and the ID to go on from, or None when none of the key is left there)
+# many, in ID order, and the ID to go on from, or None when none is left of those given to
+# the lanes before the call: the lanes spill the ones read meanwhile again)
 Refill = Callable[[LaneKey, str, int], Awaitable[tuple[list[RawEntry], str | None]]]
 
 
@@ -199,8 +200,9 @@ class KeyedLanes:
                 kept += 1
                 if key not in self.stopped_keys:  # a stopped lane takes no more work
                     ready.append(key)
-            elif spilled and key in spilled:
-                continue  # behind entries of its key that are not in memory
+            elif spilled and key in spilled:  # behind entries of its key not in memory
+                if not spilled[key]:  # read while its lane is refilled: refilled after
+                    spilled[key] = entry.id
             elif self._per_key is not None and (
                 len(lane) >= self._per_key or key in self.stopped_keys
             ):
@@ -345,16 +347,16 @@ class KeyedLanes:
         """Bring back the next of ``key``'s spilled entries into its empty lane: whether
         there may be more to run (False: none of the key is left)."""
         assert self._refill is not None and self._per_key is not None
-        entries, rest = await self._refill(key, self._spilled[key], self._per_key)
+        start, self._spilled[key] = self._spilled[key], ""  # "": none read meanwhile
+        entries, rest = await self._refill(key, start, self._per_key)
         if self._lanes.get(key) is not lane:  # dropped meanwhile
             return False
-        if rest is None:
-            del self._spilled[key]
-        else:
-            self._spilled[key] = rest
+        read_meanwhile = self._spilled.pop(key)
+        if rest is not None or read_meanwhile:
+            self._spilled[key] = rest or read_meanwhile
         lane.extend(entries)
         self._count(len(entries))
-        return bool(lane) or rest is not None
+        return bool(lane) or key in self._spilled
 
     def _resume_later(self, key: LaneKey, delay: float) -> None:
         self._later[key] = token = object()

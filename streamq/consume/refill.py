@@ -83,9 +83,9 @@ class PendingRefill:
         complete = int(reply[3]) == 1
         bound = upto if complete else StreamId.parse(text(reply[2]))
         entries = self._with_aside(entries, key, StreamId.parse(start), bound)
-        if complete and self._last_given() == upto:
-            return entries, None
-        return entries, after(bound)
+        log.debug("partition %s: %d entries of key %r back from the pending list",
+                  self._stream, len(entries), key)  # fmt: skip
+        return entries, None if complete else after(bound)
 
     def _with_aside(
         self, entries: list[RawEntry], key: LaneKey, start: StreamId, bound: StreamId

@@ -151,3 +151,27 @@ async def test_a_key_waiting_to_retry_holds_no_handler_slot(where: str, topic: s
             assert handled.by_key["waits"] == []
             await wait_for(lambda: handled.by_key["waits"] == [0, 1], timeout=10, what="waits")
     assert anyio.current_time() - asked[0] >= 5.0
+
+
+async def test_keys_past_their_share_are_handled_once_in_order_while_entries_keep_coming(
+    where: str, topic: str
+) -> None:
+    mq = MessageQueue(where, stream=topic, group="g", consumer="c1", partitions=2,
+                      ordered=True, ownership_lease=LEASE, block=0.2, start=StartFrom.EARLIEST,
+                      max_in_flight=8, read_count=8, concurrency=2)  # fmt: skip
+    handled = Handled()
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        await anyio.sleep(0.001)
+        handled.add(msg)
+
+    keys, rounds = ["a", "b", "c", "d"], 100
+    async with mq, mq.running():
+        for n in range(rounds):  # a key's entries keep coming while its lane is refilled
+            await mq.publish_many("job", [{"n": n, "key": k} for k in keys], key=lambda d: d["key"])
+            await anyio.sleep(0.002)
+        await handled.wait(len(keys) * rounds, but="", timeout=30)
+    assert {key: ns for key, ns in handled.by_key.items()} == {
+        key: list(range(rounds)) for key in keys
+    }
