@@ -15,6 +15,7 @@ goes on past a waiting or slow key, and the budget counts only entries that can 
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -158,10 +159,12 @@ class KeyedLanes:
     ) -> None:  # fmt: skip
         self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
         self._on_stopped, self._refill = on_stopped, refill
-        self._per_key = room.per_key if refill is not None else None
+        self.stopped_keys: set[LaneKey] = set()  # lanes that stopped with entries left
+        # without refill every entry is kept: no share, and a stopped lane takes more too
+        self._per_key = room.per_key if refill is not None else sys.maxsize
+        self._spill_stopped = self.stopped_keys if refill is not None else frozenset()
         self._spilled: dict[LaneKey, str] = {}  # key -> its first entry left pending
         self._later: dict[LaneKey, object] = {}  # key -> the token of its wake-up to come
-        self._counted = 0  # the entries of these lanes that hold room
         self._runners_at_work: list[Runner] = []
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
         self._ready: deque[LaneKey] = deque()  # lanes with entries that no runner holds
@@ -171,7 +174,6 @@ class KeyedLanes:
         self._max_runners = max(1, slots.total)
         self._idle = anyio.Event()
         self._idle.set()
-        self.stopped_keys: set[LaneKey] = set()  # lanes that stopped with entries left
 
     @property
     def held(self) -> int:
@@ -191,6 +193,7 @@ class KeyedLanes:
         """Queue ``entries`` (in ID order) behind the earlier entries of their keys (past a
         key's share, spilled: see the class)."""
         lanes, ready, spilled = self._lanes, self._ready, self._spilled
+        per_key, spill_stopped = self._per_key, self._spill_stopped
         kept = 0
         for entry in entries:
             key = entry.fields.get(b"key")
@@ -203,21 +206,15 @@ class KeyedLanes:
             elif spilled and key in spilled:  # behind entries of its key not in memory
                 if not spilled[key]:  # read while its lane is refilled: refilled after
                     spilled[key] = entry.id
-            elif self._per_key is not None and (
-                len(lane) >= self._per_key or key in self.stopped_keys
-            ):
-                spilled[key] = entry.id
-            else:
+            elif len(lane) < per_key and key not in spill_stopped:
                 lane.append(entry)
                 kept += 1
-        self._count(kept)
+            else:
+                spilled[key] = entry.id
+        self._room.take(kept)
         if ready:
             self._busy()
             self._wake_one()
-
-    def _count(self, entries: int) -> None:
-        self._counted += entries
-        self._room.take(entries)
 
     def _busy(self) -> None:
         if self._idle.is_set():
@@ -298,7 +295,6 @@ class KeyedLanes:
         self.stopped_keys.add(key)
         if self._refill is None:
             return
-        self._counted -= len(lane)
         self._room.give(len(lane))
         if len(lane) > 1:
             self._spilled[key] = lane[1].id  # the lane holds a prefix: the rest follow it
@@ -332,7 +328,6 @@ class KeyedLanes:
                     return
                 lane.popleft()
                 if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
-                    self._counted -= 1
                     room.give(1)
                 else:
                     return
@@ -346,7 +341,7 @@ class KeyedLanes:
     async def _refilled(self, key: LaneKey, lane: deque[RawEntry]) -> bool:
         """Bring back the next of ``key``'s spilled entries into its empty lane: whether
         there may be more to run (False: none of the key is left)."""
-        assert self._refill is not None and self._per_key is not None
+        assert self._refill is not None
         start, self._spilled[key] = self._spilled[key], ""  # "": none read meanwhile
         entries, rest = await self._refill(key, start, self._per_key)
         if self._lanes.get(key) is not lane:  # dropped meanwhile
@@ -355,7 +350,7 @@ class KeyedLanes:
         if rest is not None or read_meanwhile:
             self._spilled[key] = rest or read_meanwhile
         lane.extend(entries)
-        self._count(len(entries))
+        self._room.take(len(entries))
         return bool(lane) or key in self._spilled
 
     def _resume_later(self, key: LaneKey, delay: float) -> None:
@@ -384,16 +379,21 @@ class KeyedLanes:
             lane = self._lanes.get(key)
             if lane is not None:
                 if self._refill is not None:  # its first entry holds room again
-                    self._count(len(lane))
+                    self._room.take(len(lane))
                 self._ready.append(key)
                 self._busy()
                 self._wake_one()
 
+    def _holding_room(self) -> int:
+        """The entries of these lanes that hold room: with refill, a stopped lane holds
+        none (its one entry, see :meth:`_stop`)."""
+        stopped = self._spill_stopped
+        return sum(len(lane) for key, lane in self._lanes.items() if key not in stopped)
+
     def drop_all(self) -> None:
         """Forget every queued entry (the partition was lost or is being left: they stay
         pending in Redis for the next owner) and give their room back."""
-        self._room.give(self._counted)
-        self._counted = 0
+        self._room.give(self._holding_room())
         self._lanes.clear()
         self._ready.clear()
         self._spilled.clear()
