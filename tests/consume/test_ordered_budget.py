@@ -14,6 +14,9 @@ import pytest
 
 from streamq import Message, MessageQueue, Retry, RetryPolicy, StartFrom
 from streamq.config import OnPoison
+from streamq.consume.refill import PendingRefill
+from streamq.errors import ServerUnavailableError
+from streamq.ids import StreamId
 from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -175,3 +178,15 @@ async def test_keys_past_their_share_are_handled_once_in_order_while_entries_kee
     assert {key: ns for key, ns in handled.by_key.items()} == {
         key: list(range(rounds)) for key in keys
     }
+
+
+async def test_a_refill_that_fails_gives_the_partition_up() -> None:
+    async def fenced(op: str, *args: object) -> list[Any]:
+        raise ServerUnavailableError("the server went away")
+
+    with anyio.CancelScope() as partition:  # what PartitionWorker.abandon cancels
+        refill = PendingRefill(fenced, lambda: StreamId(1, 9), partition.cancel, "s")
+        with anyio.fail_after(2):
+            await refill(b"a", "1-1", 4)
+        pytest.fail("the lane went on after its refill failed")
+    assert partition.cancel_called
