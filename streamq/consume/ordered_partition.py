@@ -70,8 +70,7 @@ class PartitionWorker:
         self.refill = PendingRefill(functools.partial(self._fenced, pooled=True),
                                     lambda: self._last_added, self.abandon, stream)  # fmt: skip
         self._again: set[str] = set()  # failed, waiting out their backoff: redeliver first
-        self.lost = False  # the lease lapsed or a fenced op was refused
-        self.draining = False
+        self.lost, self.draining = False, False  # lost: the lease lapsed or an op was refused
         self._scope = anyio.CancelScope()  # everything of this partition
         self._read_scope = anyio.CancelScope()
         self._lanes: KeyedLanes | None = None

@@ -6,11 +6,9 @@ key costs nothing. Entries without a key share the lane of the key ``None`` (the
 entries of a partition are ordered among themselves). :class:`Room` bounds the entries held
 by a consumer's lanes (``max_in_flight``): a partition reads only what the lanes can take.
 
-A key holds at most ``Room.per_key`` of that budget, and a key that waits (halted, held by
-a stop, retrying after a backoff) holds none of it: the entries of a key past its share are
-not kept in memory (they stay in this consumer's pending list, where the read put them) and
-come back, in ID order, through ``refill`` once its lane has run what it holds. So reading
-goes on past a waiting or slow key, and the budget counts only entries that can run.
+A key holds at most ``Room.per_key`` of it, a waiting key (halted, held, in a backoff) none:
+its entries past that stay in the pending list, where the read put them, and come back in
+ID order through ``refill``. So reading goes on past a waiting or slow key.
 """
 
 from __future__ import annotations

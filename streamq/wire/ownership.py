@@ -112,7 +112,8 @@ return 1
 #   refill FROM TO N PAGE KEY KEYLESS -> {1, [[id, fields, delivery count], ...], last ID
 #                     looked at, 1 if every pending ID up to TO was looked at}: the first
 #                     N entries of one key (KEYLESS "1": of no key) in my pending list
-#                     from FROM to TO, looking at up to PAGE of its IDs; nothing changes
+#                     from FROM to TO, looking at up to PAGE of its IDs (the IDs of
+#                     entries deleted meanwhile are acked, as XAUTOCLAIM drops them)
 FENCED = (
     _NOW
     + _VALID
@@ -173,7 +174,9 @@ elseif op == 'refill' then
   for _, p in ipairs(pending) do
     last = p[1]
     local row = redis.call('XRANGE', s, p[1], p[1])
-    if #row > 0 then
+    if #row == 0 then
+      redis.call('XACK', s, g, p[1])  -- deleted meanwhile: nothing is left to handle
+    else
       local fields, key = row[1][2], false
       for i = 1, #fields, 2 do
         if fields[i] == 'key' then key = fields[i + 1] break end
