@@ -7,6 +7,7 @@ cluster."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -46,6 +47,13 @@ class Handled:
             f"{self.healthy(but)} of the {count} entries of the keys beside {but!r} were "
             f"handled within {timeout} s"
         )
+
+
+def _halted(mq: MessageQueue, key: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return [halted.key for halted in await mq.halted_keys()] == [key]
+
+    return check
 
 
 def _queues(where: str, topic: str, **options: Any) -> list[MessageQueue]:
@@ -190,3 +198,48 @@ async def test_a_refill_that_fails_gives_the_partition_up() -> None:
             await refill(b"a", "1-1", 4)
         pytest.fail("the lane went on after its refill failed")
     assert partition.cancel_called
+
+
+async def test_a_halted_keys_backlog_moves_to_the_next_owner_and_is_handled_once_released(
+    where: str, topic: str
+) -> None:
+    retry = RetryPolicy(attempts=1, backoff=0.01, max_backoff=0.05, max_deliveries=2)
+    first, second = (
+        MessageQueue(where, stream=topic, group="g", consumer=f"c{i}", partitions=2,
+                     ordered=True, ownership_lease=LEASE, block=0.2, start=StartFrom.EARLIEST,
+                     retry=retry, on_poison="halt", **SMALL_BUDGET)
+        for i in (1, 2)
+    )  # fmt: skip
+    handled = Handled()
+    poison = {"on": True}
+    for mq in (first, second):
+
+        @mq.handler("job")
+        async def handle(msg: Message[Any]) -> None:
+            if msg.key == "poison" and poison["on"]:
+                raise RuntimeError("poison")
+            handled.add(msg)
+
+    keys = [f"k{i}" for i in range(9)]
+    async with first, second, anyio.create_task_group() as tg:
+        async with first.running():
+            await _publish(first, ["poison"], 40)
+            await _publish(first, keys, 10)
+            await handled.wait(90, but="poison", timeout=20)
+            await wait_for(_halted(first, "poison"), what="the poison key halted")
+            tg.start_soon(second.run)  # joins, then takes every partition when first leaves
+            await wait_for(lambda: bool(second.stats().get("owned_partitions", [])), what="a join")
+        await wait_for(
+            lambda: len(second.stats().get("owned_partitions", [])) == 2, what="all moved"
+        )
+        await _publish(second, ["poison", *keys], 10)  # n 0..9 again for every key
+        await handled.wait(180, but="poison", timeout=20)
+        assert second.stats()["halted_keys"] == 1
+        poison["on"] = False
+        assert await second.release_halted_key("poison")
+        await wait_for(lambda: len(handled.by_key["poison"]) == 50, timeout=20,
+                       what="the poison key's 50 entries once released")  # fmt: skip
+        await second.stop()
+    assert handled.by_key["poison"] == [*range(40), *range(10)]
+    for key in keys:
+        assert handled.by_key[key] == [*range(10), *range(10)]
