@@ -216,7 +216,9 @@ class ConsumerConfig:
     """How the read loop behaves. Defaults suit most services.
 
     ``concurrency``: handlers running at once. ``max_in_flight``: entries fetched but not
-    finished (bounded so fetched entries do not age in the PEL). ``ownership_lease``: in
+    finished (bounded so fetched entries do not age in the PEL); in ordered mode, those
+    that can run: a waiting key holds none, a key at most a quarter of it (at most
+    ``read_count``), the rest of its entries wait in the pending list. ``ownership_lease``: in
     ordered mode, how long a partition's lease and a member's heartbeat last (a dead
     member's partitions move within about this time; at most an hour). ``claim_idle``: pending
     entries idle this long are taken over; leases of running handlers are renewed well

@@ -40,7 +40,7 @@ from .gone import confirmed_gone
 from .mover import Mover
 from .ordered_dispatch import OrderedDispatcher, Shared
 from .ordered_partition import PartitionWorker
-from .ordering import Room, Slots
+from .ordering import Room, Slots, per_key_share
 from .ownership import Changes, Ownership, RedisLeases
 from .router import Router
 from .stats import Stats
@@ -105,7 +105,7 @@ class OrderedConsumer:
         self.reading = False
         self._shared = Shared(
             router, config, retry, Slots(config.concurrency),
-            Room(config.max_in_flight, min(config.read_count, config.max_in_flight // 4)),
+            Room(config.max_in_flight, per_key_share(config), per_key_share(config)),
             self.ownership.valid, self._gone, self._stopped,
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)

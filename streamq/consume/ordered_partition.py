@@ -37,7 +37,8 @@ from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, OrderedDispatcher, Shared
-from .ordering import KeyedLanes
+from .ordering import KeyedLanes, Later
+from .refill import PendingRefill
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,10 @@ class PartitionWorker:
         self.dispatcher = make_dispatcher(self.acker, token)
         self.halted = HaltedKeys(client, stream, group)
         self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
-        self.lost = False  # the lease lapsed or a fenced op was refused
-        self.draining = False
+        self.refill = PendingRefill(functools.partial(self._fenced, pooled=True),
+                                    lambda: self._last_added, self.abandon, stream)  # fmt: skip
+        self._again: set[str] = set()  # failed, waiting out their backoff: redeliver first
+        self.lost, self.draining = False, False  # lost: the lease lapsed or an op was refused
         self._scope = anyio.CancelScope()  # everything of this partition
         self._read_scope = anyio.CancelScope()
         self._lanes: KeyedLanes | None = None
@@ -99,6 +102,7 @@ class PartitionWorker:
                         self._shared.slots,
                         self._shared.room,
                         functools.partial(self.holds.set_aside, give_up=self.abandon),
+                        self.refill,
                     )
                     tg.start_soon(self._run_acker)
                     tg.start_soon(self.halted.watch, lanes, self._may_act)
@@ -180,6 +184,7 @@ class PartitionWorker:
             return handover
         handover.set_held((await self._fenced("held"))[1])
         self.holds.flagged.update(entry.id for entry in handover.held)
+        self.refill.set_aside(handover.held)
         self._taken.update(entry.id for entry in handover.held)
         return handover
 
@@ -243,12 +248,15 @@ class PartitionWorker:
         acker.acked += len(ids)
         return reply
 
-    async def _fenced(self, op: str, *args: str | int) -> list[Any]:
+    async def _fenced(self, op: str, *args: str | int | bytes, pooled: bool = False) -> list[Any]:
+        """A fenced op on the read loop's connection (``pooled``: on one of the pool's, for
+        the lanes' refills, which run beside the read loop)."""
         if not self._may_act():
             self.abandon()
             await anyio.sleep_forever()  # cancelled by abandon()
+        connection = None if pooled else self._connection
         reply = await wire.fenced(self._client, self.stream, self.group, self.me, self.token,
-                                  op, *args, connection=self._connection)  # fmt: skip
+                                  op, *args, connection=connection)  # fmt: skip
         if reply is None:
             self.abandon()
             await anyio.sleep_forever()
@@ -261,13 +269,13 @@ class PartitionWorker:
         if self._lanes is not None and self._lanes.cancel(entry_id):
             log.info("cancelled the running handler of stopped entry %s", entry_id)
 
-    async def _run_entry_safely(self, entry: RawEntry) -> bool:
+    async def _run_entry_safely(self, entry: RawEntry) -> bool | Later:
         """:meth:`_run_entry`; an error outside the handler (the server away while an entry
         is held or halted, a bug) gives the partition up: the next tick takes it again with
         a new token and takes over its pending entries, so no entry is skipped."""
         try:
             go_on = await self._run_entry(entry)
-            if go_on and entry.id in self._taken:  # settled: acked before its key goes on
+            if go_on is True and entry.id in self._taken:  # settled: acked before it goes on
                 self._taken.discard(entry.id)
                 lanes = self._lanes
                 if lanes is not None and lanes.behind(entry.fields.get(b"key")):
@@ -277,16 +285,17 @@ class PartitionWorker:
                       self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
             self.abandon()
             return False
-        if not go_on and not self.draining and not self._may_act():
+        if go_on is False and not self.draining and not self._may_act():
             # the lease lapsed by the local clock (the loop was late to renew it): give the
             # partition up, as a lost lease. Were it renewed a moment later, this stopped
             # lane would hold its key and its entries' room for good.
             self.abandon()
         return go_on
 
-    async def _run_entry(self, entry: RawEntry) -> bool:
+    async def _run_entry(self, entry: RawEntry) -> bool | Later:
         """Handle ``entry`` until it is settled (acked or dead-lettered): True, its lane goes
-        on; False if the partition stops here (lost, draining) or its key halted."""
+        on; False if the partition stops here (lost, draining) or its key halted; Later
+        when it failed: it is delivered again after its backoff (its key waits meanwhile)."""
         holds = self.holds  # stopped when read or while it waited in its lane, resumed, or
         if holds.flagged or holds.view.ids or holds.resumed or self.halted.released:  # released
             decided = await self._operator_action(entry)
@@ -307,10 +316,12 @@ class PartitionWorker:
         """What an operator asked for ``entry`` (it was stopped, resumed, or its halted key
         released): True or False as :meth:`_run_entry` returns, None to handle it now."""
         holds = self.holds
+        self.refill.aside.pop(entry.id, None)  # it runs: back in the pending list if resumed
         if (entry.id in holds.flagged or entry.id in holds.view.ids) and await holds.hold(entry):
             return False  # stopped: its key waits until it is resumed
         if entry.id in self.holds.resumed:
             self.holds.resumed.discard(entry.id)
+            self._again.discard(entry.id)  # the resume delivers it again
             count = entry.delivery_count  # the resume gave it back with its count less one:
             if not await self.redeliver(entry, fresh=False):  # this delivery makes it whole
                 return not self.draining and self._may_act()  # deleted: the key goes on
@@ -324,9 +335,14 @@ class PartitionWorker:
             return not self.draining and self._may_act()
         return None
 
-    async def _attempt(self, entry: RawEntry) -> bool | None:
-        """One delivery of ``entry``: True (settled), False (its key halted or it cannot be
-        delivered again here), None (failed: deliver it again)."""
+    async def _attempt(self, entry: RawEntry) -> bool | Later | None:
+        """One delivery of ``entry``: True (settled), False (its key halted), Later (failed:
+        delivered again after its backoff), None (the server was away: try it again)."""
+        if self._again and entry.id in self._again:  # its backoff is over: deliver it again
+            again = await self.redeliver(entry, fresh=False)
+            self._again.discard(entry.id)
+            if not again:
+                return not self.draining and self._may_act()  # deleted: the key goes on
         dispatcher = self.dispatcher
         if dispatcher.halt and await dispatcher.halts_before_handling(entry):
             await self.halted.halt(entry, dispatcher.halted.pop(entry.id))
@@ -339,10 +355,8 @@ class PartitionWorker:
             await self.halted.halt(entry, dispatcher.halted[entry.id])
             del dispatcher.halted[entry.id]
             return False
-        await anyio.sleep(self._backoff(entry))
-        if await self.redeliver(entry, fresh=False):
-            return None
-        return not self.draining and self._may_act()  # deleted meanwhile: the key goes on
+        self._again.add(entry.id)
+        return Later(self._backoff(entry))
 
     async def _deliver(self, entry: RawEntry) -> None:
         route = self._shared.router.by_type_field.get(entry.fields.get(b"type", b""))

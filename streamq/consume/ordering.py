@@ -5,22 +5,43 @@ One lane per key with work, as one task that lives while its queue is not empty:
 key costs nothing. Entries without a key share the lane of the key ``None`` (the keyless
 entries of a partition are ordered among themselves). :class:`Room` bounds the entries held
 by a consumer's lanes (``max_in_flight``): a partition reads only what the lanes can take.
+
+A key holds at most ``Room.per_key`` of it, a waiting key (halted, held, in a backoff) none:
+its entries past that stay in the pending list, where the read put them, and come back in
+ID order through ``refill``. So reading goes on past a waiting or slow key.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskGroup
 
+from ..config import ConsumerConfig
 from ..message import RawEntry
 
 LaneKey = bytes | None
-RunEntry = Callable[[RawEntry], Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """``run_entry``'s answer for an entry to run again after ``delay`` seconds (a retry's
+    backoff): its key waits, holding no handler slot and no room."""
+
+    delay: float
+
+
+RunEntry = Callable[[RawEntry], Awaitable[bool | Later]]
 # an entry whose run a stop notice cancelled: set it aside (True) or run it again (False)
 OnStopped = Callable[[RawEntry], Awaitable[bool]]
+# a key's entries left in the pending list: refill(key, from ID, at most) -> (up to that
+# many, in ID order, and the ID to go on from, or None when none is left of those given to
+# the lanes before the call: the lanes spill the ones read meanwhile again)
+Refill = Callable[[LaneKey, str, int], Awaitable[tuple[list[RawEntry], str | None]]]
 
 
 class Runner:
@@ -38,14 +59,16 @@ class Runner:
 
 
 class Room:
-    """How many more entries this consumer's lanes may hold (``max_in_flight``).
+    """How many more entries this consumer's lanes may hold (``max_in_flight``), and how
+    many of them one key may hold (``per_key``).
 
     Readers wait until a useful amount is free (``low_water``), not one slot: waking every
     partition's reader for each finished entry would turn reads into one entry each."""
 
-    def __init__(self, limit: int, low_water: int = 1) -> None:
+    def __init__(self, limit: int, low_water: int = 1, per_key: int | None = None) -> None:
         self.limit, self.held = limit, 0
         self.low_water = max(1, min(low_water, limit))
+        self.per_key = max(1, min(per_key or limit, limit))
         self._freed = anyio.Event()
 
     def free(self) -> int:
@@ -64,6 +87,12 @@ class Room:
         self.held -= count
         if self.limit - self.held >= self.low_water:  # free(), inlined: once per entry
             self._freed.set()
+
+
+def per_key_share(config: ConsumerConfig) -> int:
+    """How many entries one key's lane keeps in memory (a quarter of ``max_in_flight``, at
+    most ``read_count``), and how much room a partition waits for before it reads again."""
+    return max(1, min(config.read_count, config.max_in_flight // 4))
 
 
 class Slots:
@@ -100,7 +129,8 @@ class Slots:
 class KeyedLanes:
     """The lanes of one partition. ``run_entry(entry)`` handles one entry and returns
     whether its lane goes on (False: the lane stops, e.g. the lease was lost or the key
-    halted; its remaining entries stay where they are, pending in Redis).
+    halted; its remaining entries stay where they are, pending in Redis), or
+    :class:`Later`: the lane stops and goes on from that entry after the delay.
 
     The lanes are run by a pool of runner tasks, at most ``concurrency``: a runner takes a
     key whose lane is ready, runs the lane (holding one of the consumer's handler slots)
@@ -113,14 +143,26 @@ class KeyedLanes:
     work, started and ended for each read, was a measurable cost per entry.
 
     :meth:`cancel` (a stop notice) cancels the run of an entry: its lane stops there and
-    ``on_stopped(entry)`` sets the entry aside (or, resumed meanwhile, the lane goes on)."""
+    ``on_stopped(entry)`` sets the entry aside (or, resumed meanwhile, the lane goes on).
+
+    With ``refill`` a lane keeps at most ``room.per_key`` entries, and a stopped lane only
+    the entry it stopped at, which counts against the room only once the lane goes on again;
+    the key's later entries are *spilled*: left in the pending list from the first of them
+    on (every later entry of the key read meanwhile too, so the lane still holds a prefix of
+    its key's entries) and refilled in ID order when the lane has run what it holds."""
 
     def __init__(
         self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room,
-        on_stopped: OnStopped | None = None,
+        on_stopped: OnStopped | None = None, refill: Refill | None = None,
     ) -> None:  # fmt: skip
         self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
-        self._on_stopped = on_stopped
+        self._on_stopped, self._refill = on_stopped, refill
+        self.stopped_keys: set[LaneKey] = set()  # lanes that stopped with entries left
+        # without refill every entry is kept: no share, and a stopped lane takes more too
+        self._per_key = room.per_key if refill is not None else sys.maxsize
+        self._spill_stopped = self.stopped_keys if refill is not None else frozenset()
+        self._spilled: dict[LaneKey, str] = {}  # key -> its first entry left pending
+        self._later: dict[LaneKey, object] = {}  # key -> the token of its wake-up to come
         self._runners_at_work: list[Runner] = []
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
         self._ready: deque[LaneKey] = deque()  # lanes with entries that no runner holds
@@ -130,31 +172,44 @@ class KeyedLanes:
         self._max_runners = max(1, slots.total)
         self._idle = anyio.Event()
         self._idle.set()
-        self.stopped_keys: set[LaneKey] = set()  # lanes that stopped with entries left
 
     @property
     def held(self) -> int:
         return sum(len(lane) for lane in self._lanes.values())
 
+    @property
+    def spilled(self) -> int:
+        """How many keys have entries left in the pending list (see the class)."""
+        return len(self._spilled)
+
     def behind(self, key: LaneKey) -> int:
-        """How many entries wait in ``key``'s lane behind its first."""
+        """How many entries wait behind ``key``'s first (its lane's, 1 for spilled ones)."""
         lane = self._lanes.get(key)
-        return len(lane) - 1 if lane else 0
+        return len(lane) - 1 + (key in self._spilled) if lane else 0
 
     def add(self, entries: list[RawEntry]) -> None:
-        """Queue ``entries`` (in ID order) behind the earlier entries of their keys."""
-        self._room.take(len(entries))
-        lanes, ready = self._lanes, self._ready
+        """Queue ``entries`` (in ID order) behind the earlier entries of their keys (past a
+        key's share, spilled: see the class)."""
+        lanes, ready, spilled = self._lanes, self._ready, self._spilled
+        per_key, spill_stopped = self._per_key, self._spill_stopped
+        kept = 0
         for entry in entries:
             key = entry.fields.get(b"key")
             lane = lanes.get(key)
-            if lane is not None:
+            if lane is None:
+                lanes[key] = deque((entry,))
+                kept += 1
+                if key not in self.stopped_keys:  # a stopped lane takes no more work
+                    ready.append(key)
+            elif spilled and key in spilled:  # behind entries of its key not in memory
+                if not spilled[key]:  # read while its lane is refilled: refilled after
+                    spilled[key] = entry.id
+            elif len(lane) < per_key and key not in spill_stopped:
                 lane.append(entry)
-                continue
-            lanes[key] = deque((entry,))
-            if key in self.stopped_keys:  # a stopped lane takes no more work
-                continue
-            ready.append(key)
+                kept += 1
+            else:
+                spilled[key] = entry.id
+        self._room.take(kept)
         if ready:
             self._busy()
             self._wake_one()
@@ -226,11 +281,23 @@ class KeyedLanes:
         lane = self._lanes.get(key)
         if entry is None or not lane or lane[0] is not entry:  # dropped meanwhile
             return
-        self.stopped_keys.add(key)
+        self._stop(key, lane)
         if not self._running():
             self._idle.set()
         if self._on_stopped is None or not await self._on_stopped(entry):
             self.resume(key)
+
+    def _stop(self, key: LaneKey, lane: deque[RawEntry]) -> None:
+        """``key``'s lane stops at its first entry. With refill, the entries behind it are
+        spilled and the first no longer holds room: a waiting key holds none of it."""
+        self.stopped_keys.add(key)
+        if self._refill is None:
+            return
+        self._room.give(len(lane))
+        if len(lane) > 1:
+            self._spilled[key] = lane[1].id  # the lane holds a prefix: the rest follow it
+            while len(lane) > 1:
+                lane.pop()
 
     async def _run_lane(self, key: LaneKey, runner: Runner) -> None:
         lane = self._lanes.get(key)
@@ -243,13 +310,19 @@ class KeyedLanes:
         await slots.acquire()
         try:
             runner.key = key
-            while lane and self._lanes.get(key) is lane:  # not dropped meanwhile
+            while self._lanes.get(key) is lane:  # not dropped meanwhile
+                if not lane:
+                    if key in self._spilled and await self._refilled(key, lane):
+                        continue
+                    return
                 entry = runner.entry = lane[0]
                 go_on = await self._run_entry(entry)
                 runner.entry = None
-                if not go_on:
+                if go_on is not True:
                     if self._lanes.get(key) is lane:  # not dropped meanwhile
-                        self.stopped_keys.add(key)
+                        self._stop(key, lane)
+                        if go_on is not False:
+                            self._resume_later(key, go_on.delay)
                     return
                 lane.popleft()
                 if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
@@ -263,6 +336,30 @@ class KeyedLanes:
             if not self._running():
                 self._idle.set()
 
+    async def _refilled(self, key: LaneKey, lane: deque[RawEntry]) -> bool:
+        """Bring back the next of ``key``'s spilled entries into its empty lane: whether
+        there may be more to run (False: none of the key is left)."""
+        assert self._refill is not None
+        start, self._spilled[key] = self._spilled[key], ""  # "": none read meanwhile
+        entries, rest = await self._refill(key, start, self._per_key)
+        if self._lanes.get(key) is not lane:  # dropped meanwhile
+            return False
+        read_meanwhile = self._spilled.pop(key)
+        if rest is not None or read_meanwhile:
+            self._spilled[key] = rest or read_meanwhile
+        lane.extend(entries)
+        self._room.take(len(entries))
+        return bool(lane) or key in self._spilled
+
+    def _resume_later(self, key: LaneKey, delay: float) -> None:
+        self._later[key] = token = object()
+        self._tg.start_soon(self._wake_up, key, token, delay)
+
+    async def _wake_up(self, key: LaneKey, token: object, delay: float) -> None:
+        await anyio.sleep(delay)
+        if self._later.get(key) is token:  # not resumed, dropped or stopped again meanwhile
+            self.resume(key)
+
     def _running(self) -> bool:
         # every stopped key has a lane (it stopped with entries left; drop_all clears both)
         return len(self._lanes) > len(self.stopped_keys)
@@ -274,18 +371,30 @@ class KeyedLanes:
 
     def resume(self, key: LaneKey) -> None:
         """Let a stopped lane (a halted key) go on from the entry it stopped at."""
+        self._later.pop(key, None)
         if key in self.stopped_keys:
             self.stopped_keys.discard(key)
-            if key in self._lanes:
+            lane = self._lanes.get(key)
+            if lane is not None:
+                if self._refill is not None:  # its first entry holds room again
+                    self._room.take(len(lane))
                 self._ready.append(key)
                 self._busy()
                 self._wake_one()
 
+    def _holding_room(self) -> int:
+        """The entries of these lanes that hold room: with refill, a stopped lane holds
+        none (its one entry, see :meth:`_stop`)."""
+        stopped = self._spill_stopped
+        return sum(len(lane) for key, lane in self._lanes.items() if key not in stopped)
+
     def drop_all(self) -> None:
         """Forget every queued entry (the partition was lost or is being left: they stay
         pending in Redis for the next owner) and give their room back."""
-        self._room.give(self.held)
+        self._room.give(self._holding_room())
         self._lanes.clear()
         self._ready.clear()
+        self._spilled.clear()
+        self._later.clear()
         self.stopped_keys.clear()
         self._idle.set()

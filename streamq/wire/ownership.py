@@ -157,6 +157,11 @@ return 1
 #                     of the group's pending list and still holds (KEYS[3])
 #   redeliver ID R -> {1, rows}               (XCLAIM to me; R > 0: RETRYCOUNT R)
 #   ack ID...      -> {1, acked count}
+#   refill FROM TO N PAGE KEY KEYLESS -> {1, [[id, fields, delivery count], ...], last ID
+#                     looked at, 1 if every pending ID up to TO was looked at}: the first
+#                     N entries of one key (KEYLESS "1": of no key) in my pending list
+#                     from FROM to TO, looking at up to PAGE of its IDs (the IDs of
+#                     entries deleted meanwhile are acked, as XAUTOCLAIM drops them)
 FENCED = (
     _NOW
     + _VALID
@@ -214,6 +219,28 @@ elseif op == 'redeliver' then
   return {1, r}
 elseif op == 'ack' then
   return {1, redis.call('XACK', s, g, unpack(ARGV, 5))}
+elseif op == 'refill' then
+  local want, page, keyless = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[10] == '1'
+  local pending = redis.call('XPENDING', s, g, ARGV[5], ARGV[6], page, me)
+  local found, last = {}, ARGV[5]
+  for _, p in ipairs(pending) do
+    last = p[1]
+    local row = redis.call('XRANGE', s, p[1], p[1])
+    if #row == 0 then
+      redis.call('XACK', s, g, p[1])  -- deleted meanwhile: nothing is left to handle
+    else
+      local fields, key = row[1][2], false
+      for i = 1, #fields, 2 do
+        if fields[i] == 'key' then key = fields[i + 1] break end
+      end
+      if (keyless and key == false) or (not keyless and key == ARGV[9]) then
+        found[#found + 1] = {p[1], fields, p[4]}
+        if #found >= want then return {1, found, last, 0} end
+      end
+    end
+  end
+  if #pending < page then return {1, found, ARGV[6], 1} end
+  return {1, found, last, 0}
 end
 return redis.error_reply('unknown fenced op ' .. op)
 """
@@ -357,7 +384,7 @@ async def fenced(
     group: str,
     me: str,
     token: int,
-    *args: str | int,
+    *args: str | int | bytes,
     connection: resp.OwnConnection | None = None,
 ) -> list[Any] | None:
     """Run one fenced op (see :data:`FENCED`); None when the lease is no longer held.
@@ -367,7 +394,7 @@ async def fenced(
     claim and ack runs this, and redis-py's generic command path cost as much per call as
     the script itself."""
     call = ["3", lease_key(stream, group), stream, Keys(stream).stopped, me, str(token), group,
-            *map(str, args)]  # fmt: skip
+            *(a if isinstance(a, bytes) else str(a) for a in args)]  # fmt: skip
     reply = await _send(client, connection, resp.pack("EVALSHA", FENCED_SHA, *call))
     if isinstance(reply, rx.NoScriptError):
         reply = await _send(client, connection, resp.pack("EVAL", FENCED, *call))

@@ -93,3 +93,59 @@ async def test_a_stopped_lane_keeps_its_entries_until_resumed() -> None:
         tg.cancel_scope.cancel()
     assert ran == ["1-0", "1-3", "1-1", "1-2", "1-4"]
     assert room.held == 0
+
+
+class Pending:
+    """A stand-in for the pending list a refill reads from: every entry given to the lanes,
+    until it ran."""
+
+    def __init__(self) -> None:
+        self.entries: list[RawEntry] = []
+        self.refills = 0
+
+    async def refill(
+        self, key: bytes | None, start: str, want: int
+    ) -> tuple[list[RawEntry], str | None]:
+        self.refills += 1
+        after = [e for e in self.entries if _n(e.id) >= _n(start) and e.fields[b"key"] == key]
+        if len(after) <= want:
+            return after, None
+        return after[:want], after[want].id
+
+
+def _n(entry_id: str) -> int:
+    return int(entry_id.split("-")[1])
+
+
+async def test_a_key_keeps_its_share_in_memory_and_a_stopped_one_holds_no_room() -> None:
+    ran: list[str] = []
+    pending = Pending()
+    stop_at = {"1-1"}
+
+    async def run_entry(entry: RawEntry) -> bool:
+        if entry.id in stop_at:
+            stop_at.discard(entry.id)
+            return False  # its key halts here
+        ran.append(entry.id)
+        pending.entries.remove(entry)
+        return True
+
+    room = Room(8, per_key=2)
+    entries = [_entry(0, "a"), *(_entry(n, "b") for n in range(1, 7)), _entry(7, "a")]
+    pending.entries = list(entries)
+    async with anyio.create_task_group() as tg:
+        lanes = KeyedLanes(tg, run_entry, Slots(2), room, refill=pending.refill)
+        lanes.add(entries)
+        with anyio.fail_after(5):
+            await lanes.wait_idle()
+        assert ran == ["1-0", "1-7"] and lanes.stopped_keys == {b"b"}
+        assert room.held == 0, "a halted key still holds room"
+        assert lanes.spilled == 1 and pending.refills == 0
+        lanes.add([_entry(8, "b")])  # behind the spilled entries of its key
+        pending.entries.append(_entry(8, "b"))
+        lanes.resume(b"b")
+        with anyio.fail_after(5):
+            await lanes.wait_idle()
+        tg.cancel_scope.cancel()
+    assert ran == ["1-0", "1-7", *(f"1-{n}" for n in (1, 2, 3, 4, 5, 6, 8))]
+    assert room.held == 0 and lanes.spilled == 0 and pending.refills == 3
