@@ -222,6 +222,12 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("operate", "terminate: delete ordered mode's membership and leases", "DEL", MEMBERS,
        LEASE),
     _p("operate", "streamq tail", "XREAD", "COUNT", "1", "STREAMS", STREAM, "0"),
+    _p("operate", "streamq forget: the group's consumers", "XINFO", "CONSUMERS", STREAM, G),
+    _p("operate", "streamq forget: delete a consumer without pending entries (script)",
+       "EVAL", "return 0", "1", STREAM),
+    _p("operate", "in the forget script", "XPENDING", STREAM, G, "-", "+", "1", C),
+    _p("operate", "in the forget script", "XGROUP", "DELCONSUMER", STREAM, G, C),
+    _p("operate", "streamq forget: the ordered membership record", "HDEL", MEMBERS, C),
 )  # fmt: skip
 
 
