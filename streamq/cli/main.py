@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scheduled_arguments(p)
     p = command(
         "halted", cmd_halted,
-        "ordered mode's halted keys: halted list STREAM GROUP; "
+        "ordered mode's halted keys: halted list STREAM GROUP [--limit N]; "
         "halted release STREAM GROUP KEY|--keyless [--action retry|skip]", stream=False,
     )  # fmt: skip
     add_halted_arguments(p)
