@@ -12,10 +12,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._decorators import refuse_bare
 from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
 from .consume.router import UNSET, BatchSettings, Router
-from .errors import HandlerError
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
 from .publish.periodic import add_periodic
 from .publish.typed import TypedPublisher
@@ -39,7 +39,7 @@ class HandlerRegistry:
         ``Message[Model]``, resolved with the registering frame's local names too.
         """
 
-        _check_type_given(self, "handler", message_type)
+        refuse_bare(self, "handler", message_type, '"email"')
 
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals
@@ -59,7 +59,7 @@ class HandlerRegistry:
     ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` in lists (see BatchConfig);
         ``model`` as for :meth:`handler`."""
-        _check_type_given(self, "batch_handler", message_type)
+        refuse_bare(self, "batch_handler", message_type, '"email"')
         settings = BatchSettings(
             size=size,
             timeout=None if timeout is None else seconds(timeout, "timeout", allow_zero=False),
@@ -84,18 +84,6 @@ class HandlerRegistry:
             self.router.adopt(route)
         for periodic in router.periodics:
             add_periodic(self, periodic)
-
-
-def _check_type_given(registry: HandlerRegistry, decorator: str, message_type: object) -> None:
-    """Refuse ``@mq.handler`` written without its parentheses: Python then passes the
-    function as the message type, and the decorator would register nothing, silently."""
-    if callable(message_type):
-        owner = "router" if type(registry).__name__ == "Router" else "mq"
-        name = getattr(message_type, "__name__", "the handler")
-        raise HandlerError(
-            f"@{owner}.{decorator} takes the message type: write "
-            f'@{owner}.{decorator}("email") above {name}, not @{owner}.{decorator} alone'
-        )
 
 
 class QueueRegistry(HandlerRegistry):

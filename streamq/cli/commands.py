@@ -17,6 +17,7 @@ from ..topic.cleanup import Cleaner
 from ..wire.keys import Keys
 from ..wire.replies import pending_rows
 from ..wire.urls import redact
+from .forget import forget_command
 from .halted import halted_command
 from .outcome import EXIT_USAGE, CliError
 from .render import render_dead_letters, render_info, render_pending
@@ -155,6 +156,11 @@ async def cmd_scheduled(args: argparse.Namespace) -> str:
 async def cmd_halted(args: argparse.Namespace) -> str:
     async with _closing(_queue(args, group=args.group)) as mq:
         return await halted_command(mq, args)
+
+
+async def cmd_forget(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args, group=args.group)) as mq:
+        return await forget_command(mq, args)
 
 
 async def cmd_stop_message(args: argparse.Namespace) -> str:

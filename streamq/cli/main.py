@@ -30,6 +30,7 @@ from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
 from .commands import (
     cmd_cleanup,
     cmd_dlq,
+    cmd_forget,
     cmd_halted,
     cmd_info,
     cmd_pending,
@@ -41,6 +42,7 @@ from .commands import (
     cmd_terminate,
 )
 from .dashboard import add_dashboard_arguments, cmd_dashboard
+from .forget import add_forget_arguments
 from .halted import add_halted_arguments
 from .outcome import EXIT_FAILED, EXIT_USAGE, CliError, describe_error, fail, reader_gone
 from .render import one_line, terminal_safe
@@ -102,10 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_scheduled_arguments(p)
     p = command(
         "halted", cmd_halted,
-        "ordered mode's halted keys: halted list STREAM GROUP; "
+        "ordered mode's halted keys: halted list STREAM GROUP [--limit N]; "
         "halted release STREAM GROUP KEY|--keyless [--action retry|skip]", stream=False,
     )  # fmt: skip
     add_halted_arguments(p)
+    p = command(
+        "forget", cmd_forget,
+        "delete a consumer gone for good from its group (every partition) and from ordered "
+        "mode's membership: forget STREAM GROUP CONSUMER", stream=False,
+    )  # fmt: skip
+    add_forget_arguments(p)
     p = command(
         "info",
         cmd_info,

@@ -3,10 +3,11 @@
 Two processes consuming under one name share one pending list (each recovers and acks
 the other's entries) and, in ordered mode, one membership, so their leases flap. A queue
 that consumes in a group therefore claims its name when it opens: a string
-``streamq:{<topic>}:alive:<group>:<consumer>`` (on the topic's cluster slot) holding the
-process's token (``<pid>@<host>#<random>``) and a renewal count, expiring ``CLAIM_TTL``
-after its last renewal. The running queue renews it every ``RENEW_EVERY`` (one small
-script call, whatever the traffic: nothing per message) and deletes it when it closes.
+``streamq:{<topic>}:alive:<len(group)>:<group>:<consumer>`` (on the topic's cluster slot;
+the group's length keeps every pair of names apart) holding the process's token
+(``<pid>@<host>#<random>``) and a renewal count, expiring ``CLAIM_TTL`` after its last
+renewal. The running queue renews it every ``RENEW_EVERY`` (one small script call,
+whatever the traffic: nothing per message) and deletes it when it closes.
 
 Names stay stable: a worker restarted after a crash (SIGKILL, a lost machine) takes its
 name back once the dead process's claim runs out, and recovers its own pending entries.

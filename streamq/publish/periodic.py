@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .._decorators import refuse_bare
 from ..errors import ConfigError, MessageFormatError
 from ..message import validate_type_name
 from ..wire.keys import Keys
@@ -223,8 +224,10 @@ class PeriodicRegistry:
         App) or that runs ``mq.run_periodics()``.
 
         Raises ConfigError (at registration) for a bad expression or time zone, neither or
-        both of ``every``/``cron``, ``timezone`` with ``every``, a name used twice.
+        both of ``every``/``cron``, ``timezone`` with ``every``, a name used twice;
+        HandlerError (a ConfigError) for ``@mq.periodic`` written without parentheses.
         """
+        refuse_bare(self, "periodic", message_type, '"report", every=60')
 
         def register(func: F) -> F:
             periodic = make_periodic(

@@ -15,6 +15,7 @@ and keeps a release already asked for).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -74,6 +75,19 @@ async def scan_every_halted(
     HSCAN, a key halted or released meanwhile may be listed twice or not at all."""
     after, found = await client.hscan(halted_key(stream), cursor, count=count)
     return int(after), _parsed(stream, found, partition)
+
+
+async def each_halted(
+    client: aioredis.Redis, stream: str, partition: int, count: int
+) -> AsyncIterator[list[tuple[str, HaltedKey]]]:
+    """The halted keys of every group of partition ``stream``, each with its group, about
+    ``count`` at a time (one HSCAN call each: memory stays bounded whatever their number).
+    Like HSCAN, a key halted or released meanwhile may be listed twice or not at all."""
+    cursor = -1
+    while cursor != 0:
+        cursor, found = await scan_every_halted(client, stream, partition, max(cursor, 0), count)
+        if found:
+            yield found
 
 
 def _parsed(stream: str, found: dict[bytes, bytes], partition: int) -> list[tuple[str, HaltedKey]]:

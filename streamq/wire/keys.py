@@ -105,8 +105,10 @@ class Keys:
 
     def consumer_claim(self, group: str, consumer: str) -> str:
         """String: the claim of the live process consuming in ``group`` as ``consumer``
-        (see :mod:`streamq.consume.name_claim`; it expires by itself)."""
-        return f"{self.prefix}alive:{group}:{consumer}"
+        (see :mod:`streamq.consume.name_claim`; it expires by itself). The group's length
+        comes first, so that two pairs never share a key: group ``a:b`` with consumer ``c``
+        is ``alive:3:a:b:c``, group ``a`` with consumer ``b:c`` is ``alive:1:a:b:c``."""
+        return f"{self.prefix}alive:{len(group)}:{group}:{consumer}"
 
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""

@@ -216,11 +216,18 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("operate", "list scheduled messages: their payloads' first and last bytes (script)",
        "EVAL", "return 0", "1", PAYLOADS),
     _p("operate", "in the listing script", "HGET", PAYLOADS, ID),
-    _p("operate", "the dashboard's halted keys, a page at a time", "HSCAN", HALTED, "0"),
+    _p("operate", "halted keys a page at a time (dashboard, streamq halted list)", "HSCAN",
+       HALTED, "0"),
     _p("operate", "terminate: delete the schedule", "DEL", SCHEDULED, PAYLOADS, PERIODIC),
     _p("operate", "terminate: delete ordered mode's membership and leases", "DEL", MEMBERS,
        LEASE),
     _p("operate", "streamq tail", "XREAD", "COUNT", "1", "STREAMS", STREAM, "0"),
+    _p("operate", "streamq forget: the group's consumers", "XINFO", "CONSUMERS", STREAM, G),
+    _p("operate", "streamq forget: delete a consumer without pending entries (script)",
+       "EVAL", "return 0", "1", STREAM),
+    _p("operate", "in the forget script", "XPENDING", STREAM, G, "-", "+", "1", C),
+    _p("operate", "in the forget script", "XGROUP", "DELCONSUMER", STREAM, G, C),
+    _p("operate", "streamq forget: the ordered membership record", "HDEL", MEMBERS, C),
 )  # fmt: skip
 
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import anyio
 import pytest
 
 from streamq import Message, MessageQueue, RetryPolicy
+from streamq.topic.halted import halted_key, record_field
 from tests.conftest import QueueFactory, sync_client, wait_for
 from tests.helpers.cli import streamq, terminal_unsafe
 
@@ -177,3 +181,48 @@ async def test_info_prints_the_owner_of_an_ordered_plain_stream(
         out = (await shell("info", mq.stream, url=redis_url)).stdout
     assert owner is not None
     assert f"  ordered owner: {mq.consumer} (token {owner[1]})" in out.splitlines(), out
+
+
+HALTED_MANY = 3000
+
+
+@pytest.fixture
+def many_halted(redis_url: str, stream: str, on_cluster: bool) -> Iterator[str]:
+    """``HALTED_MANY`` halted keys of group ``g`` on ``stream`` (and one of another group),
+    and the URL of a user who may run every command but HGETALL: a listing that read every
+    record at once would be refused."""
+    if on_cluster:
+        pytest.skip("ACL users are set per node")
+    user = f"streamq-test-{uuid.uuid4().hex[:8]}"
+    with sync_client(redis_url, stream) as r:
+        r.xgroup_create(stream, "g", id="0", mkstream=True)
+        record = json.dumps({"id": "1-0", "reason": "failed", "action": None})
+        fields = {record_field("g", f"k{n:05}"): record for n in range(HALTED_MANY)}
+        r.hset(halted_key(stream), mapping={**fields, record_field("other", "x"): record})
+        r.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-hgetall")
+    parts = urlsplit(redis_url)
+    yield urlunsplit(parts._replace(netloc=f"{quote(user)}:pw@{parts.hostname}:{parts.port}"))
+    with sync_client(redis_url, stream) as r:
+        r.execute_command("ACL", "DELUSER", user)
+
+
+def test_halted_list_pages_through_thousands_of_keys_up_to_its_limit(
+    many_halted: str, stream: str
+) -> None:
+    cut_short = streamq("halted", "list", stream, "g", url=many_halted)
+    assert cut_short.returncode == 0, cut_short.stderr
+    header, *rows, more = cut_short.stdout.splitlines()
+    assert header.split()[:2] == ["partition", "key"] and len(rows) == 1000, more
+    assert more == f"... {HALTED_MANY - 1000} more: use --limit", more
+    assert len({row.split()[1] for row in rows}) == 1000, "a key listed twice"
+
+    whole = streamq("halted", "list", stream, "g", "--limit", "5000", url=many_halted)
+    listed = {row.split()[1] for row in whole.stdout.splitlines()[1:]}
+    assert listed == {f"k{n:05}" for n in range(HALTED_MANY)}, whole.stdout[-200:]
+
+    as_json = streamq("halted", "list", stream, "g", "--json", "--limit", "10", url=many_halted)
+    assert [json.loads(line)["key"][0] for line in as_json.stdout.splitlines()] == ["k"] * 10
+    assert as_json.stderr.strip() == f"... {HALTED_MANY - 10} more: use --limit", as_json.stderr
+
+    refused = streamq("halted", "list", stream, "g", "--limit", "0", url=many_halted)
+    assert refused.returncode == 2 and "--limit" in refused.stderr, refused

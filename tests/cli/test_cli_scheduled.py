@@ -7,8 +7,10 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+import redis
 
 from tests.helpers.cli import streamq
+from tests.helpers.scheduled import SHOWN_ID, schedule_under_an_id_not_utf8
 
 pytestmark = pytest.mark.slow
 
@@ -63,3 +65,15 @@ def test_info_shows_how_many_wait_and_the_next_due_time(redis_url: str, stream: 
     assert "scheduled     1 (next due 20" in out
     listed = json.loads(streamq("info", stream, "--json", url=redis_url).stdout)
     assert listed["scheduled"] == 1 and listed["next_due"].startswith("20")
+
+
+def test_a_scheduled_id_that_is_not_utf8_is_listed_escaped(
+    redis_url: str, r: redis.Redis, stream: str
+) -> None:
+    schedule_under_an_id_not_utf8(redis_url, r, stream)
+    listed = streamq("scheduled", "list", stream, url=redis_url)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(f"{SHOWN_ID}  report  due "), listed.stdout
+    as_json = streamq("scheduled", "list", stream, "--json", url=redis_url)
+    assert as_json.returncode == 0, as_json.stderr
+    assert [json.loads(row)["id"] for row in as_json.stdout.splitlines()] == [SHOWN_ID]

@@ -1,6 +1,6 @@
 """One live process per consumer name in a group: a queue that consumes claims its name
-when it opens (``streamq:{<stream>}:alive:<group>:<consumer>``, on the topic's slot),
-renews the claim while it runs and gives it back when it closes. A second queue under a
+when it opens (``streamq:{<stream>}:alive:<len(group)>:<group>:<consumer>``, on the topic's
+slot), renews the claim while it runs and gives it back when it closes. A second queue under a
 name a live queue holds is refused (shared, ordered, partitioned; on a node and on a
 cluster); a name whose holder died is free again once its claim runs out; fan-out queues
 have no group and claim nothing."""
@@ -31,9 +31,9 @@ MODES: dict[str, dict[str, Any]] = {
 
 
 def consuming(where: str, topic: str, **options: Any) -> tuple[MessageQueue, list[int]]:
-    """A queue ``worker-0`` of group ``g`` on ``topic`` whose ``job`` handler keeps what it
-    handles (in the list returned)."""
-    mq = queue(where, topic, consumer="worker-0", **options)
+    """A queue ``worker-0`` of group ``g`` on ``topic`` (``options`` add to or replace these)
+    whose ``job`` handler keeps what it handles (in the list returned)."""
+    mq = queue(where, topic, **{"consumer": "worker-0", **options})
     handled: list[int] = []
 
     @mq.handler("job")
@@ -153,3 +153,16 @@ async def test_a_consumer_whose_name_was_taken_while_it_stalled_stops(
     assert mq.stop_reason == name_claim.LOST_REASON
     assert errors and errors[0].consumer == "worker-0"
     assert await client.get(key) == b"4242@other-host#0badf00d 1", "another's claim was deleted"
+
+
+async def test_names_that_join_to_the_same_text_are_claimed_apart(
+    redis_url: str, stream: str
+) -> None:
+    """Group ``a:b`` with consumer ``c`` and group ``a`` with consumer ``b:c`` are two names:
+    each claim is its own key, so neither queue is refused for the other."""
+    assert Keys(stream).consumer_claim("a:b", "c") != Keys(stream).consumer_claim("a", "b:c")
+    first, _ = consuming(redis_url, stream, group="a:b", consumer="c")
+    second, handled = consuming(redis_url, stream, group="a", consumer="b:c")
+    async with first.running(), second.running():
+        await second.publish("job", 5)
+        await wait_for(lambda: 5 in handled, what="the second group consuming beside the first")

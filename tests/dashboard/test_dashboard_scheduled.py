@@ -12,6 +12,7 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 from streamq import Publisher
 from streamq.wire.keys import Keys
 from tests.helpers.dashboard import log_in, table
+from tests.helpers.scheduled import SHOWN_ID, schedule_under_an_id_not_utf8
 
 Web = httpx.Client
 
@@ -66,3 +67,12 @@ def test_the_scheduled_page_lists_periodic_publishers(
         ["zoned", "report", "cron 0 9 * * * (Europe/Paris)"],
     ]  # a zone this system lacks is not listed
     assert rows[1][3].startswith("2023-11-14T22:14")
+
+
+def test_a_scheduled_id_that_is_not_utf8_is_listed_escaped(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    schedule_under_an_id_not_utf8(redis_url, r, stream)
+    page = web.get("/topic/scheduled", params={"stream": stream})
+    assert page.status_code == 200, page.text
+    assert [row[:2] for row in table(page.text, "scheduled")[1:]] == [[SHOWN_ID, "report"]]

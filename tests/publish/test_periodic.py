@@ -16,7 +16,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import App, ConfigError, MessageQueue
+from streamq import App, ConfigError, HandlerError, MessageQueue, Router
 from streamq.publish.periodic import Periodic, record_key
 from streamq.topic.partitions import partition_for_key, partition_streams
 from tests.helpers.clients import sync_client
@@ -244,3 +244,21 @@ async def test_a_publisher_only_process_runs_its_periodic_publishers_alone(
     with anyio.move_on_after(0.7):
         await producer.run_periodics()
     assert len(await ticks_in(client, producer.stream)) >= 2
+
+
+def test_periodic_without_parentheses_is_refused_saying_what_to_write() -> None:
+    """``@mq.periodic`` alone over a function would pass the function as the message type
+    and register nothing: refused at once, on a queue and a Router (an App's routers)."""
+    mq = MessageQueue("redis://127.0.0.1:1/0", stream="s", group="g")
+    router = Router()
+
+    def send_report() -> dict[str, int]:
+        return {"n": 1}
+
+    for registry, owner in ((mq, "mq"), (router, "router")):
+        with pytest.raises(HandlerError, match=rf'write @{owner}.periodic\("report", every=60\)'):
+            registry.periodic(send_report)  # type: ignore[arg-type]
+        with pytest.raises(HandlerError, match="above send_report"):
+            registry.periodic(send_report, every=60)  # type: ignore[arg-type]
+        assert registry.periodics == ()
+    assert App(mq, routers=[router]).periodics == []

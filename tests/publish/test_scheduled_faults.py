@@ -20,7 +20,9 @@ from streamq import (
 )
 from streamq.publish import scheduling
 from streamq.wire.keys import Keys
+from tests.helpers.clients import sync_client
 from tests.helpers.queues import QueueFactory, handled_messages
+from tests.helpers.scheduled import NOT_UTF8_ID, SHOWN_ID, schedule_under_an_id_not_utf8
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -90,12 +92,26 @@ async def test_a_damaged_payload_under_an_id_that_is_not_utf8_is_counted(
         stats = mq.stats()
     assert stats["scheduled_moved"] == 1 and stats["scheduled_lateness_seconds"]["count"] == 1
     assert "could not move" not in caplog.text
-    # the damaged record is named with its ID escaped, never a decoding error
-    assert (
-        "damaged scheduled record" in caplog.text
-        and "xff" in caplog.text
-        and "xfe-id" in caplog.text
-    )
+    shown = "\\xff\\xfe-id"  # the ID's bytes escaped, then quoted as a damaged record's field
+    assert f"damaged scheduled record in {keys.scheduled!r}, field {shown!r}" in caplog.text
+
+
+async def test_a_scheduled_id_that_is_not_utf8_is_listed_escaped_and_moved(
+    make_queue: QueueFactory, redis_url: str, client: aioredis.Redis
+) -> None:
+    """An ID written by hand that is not UTF-8 is listed with its bytes escaped (not a
+    crash of ``scheduled()``), and moved once due like any other."""
+    mq = make_queue()
+    handled = handled_messages(mq, "report")
+    with sync_client(redis_url, mq.stream) as r:
+        schedule_under_an_id_not_utf8(redis_url, r, mq.stream)
+    async with mq:
+        (listed,) = await mq.scheduled()
+        assert (listed.id, listed.type) == (SHOWN_ID, "report")
+        await client.zadd(Keys(mq.stream).scheduled, {NOT_UTF8_ID: int(time.time() * 1000)})
+        async with mq.running():
+            await wait_for(lambda: len(handled) == 1, what="the message moved once due")
+        assert handled[0].data == {"n": 1} and await mq.scheduled() == []
 
 
 async def wait_letters(mq: MessageQueue, count: int) -> list[Any]:
