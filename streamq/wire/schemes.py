@@ -31,4 +31,6 @@ def check_scheme(url: str) -> None:
         found = "got an unknown scheme"
     else:
         found = f"got {scheme[:20] + '://'!r}"
-    raise ConfigError(f"a server URL starts with {', '.join(names[:-1])} or {names[-1]}; {found}")
+    raise ConfigError(
+        f"invalid server URL: it starts with {', '.join(names[:-1])} or {names[-1]}; {found}"
+    )
