@@ -19,6 +19,10 @@
 - ``stop_resume``: an operator stops a few entries (in flight, and the newest) and resumes
   them a moment later, while the consumers' cleanup passes run: each
   must still be handled once resumed.
+
+A fault that cannot be applied (its commands keep failing, the server does not come back)
+is not a fault that happened: :meth:`Injector.inject` records it in ``failures``, with its
+name and error, and the soak fails.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ class Injector:
         self,
         rng: random.Random,
         consumers: Consumers,
-        client: aioredis.Redis,
+        client_for: Callable[[str], aioredis.Redis],
         server_port: int,
         server: SoakServer | None,
         producer_pids: Callable[[], list[int]],
@@ -91,7 +95,8 @@ class Injector:
         cluster: EmbeddedCluster | None = None,
         victim_stream: str = "",
     ) -> None:
-        self._rng, self._consumers, self._client = rng, consumers, client
+        # A client per stream: on a cluster each partition stream has its own slot.
+        self._rng, self._consumers, self._client_for = rng, consumers, client_for
         self._port, self._server, self._producer_pids = server_port, server, producer_pids
         self._home, self._cluster, self._victim_stream = shared_home, cluster, victim_stream
         self.kinds = [k for k in KINDS if (k not in OWN_SERVER_KINDS or server is not None)
@@ -100,9 +105,11 @@ class Injector:
         self._cycle: list[str] = []
         self.counts: Counter[str] = Counter()
         self.restarts: Counter[str] = Counter()
+        self.failures: list[str] = []
 
     async def inject(self) -> str:
-        """Apply the next fault; return a line describing it."""
+        """Apply the next fault; return a line describing it (or why it failed, also kept
+        in ``failures``: a fault that did not happen is a failure of the soak)."""
         if not self._cycle:
             self._cycle = self._rng.sample(self.kinds, len(self.kinds))
         kind = self._cycle.pop()
@@ -113,7 +120,11 @@ class Injector:
             "keeper_kill": self.keeper_kill, "master_kill": self.master_kill,
             "stop_resume": self.stop_resume,
         }  # fmt: skip
-        description = await actions[kind]()
+        try:
+            description = await actions[kind]()
+        except Exception as e:  # any error: the soak reports it, and fails
+            self.failures.append(f"{kind} failed: {e!r}")
+            return f"{kind} FAILED: {e!r}"
         self.counts[kind] += 1
         return f"{kind}: {description}"
 
@@ -139,7 +150,7 @@ class Injector:
         if self._cluster is not None:
             return await anyio.to_thread.run_sync(cluster_client_kill, self._cluster, pids)
         addresses = await anyio.to_thread.run_sync(connections_of, pids, self._port)
-        async with self._client.pipeline(transaction=False) as pipe:
+        async with self._client_for(self._victim_stream).pipeline(transaction=False) as pipe:
             for address in sorted(addresses):
                 pipe.execute_command("CLIENT", "KILL", "ADDR", address)
             killed = await pipe.execute()
@@ -164,7 +175,8 @@ class Injector:
         return await stall_server(self._server, self._rng.uniform(*STALL_SECONDS))
 
     async def stop_resume(self) -> str:
-        stream, client = self._victim_stream, self._client
+        stream = self._victim_stream
+        client = self._client_for(stream)
         group = await retrying(client.xinfo_groups, stream)
         in_flight = await retrying(
             client.xpending_range, stream, group[0]["name"], "-", "+", STOPPED_ENTRIES

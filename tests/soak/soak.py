@@ -12,8 +12,9 @@ injected one at a time (see :mod:`tests.soak.faults`). Then the soak waits, boun
 everything to settle and prints one summary as JSON plus a human line.
 
 Exit status 1 on any loss (an entry whose XADD was acknowledged that was neither handled
-nor dead-lettered), on a run that did not settle (entries still pending), and on a
-consumer that exited by itself or did not stop cleanly on SIGTERM. Duplicates are allowed
+nor dead-lettered), on a run that did not settle (entries still pending), on a fault that
+could not be applied (named with its error), and on a consumer that exited by itself or
+did not stop cleanly on SIGTERM. Duplicates are allowed
 (at-least-once) and counted. On failure the run directory (server AOF and log, consumer
 logs, published IDs) is kept and named.
 
@@ -45,6 +46,7 @@ import anyio
 from streamq import MessageQueue, StartFrom
 from streamq.server.cluster import EmbeddedCluster
 from streamq.server.shared import ENV_HOME, SharedServer
+from streamq.wire.client import connect
 from tests.soak.faults import Injector
 from tests.soak.ordered import PARTITIONS, check_order, read_calls
 from tests.soak.processes import Consumers, SoakServer, finish, kill_all, read_line, spawn
@@ -154,10 +156,7 @@ async def traffic_phase(
     rng, exits = random.Random(s.seed), []
     await anyio.sleep(WARM_UP)
     while producers.running() and time.monotonic() - started < s.duration + 10:
-        try:
-            line = await injector.inject()
-        except Exception as e:  # the soak goes on: a failed injection is reported, not fatal
-            line = f"fault failed: {e!r}"
+        line = await injector.inject()  # a fault that failed fails the soak, at the end
         exits += await anyio.to_thread.run_sync(consumers.restart_exited)
         say(f"[{time.monotonic() - started:6.1f}s] {line} | {await tally_now()}")
         await anyio.sleep(rng.uniform(*FAULT_GAP))
@@ -198,7 +197,8 @@ def report(s: Settings, tally: Tally, extra: dict[str, Any], problems: list[str]
         + (f"; ordered: {summary['ordered_calls']} calls of {summary['ordered_keys']} keys, "
            f"{summary['ordered_skips']} skips, {summary['ordered_reruns']} re-runs, overlaps "
            f"{summary['ordered_overlaps_same_process']} in a process / "
-           f"{summary['ordered_overlaps_across_processes']} across" if s.mode == "ordered" else ""))  # fmt: skip
+           f"{summary['ordered_overlaps_across_processes']} across" if s.mode == "ordered" else "")
+        + (f"; because: {'; '.join(problems)}" if problems else ""))  # fmt: skip
     return summary
 
 
@@ -210,8 +210,23 @@ async def observe(
     """Faults while traffic flows, then settle, then the summary; return the problems."""
     port = urlparse(admin.url).port or DEFAULT_PORT
     shared_home = Path(os.environ[ENV_HOME]) if s.server == "shared" else None
-    injector = Injector(random.Random(s.seed), consumers, admin.client, port, server,
-                        producers.pids, shared_home, cluster, admin.streams[0])  # fmt: skip
+    deployment = connect(admin.url)  # the faults' clients, one per partition stream's slot
+    try:
+        injector = Injector(random.Random(s.seed), consumers, deployment.client_for, port,
+                            server, producers.pids, shared_home, cluster, admin.streams[0])  # fmt: skip
+        return await traffic_then_verdict(s, admin, run_dir, injector, consumers, producers,
+                                          started, server, cluster)  # fmt: skip
+    finally:
+        await deployment.aclose()
+
+
+async def traffic_then_verdict(
+    s: Settings, admin: MessageQueue, run_dir: Path, injector: Injector, consumers: Consumers,
+    producers: Producers, started: float, server: SoakServer | None,
+    cluster: EmbeddedCluster | None,
+) -> list[str]:  # fmt: skip
+    """The traffic phase with its faults, then settling, then the summary and the problems."""
+    shared_home = Path(os.environ[ENV_HOME]) if s.server == "shared" else None
     ordered = s.mode == "ordered"
 
     async def tally_now() -> str:
@@ -223,7 +238,8 @@ async def observe(
     tally = await settle(s, admin, admin.stream, run_dir)
     stats = await anyio.to_thread.run_sync(consumers.stats)
     unclean = await anyio.to_thread.run_sync(consumers.stop_all)
-    problems = [*tally.problems(), *(f"exited by itself: {e}" for e in exits), *unclean]
+    problems = [*tally.problems(), *(f"fault {f}" for f in injector.failures),
+                *(f"exited by itself: {e}" for e in exits), *unclean]  # fmt: skip
     if tally.settled:  # (before that, entries in flight are expected)
         problems += held_after_settling(stats, s.consumers)
     order: dict[str, Any] = {}
@@ -237,7 +253,7 @@ async def observe(
     report(s, tally, {
         "server": "shared" if shared_home else "cluster" if cluster else "embedded" if server
         else "external", "mode": s.mode, **order,
-        "faults": dict(injector.counts),
+        "faults": dict(injector.counts), "faults_failed": injector.failures,
         "consumer_restarts": dict(injector.restarts), "producer_retries": retries,
         "consumer_stats": stats,
         "publish_s": round(publish_s, 1), "elapsed_s": round(time.monotonic() - started, 1),
