@@ -46,10 +46,11 @@ SLOW_BYTES_PER_S = (4_000.0, 32_000.0)
 FAULT_SECONDS = (3.0, 8.0)
 HALF_OPEN_WINDOW = (0.5, 2.0)
 CUT_SECONDS = 1.0  # connections are cut as their replies come
-# A consumer notices a dead connection when a read times out (socket timeout plus BLOCK),
-# on each of its connections in turn; ordered mode then acquires its partitions again
-# (a lease lapsed meanwhile).
-STUCK_AFTER = 2 * (SOCKET_TIMEOUT + BLOCK) + 2 * LEASE + 5.0
+# A dead connection is noticed when a read on it times out (socket timeout plus BLOCK): the
+# producers' (new entries come again), then the consumers' read and another of their
+# connections in turn; ordered mode then acquires its partitions again (a lease lapsed
+# meanwhile, another one may pass before the assignment settles).
+STUCK_AFTER = 3 * (SOCKET_TIMEOUT + BLOCK) + 2 * LEASE + 5.0
 PROGRESS_POLL = 0.5
 ANNOUNCED_WITHIN = 15.0
 
