@@ -150,3 +150,36 @@ async def slow_reader(proxy: FaultProxy) -> None:
     proxy.slow = 8_000.0
     await anyio.sleep(1.5)
     proxy.slow = None
+
+
+async def test_stop_notices_reach_a_consumer_again_after_its_connections_went_half_open(
+    proxy: FaultProxy, redis_url: str, stream: str
+) -> None:
+    url = f"{proxy.url}?socket_timeout={SOCKET_TIMEOUT:g}"
+    started: list[str] = []
+    cancelled: list[str] = []
+    mq = MessageQueue(url, stream=stream, group="g", consumer="c1", start=StartFrom.EARLIEST,
+                      config=FAST)  # fmt: skip
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        started.append(msg.id)
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(msg.id)
+            raise
+
+    operator = MessageQueue(redis_url, stream=stream, group="g")
+    async with operator, mq, anyio.create_task_group() as tg:
+        tg.start_soon(mq.run)
+        first = await operator.publish("job", 1)
+        await wait_for(lambda: started == [first], what="the first entry to start")
+        proxy.half_open(0.0)  # every connection of the consumer, its subscription too
+        await anyio.sleep(3 * SOCKET_TIMEOUT)  # time for it to notice, by its timeouts
+        second = await operator.publish("job", 2)
+        await wait_for(lambda: second in started, what="the consumer reading again")
+        await operator.stop_message(second)
+        await wait_for(lambda: second in cancelled, 2 * SOCKET_TIMEOUT,
+                       "the stop notice to cancel the running handler")  # fmt: skip
+        tg.cancel_scope.cancel()
