@@ -31,9 +31,9 @@ from ..errors import (
 )
 from ..ids import StreamId
 from ..wire.keys import Keys
+from ..wire.liveness import Liveness
 from ..wire.replies import text
 from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
-from ..wire.timeouts import SOCKET_TIMEOUT
 from ..wire.translate import translated
 
 log = logging.getLogger(__name__)
@@ -159,31 +159,6 @@ def parse_notice(data: bytes | str) -> Notice | None:
         return None
 
 
-class Liveness:
-    """A PING on the subscription every ``interval``, its PONG expected before the next:
-    a connection that went half-open (a peer or a network that stopped answering without
-    closing it) raises no error on a subscription, which only ever waits for messages."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.due = anyio.current_time() + interval
-        self._awaiting = False
-
-    def answered(self) -> None:
-        self._awaiting = False
-
-    async def check(self, pubsub: aioredis.client.PubSub) -> None:
-        """PING when due; raise if the last one is still unanswered."""
-        if anyio.current_time() < self.due:
-            return
-        if self._awaiting:
-            raise ServerUnavailableError(
-                f"the control subscription answered no PING within {self.interval:g}s"
-            )
-        await pubsub.ping()
-        self._awaiting, self.due = True, anyio.current_time() + self.interval
-
-
 class ControlListener:
     """Follows the control channel and keeps a StoppedView current.
 
@@ -250,7 +225,7 @@ class ControlListener:
 
     async def _follow(self, pubsub: aioredis.client.PubSub) -> None:
         resync_at = anyio.current_time() + self._resync_interval
-        live = Liveness(_socket_timeout(pubsub))
+        live = Liveness.of(pubsub)
         while True:
             timeout = max(min(resync_at, live.due) - anyio.current_time(), 0.0)
             message = await pubsub.get_message(timeout=timeout)
@@ -293,10 +268,3 @@ class ControlListener:
                 "ignoring a %s notice for %s: Redis says it is %s",
                 notice.op, notice.entry_id, "stopped" if stopped else "not stopped",
             )  # fmt: skip
-
-
-def _socket_timeout(pubsub: aioredis.client.PubSub) -> float:
-    """The subscription's socket timeout (the URL's ``socket_timeout``, else streamq's)."""
-    connection = pubsub.connection
-    timeout = getattr(connection, "socket_timeout", None) if connection is not None else None
-    return float(timeout) if timeout else SOCKET_TIMEOUT

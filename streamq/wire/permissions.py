@@ -141,7 +141,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "count deliveries without a handler", "HINCRBY", UNROUTED, ID, "1"),
     _p("consume", "count deliveries without a handler", "HGET", UNROUTED, ID),
     _p("consume", "drop delivery counts; cleanup", "HDEL", UNROUTED, ID),
-    _p("consume", "health(); the control subscription's liveness", "PING"),
+    _p("consume", "health(); the subscriptions' liveness", "PING"),
     _p("ordered", "membership heartbeat (script)", "EVALSHA", SHA, "1", MEMBERS),
     _p("ordered", "in the membership script", "HGETALL", MEMBERS),
     _p("ordered", "in the membership script", "HSET", MEMBERS, C, "1"),

@@ -10,11 +10,12 @@ from urllib.parse import urlparse
 
 import anyio
 import pytest
+import redis.asyncio as aioredis
 from anyio.abc import SocketStream
 
 from streamq import Message, MessageQueue, StartFrom
 from tests.helpers.fault_proxy import FaultProxy
-from tests.helpers.queues import FAST
+from tests.helpers.queues import FAST, handled_messages
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -182,4 +183,44 @@ async def test_stop_notices_reach_a_consumer_again_after_its_connections_went_ha
         await operator.stop_message(second)
         await wait_for(lambda: second in cancelled, 2 * SOCKET_TIMEOUT,
                        "the stop notice to cancel the running handler")  # fmt: skip
+        tg.cancel_scope.cancel()
+
+
+async def subscriptions(client: aioredis.Redis, proxy: FaultProxy) -> set[str]:
+    """The proxy's connections on which the server has a sharded subscription."""
+    ours = proxy.upstream_addresses()
+    found = set()
+    for line in (await client.execute_command("CLIENT", "LIST")).decode().splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if fields.get("addr") in ours and int(fields.get("ssub", "0")) > 0:
+            found.add(fields["addr"])
+    return found
+
+
+async def test_every_subscription_is_made_again_after_its_connection_went_half_open(
+    proxy: FaultProxy, redis_url: str, stream: str, client: aioredis.Redis
+) -> None:
+    url = f"{proxy.url}?socket_timeout={SOCKET_TIMEOUT:g}"
+    mq = MessageQueue(url, stream=stream, group="g", consumer="c1", start=StartFrom.EARLIEST,
+                      config=FAST)  # fmt: skip
+    handled = handled_messages(mq)
+    operator = MessageQueue(redis_url, stream=stream, group="g")
+    async with operator, mq, anyio.create_task_group() as tg:
+        tg.start_soon(mq.run)
+        await operator.publish("job", 1)
+        await wait_for(lambda: len(handled) == 1, what="the consumer running")
+        before: set[str] = set()
+
+        async def both_subscribed() -> bool:  # the control channel and the scheduler's wake
+            before.update(await subscriptions(client, proxy))
+            return len(before) == 2
+
+        await wait_for(both_subscribed, what="both subscriptions")
+        proxy.half_open(0.0)
+
+        async def made_again() -> bool:
+            now = await subscriptions(client, proxy)
+            return len(now) == 2 and not now & before
+
+        await wait_for(made_again, 4 * SOCKET_TIMEOUT, "both subscriptions on new connections")
         tg.cancel_scope.cancel()
