@@ -119,8 +119,9 @@ test-spark: setup
 	$(PYTEST) -q -m spark
 
 # The long fault soak (2-4 min; not part of `make test`): producer and consumer processes
-# under SIGKILL, SIGSTOP, CLIENT KILL and server crashes; exits non-zero on any loss. Then
-# again on the shared embedded server of a private STREAMQ_HOME, its keeper SIGKILLed.
+# under SIGKILL, SIGSTOP, CLIENT KILL, server crashes and a degraded network (fault proxies);
+# exits non-zero on any loss. Then again on the shared embedded server of a private
+# STREAMQ_HOME, its keeper SIGKILLed (there without the network faults: no URL to proxy).
 # Knobs: SOAK_MESSAGES, SOAK_CONSUMERS, SOAK_DURATION, SOAK_SEED, ... (see --help).
 test-soak: setup
 	$(PY) -m tests.soak.soak --server own
@@ -128,7 +129,8 @@ test-soak: setup
 
 # The soak's ordered mode (tests/soak/ordered.py): keyed jobs on 4 partitions, ordered=True,
 # per-key order checked under the faults; on our own server, then on an embedded cluster of
-# 3 masters with a replica each, a master SIGKILLed (~5 min in all).
+# 3 masters with a replica each, a master SIGKILLed, each node behind a fault proxy (~5 min
+# in all).
 test-soak-ordered: setup
 	$(PY) -m tests.soak.soak --mode ordered --server own --duration 90 --messages 15000 --rate 120 --poison-rate 0
 	$(PY) -m tests.soak.soak --mode ordered --server cluster --duration 90 --messages 15000 --rate 120 --poison-rate 0

@@ -23,6 +23,7 @@ from ..errors import RedisFailure, ServerUnavailableError
 from ..publish.scheduling import MOVE_BATCH, Moved, move_due
 from ..wire.damage import set_aside
 from ..wire.keys import Keys
+from ..wire.liveness import Liveness
 from ..wire.records import DamagedRecord
 from ..wire.translate import translated
 from .stats import Stats
@@ -107,14 +108,17 @@ class Mover:
                 await anyio.sleep(backoff.next())
 
     async def _follow(self, pubsub: aioredis.client.PubSub) -> None:
+        live = Liveness.of(pubsub)  # a half-open connection would never say it is gone
         while True:
-            message = await pubsub.get_message(timeout=MAX_SLEEP)
-            if message is None:
-                continue
-            if message["type"] == "sunsubscribe":  # the slot moved: subscribe again
+            message = await pubsub.get_message(timeout=min(MAX_SLEEP, live.wait()))
+            kind = None if message is None else message["type"]
+            if kind == "sunsubscribe":  # the slot moved: subscribe again
                 raise ServerUnavailableError("the server ended the wake-up subscription")
-            if message["type"] in ("smessage", "message"):
+            if kind in ("smessage", "message"):
                 self.wake()
+            elif kind == "pong":
+                live.answered()
+            await live.check(pubsub)
 
 
 def _sleep_for(moved: Moved) -> float:

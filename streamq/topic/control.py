@@ -33,6 +33,7 @@ from ..ids import StreamId
 from ..wire import records
 from ..wire.damage import set_aside
 from ..wire.keys import Keys
+from ..wire.liveness import Liveness
 from ..wire.records import DamagedRecord
 from ..wire.replies import text
 from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
@@ -239,9 +240,12 @@ class ControlListener:
 
     async def _follow(self, pubsub: aioredis.client.PubSub) -> None:
         resync_at = anyio.current_time() + self._resync_interval
+        live = Liveness.of(pubsub)
         while True:
-            timeout = max(resync_at - anyio.current_time(), 0.0)
+            timeout = max(min(resync_at, live.due) - anyio.current_time(), 0.0)
             message = await pubsub.get_message(timeout=timeout)
+            if message is not None and message["type"] == "pong":
+                live.answered()
             if message is not None and message["type"] == "sunsubscribe":
                 # A cluster node drops its sharded subscribers when the channel's slot
                 # moves (reshard, failover): subscribe again, on the slot's new master.
@@ -256,6 +260,7 @@ class ControlListener:
             if anyio.current_time() >= resync_at:
                 await self._view.resync(self._client, self._stream)
                 resync_at = anyio.current_time() + self._resync_interval
+            await live.check(pubsub)
 
     async def _apply(self, data: bytes | str) -> None:
         notice = parse_notice(data)

@@ -143,7 +143,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "count deliveries without a handler", "HINCRBY", UNROUTED, ID, "1"),
     _p("consume", "count deliveries without a handler", "HGET", UNROUTED, ID),
     _p("consume", "drop delivery counts; cleanup", "HDEL", UNROUTED, ID),
-    _p("consume", "health()", "PING"),
+    _p("consume", "health(); the subscriptions' liveness", "PING"),
     _p("consume", "claim, renew and give back the consumer's name (scripts)", "EVALSHA", SHA, "1",
        ALIVE),
     _p("consume", "in the consumer name scripts", "GET", ALIVE),

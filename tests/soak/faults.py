@@ -19,6 +19,13 @@
 - ``stop_resume``: an operator stops a few entries (in flight, and the newest) and resumes
   them a moment later, while the consumers' cleanup passes run: each
   must still be handled once resumed.
+- ``net_latency``, ``net_cut``, ``net_half_open``, ``net_slow``: the network between the
+  soak's processes and the server degrades (:mod:`tests.soak.network`); every consumer must
+  handle entries again within its timeouts afterwards.
+
+A fault that cannot be applied (its commands keep failing, the server does not come back)
+is not a fault that happened: :meth:`Injector.inject` records it in ``failures``, with its
+name and error, and the soak fails.
 """
 
 from __future__ import annotations
@@ -43,12 +50,14 @@ from streamq.server.keeper import Paths, pid_alive, read_info, server_pid
 from streamq.topic import control
 from streamq.wire.slots import slot_of
 from streamq.wire.timeouts import SOCKET_TIMEOUT
+from tests.soak import network
+from tests.soak.network import Network, every_consumer_progresses
 from tests.soak.processes import Consumers, SoakServer
 from tests.soak.soak_consumer import BLOCK, CLAIM_IDLE
 from tests.soak.tally import retrying
 
 KINDS = ("kill", "pause", "client_kill", "server_crash", "stall", "keeper_kill", "master_kill",
-         "stop_resume")  # fmt: skip
+         "stop_resume", *network.KINDS)  # fmt: skip
 OWN_SERVER_KINDS = ("server_crash", "stall")  # faults done to a server the soak started
 PAUSE_SECONDS = (2.5 * CLAIM_IDLE, 4.0 * CLAIM_IDLE)
 SERVER_DOWN_SECONDS = (0.2, 1.5)
@@ -83,26 +92,32 @@ class Injector:
         self,
         rng: random.Random,
         consumers: Consumers,
-        client: aioredis.Redis,
+        client_for: Callable[[str], aioredis.Redis],
         server_port: int,
         server: SoakServer | None,
         producer_pids: Callable[[], list[int]],
         shared_home: Path | None = None,
         cluster: EmbeddedCluster | None = None,
         victim_stream: str = "",
+        net: Network | None = None,
     ) -> None:
-        self._rng, self._consumers, self._client = rng, consumers, client
+        # A client per stream: on a cluster each partition stream has its own slot.
+        self._rng, self._consumers, self._client_for = rng, consumers, client_for
         self._port, self._server, self._producer_pids = server_port, server, producer_pids
         self._home, self._cluster, self._victim_stream = shared_home, cluster, victim_stream
+        self._net = net
         self.kinds = [k for k in KINDS if (k not in OWN_SERVER_KINDS or server is not None)
                       and (k != "keeper_kill" or shared_home is not None)
-                      and (k != "master_kill" or cluster is not None)]  # fmt: skip
+                      and (k != "master_kill" or cluster is not None)
+                      and (k not in network.KINDS or net is not None)]  # fmt: skip
         self._cycle: list[str] = []
         self.counts: Counter[str] = Counter()
         self.restarts: Counter[str] = Counter()
+        self.failures: list[str] = []
 
     async def inject(self) -> str:
-        """Apply the next fault; return a line describing it."""
+        """Apply the next fault; return a line describing it (or why it failed, also kept
+        in ``failures``: a fault that did not happen is a failure of the soak)."""
         if not self._cycle:
             self._cycle = self._rng.sample(self.kinds, len(self.kinds))
         kind = self._cycle.pop()
@@ -112,8 +127,14 @@ class Injector:
             "stall": self.stall,
             "keeper_kill": self.keeper_kill, "master_kill": self.master_kill,
             "stop_resume": self.stop_resume,
+            "net_latency": self.net_latency, "net_cut": self.net_cut,
+            "net_half_open": self.net_half_open, "net_slow": self.net_slow,
         }  # fmt: skip
-        description = await actions[kind]()
+        try:
+            description = await actions[kind]()
+        except Exception as e:  # any error: the soak reports it, and fails
+            self.failures.append(f"{kind} failed: {e!r}")
+            return f"{kind} FAILED: {e!r}"
         self.counts[kind] += 1
         return f"{kind}: {description}"
 
@@ -137,17 +158,25 @@ class Injector:
     async def client_kill(self) -> str:
         pids = self._consumers.pids() + self._producer_pids()
         if self._cluster is not None:
-            return await anyio.to_thread.run_sync(cluster_client_kill, self._cluster, pids)
+            return await anyio.to_thread.run_sync(cluster_client_kill, self._cluster, pids,
+                                                  self._net)  # fmt: skip
         addresses = await anyio.to_thread.run_sync(connections_of, pids, self._port)
-        async with self._client.pipeline(transaction=False) as pipe:
-            for address in sorted(addresses):
+        if self._net is not None:  # the processes' connections through the proxy
+            addresses |= self._net.upstream_addresses(self._port)
+        # again while the soak's own connection cannot answer (a fault before broke it)
+        killed = await retrying(self._kill_clients, sorted(addresses))
+        return f"CLIENT KILL of {killed} connections"
+
+    async def _kill_clients(self, addresses: list[str]) -> int:
+        async with self._client_for(self._victim_stream).pipeline(transaction=False) as pipe:
+            for address in addresses:  # the filter form: a client already gone counts 0
                 pipe.execute_command("CLIENT", "KILL", "ADDR", address)
-            killed = await pipe.execute()
-        return f"CLIENT KILL of {sum(killed)} connections"
+            return sum(await pipe.execute())
 
     async def master_kill(self) -> str:
         assert self._cluster is not None
-        return await anyio.to_thread.run_sync(kill_master, self._cluster, self._victim_stream)
+        return await anyio.to_thread.run_sync(kill_master, self._cluster, self._victim_stream,
+                                              self._net)  # fmt: skip
 
     async def server_crash(self) -> str:
         assert self._server is not None
@@ -164,7 +193,8 @@ class Injector:
         return await stall_server(self._server, self._rng.uniform(*STALL_SECONDS))
 
     async def stop_resume(self) -> str:
-        stream, client = self._victim_stream, self._client
+        stream = self._victim_stream
+        client = self._client_for(stream)
         group = await retrying(client.xinfo_groups, stream)
         in_flight = await retrying(
             client.xpending_range, stream, group[0]["name"], "-", "+", STOPPED_ENTRIES
@@ -184,6 +214,29 @@ class Injector:
         return (f"stopped {len(stopped)} entries ({taken} in flight) for {seconds:.1f}s, "
                 f"resumed them ({given_back} given back)")  # fmt: skip
 
+    async def net_latency(self) -> str:
+        assert self._net is not None
+        return await self._net_fault(self._net.latency)
+
+    async def net_cut(self) -> str:
+        assert self._net is not None
+        return await self._net_fault(self._net.cut)
+
+    async def net_half_open(self) -> str:
+        assert self._net is not None
+        return await self._net_fault(self._net.half_open)
+
+    async def net_slow(self) -> str:
+        assert self._net is not None
+        return await self._net_fault(self._net.slow)
+
+    async def _net_fault(self, fault: Callable[[random.Random], Awaitable[str]]) -> str:
+        """The fault, then the check that no consumer is left stuck by it."""
+        done = await fault(self._rng)
+        progress = await every_consumer_progresses(self._consumers,
+                                                   lambda: bool(self._producer_pids()))  # fmt: skip
+        return f"{done}; {progress}"
+
     async def keeper_kill(self) -> str:
         assert self._home is not None
         return await anyio.to_thread.run_sync(kill_keeper, self._home)
@@ -199,31 +252,36 @@ async def stall_server(server: SoakServer, seconds: float) -> str:
     return f"SIGSTOP server for {seconds:.1f}s (past the {SOCKET_TIMEOUT:g}s socket timeout), then SIGCONT"
 
 
-def cluster_client_kill(cluster: EmbeddedCluster, pids: list[int]) -> str:
-    """``CLIENT KILL`` of the processes' connections, on each node they are connected to."""
+def cluster_client_kill(cluster: EmbeddedCluster, pids: list[int], net: Network | None) -> str:
+    """``CLIENT KILL`` of the processes' connections, on each node they are connected to
+    (through its proxy, when there is a network: the proxy's connections)."""
     killed = 0
     for node in cluster.nodes:
-        addresses = connections_of(pids, node.port)
+        port = net.node_port(node.port) if net else node.port
+        addresses = connections_of(pids, port) | (net.upstream_addresses(port) if net else set())
         if not addresses:
             continue
-        with redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5) as client:
+        with redis.Redis(host="127.0.0.1", port=port, socket_timeout=5) as client:
             for address in sorted(addresses):
                 with contextlib.suppress(redis.RedisError):  # gone meanwhile
                     killed += int(client.execute_command("CLIENT", "KILL", "ADDR", address))
     return f"CLIENT KILL of {killed} connections on {len(cluster.nodes)} nodes"
 
 
-def kill_master(cluster: EmbeddedCluster, stream: str) -> str:
+def kill_master(cluster: EmbeddedCluster, stream: str, net: Network | None = None) -> str:
     """SIGKILL the master serving ``stream``, wait until its replica took over, restart the
-    old master (it comes back as a replica)."""
-    victim = cluster.master_of_slot(slot_of(stream))
+    old master (it comes back as a replica; with a network, announcing its proxy again)."""
+    node_port: Callable[[int], int] = net.node_port if net else int
+    victim = node_port(cluster.master_of_slot(slot_of(stream)).port)
     began = time.monotonic()
-    cluster.kill_node(victim.port)
+    cluster.kill_node(victim)
     cluster.wait_ready()
-    heir = cluster.master_of_slot(slot_of(stream))
+    heir = node_port(cluster.master_of_slot(slot_of(stream)).port)
     took = time.monotonic() - began
-    cluster.restart_node(victim.port)
-    return (f"SIGKILL master :{victim.port} of {stream}, replica :{heir.port} promoted in "
+    cluster.restart_node(victim)
+    if net is not None:
+        net.announce(victim)
+    return (f"SIGKILL master :{victim} of {stream}, replica :{heir} promoted in "
             f"{took:.1f}s, old master back in {time.monotonic() - began:.1f}s")  # fmt: skip
 
 

@@ -7,13 +7,17 @@ server-crash fault, which needs a server of our own). With ``--server shared``
 (``SOAK_SERVER=shared``) they use no URL at all: the shared embedded server of a private
 ``$STREAMQ_HOME`` in the run directory, as an application would, and the faults include
 SIGKILLing its keeper (instead of the server crash: its ``appendfsync everysec`` may lose
-the last second of a SIGKILLed Valkey). While traffic flows, faults are
-injected one at a time (see :mod:`tests.soak.faults`). Then the soak waits, bounded, for
+the last second of a SIGKILLed Valkey). Producers and consumers reach the server through
+fault proxies (:mod:`tests.soak.network`: latency, replies cut midway, half-open
+connections, a slow reader; ``--network direct`` leaves them out; the shared server's
+users find it without a URL, so there the soak says the network faults are skipped).
+While traffic flows, faults are injected one at a time (see :mod:`tests.soak.faults`). Then the soak waits, bounded, for
 everything to settle and prints one summary as JSON plus a human line.
 
 Exit status 1 on any loss (an entry whose XADD was acknowledged that was neither handled
-nor dead-lettered), on a run that did not settle (entries still pending), and on a
-consumer that exited by itself or did not stop cleanly on SIGTERM. Duplicates are allowed
+nor dead-lettered), on a run that did not settle (entries still pending), on a fault that
+could not be applied (named with its error), and on a consumer that exited by itself or
+did not stop cleanly on SIGTERM. Duplicates are allowed
 (at-least-once) and counted. On failure the run directory (server AOF and log, consumer
 logs, published IDs) is kept and named.
 
@@ -23,7 +27,6 @@ every option also reads ``SOAK_<NAME>`` from the environment.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -35,19 +38,22 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import anyio
+from anyio.abc import TaskGroup
 
 from streamq import MessageQueue, StartFrom
 from streamq.server.cluster import EmbeddedCluster
 from streamq.server.shared import ENV_HOME, SharedServer
+from streamq.wire.client import connect
 from tests.soak.faults import Injector
+from tests.soak.network import Network
 from tests.soak.ordered import PARTITIONS, check_order, read_calls
 from tests.soak.processes import Consumers, SoakServer, finish, kill_all, read_line, spawn
+from tests.soak.settings import Settings, parse_settings
 from tests.soak.soak_consumer import GROUP
 from tests.soak.tally import Tally, collect, describe_lost, retrying
 
@@ -55,60 +61,6 @@ WARM_UP = 3.0
 FAULT_GAP = (1.5, 4.0)
 SETTLE_POLL = 0.5
 DEFAULT_PORT = 6379
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    messages: int
-    consumers: int
-    producers: int
-    rate: float
-    duration: float
-    settle: float
-    seed: int
-    fail_rate: float
-    poison_rate: float
-    keep: bool
-    server: str = "own"  # or "shared": the shared embedded server of a private home; "cluster"
-    mode: str = "plain"  # or "ordered": keyed jobs, ordered=True, the order check
-
-
-def parse_settings(argv: list[str]) -> Settings:
-    env = os.environ.get
-    p = argparse.ArgumentParser(prog="python -m tests.soak.soak", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--messages", type=int, default=int(env("SOAK_MESSAGES", "30000")),
-                   help="messages to publish (default 30000)")  # fmt: skip
-    p.add_argument("--consumers", type=int, default=int(env("SOAK_CONSUMERS", "3")),
-                   help="consumer processes (default 3)")  # fmt: skip
-    p.add_argument("--producers", type=int, default=int(env("SOAK_PRODUCERS", "2")),
-                   help="producer processes (default 2)")  # fmt: skip
-    p.add_argument("--rate", type=float, default=float(env("SOAK_RATE", "250")),
-                   help="messages per second, all producers together")  # fmt: skip
-    p.add_argument("--duration", type=float, default=float(env("SOAK_DURATION", "240")),
-                   help="cap in seconds on the publishing (and fault) phase")  # fmt: skip
-    p.add_argument("--settle", type=float, default=float(env("SOAK_SETTLE", "90")),
-                   help="bound in seconds on the wait for everything to settle")  # fmt: skip
-    p.add_argument("--seed", type=int, default=int(env("SOAK_SEED", "0")) or None,
-                   help="seeds the fault schedule and the payloads (default: random, printed)")  # fmt: skip
-    p.add_argument("--fail-rate", type=float, default=float(env("SOAK_FAIL_RATE", "0.02")),
-                   help="chance that a handler call raises a transient error")  # fmt: skip
-    p.add_argument("--poison-rate", type=float, default=float(env("SOAK_POISON_RATE", "0.001")),
-                   help="share of jobs whose handler always fails (must be dead-lettered)")  # fmt: skip
-    p.add_argument("--keep", action="store_true", default=bool(env("SOAK_KEEP")),
-                   help="keep the run directory even when the soak passes")  # fmt: skip
-    p.add_argument("--server", choices=["own", "shared", "cluster"],
-                   default=env("SOAK_SERVER", "own"),
-                   help="own: a Valkey of the soak's (server-crash fault); shared: the shared "
-                   "embedded server of a private STREAMQ_HOME (keeper-kill fault); cluster: "
-                   "an embedded cluster of 3 masters with a replica each (master-kill fault)")  # fmt: skip
-    p.add_argument("--mode", choices=["plain", "ordered"], default=env("SOAK_MODE", "plain"),
-                   help="ordered: keyed jobs on a partitioned topic consumed with ordered=True, "
-                   "per-key order checked (tests/soak/ordered.py)")  # fmt: skip
-    a = p.parse_args(argv)
-    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 2**31)
-    return Settings(a.messages, a.consumers, a.producers, a.rate, a.duration, a.settle,
-                    seed, a.fail_rate, a.poison_rate, a.keep, a.server, a.mode)  # fmt: skip
 
 
 def say(line: str) -> None:
@@ -154,10 +106,7 @@ async def traffic_phase(
     rng, exits = random.Random(s.seed), []
     await anyio.sleep(WARM_UP)
     while producers.running() and time.monotonic() - started < s.duration + 10:
-        try:
-            line = await injector.inject()
-        except Exception as e:  # the soak goes on: a failed injection is reported, not fatal
-            line = f"fault failed: {e!r}"
+        line = await injector.inject()  # a fault that failed fails the soak, at the end
         exits += await anyio.to_thread.run_sync(consumers.restart_exited)
         say(f"[{time.monotonic() - started:6.1f}s] {line} | {await tally_now()}")
         await anyio.sleep(rng.uniform(*FAULT_GAP))
@@ -198,20 +147,37 @@ def report(s: Settings, tally: Tally, extra: dict[str, Any], problems: list[str]
         + (f"; ordered: {summary['ordered_calls']} calls of {summary['ordered_keys']} keys, "
            f"{summary['ordered_skips']} skips, {summary['ordered_reruns']} re-runs, overlaps "
            f"{summary['ordered_overlaps_same_process']} in a process / "
-           f"{summary['ordered_overlaps_across_processes']} across" if s.mode == "ordered" else ""))  # fmt: skip
+           f"{summary['ordered_overlaps_across_processes']} across" if s.mode == "ordered" else "")
+        + (f"; because: {'; '.join(problems)}" if problems else ""))  # fmt: skip
     return summary
 
 
 async def observe(
     s: Settings, admin: MessageQueue, run_dir: Path, server: SoakServer | None,
     consumers: Consumers, producers: Producers, started: float,
-    cluster: EmbeddedCluster | None = None,
+    cluster: EmbeddedCluster | None = None, net: Network | None = None,
 ) -> list[str]:  # fmt: skip
     """Faults while traffic flows, then settle, then the summary; return the problems."""
     port = urlparse(admin.url).port or DEFAULT_PORT
     shared_home = Path(os.environ[ENV_HOME]) if s.server == "shared" else None
-    injector = Injector(random.Random(s.seed), consumers, admin.client, port, server,
-                        producers.pids, shared_home, cluster, admin.streams[0])  # fmt: skip
+    deployment = connect(admin.url)  # the faults' clients, one per partition stream's slot
+    try:
+        injector = Injector(random.Random(s.seed), consumers, deployment.client_for, port,
+                            server, producers.pids, shared_home, cluster, admin.streams[0],
+                            net)  # fmt: skip
+        return await traffic_then_verdict(s, admin, run_dir, injector, consumers, producers,
+                                          started, server, cluster)  # fmt: skip
+    finally:
+        await deployment.aclose()
+
+
+async def traffic_then_verdict(
+    s: Settings, admin: MessageQueue, run_dir: Path, injector: Injector, consumers: Consumers,
+    producers: Producers, started: float, server: SoakServer | None,
+    cluster: EmbeddedCluster | None,
+) -> list[str]:  # fmt: skip
+    """The traffic phase with its faults, then settling, then the summary and the problems."""
+    shared_home = Path(os.environ[ENV_HOME]) if s.server == "shared" else None
     ordered = s.mode == "ordered"
 
     async def tally_now() -> str:
@@ -223,7 +189,8 @@ async def observe(
     tally = await settle(s, admin, admin.stream, run_dir)
     stats = await anyio.to_thread.run_sync(consumers.stats)
     unclean = await anyio.to_thread.run_sync(consumers.stop_all)
-    problems = [*tally.problems(), *(f"exited by itself: {e}" for e in exits), *unclean]
+    problems = [*tally.problems(), *(f"fault {f}" for f in injector.failures),
+                *(f"exited by itself: {e}" for e in exits), *unclean]  # fmt: skip
     if tally.settled:  # (before that, entries in flight are expected)
         problems += held_after_settling(stats, s.consumers)
     order: dict[str, Any] = {}
@@ -237,7 +204,7 @@ async def observe(
     report(s, tally, {
         "server": "shared" if shared_home else "cluster" if cluster else "embedded" if server
         else "external", "mode": s.mode, **order,
-        "faults": dict(injector.counts),
+        "faults": dict(injector.counts), "faults_failed": injector.failures,
         "consumer_restarts": dict(injector.restarts), "producer_retries": retries,
         "consumer_stats": stats,
         "publish_s": round(publish_s, 1), "elapsed_s": round(time.monotonic() - started, 1),
@@ -257,8 +224,41 @@ async def soak(
         f"seed {s.seed}, stream {stream}, run dir {run_dir}")  # fmt: skip
     if server is None and s.server == "own":
         say("soak: external server ($STREAMQ_REDIS_URL): the server-crash fault is SKIPPED")
+    async with anyio.create_task_group() as tg:
+        net = await start_network(s, tg, url, cluster)
+        problems = await soak_through(s, run_dir, url, server, cluster, stream, started, net)
+        tg.cancel_scope.cancel()  # the proxies
+    return problems
+
+
+async def start_network(
+    s: Settings, tg: TaskGroup, url: str, cluster: EmbeddedCluster | None
+) -> Network | None:
+    """The fault proxies in front of the server's nodes, or None (said why)."""
+    if not s.network:
+        say("soak: network faults SKIPPED (--network direct)")
+        return None
+    if s.server == "shared":
+        say("soak: network faults SKIPPED: the shared server's users reach it without a URL")
+        return None
+    if cluster is None:
+        return await Network.start(tg, [urlparse(url).port or DEFAULT_PORT],
+                                   urlparse(url).hostname or "127.0.0.1")  # fmt: skip
+    net = await Network.start(tg, [node.port for node in cluster.nodes])
+    await anyio.to_thread.run_sync(net.announce_all, cluster)
+    return net
+
+
+async def soak_through(
+    s: Settings, run_dir: Path, url: str, server: SoakServer | None,
+    cluster: EmbeddedCluster | None, stream: str, started: float, net: Network | None,
+) -> list[str]:  # fmt: skip
+    """The soak, its processes reaching the server through ``net`` when there is one."""
     shared = s.server == "shared"  # then producers and consumers are given no URL
-    consumers = Consumers("" if shared else url, stream, count=s.consumers, seed=s.seed,
+    their_url = "" if shared else net.url_for(url) if net else url
+    if net is not None:
+        say(f"soak: network faults through {len(net.proxies)} proxies, processes use {their_url}")
+    consumers = Consumers(their_url, stream, count=s.consumers, seed=s.seed,
                           fail_rate=s.fail_rate, run_dir=run_dir, mode=s.mode)  # fmt: skip
     producers: Producers | None = None
     partitions = PARTITIONS if s.mode == "ordered" else 1
@@ -266,9 +266,9 @@ async def soak(
                             partitions=partitions) as admin:  # fmt: skip
         try:
             await anyio.to_thread.run_sync(consumers.start_all)
-            producers = Producers("" if shared else url, stream, s, run_dir)
+            producers = Producers(their_url, stream, s, run_dir)
             return await observe(s, admin, run_dir, server, consumers, producers, started,
-                                 cluster)  # fmt: skip
+                                 cluster, net)  # fmt: skip
         finally:  # whatever happened, no process of ours outlives the soak
             kill_all([*consumers.processes.values(), *(producers.processes if producers else [])])
 
@@ -298,7 +298,7 @@ async def soak_until_signalled(
 
 
 def main(argv: list[str]) -> int:
-    s = parse_settings(argv)
+    s = parse_settings(argv, __doc__)
     run_dir = Path(tempfile.mkdtemp(prefix="streamq-soak-"))
     if s.server == "shared":
         return soak_on_the_shared_server(s, run_dir)
