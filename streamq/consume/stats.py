@@ -35,6 +35,19 @@ class Histogram:
         return {"buckets": cumulative, "sum": self.total, "count": self.count}
 
 
+def merged_snapshots(one: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """Two snapshots of histograms with the same buckets (:meth:`Histogram.snapshot`) as
+    one: each bucket's counts, the sums and the counts added."""
+    buckets = [
+        (bound, n + m) for (bound, n), (_, m) in zip(one["buckets"], other["buckets"], strict=True)
+    ]
+    return {
+        "buckets": buckets,
+        "sum": one["sum"] + other["sum"],
+        "count": one["count"] + other["count"],
+    }
+
+
 @dataclass
 class Stats:
     received: int = 0

@@ -56,12 +56,6 @@ async def test_the_counters_say_what_the_consumer_did(mode: Mode) -> None:
 
 
 async def test_the_handler_seconds_histogram_counts_every_handler_call(mode: Mode) -> None:
-    mode.differs(
-        "shared-p2",
-        reason="a shared consumer of a partitioned topic reports the histograms of its "
-        "first partition only (streamq/consume/partitioned.py); metrics.md describes one "
-        "handler_seconds histogram per consumer",
-    )
     stats = await _run_six_entries(mode, mode.queue())
     assert stats["handler_seconds"]["count"] == 6
 
