@@ -109,7 +109,7 @@ class OrderedConsumer:
             self.ownership.valid, self._gone, self._stopped,
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
-        self._acked_before = 0  # acks of the workers that ended
+        self._acked_before = self._claimed_before = 0  # of the workers that ended
 
     # -- stopping -------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
@@ -205,6 +205,7 @@ class OrderedConsumer:
             if self.workers.get(worker.index) is worker:
                 del self.workers[worker.index]
             self._acked_before += worker.acker.acked
+            self._claimed_before += worker.claimed
             if worker.lost:
                 self.ownership.forget(worker.index, worker.token)
 
@@ -291,7 +292,7 @@ class OrderedConsumer:
         report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
         workers = list(self.workers.values())
         report.update(
-            claimed=0,
+            claimed=self._claimed_before + sum(w.claimed for w in workers),
             acked=self._acked_before + sum(w.acker.acked for w in workers),
             in_flight=self._shared.room.held,
             handler_seconds=stats.handler_seconds.snapshot(),

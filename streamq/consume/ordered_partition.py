@@ -60,6 +60,7 @@ class PartitionWorker:
         self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
         self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
         self._taken: set[str] = set()  # taken over from another owner, not yet settled
+        self.claimed = 0  # pending entries taken over (mq.stats()["claimed"])
         self._client, self._shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self._connection = resp.OwnConnection(client)  # the read loop's, for its life
@@ -156,6 +157,7 @@ class PartitionWorker:
                         entry.delivery_count = counts.get(entry.id, 1)
                     if not handover.lost_read:  # acked as soon as settled (see .handover)
                         self._taken.update(entry.id for entry in entries)
+                        self.claimed += len(entries)
                     recount = handover.recount(entries)
                     if recount:  # deliveries the claim counted that could not have run
                         await self._fenced("recount", *recount)

@@ -64,12 +64,6 @@ async def test_claimed_counts_the_entries_taken_over_from_a_dead_consumer(
     mode: Mode, client: aioredis.Redis
 ) -> None:
     mode.skip_unless("shared", "ordered", does_not="claim", where=FANOUT_DOC)
-    mode.differs(
-        "ordered",
-        reason="an ordered consumer reports claimed=0 after taking over a partition's "
-        "pending entries (XAUTOCLAIM at its takeover); metrics.md lists `claimed` for "
-        "every consumer",
-    )
     mq = mode.queue(claim_idle=0.2, claim_interval=0.05, retry=RetryPolicy(attempts=1))
     handled = reject_odd_numbers(mq)
     async with mq:
