@@ -191,16 +191,7 @@ class OrderedConsumer:
             await worker.run()
         except Exception as e:
             worker.lost = True
-            failures = _leaves(e)
-            if all(isinstance(f, RedisFailure) for f in failures):
-                # the partition is given up; the next tick may take it again
-                log.error("partition %s stopped: %s", worker.stream, failures[0])
-            else:  # a bug in streamq: never a consumer silently holding its partitions
-                bug = next(f for f in failures if not isinstance(f, RedisFailure))
-                log.error("partition %s of ordered consumer %s died: %s", worker.stream,
-                          self.me, describe(bug), exc_info=bug)  # fmt: skip
-                self.error = self.error or bug
-                self.request_stop("error", auto=True)
+            self._worker_failed(worker, _leaves(e))
         finally:
             if self.workers.get(worker.index) is worker:
                 del self.workers[worker.index]
@@ -208,6 +199,25 @@ class OrderedConsumer:
             self._claimed_before += worker.claimed
             if worker.lost:
                 self.ownership.forget(worker.index, worker.token)
+
+    def _worker_failed(self, worker: PartitionWorker, failures: list[BaseException]) -> None:
+        """A partition's worker ended on ``failures`` (out of its task groups). The server
+        away (ServerUnavailableError): the partition is given up and the next tick may take
+        it again. Any other error will not go away (WRONGTYPE, NOPERM) or is a bug in
+        streamq: the consumer stops with reason ``error`` and ``run()`` raises it as
+        itself, as in shared mode; never a consumer silently holding its partitions."""
+        if all(isinstance(f, ServerUnavailableError) for f in failures):
+            log.error("partition %s stopped: %s", worker.stream, failures[0])
+            return
+        error = next(f for f in failures if not isinstance(f, ServerUnavailableError))
+        if isinstance(error, RedisFailure):
+            log.error("partition %s of ordered consumer %s failed with an error that will "
+                      "not go away: %s", worker.stream, self.me, error)  # fmt: skip
+        else:
+            log.error("partition %s of ordered consumer %s died: %s", worker.stream,
+                      self.me, describe(error), exc_info=error)  # fmt: skip
+        self.error = self.error or error
+        self.request_stop("error", auto=True)
 
     async def _release(self, partition: int) -> None:
         """Drain ``partition`` (its running entries finish), then give its lease up."""
