@@ -60,9 +60,9 @@ class FanoutConsumer:
         self.router = router
         # per stream (a partition's): [otel] with a tracer provider, the tracing middleware
         # outermost (its spans name the stream, as a group consumer's); else as registered
-        summary = LogSummary()
+        self.summary = LogSummary()  # the repeated records of this subscriber's parts
         self._routers = [
-            traced(router, s, NO_GROUP, topic.consumer, summary) for s in topic.streams
+            traced(router, s, NO_GROUP, topic.consumer, self.summary) for s in topic.streams
         ]
         self.config = policies.config
         self.stats = Stats()
@@ -92,6 +92,7 @@ class FanoutConsumer:
             retry=policies.retry, handler_timeout=self.config.handler_timeout,
             thread_limiter=anyio.CapacityLimiter(self.config.concurrency), stats=self.stats,
             place=Place(topic.name, index) if parted else Place(topic.name),
+            summary=self.summary,
         )  # fmt: skip
 
     def stopping(self) -> bool:
@@ -100,7 +101,8 @@ class FanoutConsumer:
     # -- intake ---------------------------------------------------------------------
     def deliver(self, index: int, entries: list[RawEntry]) -> None:
         """Hand read entries to the workers (batch-handled types to their batcher); types
-        without a handler here are skipped: a fan-out subscriber takes what it handles."""
+        without a handler here are skipped, logged and counted: a fan-out subscriber takes
+        what it handles."""
         now = anyio.current_time()
         get_route = self._routers[index].by_type_field.get
         ready: list[tuple[int, RawEntry, Route]] = []
@@ -108,6 +110,7 @@ class FanoutConsumer:
         for entry in entries:
             route = get_route(entry.fields.get(b"type", b""))
             if route is None:
+                self._dispatchers[index].skip(entry)
                 continue
             if route.batch is not None:
                 batched.setdefault(route.type_name, (route, []))[1].append(entry)
@@ -146,6 +149,7 @@ class FanoutConsumer:
         work_done = anyio.Event()
         async with anyio.create_task_group() as services:
             work_scope = await services.start(self._run_work, work_done)
+            services.start_soon(self.summary.run)
             task_status.started()
             self.reading = True
             try:
@@ -157,6 +161,7 @@ class FanoutConsumer:
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(work_scope, work_done)
                 services.cancel_scope.cancel()
+                self.summary.flush(everything=True)
 
     async def _read(self, reader: StreamReader) -> None:
         try:

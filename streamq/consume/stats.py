@@ -55,6 +55,7 @@ class Stats:
     failed: int = 0
     retried: int = 0
     dead_lettered: int = 0
+    skipped: int = 0  # fan-out: entries of a type without a handler here (a group: none)
     handler_seconds: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
     batch_size: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
     scheduled_moved: int = 0  # scheduled messages this consumer added to its stream
@@ -62,4 +63,6 @@ class Stats:
     scheduled_lateness: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
 
     # "claimed" and "acked" are counted by the Claimer and the Acker that do the work
-    COUNTERS = ("received", "handled", "failed", "retried", "dead_lettered", "scheduled_moved")
+    COUNTERS = (
+        "received", "handled", "failed", "retried", "dead_lettered", "skipped", "scheduled_moved",
+    )  # fmt: skip

@@ -91,7 +91,7 @@ async def test_prometheus_serves_the_counters_labelled_by_stream_group_and_consu
     registry.register(collector)
     labels = {"stream": mq.stream, "group": mq.group or "", "consumer": mq.consumer}
     try:
-        for name in ("received", "handled", "failed", "dead_lettered", "acked"):
+        for name in ("received", "handled", "failed", "dead_lettered", "skipped", "acked"):
             value = registry.get_sample_value(f"streamq_{name}_total", labels)
             assert value == stats[name], f"streamq_{name}_total"
         assert registry.get_sample_value("streamq_in_flight", labels) == 0

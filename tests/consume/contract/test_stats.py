@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 # mq.stats(): counters, the in_flight gauge, the histograms (MessageQueue.stats)
 DOCUMENTED_FIGURES = {
-    "received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked",
+    "received", "handled", "failed", "retried", "dead_lettered", "skipped", "claimed", "acked",
     "scheduled_moved", "in_flight", "handler_seconds", "batch_size",
     "scheduled_lateness_seconds",
 }  # fmt: skip
