@@ -17,6 +17,17 @@ from ..wire import replies
 
 log = logging.getLogger(__name__)
 
+# A blocked XREADGROUP is ended by the server when its stream or group is deleted; a blocked
+# XREAD (a fan-out subscriber's read, an ordered partition's wait for new entries) is not.
+# So an XREAD blocks at most this long, then the consumer looks whether its stream is gone:
+# a stream deleted by anyone stops it within about this time, whatever its ``block``.
+XREAD_BLOCK_MAX = 1.0
+
+
+def xread_block(block: float) -> float:
+    """How long a blocked XREAD waits, for a consumer whose ``block`` is ``block``."""
+    return min(block, XREAD_BLOCK_MAX)
+
 
 async def why_gone(client: aioredis.Redis, stream: str, group: str) -> str | None:
     """``topic_terminated``, ``stream_deleted`` or ``group_deleted``; None if both exist."""

@@ -33,6 +33,7 @@ from ..wire import replies, resp
 from ..wire.replies import text
 from .claiming import delivery_counts
 from .failures import describe
+from .gone import xread_block
 from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
@@ -209,7 +210,7 @@ class PartitionWorker:
                         self.holds.flagged.update(text(i) for i in reply[2])
                     self._add(lanes, replies.entries(reply[1]))
                     continue
-                await self._wait_for_new(text(reply[1]), config.block)
+                await self._wait_for_new(text(reply[1]), xread_block(config.block))
             except ServerUnavailableError as e:
                 log.warning("partition %s: read failed, retrying: %s", self.stream, e)
                 lost_read = True
