@@ -36,7 +36,7 @@ from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .context import Place
 from .failures import describe
-from .gone import confirmed_gone
+from .gone import confirmed_any_gone
 from .mover import Mover
 from .ordered_dispatch import OrderedDispatcher, Shared
 from .ordered_partition import PartitionWorker
@@ -260,13 +260,13 @@ class OrderedConsumer:
         )  # fmt: skip
 
     async def _watch_gone(self) -> None:
-        """A partition found its stream or group gone: stop if Redis confirms it."""
+        """A partition found its stream or group gone: stop if Redis confirms it of any
+        partition (the error does not say which; the first is not always the one)."""
         while True:
             await self._gone_seen.wait()
             self._gone_seen = anyio.Event()
-            stream = self.streams[0]
-            reason = await confirmed_gone(
-                self._client_for(stream), stream, self.group,
+            reason = await confirmed_any_gone(
+                self._client_for, self.streams, self.group,
                 hint=f"a read said: {self._gone_error}", failure_means_gone=True,
             )  # fmt: skip
             if reason is not None:
