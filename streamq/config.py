@@ -218,12 +218,14 @@ class ConsumerConfig:
     ``concurrency``: handlers running at once. ``max_in_flight``: entries fetched but not
     finished (bounded so fetched entries do not age in the PEL); in ordered mode, those
     that can run: a waiting key holds none, a key at most a quarter of it (at most
-    ``read_count``), the rest of its entries wait in the pending list. ``ownership_lease``: in
-    ordered mode, how long a partition's lease and a member's heartbeat last (a dead
-    member's partitions move within about this time; at most an hour). ``claim_idle``: pending
-    entries idle this long are taken over; leases of running handlers are renewed well
-    before that. ``grace``: how long ``stop()`` waits for running handlers. Durations in
-    seconds (a ``timedelta`` is accepted too and normalised).
+    ``read_count``), the rest of its entries wait in the pending list. ``block``: how long
+    a read waits for new entries; a read without a group (a fan-out subscriber's, an
+    ordered partition's wait) waits at most 1 s, since deleting its stream does not end it.
+    ``ownership_lease``: in ordered mode, how long a partition's lease and a member's
+    heartbeat last (a dead member's partitions move within about this time; at most an
+    hour). ``claim_idle``: pending entries idle this long are taken over; leases of running
+    handlers are renewed well before that. ``grace``: how long ``stop()`` waits for running
+    handlers. Durations in seconds (a ``timedelta`` is accepted too and normalised).
     """
 
     concurrency: int = 32

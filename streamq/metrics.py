@@ -65,8 +65,8 @@ class QueueCollector:
     def collect(self) -> Iterator[Any]:
         core = _prometheus().core
         labels = ["stream", "group", "consumer"]
-        names = ("received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked",
-                 "scheduled_moved")  # fmt: skip
+        names = ("received", "handled", "failed", "retried", "dead_lettered", "skipped",
+                 "claimed", "acked", "scheduled_moved")  # fmt: skip
         counters = {
             name: core.CounterMetricFamily(
                 f"{PREFIX}_{name}", f"entries {name.replace('_', ' ')}", labels=labels

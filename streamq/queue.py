@@ -385,7 +385,8 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
     def stats(self) -> dict[str, Any]:
         """Counters and histograms of this process's consumer (empty before run()).
 
-        Counters: received, handled, failed, retried, dead_lettered, claimed, acked,
+        Counters: received, handled, failed, retried, dead_lettered, skipped (a fan-out
+        subscriber's entries of a type it has no handler for), claimed, acked,
         scheduled_moved; gauge: in_flight; histograms: handler_seconds, batch_size,
         scheduled_lateness_seconds (how late each scheduled message was moved).
         """

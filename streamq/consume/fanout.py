@@ -10,6 +10,8 @@ Tasks of one running subscriber::
     readers   one blocking XREAD loop per stream (a partition's), each on its own
               connection: never one read across streams, which a cluster may hold on
               different slots (:mod:`streamq.consume.fanout_read`)
+    control   one listener per stream's control channel: a terminate notice stops the
+              subscriber at once, not when its blocked read ends
     work      `concurrency` workers  <- WorkQueue <- readers
               batch flushes          <- a Batcher per stream
 
@@ -31,6 +33,7 @@ from anyio.abc import TaskStatus
 from .._log_summary import LogSummary
 from ..errors import ConsumerError
 from ..message import RawEntry
+from ..topic.control import ControlListener
 from .batching import Batcher
 from .build import Policies, Topic
 from .context import Place, inside_handler
@@ -43,6 +46,10 @@ from .traced import traced
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+
+
+def _ignore(entry_id: str) -> None:
+    """Stop and resume notices: of a group's entries, not a fan-out subscriber's."""
 
 
 class FanoutConsumer:
@@ -60,9 +67,9 @@ class FanoutConsumer:
         self.router = router
         # per stream (a partition's): [otel] with a tracer provider, the tracing middleware
         # outermost (its spans name the stream, as a group consumer's); else as registered
-        summary = LogSummary()
+        self.summary = LogSummary()  # the repeated records of this subscriber's parts
         self._routers = [
-            traced(router, s, NO_GROUP, topic.consumer, summary) for s in topic.streams
+            traced(router, s, NO_GROUP, topic.consumer, self.summary) for s in topic.streams
         ]
         self.config = policies.config
         self.stats = Stats()
@@ -76,9 +83,12 @@ class FanoutConsumer:
         partitioned = len(topic.streams) > 1
         slots = anyio.CapacityLimiter(self.config.concurrency)
         self._readers, self._dispatchers, self._batchers = [], [], []
+        self._listeners: list[ControlListener] = []
         for index, stream in enumerate(topic.streams):
             client = client_for(stream)
-            self._readers.append(StreamReader(self, client, stream, index, positions))
+            reader = StreamReader(self, client, stream, index, positions)
+            self._readers.append(reader)
+            self._listeners.append(self._listener(client, reader))
             self._dispatchers.append(self._dispatcher(topic, index, client, policies, partitioned))
             flush = partial(self._flush, index)
             self._batchers.append(Batcher(policies.batch, flush, slots))
@@ -92,6 +102,15 @@ class FanoutConsumer:
             retry=policies.retry, handler_timeout=self.config.handler_timeout,
             thread_limiter=anyio.CapacityLimiter(self.config.concurrency), stats=self.stats,
             place=Place(topic.name, index) if parted else Place(topic.name),
+            summary=self.summary,
+        )  # fmt: skip
+
+    def _listener(self, client: aioredis.Redis, reader: StreamReader) -> ControlListener:
+        """The control channel of ``reader``'s stream: a terminate notice makes the reader
+        look at once whether its stream is gone (a notice is only a hint)."""
+        return ControlListener(
+            client, reader.stream, None, resync_interval=self.config.stopped_resync,
+            on_stop=_ignore, on_resume=_ignore, on_terminate=reader.check_gone,
         )  # fmt: skip
 
     def stopping(self) -> bool:
@@ -100,7 +119,8 @@ class FanoutConsumer:
     # -- intake ---------------------------------------------------------------------
     def deliver(self, index: int, entries: list[RawEntry]) -> None:
         """Hand read entries to the workers (batch-handled types to their batcher); types
-        without a handler here are skipped: a fan-out subscriber takes what it handles."""
+        without a handler here are skipped, logged and counted: a fan-out subscriber takes
+        what it handles."""
         now = anyio.current_time()
         get_route = self._routers[index].by_type_field.get
         ready: list[tuple[int, RawEntry, Route]] = []
@@ -108,6 +128,7 @@ class FanoutConsumer:
         for entry in entries:
             route = get_route(entry.fields.get(b"type", b""))
             if route is None:
+                self._dispatchers[index].skip(entry)
                 continue
             if route.batch is not None:
                 batched.setdefault(route.type_name, (route, []))[1].append(entry)
@@ -145,7 +166,10 @@ class FanoutConsumer:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         work_done = anyio.Event()
         async with anyio.create_task_group() as services:
+            for listener in self._listeners:
+                await services.start(listener.run)
             work_scope = await services.start(self._run_work, work_done)
+            services.start_soon(self.summary.run)
             task_status.started()
             self.reading = True
             try:
@@ -157,6 +181,7 @@ class FanoutConsumer:
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(work_scope, work_done)
                 services.cancel_scope.cancel()
+                self.summary.flush(everything=True)
 
     async def _read(self, reader: StreamReader) -> None:
         try:

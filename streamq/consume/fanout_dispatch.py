@@ -18,7 +18,9 @@ from contextvars import ContextVar
 import anyio
 import redis.asyncio as aioredis
 
+from .._log_summary import LogSummary
 from ..config import RetryPolicy
+from ..errors import MessageFormatError
 from ..message import RawEntry
 from ..signals import HandlerSignal
 from ..topic.deadletter import DeadLetters
@@ -108,7 +110,29 @@ class FanoutDispatcher(Dispatcher):
         return None  # no unrouted-delivery records: nothing was redelivered
 
     async def no_route(self, entry: RawEntry) -> None:
-        return None  # types without a handler are skipped before the workers
+        self.skip(entry)  # (the subscriber skips them before the workers)
+
+    def skip(self, entry: RawEntry) -> None:
+        """``entry`` has no handler here. A type this subscriber does not handle is skipped:
+        counted in ``skipped`` and logged at WARNING once per type (then summarised), for
+        there is no group whose other consumers could take it. An entry without a valid
+        type is bad input: logged and counted in ``failed``, as a failing handler."""
+        try:
+            type_name = entry.check_type()
+        except MessageFormatError as e:
+            self.stats.failed += 1
+            self.summary.log(
+                log, "malformed entries", logging.WARNING,
+                "fan-out subscriber skipped malformed entry %s on %s: %s",
+                self._named(entry), self.stream, e,
+            )  # fmt: skip
+            return
+        self.stats.skipped += 1
+        self.summary.log(
+            log, f"entries of type {type_name!r} skipped (no handler here)", logging.WARNING,
+            "no handler for type %r in this fan-out subscriber: skipped %s on %s (counted in "
+            "skipped)", type_name, self._named(entry), self.stream,
+        )  # fmt: skip
 
 
 def fanout_dispatcher(
@@ -122,6 +146,7 @@ def fanout_dispatcher(
     thread_limiter: anyio.CapacityLimiter,
     stats: Stats,
     place: Place,
+    summary: LogSummary,
 ) -> FanoutDispatcher:
     """The dispatcher of one stream (a partition's) of a fan-out subscriber."""
     return FanoutDispatcher(
@@ -139,4 +164,5 @@ def fanout_dispatcher(
         stats=stats,
         bisect_batches=False,  # no redelivery: a batch is retried whole, never bisected
         place=place,
+        summary=summary,
     )

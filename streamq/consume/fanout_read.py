@@ -3,9 +3,11 @@ reads share, and the XREAD loop of each stream.
 
 In-flight work is bounded for the topic as a whole: a reader asks for no more entries
 than ``max_in_flight`` leaves room for, so entries are read only as fast as the handlers
-take them. An empty read (``BLOCK`` over), and under a steady flow one read every
+take them. An empty read (``BLOCK`` over, at most :data:`~streamq.consume.gone.XREAD_BLOCK_MAX`
+seconds: a deletion does not end an XREAD), and under a steady flow one read every
 ``block``, checks that the stream still exists: a stream that existed and is gone
-(deleted, or the topic terminated) stops the subscriber on its own.
+(deleted, or the topic terminated) stops the subscriber on its own. A terminate notice on
+the control channel makes the same check at once (:mod:`streamq.consume.fanout`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..errors import RedisFailure, ServerUnavailableError
 from ..message import RawEntry
 from ..topic.control import was_terminated
 from ..wire import replies, resp
+from .gone import xread_block
 
 # the records keep the subscriber's logger name: filters set on it go on working
 log = logging.getLogger("streamq.consume.fanout")
@@ -106,7 +109,7 @@ class StreamReader:
         self._owner, self._client, self.stream, self.index = owner, client, stream, index
         self._positions = positions
         config = owner.config
-        self._block_ms, self._read_count = int(config.block * 1000), config.read_count
+        self._block_ms, self._read_count = int(xread_block(config.block) * 1000), config.read_count
         self._connection = resp.OwnConnection(client, held=config.block)
         self._scope: anyio.CancelScope | None = None
         self._existed = False  # the stream was seen: its absence then means it was deleted
@@ -136,7 +139,7 @@ class StreamReader:
                     self._positions[self.stream] = entries[-1].id
                     owner.deliver(self.index, entries)
                 if not owner.stopping() and (not entries or self._check_due()):
-                    await self._check_gone()
+                    await self.check_gone()
                 backoff.reset()
             except ServerUnavailableError as e:  # the cursor is kept: nothing is missed
                 delay = backoff.next()
@@ -171,7 +174,8 @@ class StreamReader:
         (a terminated topic that a producer made again at once still stops us)."""
         return anyio.current_time() >= self._checked_at + self._block_ms / 1000
 
-    async def _check_gone(self) -> None:
+    async def check_gone(self) -> None:
+        """Stop the subscriber if the stream is gone (also on a terminate notice)."""
         self._checked_at = anyio.current_time()
         if await was_terminated(self._client, self.stream):
             reason = "topic_terminated"

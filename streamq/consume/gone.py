@@ -8,6 +8,7 @@ a notice can be forged. The consumer stops only for what Redis confirms.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
 
@@ -16,6 +17,17 @@ from ..topic.control import was_terminated
 from ..wire import replies
 
 log = logging.getLogger(__name__)
+
+# A blocked XREADGROUP is ended by the server when its stream or group is deleted; a blocked
+# XREAD (a fan-out subscriber's read, an ordered partition's wait for new entries) is not.
+# So an XREAD blocks at most this long, then the consumer looks whether its stream is gone:
+# a stream deleted by anyone stops it within about this time, whatever its ``block``.
+XREAD_BLOCK_MAX = 1.0
+
+
+def xread_block(block: float) -> float:
+    """How long a blocked XREAD waits, for a consumer whose ``block`` is ``block``."""
+    return min(block, XREAD_BLOCK_MAX)
 
 
 async def why_gone(client: aioredis.Redis, stream: str, group: str) -> str | None:
@@ -36,8 +48,26 @@ async def confirmed_gone(
     """The reason to stop if Redis confirms ``hint``; None if both exist or if the check
     cannot be made now (the server or the cluster is away or changing: try again later).
     A check that fails for good counts as ``group_deleted`` if ``failure_means_gone``."""
+    return await confirmed_any_gone(
+        lambda _: client, (stream,), group, hint=hint, failure_means_gone=failure_means_gone
+    )
+
+
+async def confirmed_any_gone(
+    client_for: Callable[[str], aioredis.Redis],
+    streams: Sequence[str],
+    group: str,
+    *,
+    hint: str,
+    failure_means_gone: bool,
+) -> str | None:
+    """:func:`confirmed_gone` for a topic's partition streams, of which ``hint`` names one
+    only in its text: the reason of the first that Redis confirms gone."""
     try:
-        reason = await why_gone(client, stream, group)
+        for stream in streams:
+            reason = await why_gone(client_for(stream), stream, group)
+            if reason is not None:
+                return reason
     except ServerUnavailableError as e:
         log.warning("%s; cannot check it now: %s", hint, e)
         return None
@@ -45,7 +75,7 @@ async def confirmed_gone(
         if not failure_means_gone:
             log.warning("%s; cannot check it: %s", hint, e)
             return None
-        reason = "group_deleted"
-    if reason is None:
-        log.warning("%s, but stream %r and group %r exist: going on", hint, stream, group)
-    return reason
+        return "group_deleted"
+    named = ", ".join(repr(stream) for stream in streams)
+    log.warning("%s, but stream %s and group %r exist: going on", hint, named, group)
+    return None

@@ -36,7 +36,7 @@ from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .context import Place
 from .failures import describe
-from .gone import confirmed_gone
+from .gone import confirmed_any_gone
 from .mover import Mover
 from .ordered_dispatch import OrderedDispatcher, Shared
 from .ordered_partition import PartitionWorker
@@ -109,7 +109,7 @@ class OrderedConsumer:
             self.ownership.valid, self._gone, self._stopped,
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
-        self._acked_before = 0  # acks of the workers that ended
+        self._acked_before = self._claimed_before = 0  # of the workers that ended
 
     # -- stopping -------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
@@ -191,22 +191,33 @@ class OrderedConsumer:
             await worker.run()
         except Exception as e:
             worker.lost = True
-            failures = _leaves(e)
-            if all(isinstance(f, RedisFailure) for f in failures):
-                # the partition is given up; the next tick may take it again
-                log.error("partition %s stopped: %s", worker.stream, failures[0])
-            else:  # a bug in streamq: never a consumer silently holding its partitions
-                bug = next(f for f in failures if not isinstance(f, RedisFailure))
-                log.error("partition %s of ordered consumer %s died: %s", worker.stream,
-                          self.me, describe(bug), exc_info=bug)  # fmt: skip
-                self.error = self.error or bug
-                self.request_stop("error", auto=True)
+            self._worker_failed(worker, _leaves(e))
         finally:
             if self.workers.get(worker.index) is worker:
                 del self.workers[worker.index]
             self._acked_before += worker.acker.acked
+            self._claimed_before += worker.claimed
             if worker.lost:
                 self.ownership.forget(worker.index, worker.token)
+
+    def _worker_failed(self, worker: PartitionWorker, failures: list[BaseException]) -> None:
+        """A partition's worker ended on ``failures`` (out of its task groups). The server
+        away (ServerUnavailableError): the partition is given up and the next tick may take
+        it again. Any other error will not go away (WRONGTYPE, NOPERM) or is a bug in
+        streamq: the consumer stops with reason ``error`` and ``run()`` raises it as
+        itself, as in shared mode; never a consumer silently holding its partitions."""
+        if all(isinstance(f, ServerUnavailableError) for f in failures):
+            log.error("partition %s stopped: %s", worker.stream, failures[0])
+            return
+        error = next(f for f in failures if not isinstance(f, ServerUnavailableError))
+        if isinstance(error, RedisFailure):
+            log.error("partition %s of ordered consumer %s failed with an error that will "
+                      "not go away: %s", worker.stream, self.me, error)  # fmt: skip
+        else:
+            log.error("partition %s of ordered consumer %s died: %s", worker.stream,
+                      self.me, describe(error), exc_info=error)  # fmt: skip
+        self.error = self.error or error
+        self.request_stop("error", auto=True)
 
     async def _release(self, partition: int) -> None:
         """Drain ``partition`` (its running entries finish), then give its lease up."""
@@ -249,13 +260,13 @@ class OrderedConsumer:
         )  # fmt: skip
 
     async def _watch_gone(self) -> None:
-        """A partition found its stream or group gone: stop if Redis confirms it."""
+        """A partition found its stream or group gone: stop if Redis confirms it of any
+        partition (the error does not say which; the first is not always the one)."""
         while True:
             await self._gone_seen.wait()
             self._gone_seen = anyio.Event()
-            stream = self.streams[0]
-            reason = await confirmed_gone(
-                self._client_for(stream), stream, self.group,
+            reason = await confirmed_any_gone(
+                self._client_for, self.streams, self.group,
                 hint=f"a read said: {self._gone_error}", failure_means_gone=True,
             )  # fmt: skip
             if reason is not None:
@@ -291,7 +302,7 @@ class OrderedConsumer:
         report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
         workers = list(self.workers.values())
         report.update(
-            claimed=0,
+            claimed=self._claimed_before + sum(w.claimed for w in workers),
             acked=self._acked_before + sum(w.acker.acked for w in workers),
             in_flight=self._shared.room.held,
             handler_seconds=stats.handler_seconds.snapshot(),

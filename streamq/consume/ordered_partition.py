@@ -33,6 +33,7 @@ from ..wire import replies, resp
 from ..wire.replies import text
 from .claiming import delivery_counts
 from .failures import describe
+from .gone import xread_block
 from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
@@ -61,6 +62,7 @@ class PartitionWorker:
         self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
         self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
         self._taken: set[str] = set()  # taken over from another owner, not yet settled
+        self.claimed = 0  # pending entries taken over (mq.stats()["claimed"])
         self._client, self._shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self._connection = resp.OwnConnection(client)  # the read loop's, for its life
@@ -160,6 +162,7 @@ class PartitionWorker:
                         entry.delivery_count = counts.get(entry.id, 1)
                     if not handover.lost_read:  # acked as soon as settled (see .handover)
                         self._taken.update(entry.id for entry in entries)
+                        self.claimed += len(entries)
                     recount = handover.recount(entries)
                     if recount:  # deliveries the claim counted that could not have run
                         await self._fenced("recount", *recount)
@@ -212,7 +215,7 @@ class PartitionWorker:
                         self.holds.flagged.update(text(i) for i in reply[2])
                     self._add(lanes, replies.entries(reply[1]))
                     continue
-                await self._wait_for_new(text(reply[1]), config.block)
+                await self._wait_for_new(text(reply[1]), xread_block(config.block))
             except ServerUnavailableError as e:
                 log.warning("partition %s: read failed, retrying: %s", self.stream, e)
                 lost_read = True

@@ -22,6 +22,7 @@ from anyio.abc import TaskStatus
 
 from .consumer import Consumer
 from .pool import SharedPool
+from .stats import merged_snapshots
 
 
 class PartitionedConsumer:
@@ -64,13 +65,15 @@ class PartitionedConsumer:
             self.request_stop(part.stop_reason or "stopped", auto=part.auto_stopped)
 
     def stats_report(self) -> dict[str, Any]:
-        """The partitions' counters and gauges added up; histograms of the first (each
-        partition keeps its own)."""
+        """The partitions' counters, gauges and histograms added up: one consumer's
+        figures, whichever partition handled an entry."""
         reports = [part.stats_report() for part in self.parts]
         total = dict(reports[0])
         for report in reports[1:]:
             for name, value in report.items():
-                if isinstance(value, int) and not isinstance(value, bool):
+                if isinstance(value, dict):
+                    total[name] = merged_snapshots(total[name], value)
+                elif isinstance(value, int) and not isinstance(value, bool):
                     total[name] += value
         total["partitions"] = len(reports)
         return total

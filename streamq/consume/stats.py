@@ -35,6 +35,19 @@ class Histogram:
         return {"buckets": cumulative, "sum": self.total, "count": self.count}
 
 
+def merged_snapshots(one: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """Two snapshots of histograms with the same buckets (:meth:`Histogram.snapshot`) as
+    one: each bucket's counts, the sums and the counts added."""
+    buckets = [
+        (bound, n + m) for (bound, n), (_, m) in zip(one["buckets"], other["buckets"], strict=True)
+    ]
+    return {
+        "buckets": buckets,
+        "sum": one["sum"] + other["sum"],
+        "count": one["count"] + other["count"],
+    }
+
+
 @dataclass
 class Stats:
     received: int = 0
@@ -42,6 +55,7 @@ class Stats:
     failed: int = 0
     retried: int = 0
     dead_lettered: int = 0
+    skipped: int = 0  # fan-out: entries of a type without a handler here (a group: none)
     handler_seconds: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
     batch_size: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
     scheduled_moved: int = 0  # scheduled messages this consumer added to its stream
@@ -49,4 +63,6 @@ class Stats:
     scheduled_lateness: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
 
     # "claimed" and "acked" are counted by the Claimer and the Acker that do the work
-    COUNTERS = ("received", "handled", "failed", "retried", "dead_lettered", "scheduled_moved")
+    COUNTERS = (
+        "received", "handled", "failed", "retried", "dead_lettered", "skipped", "scheduled_moved",
+    )  # fmt: skip

@@ -179,13 +179,15 @@ class ControlListener:
 
     ``on_terminate`` is told that a terminate notice arrived; it checks that the topic is
     really gone before stopping anything (see :class:`streamq.consume.consumer.Consumer`).
+    Without a ``view`` (a fan-out subscriber: no group, nothing stopped for it) only
+    terminate notices are followed.
     """
 
     def __init__(
         self,
         client: aioredis.Redis,
         stream: str,
-        view: StoppedView,
+        view: StoppedView | None,
         *,
         resync_interval: float,
         on_stop: Callable[[str], None],
@@ -209,7 +211,7 @@ class ControlListener:
                 with translated(self._stream):
                     async with self._client.pubsub() as pubsub:
                         await pubsub.ssubscribe(self._keys.control)
-                        await self._view.resync(self._client, self._stream)
+                        await self._resync()
                         self._connected()
                         backoff.reset()
                         if not started:
@@ -223,6 +225,10 @@ class ControlListener:
                     started = True
                     task_status.started()
                 await anyio.sleep(delay)
+
+    async def _resync(self) -> None:
+        if self._view is not None:
+            await self._view.resync(self._client, self._stream)
 
     def _connected(self) -> None:
         if self._lost:
@@ -258,7 +264,7 @@ class ControlListener:
                 except Exception:  # a notice must never end the listener
                     log.exception("could not apply a control notice; ignored")
             if anyio.current_time() >= resync_at:
-                await self._view.resync(self._client, self._stream)
+                await self._resync()
                 resync_at = anyio.current_time() + self._resync_interval
             await live.check(pubsub)
 
@@ -270,6 +276,8 @@ class ControlListener:
         if notice.op == "terminate":
             await self._on_terminate()
             return
+        if self._view is None:
+            return  # stop and resume: of a group's entries
         assert notice.entry_id is not None
         stopped = bool(await self._client.hexists(self._keys.stopped, notice.entry_id))
         if notice.op == "stop" and stopped:

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from streamq import ConfigError, Message, MessageQueue, RetryPolicy, StartFrom
@@ -143,6 +144,39 @@ async def test_failing_handler_retried_then_logged_and_counted(
     assert stats["failed"] == 2 and stats["retried"] == 1 and stats["dead_lettered"] == 0
     async with mq:
         assert await mq.dead_letters() == []
+
+
+async def test_types_without_a_handler_are_skipped_logged_once_per_type_and_counted(
+    redis_url: str, stream: str, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    mq = subscriber(redis_url, stream)
+    handled: list[str] = []
+
+    @mq.handler("invalidate")
+    async def handle(msg: Message[Invalidate]) -> None:
+        handled.append(msg.data.key)
+
+    caplog.set_level(logging.WARNING, logger="streamq")
+    async with mq.running():
+        for n in range(3):
+            await mq.publish("sms", {"n": n})
+            await mq.publish("email", {"n": n})
+        await client.xadd(stream, {"data": "{}"})  # no type: bad input
+        await mq.publish("invalidate", Invalidate(key="a"))
+        await wait_for(lambda: handled == ["a"], what="the handled type")
+        stats = mq.stats()
+    assert (stats["skipped"], stats["failed"], stats["received"]) == (6, 1, 1)
+    skips = [r.getMessage() for r in caplog.records if "fan-out subscriber: skipped" in
+             r.getMessage()]  # fmt: skip
+    assert len(skips) == 2, skips  # one per type, the others summarised
+    assert "'sms'" in skips[0] and "'email'" in skips[1]
+    summaries = [r.getMessage() for r in caplog.records if "more entries of type" in
+                 r.getMessage()]  # fmt: skip
+    assert sorted(m.split(" in the last")[0] for m in summaries) == [
+        "…and 2 more entries of type 'email' skipped (no handler here)",
+        "…and 2 more entries of type 'sms' skipped (no handler here)",
+    ], summaries  # when the subscriber stops at the latest
+    assert any("malformed entry" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.auto_stop

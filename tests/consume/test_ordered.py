@@ -342,6 +342,23 @@ async def test_a_terminated_topic_stops_its_ordered_consumers(make_queue: QueueF
     assert mq.auto_stopped and mq.stop_reason in ("topic_terminated", "stream_deleted")
 
 
+@pytest.mark.auto_stop
+async def test_a_deleted_partition_other_than_the_first_stops_the_consumer(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    mq = make_queue(ordered=True, partitions=2, ownership_lease=LEASE)
+    journal = Journal()
+    journal.register(mq)
+    async with mq:
+        await mq.publish_many("job", [{"n": 0}, {"n": 1}], key=lambda d: f"k{d['n']}")
+        async with mq.running():
+            await wait_for(lambda: journal.handled == 2, what="handled")
+            await client.delete(mq.streams[1])  # the first partition's stream stays
+            with anyio.fail_after(5):
+                await mq.done.wait()
+    assert (mq.stop_reason, mq.auto_stopped) == ("stream_deleted", True)
+
+
 async def test_ordered_consumers_keep_keys_in_order_on_a_cluster_too(
     where: str, topic: str
 ) -> None:

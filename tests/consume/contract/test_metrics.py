@@ -56,12 +56,6 @@ async def test_the_counters_say_what_the_consumer_did(mode: Mode) -> None:
 
 
 async def test_the_handler_seconds_histogram_counts_every_handler_call(mode: Mode) -> None:
-    mode.differs(
-        "shared-p2",
-        reason="a shared consumer of a partitioned topic reports the histograms of its "
-        "first partition only (streamq/consume/partitioned.py); metrics.md describes one "
-        "handler_seconds histogram per consumer",
-    )
     stats = await _run_six_entries(mode, mode.queue())
     assert stats["handler_seconds"]["count"] == 6
 
@@ -70,12 +64,6 @@ async def test_claimed_counts_the_entries_taken_over_from_a_dead_consumer(
     mode: Mode, client: aioredis.Redis
 ) -> None:
     mode.skip_unless("shared", "ordered", does_not="claim", where=FANOUT_DOC)
-    mode.differs(
-        "ordered",
-        reason="an ordered consumer reports claimed=0 after taking over a partition's "
-        "pending entries (XAUTOCLAIM at its takeover); metrics.md lists `claimed` for "
-        "every consumer",
-    )
     mq = mode.queue(claim_idle=0.2, claim_interval=0.05, retry=RetryPolicy(attempts=1))
     handled = reject_odd_numbers(mq)
     async with mq:
@@ -103,7 +91,7 @@ async def test_prometheus_serves_the_counters_labelled_by_stream_group_and_consu
     registry.register(collector)
     labels = {"stream": mq.stream, "group": mq.group or "", "consumer": mq.consumer}
     try:
-        for name in ("received", "handled", "failed", "dead_lettered", "acked"):
+        for name in ("received", "handled", "failed", "dead_lettered", "skipped", "acked"):
             value = registry.get_sample_value(f"streamq_{name}_total", labels)
             assert value == stats[name], f"streamq_{name}_total"
         assert registry.get_sample_value("streamq_in_flight", labels) == 0

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 # mq.stats(): counters, the in_flight gauge, the histograms (MessageQueue.stats)
 DOCUMENTED_FIGURES = {
-    "received", "handled", "failed", "retried", "dead_lettered", "claimed", "acked",
+    "received", "handled", "failed", "retried", "dead_lettered", "skipped", "claimed", "acked",
     "scheduled_moved", "in_flight", "handler_seconds", "batch_size",
     "scheduled_lateness_seconds",
 }  # fmt: skip
@@ -87,12 +87,6 @@ async def test_a_stopped_queue_runs_again_with_a_fresh_done_and_reason(mode: Mod
 async def test_an_unrecoverable_read_error_stops_with_reason_error_and_run_raises(
     mode: Mode, client: aioredis.Redis
 ) -> None:
-    mode.differs(
-        "ordered",
-        reason="run() of an ordered consumer raises the read's RedisFailure inside "
-        "ExceptionGroups (its partition workers' task groups), not as itself; "
-        "ERROR_HANDLING.md: run() re-raises the error (a RedisFailure)",
-    )
     mq = mode.queue()
     handled = journal(mq)
     async with mq:

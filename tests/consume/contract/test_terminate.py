@@ -93,20 +93,6 @@ async def test_a_group_destroyed_by_anyone_stops_its_consumers(
 async def test_a_blocked_read_is_woken_by_a_terminate_or_a_deletion(
     kind: Mode, client: aioredis.Redis, how: str
 ) -> None:
-    if how == "terminate":
-        kind.differs(
-            "fanout",
-            reason="a fan-out subscriber notices a terminate only when its blocked read "
-            "ends (up to `block` later); DESIGN.md 'Topic termination' says running "
-            "consumers stop at once (control channel)",
-        )
-    else:
-        kind.differs(
-            "ordered", "fanout",
-            reason="ordered and fan-out consumers notice a deleted stream only when their "
-            "blocked XREAD ends (up to `block` later); ERROR_HANDLING.md 'Group or stream "
-            "deleted by anyone' says a blocked read is woken by the deletion",
-        )  # fmt: skip
     mq = kind.queue(block=4.0)  # a long block: the notice or the deletion must wake it
     _, finished = slow_journal(mq, 0.0)
     async with mq:
