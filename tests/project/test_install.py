@@ -23,9 +23,11 @@ def test_an_editable_install_is_a_path_entry_without_warnings(tmp_path: Path) ->
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     prefix = tmp_path / "prefix"
+    # --ignore-installed: pip would otherwise uninstall the streamq of the environment that
+    # runs the suite before installing the copy into the prefix
     result = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-v",
-         "--prefix", str(prefix), "-e", str(source)],
+         "--ignore-installed", "--prefix", str(prefix), "-e", str(source)],
         capture_output=True, text=True, timeout=280,
     )  # fmt: skip
     output = result.stdout + result.stderr
