@@ -112,7 +112,10 @@ def test_yaml_and_output_file(service: Path) -> None:
 @pytest.mark.parametrize(
     ("target", "says"),
     [
-        ("shop:Email", "shop:Email is a ModelMetaclass: expected a MessageQueue, an App"),
+        (
+            "shop:Email",
+            "expected a MessageQueue or App (or a function returning one), got the class shop.Email",
+        ),
         ("shop:nothing", "'shop' has no attribute 'nothing'"),
         ("nosuch:app", "cannot import 'nosuch'"),
     ],
@@ -178,7 +181,7 @@ def test_a_dashboard_asyncapi_target_that_cannot_load_is_one_line_exit_2(
     )  # fmt: skip
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert "expected a MessageQueue, an App" in lines[0]
+    assert "expected a MessageQueue or App" in lines[0] and "got the class shop.Email" in lines[0]
 
 
 SECRET_DEFAULTS = [
