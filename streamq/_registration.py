@@ -18,13 +18,11 @@ from .consume.router import UNSET, BatchSettings, Router
 from .errors import HandlerError
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
 from .publish.periodic import add_periodic
-from .publish.typed import TypedPublisher
 
 if TYPE_CHECKING:
     import streamq
 
 F = TypeVar("F", bound=Callable[..., Any])
-M = TypeVar("M")
 
 
 class HandlerRegistry:
@@ -103,7 +101,6 @@ class QueueRegistry(HandlerRegistry):
 
     _handler_middlewares: list[HandlerMiddleware]
     _publish_middlewares: list[PublishMiddleware]
-    _typed_publishers: dict[str, Any]  # type -> model, for the AsyncAPI document
 
     def add_middleware(self, mw: HandlerMiddleware | PublishMiddleware) -> None:
         """Wrap every handler call, or every publish, of this queue with ``mw``.
@@ -117,11 +114,3 @@ class QueueRegistry(HandlerRegistry):
             self._publish_middlewares.append(check_publish_middleware(mw))
         else:
             self._handler_middlewares.append(check_handler_middleware(mw))
-
-    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
-        """A publisher of ``message_type`` messages whose data is a ``model``: mypy checks
-        what is published, and data of another model raises MessageFormatError at once.
-        The AsyncAPI document lists it as a send operation."""
-        typed = TypedPublisher(self, message_type, model)  # type: ignore[arg-type]
-        self._typed_publishers[message_type] = model
-        return typed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .. import tracing
 from ..config import Duration
@@ -20,20 +20,31 @@ from .operations import PublishOperations
 from .periodic import Periodic
 from .periodic_runner import tick_time
 from .ticks import Published
-from .typed import check_model
+from .typed import TypedPublisher, check_model
 
 if TYPE_CHECKING:
-    from ..consume.router import Router
     from .plan import Key
 
+M = TypeVar("M")
 Send = Callable[[str, Any, Meta], Awaitable[str]]
+
+
+class HandledModels(Protocol):
+    """The models of the types this process handles (a queue's route table)."""
+
+    def model_of(self, type_name: str) -> Any: ...
 
 
 class CheckedPublishing(PublishOperations):
     """``publish`` and ``publish_many`` with the model check and the publish middlewares."""
 
-    router: Router
     _publish_middlewares: list[PublishMiddleware]
+    _typed_publishers: dict[str, Any]  # type -> model, for the AsyncAPI document
+
+    if TYPE_CHECKING:  # the queue's route table, which the queue holds
+
+        @property
+        def router(self) -> HandledModels: ...
 
     async def publish(
         self,
@@ -134,3 +145,12 @@ class CheckedPublishing(PublishOperations):
                 await self.publish(message_type, item, meta, key=one_key, delay=delay, at=at)
             )
         return ids
+
+    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
+        """A publisher of ``message_type`` messages whose data is a ``model``: mypy checks
+        what is published, and data of another model raises MessageFormatError at once.
+        The AsyncAPI document lists it as a send operation."""
+        typed = TypedPublisher(message_type, model, publish=self.publish,
+                               publish_many=self.publish_many, stream=self.stream)  # fmt: skip
+        self._typed_publishers[message_type] = model
+        return typed

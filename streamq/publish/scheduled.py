@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import redis.asyncio as aioredis
 
 from ..errors import ConfigError
+from ..topic.admin import ScheduledSummary
 from ..wire.client import ride_through
 from ..wire.damage import set_aside
 from ..wire.records import DamagedRecord, periodic_tick
 from ..wire.replies import text
 from . import scheduling
 from .periodic import from_spec, record_key
-from .scheduling import ScheduledId, ScheduledMessage, ScheduledSummary
+from .scheduling import ScheduledId, ScheduledMessage
 
 if TYPE_CHECKING:
     from ..wire.routing import Deployment

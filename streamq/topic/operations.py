@@ -29,7 +29,6 @@ from .partitioned_info import Part, partitioned_topic_info
 from .partitions import PartitionedId, forget_partitions
 
 if TYPE_CHECKING:
-    from ..publish.scheduling import ScheduledSummary
     from ..wire.routing import Deployment
 
 T = TypeVar("T")
@@ -58,7 +57,7 @@ class TopicQueue(Protocol):
 
     def _node_of(self, stream: str) -> str: ...
 
-    async def scheduled_summary(self) -> ScheduledSummary: ...
+    async def scheduled_summary(self) -> admin.ScheduledSummary: ...
 
 
 # the type checker sees the protocol's members; at run time the queue provides them
