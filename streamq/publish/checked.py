@@ -16,7 +16,7 @@ from .. import tracing
 from ..config import Duration
 from ..message import encode_entry
 from .middlewares import Meta, PublishMiddleware, publish_chain
-from .operations import PublishOperations
+from .operations import Publishing
 from .periodic import Periodic
 from .periodic_runner import tick_time
 from .ticks import Published
@@ -35,16 +35,21 @@ class HandledModels(Protocol):
     def model_of(self, type_name: str) -> Any: ...
 
 
-class CheckedPublishing(PublishOperations):
-    """``publish`` and ``publish_many`` with the model check and the publish middlewares."""
+class CheckedPublishing:
+    """``publish`` and ``publish_many`` of ``publishing`` with the model check of the types
+    ``routes`` handle and the publish ``middlewares`` (the queue's list, which it adds to);
+    the typed publishers of the queue of ``stream``."""
 
-    _publish_middlewares: list[PublishMiddleware]
-    _typed_publishers: dict[str, Any]  # type -> model, for the AsyncAPI document
-
-    if TYPE_CHECKING:  # the queue's route table, which the queue holds
-
-        @property
-        def router(self) -> HandledModels: ...
+    def __init__(
+        self,
+        publishing: Publishing,
+        routes: HandledModels,
+        middlewares: list[PublishMiddleware],
+        stream: str,
+    ) -> None:
+        self._publishing, self._routes, self._middlewares = publishing, routes, middlewares
+        self._stream = stream
+        self.typed_publishers: dict[str, Any] = {}  # type -> model, for the AsyncAPI document
 
     async def publish(
         self,
@@ -61,31 +66,32 @@ class CheckedPublishing(PublishOperations):
         at: datetime | None = None,
         schedule_id: str | None = None,
     ) -> str:
-        """Add one message (see :meth:`PublishOperations.publish`), after checking ``data``
+        """Add one message (see :meth:`Publishing.publish`), after checking ``data``
         against the model of this process's handler of ``message_type``, if any, and
         through the queue's publish middlewares, if any."""
 
         async def send(message_type: str, data: Any, meta: Meta) -> str:
-            return await PublishOperations.publish(
-                self, message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
+            return await self._publishing.publish(
+                message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
                 fsync=fsync, idempotency_key=idempotency_key, delay=delay, at=at,
                 schedule_id=schedule_id,
             )  # fmt: skip
 
         return await self._checked(message_type, data, meta, send)
 
-    async def _publish_tick(self, periodic: Periodic, data: Any, tick_ms: int) -> Published:
+    async def publish_tick(
+        self, periodic: Periodic, data: Any, tick_ms: int, partition: int
+    ) -> Published:
         """Publish the data of a periodic tick as :meth:`publish` does (model check,
-        middlewares), written with the tick's claim in one step (:meth:`_add_tick`). A
+        middlewares), written with the tick's claim in one step (``add_tick``) in ``partition``. A
         middleware that does not pass it on publishes nothing (then the tick is skipped)."""
         meta = {**periodic.meta, "periodic_tick": tick_time(tick_ms)}
-        partition = self._tick_partition(periodic)
         outcome = Published(None, added=False)
 
         async def send(message_type: str, data: Any, meta: Meta) -> str:
             nonlocal outcome
             fields = encode_entry(message_type, data, meta, periodic.key)
-            outcome = await self._add_tick(periodic.name, partition, tick_ms, fields)
+            outcome = await self._publishing.add_tick(periodic.name, partition, tick_ms, fields)
             return "" if outcome.entry_id is None else outcome.entry_id
 
         await self._checked(periodic.message_type, data, meta, send)
@@ -95,10 +101,10 @@ class CheckedPublishing(PublishOperations):
         self, message_type: str, data: Any, meta: Mapping[str, str] | None, send: Send
     ) -> str:
         """``send`` the message after the model check, through the publish middlewares."""
-        model = self.router.model_of(message_type)
+        model = self._routes.model_of(message_type)
         if model is not None:
             check_model(message_type, model, data)
-        middlewares = self._publish_middlewares
+        middlewares = self._middlewares
         if not middlewares:  # the usual case: no chain built
             if not tracing.AVAILABLE:
                 return await send(message_type, data, meta)
@@ -119,19 +125,19 @@ class CheckedPublishing(PublishOperations):
         delay: Duration | None = None,
         at: datetime | None = None,
     ) -> list[str]:
-        """Add many messages (see :meth:`PublishOperations.publish_many`), each checked as
+        """Add many messages (see :meth:`Publishing.publish_many`), each checked as
         :meth:`publish` checks one. With publish middlewares, every message goes through
         them and is published on its own, in order (one write each, not a pipeline)."""
         items = list(items)
-        model = self.router.model_of(message_type)
+        model = self._routes.model_of(message_type)
         if model is not None:
             for item in items:
                 check_model(message_type, model, item)
-        if not self._publish_middlewares:
+        if not self._middlewares:
 
             async def send(message_type: str, items: Any, meta: Meta) -> list[str]:
-                return await PublishOperations.publish_many(
-                    self, message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
+                return await self._publishing.publish_many(
+                    message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
                 )
 
             if not tracing.AVAILABLE:
@@ -151,6 +157,6 @@ class CheckedPublishing(PublishOperations):
         what is published, and data of another model raises MessageFormatError at once.
         The AsyncAPI document lists it as a send operation."""
         typed = TypedPublisher(message_type, model, publish=self.publish,
-                               publish_many=self.publish_many, stream=self.stream)  # fmt: skip
-        self._typed_publishers[message_type] = model
+                               publish_many=self.publish_many, stream=self._stream)  # fmt: skip
+        self.typed_publishers[message_type] = model
         return typed
