@@ -39,7 +39,7 @@ from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
-from .consume.router import Router
+from .consume.routes import Routes
 from .errors import ConfigError, QueueStateError
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
@@ -147,10 +147,10 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()
         self.cleanup_policy = cleanup or CleanupPolicy()
-        self.router = Router()
+        self.route_table = Routes()
         self._handler_middlewares, self._publish_middlewares = [], []
         self._checked = CheckedPublishing(
-            Publishing(self._topic), self.router, self._publish_middlewares, stream
+            Publishing(self._topic), self.route_table, self._publish_middlewares, stream
         )
         self._typed_publishers = self._checked.typed_publishers  # for the AsyncAPI document
         self._state = State.NEW
@@ -242,11 +242,14 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
         for stream in self.streams:
             client = self._client_for(stream)
             grouped = self.group is not None  # fan-out: only XREAD, which opening checks
-            consuming, cleanup = grouped and bool(len(self.router)), self.cleanup_policy.enabled
+            consuming, cleanup = (
+                grouped and bool(len(self.route_table)),
+                self.cleanup_policy.enabled,
+            )
             await check_permissions(client, stream, consuming=consuming, cleanup=cleanup,
                                     ordered=self.ordered)  # fmt: skip
             await prepare_reading(client, stream, self.group, self.start, self._positions)
-        if self.group is not None and len(self.router):  # a consumer (fan-out has no group)
+        if self.group is not None and len(self.route_table):  # a consumer (fan-out has no group)
             await self._name.take(self.client, self.consumer)
         if self.group is not None:
             await check_mode(
@@ -268,7 +271,7 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
     # -- consuming ------------------------------------------------------------------
     def _build_consumer(self) -> AnyConsumer:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
-        router = with_middlewares(self.router, self._handler_middlewares)
+        router = with_middlewares(self.route_table, self._handler_middlewares)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
         if self.group is None:  # loaded on first use, as ordered mode (consume/build.py)
             from .consume.fanout import FanoutConsumer
@@ -300,7 +303,7 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
         With ``tg.start(mq.run)``, readiness is reported once the consumer is built and,
         when ``run()`` owns the signals, a SIGTERM is a graceful stop.
         """
-        if not len(self.router):
+        if not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         if self._state is State.RUNNING:
             raise QueueStateError("this MessageQueue is already running")
@@ -349,7 +352,7 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
         ``ExceptionGroup``).
         """
         was_open = self._state is State.OPEN
-        if not was_open and not len(self.router):
+        if not was_open and not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         if not was_open:
             await try_open(self.open)  # configuration errors raise here, not in a task group
