@@ -7,6 +7,8 @@
   package.
 * streamq's modules import each other without a cycle, type-only imports included: a
   part that needs another's type takes a callable or a protocol of public members.
+* No Protocol outside the consumer engine names a private member: a part holds what it
+  uses instead of a mixin declaring what the class it is mixed into must have.
 * An import of streamq's own modules inside a function says why on its line or the two
   lines above (a comment): only optional extras and rarely used machinery load lazily.
 """
@@ -154,3 +156,33 @@ def test_function_level_imports_say_why() -> None:
         if not any("#" in line for line in lines[i.line - 3 : i.line]):
             silent.append(f"{i.source}:{i.line} imports {i.target}")
     assert silent == []
+
+
+def private_members_of_protocols(path: Path) -> Iterator[str]:
+    """``Class._member`` for each private member a Protocol in ``path`` declares."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if not any(ast.unparse(base).endswith("Protocol") for base in node.bases):
+            continue
+        for member in node.body:
+            if isinstance(member, ast.AnnAssign) and isinstance(member.target, ast.Name):
+                name = member.target.id
+            elif isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = member.name
+            else:
+                continue
+            if name.startswith("_") and not name.startswith("__"):
+                yield f"{node.name}.{name}"
+
+
+def test_no_protocol_names_another_class_private_members() -> None:
+    # the parts of a queue hold what they use; a Protocol of what a mixin needs of the
+    # class it is mixed into would name that class's private state
+    named = {
+        module_name(path): found
+        for path in sorted(ROOT.rglob("*.py"))
+        if (found := list(private_members_of_protocols(path)))
+        if not module_name(path).startswith("streamq.consume")  # the consumer engine's own
+    }
+    assert named == {}
