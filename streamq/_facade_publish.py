@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from ._facade_docs import adopt_docstrings
 from .config import Duration
 from .publish.checked import CheckedPublishing
+from .publish.options import PublishOptions
 from .publish.periodic import PeriodicRegistry
 from .publish.periodic_runner import run_periodics
 from .publish.plan import Key
@@ -41,10 +42,9 @@ class PublishFacade(PeriodicRegistry):
         at: datetime | None = None,
         schedule_id: str | None = None,
     ) -> str:
-        return await self._checked.publish(
-            message_type, data, meta, key=key, replicas=replicas, timeout=timeout, fsync=fsync,
-            idempotency_key=idempotency_key, delay=delay, at=at, schedule_id=schedule_id,
-        )  # fmt: skip
+        return await self._checked.publish(message_type, data, meta, PublishOptions(
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+        ))  # fmt: skip
 
     async def publish_many(
         self,

@@ -17,6 +17,7 @@ from ..config import Duration
 from ..message import encode_entry
 from .middlewares import Meta, PublishMiddleware, publish_chain
 from .operations import Publishing
+from .options import PublishOptions
 from .periodic import Periodic
 from .periodic_runner import tick_time
 from .ticks import Published
@@ -52,30 +53,14 @@ class CheckedPublishing:
         self.typed_publishers: dict[str, Any] = {}  # type -> model, for the AsyncAPI document
 
     async def publish(
-        self,
-        message_type: str,
-        data: Any,
-        meta: Mapping[str, str] | None = None,
-        *,
-        key: Key | None = None,
-        replicas: int = 0,
-        timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
-        fsync: bool = False,
-        idempotency_key: str | None = None,
-        delay: Duration | None = None,
-        at: datetime | None = None,
-        schedule_id: str | None = None,
+        self, message_type: str, data: Any, meta: Mapping[str, str] | None, options: PublishOptions
     ) -> str:
         """Add one message (see :meth:`Publishing.publish`), after checking ``data``
         against the model of this process's handler of ``message_type``, if any, and
         through the queue's publish middlewares, if any."""
 
         async def send(message_type: str, data: Any, meta: Meta) -> str:
-            return await self._publishing.publish(
-                message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
-                fsync=fsync, idempotency_key=idempotency_key, delay=delay, at=at,
-                schedule_id=schedule_id,
-            )  # fmt: skip
+            return await self._publishing.publish(message_type, data, meta, options)
 
         return await self._checked(message_type, data, meta, send)
 
@@ -148,7 +133,9 @@ class CheckedPublishing:
         for item in items:
             one_key = key(item) if callable(key) else key
             ids.append(
-                await self.publish(message_type, item, meta, key=one_key, delay=delay, at=at)
+                await self.publish(
+                    message_type, item, meta, PublishOptions(one_key, delay=delay, at=at)
+                )
             )
         return ids
 

@@ -26,6 +26,7 @@ from ..wire.routing import Deployment
 from . import idempotency, ticks
 from .coalesce import Coalescer
 from .delayed import DelayedPublishing, refuse_with_schedule
+from .options import PublishOptions
 from .plan import (
     NOMKSTREAM,
     Durability,
@@ -54,19 +55,7 @@ class Publishing:
         self._coalescer_of: tuple[Deployment, Coalescer] | None = None
 
     async def publish(
-        self,
-        message_type: str,
-        data: Any,
-        meta: Mapping[str, str] | None = None,
-        *,
-        key: Key | None = None,
-        replicas: int = 0,
-        timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
-        fsync: bool = False,
-        idempotency_key: str | None = None,
-        delay: Duration | None = None,
-        at: datetime | None = None,
-        schedule_id: str | None = None,
+        self, message_type: str, data: Any, meta: Mapping[str, str] | None, options: PublishOptions
     ) -> str:
         """Add one message; return its entry ID. Raises MessageFormatError for bad input.
 
@@ -95,6 +84,7 @@ class Publishing:
         Raises ConfigError for a naive datetime, a negative delay, or ``replicas`` /
         ``idempotency_key`` given with them.
         """
+        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id = options
         if delay is not None or at is not None or schedule_id is not None:
             refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
             return await self._delayed.schedule(

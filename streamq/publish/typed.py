@@ -19,13 +19,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..config import Duration
 from ..errors import MessageFormatError
 from ..message import validate_type_name
+from .options import PublishOptions
 
 if TYPE_CHECKING:
     from .plan import Key
 
 M = TypeVar("M")
-# a queue's ``publish`` and ``publish_many``, whose options a typed publisher passes on
-PublishCall = Callable[..., Awaitable[str]]
+# a queue's ``publish`` (its options in one value) and ``publish_many``
+PublishCall = Callable[[str, Any, Mapping[str, str] | None, PublishOptions], Awaitable[str]]
 PublishManyCall = Callable[..., Awaitable[list[str]]]
 
 
@@ -65,11 +66,9 @@ class TypedPublisher(Generic[M]):
         those of :meth:`streamq.MessageQueue.publish`. Raises MessageFormatError for
         another model."""
         check_instance(self.message_type, self.model, data)
-        return await self._publish(
-            self.message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
-            fsync=fsync, idempotency_key=idempotency_key, delay=delay, at=at,
-            schedule_id=schedule_id,
-        )  # fmt: skip
+        return await self._publish(self.message_type, data, meta, PublishOptions(
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+        ))  # fmt: skip
 
     async def publish_many(
         self,
