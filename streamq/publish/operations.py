@@ -92,7 +92,8 @@ class Publishing:
             )
         fields = encode_entry(message_type, data, meta, key)
         topic = self._topic
-        if topic.shape_unchecked:
+        deployment = topic.deployment
+        if topic.shape_checked_on is not deployment:  # inline: the hot path
             await topic.check_shape_once()
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         # without a key, the idempotency key picks the partition: a retry goes where the
@@ -102,14 +103,14 @@ class Publishing:
         if durability is None and once is None:
             stream = topic.streams[partition]
             try:  # the usual case, without the wrappers below (a fifth of a publish's CPU)
-                entry_id = await self._coalescer.xadd(
+                entry_id = await self._coalescer_on(deployment).xadd(
                     topic.client_for(stream), stream, fields, NOMKSTREAM
                 )
                 return named(topic.partitions, partition, entry_id)
             except StreamMissing:
                 return await self._add(partition, fields, None, None, found_missing=True)
             except ServerUnavailableError as e:
-                if not worth_waiting(topic.deployment, e):
+                if not worth_waiting(deployment, e):
                     raise
                 await anyio.sleep(FIRST_RETRY_DELAY)  # then ride through (failover, LOADING)
         return await self._add(partition, fields, durability, once)
@@ -160,7 +161,9 @@ class Publishing:
         async def xadd() -> str:
             if once is not None:
                 return await self._xadd_once(client, stream, fields, once, make_stream)
-            return await self._coalescer.xadd(client, stream, fields, options)
+            return await self._coalescer_on(self._topic.deployment).xadd(
+                client, stream, fields, options
+            )
 
         return named(
             self._topic.partitions, partition, await ride_through(self._topic.deployment, xadd)
@@ -192,7 +195,9 @@ class Publishing:
     ) -> str:
         if (await self._server_features()).xadd_idmp:
             options = stream_options(make_stream) + idempotency.idmp_options(key)
-            return await self._coalescer.xadd(client, stream, fields, options)
+            return await self._coalescer_on(self._topic.deployment).xadd(
+                client, stream, fields, options
+            )
         return await idempotency.fallback_xadd(client, stream, key, fields, make_stream=make_stream)
 
     async def _server_features(self) -> Features:
@@ -204,11 +209,9 @@ class Publishing:
             known = self._features_of = (deployment, await probe(self._topic.client))
         return known[1]
 
-    @property
-    def _coalescer(self) -> Coalescer:
+    def _coalescer_on(self, deployment: Deployment) -> Coalescer:
         """Concurrent publishes share pipelined writes (:mod:`streamq.publish.coalesce`); one
         coalescer per deployment (a reopened queue has new connections)."""
-        deployment = self._topic.deployment
         mine = self._coalescer_of
         if mine is None or mine[0] is not deployment:
             mine = self._coalescer_of = (deployment, Coalescer())

@@ -34,7 +34,7 @@ class TopicHandle:
         self._client: aioredis.Redis | None = None
         self._clients: dict[str, aioredis.Redis] = {}
         self._turns = 0  # keyless publishes so far: the next goes to this one's partition
-        self._shape_of: Deployment | None = None  # the deployment the shape was checked on
+        self.shape_checked_on: Deployment | None = None  # the deployment last checked on
         self._shape_checked_at = -1.0  # when its record was last checked again
         self._shape_lock: anyio.Lock | None = None
         self.use_partitions(partitions)
@@ -97,7 +97,7 @@ class TopicHandle:
     @property
     def shape_unchecked(self) -> bool:
         """No check of the recorded partition count on this connection yet."""
-        return self._shape_of is not self.deployment
+        return self.shape_checked_on is not self.deployment
 
     async def check_shape(self) -> None:
         """Check the topic's recorded partition count against this one (recording it the
@@ -106,7 +106,7 @@ class TopicHandle:
         partitioned topic would go to a stream no consumer reads."""
         deployment = self.deployment
         await check_partition_count(self.client, self.stream, self.partitions)
-        self._shape_of = deployment
+        self.shape_checked_on = deployment
 
     async def check_shape_once(self) -> None:
         """:meth:`check_shape` for publishes without ``open()``: one at a time (200 first
