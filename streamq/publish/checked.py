@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .. import tracing
@@ -58,10 +59,7 @@ class CheckedPublishing:
         """Add one message (see :meth:`Publishing.publish`), after checking ``data``
         against the model of this process's handler of ``message_type``, if any, and
         through the queue's publish middlewares, if any."""
-
-        async def send(message_type: str, data: Any, meta: Meta) -> str:
-            return await self._publishing.publish(message_type, data, meta, options)
-
+        send = partial(self._publishing.publish, options=options)  # no frame of its own
         return await self._checked(message_type, data, meta, send)
 
     async def publish_tick(
