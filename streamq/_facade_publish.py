@@ -1,5 +1,6 @@
 """Publishing on :class:`~streamq.MessageQueue`: each method delegates in one line to the
-queue's :class:`~streamq.publish.checked.CheckedPublishing` (whose docstrings they carry)."""
+queue's :class:`~streamq.publish.checked.CheckedPublishing` (they carry the docstrings of its
+:class:`~streamq.publish.operations.Publishing`, which document the options in full)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 from ._facade_docs import adopt_docstrings
 from .config import Duration
 from .publish.checked import CheckedPublishing
+from .publish.operations import Publishing
 from .publish.options import PublishOptions
 from .publish.periodic import PeriodicRegistry
 from .publish.periodic_runner import run_periodics
@@ -69,4 +71,4 @@ class PublishFacade(PeriodicRegistry):
         await run_periodics(self._topic, self.consumer, self.periodics, self._checked.publish_tick)
 
 
-adopt_docstrings(PublishFacade, CheckedPublishing)
+adopt_docstrings(PublishFacade, Publishing, CheckedPublishing)  # the options in full
