@@ -1,6 +1,6 @@
 """Registering handlers on a queue or a :class:`streamq.Router`: the ``@mq.handler`` and
 ``@mq.batch_handler`` decorators, ``mq.register(obj)``, ``mq.include_router(router)`` and a
-queue's middlewares, over a :class:`~streamq.consume.router.Router` (the route table).
+queue's middlewares, over a :class:`~streamq.consume.routes.Routes` (the route table).
 
 Annotations are resolved with the local names of the frame that registers the handler
 (a model defined inside a test or a factory function), or ``model=`` is given outright.
@@ -15,22 +15,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._decorators import refuse_bare
 from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
-from .consume.router import UNSET, BatchSettings, Router
+from .consume.routes import UNSET, BatchSettings, Routes
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
 from .publish.periodic import add_periodic
-from .publish.typed import TypedPublisher
 
 if TYPE_CHECKING:
     import streamq
 
 F = TypeVar("F", bound=Callable[..., Any])
-M = TypeVar("M")
 
 
 class HandlerRegistry:
-    """The registration methods of a queue whose routes live in ``router``."""
+    """The registration methods of a queue whose routes live in ``route_table``."""
 
-    router: Router
+    route_table: Routes
 
     def handler(self, message_type: str, *, model: Any = UNSET) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` one by one.
@@ -43,7 +41,7 @@ class HandlerRegistry:
 
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals
-            self.router.add_single(message_type, func, model=model, namespace=namespace)
+            self.route_table.add_single(message_type, func, model=model, namespace=namespace)
             return func
 
         return register
@@ -68,20 +66,22 @@ class HandlerRegistry:
 
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals
-            self.router.add_batch(message_type, func, settings, model=model, namespace=namespace)
+            self.route_table.add_batch(
+                message_type, func, settings, model=model, namespace=namespace
+            )
             return func
 
         return register
 
     def register(self, handler: object) -> None:
         """Register a handler object (``message_type`` + ``handle``/``handle_batch``)."""
-        self.router.add_object(handler, namespace=sys._getframe(1).f_locals)
+        self.route_table.add_object(handler, namespace=sys._getframe(1).f_locals)
 
     def include_router(self, router: streamq.Router) -> None:
         """Add the handlers of ``router`` (a :class:`streamq.Router`), each wrapped by the
         router's middlewares; a type registered twice raises ConfigError naming both."""
         for route in router.routes():
-            self.router.adopt(route)
+            self.route_table.adopt(route)
         for periodic in router.periodics:
             add_periodic(self, periodic)
 
@@ -91,7 +91,6 @@ class QueueRegistry(HandlerRegistry):
 
     _handler_middlewares: list[HandlerMiddleware]
     _publish_middlewares: list[PublishMiddleware]
-    _typed_publishers: dict[str, Any]  # type -> model, for the AsyncAPI document
 
     def add_middleware(self, mw: HandlerMiddleware | PublishMiddleware) -> None:
         """Wrap every handler call, or every publish, of this queue with ``mw``.
@@ -105,11 +104,3 @@ class QueueRegistry(HandlerRegistry):
             self._publish_middlewares.append(check_publish_middleware(mw))
         else:
             self._handler_middlewares.append(check_handler_middleware(mw))
-
-    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
-        """A publisher of ``message_type`` messages whose data is a ``model``: mypy checks
-        what is published, and data of another model raises MessageFormatError at once.
-        The AsyncAPI document lists it as a send operation."""
-        typed = TypedPublisher(self, message_type, model)  # type: ignore[arg-type]
-        self._typed_publishers[message_type] = model
-        return typed

@@ -154,7 +154,7 @@ class App:
         """Raise ConfigError if the App has no queue or a queue has no handler."""
         if not self._queues:
             raise ConfigError("this App has no queue: App(mq, ...) or app.add(mq)")
-        idle = [_label(mq) for mq in self._queues if not len(mq.router)]
+        idle = [_label(mq) for mq in self._queues if not len(mq.route_table)]
         if idle:
             raise ConfigError(f"no handlers registered on queue(s) {', '.join(idle)}")
 

@@ -54,7 +54,7 @@ class _Document:
         server = self._server_of(mq)
         channel_id = _name(mq.stream)
         channel = self.channels.setdefault(channel_id, _channel(mq, server))
-        for type_name, route in sorted(mq.router.routes.items()):
+        for type_name, route in sorted(mq.route_table.routes.items()):
             message_id = self._message(type_name, route.model)
             channel["messages"][message_id] = {"$ref": f"#/components/messages/{message_id}"}
             group = getattr(mq, "group", None)

@@ -14,6 +14,8 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
+from ._facade_publish import PublishFacade
+from ._facade_topic import TopicFacade
 from ._health import health_report
 from ._opening import open_until_ready, try_open
 from ._queue_args import check_identity, check_ordered, default_consumer_name
@@ -37,15 +39,16 @@ from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
-from .consume.router import Router
+from .consume.routes import Routes
 from .errors import ConfigError, QueueStateError
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
-from .publish.scheduled import ScheduledOperations
-from .topic.control import StoppedView
-from .topic.operations import TopicOperations
+from .publish.operations import Publishing
+from .publish.scheduled import ScheduledMessages
+from .topic.handle import TopicHandle
+from .topic.operations import TopicAdmin
 from .topic.ownership import check_mode
-from .topic.partitions import partition_streams, recorded_partitions, validate_partitions
+from .topic.partitions import recorded_partitions, validate_partitions
 from .wire.client import connect, ride_through
 from .wire.keys import require_stream
 from .wire.permission_check import check_permissions
@@ -66,7 +69,7 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicOperations):
+class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:
@@ -134,8 +137,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         if url is not None:
             check_url(url)  # a bad URL is refused here, without quoting it
         self._url, self._cluster = url, cluster
-        self.partitions = validate_partitions(partitions)
-        self.streams = partition_streams(stream, self.partitions)  # (stream,) if plain
+        self._topic = TopicHandle(stream, validate_partitions(partitions), self._connect)
+        self._schedule = ScheduledMessages(self._topic)
+        self._admin = TopicAdmin(self._topic, group, self._schedule.scheduled_summary)
         self.stream, self.group = stream, group
         self.consumer = consumer or default_consumer_name()
         self._name = NameClaim(stream, group or NO_GROUP)  # one live process per name
@@ -143,15 +147,15 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()
         self.cleanup_policy = cleanup or CleanupPolicy()
-        self.router = Router()
-        self._handler_middlewares, self._publish_middlewares, self._typed_publishers = [], [], {}
+        self.route_table = Routes()
+        self._handler_middlewares, self._publish_middlewares = [], []
+        self._checked = CheckedPublishing(
+            Publishing(self._topic), self.route_table, self._publish_middlewares, stream
+        )
+        self._typed_publishers = self._checked.typed_publishers  # for the AsyncAPI document
         self._state = State.NEW
-        self._made_deployment: Deployment | None = None
-        self._client: aioredis.Redis | None = None
         self._consumer: AnyConsumer | None = None
         self._positions: dict[str, str] = {}  # fan-out: each stream's read cursor
-        self._stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per partition
-        self._clients: dict[str, aioredis.Redis] = {}
         self.done = anyio.Event()
         self.stop_reason: str | None = None
         self.auto_stopped = False
@@ -168,44 +172,39 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             self._url = default_url()
         return self._url
 
-    @property
-    def _deployment(self) -> Deployment:
-        """The server's node(s): one node or a cluster (connects lazily)."""
+    def _connect(self) -> Deployment:
+        """The server's node(s): one node or a cluster (the topic connects on first use)."""
         if self._state is State.CLOSED:
             raise QueueStateError("this MessageQueue is closed; open it again with `async with mq`")
-        if self._made_deployment is None:
-            self._made_deployment = connect(self.url, cluster=self._cluster)
-        return self._made_deployment
+        return connect(self.url, cluster=self._cluster)
+
+    @property
+    def partitions(self) -> int:
+        return self._topic.partitions
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self._topic.streams
+
+    @property
+    def _deployment(self) -> Deployment:
+        return self._topic.deployment
 
     @property
     def client(self) -> aioredis.Redis:
         """The asyncio Redis client for this stream's keys (on a cluster: its slot's master)."""
-        if self._client is None:
-            self._client = self._deployment.client_for(self.stream)
-        return self._client
+        return self._topic.client
 
     def _client_for(self, stream: str) -> aioredis.Redis:
-        """The client for one of this topic's streams (a partition's) and its keys."""
-        client = self._clients.get(stream)
-        if client is None:
-            client = self._clients[stream] = self._deployment.client_for(stream)
-        return client
+        return self._topic.client_for(stream)
 
     async def _discover_partitions(self) -> int:
         """Take the partition count recorded for this topic (for tools that operate on any
         topic, as the CLI does); return it. Only before the queue runs."""
         if self._state is State.RUNNING:
             raise QueueStateError("cannot change the partitions of a running queue")
-        self.partitions = await recorded_partitions(self.client, self.stream)
-        self.streams = partition_streams(self.stream, self.partitions)
-        self._stopped = [StoppedView() for _ in self.streams]
+        self._topic.use_partitions(await recorded_partitions(self.client, self.stream))
         return self.partitions
-
-    def _stopped_view(self, partition: int) -> StoppedView:
-        return self._stopped[partition]
-
-    def _node_of(self, stream: str) -> str:
-        return self._deployment.node_of(stream)
 
     async def __aenter__(self) -> MessageQueue:
         await self.open()
@@ -241,15 +240,18 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
     async def _prepare(self) -> None:
         if self.partitions > 1:  # the topic's own record of its partitions
             await check_permissions(self.client, self.stream, consuming=False, partitioned=True)
-        await self._check_shape()
+        await self._topic.check_shape()
         for stream in self.streams:
             client = self._client_for(stream)
             grouped = self.group is not None  # fan-out: only XREAD, which opening checks
-            consuming, cleanup = grouped and bool(len(self.router)), self.cleanup_policy.enabled
+            consuming, cleanup = (
+                grouped and bool(len(self.route_table)),
+                self.cleanup_policy.enabled,
+            )
             await check_permissions(client, stream, consuming=consuming, cleanup=cleanup,
                                     ordered=self.ordered)  # fmt: skip
             await prepare_reading(client, stream, self.group, self.start, self._positions)
-        if self.group is not None and len(self.router):  # a consumer (fan-out has no group)
+        if self.group is not None and len(self.route_table):  # a consumer (fan-out has no group)
             await self._name.take(self.client, self.consumer)
         if self.group is not None:
             await check_mode(
@@ -266,15 +268,12 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
 
     async def _close_client(self) -> None:
         await self._name.release()
-        deployment, self._made_deployment, self._client = self._made_deployment, None, None
-        self._clients.clear()
-        if deployment is not None:
-            await deployment.aclose()
+        await self._topic.close()
 
     # -- consuming ------------------------------------------------------------------
     def _build_consumer(self) -> AnyConsumer:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
-        router = with_middlewares(self.router, self._handler_middlewares)
+        router = with_middlewares(self.route_table, self._handler_middlewares)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
         if self.group is None:  # loaded on first use, as ordered mode (consume/build.py)
             from .consume.fanout import FanoutConsumer
@@ -282,9 +281,9 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
             return FanoutConsumer(topic, self._client_for, router, policies, self._positions)
         if self.ordered:
             return build_ordered(
-                topic, self._client_for, router, policies, self.on_poison, self._stopped
+                topic, self._client_for, router, policies, self.on_poison, self._topic.stopped
             )
-        return build_consumer(topic, self._client_for, router, policies, self._stopped)
+        return build_consumer(topic, self._client_for, router, policies, self._topic.stopped)
 
     async def run(
         self,
@@ -306,7 +305,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         With ``tg.start(mq.run)``, readiness is reported once the consumer is built and,
         when ``run()`` owns the signals, a SIGTERM is a graceful stop.
         """
-        if not len(self.router):
+        if not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         if self._state is State.RUNNING:
             raise QueueStateError("this MessageQueue is already running")
@@ -355,7 +354,7 @@ class MessageQueue(QueueRegistry, CheckedPublishing, ScheduledOperations, TopicO
         ``ExceptionGroup``).
         """
         was_open = self._state is State.OPEN
-        if not was_open and not len(self.router):
+        if not was_open and not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         if not was_open:
             await try_open(self.open)  # configuration errors raise here, not in a task group

@@ -25,8 +25,7 @@ from collections.abc import Iterable, Sequence
 
 from ._registration import HandlerRegistry
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware
-from .consume.router import Route
-from .consume.router import Router as RouteTable
+from .consume.routes import Route, Routes
 from .publish.periodic import PeriodicRegistry
 
 
@@ -43,7 +42,7 @@ class Router(HandlerRegistry, PeriodicRegistry):
     """
 
     def __init__(self, *, middlewares: Sequence[HandlerMiddleware] = ()) -> None:
-        self.router = RouteTable()
+        self.route_table = Routes()
         self._middlewares = [check_handler_middleware(mw) for mw in middlewares]
 
     def add_middleware(self, mw: HandlerMiddleware) -> None:
@@ -53,13 +52,13 @@ class Router(HandlerRegistry, PeriodicRegistry):
     def routes(self) -> Iterable[Route]:
         """The routes to include, each carrying this router's middlewares."""
         mine = tuple(self._middlewares)
-        for route in self.router.routes.values():
+        for route in self.route_table.routes.values():
             yield _with_outer(route, mine)
 
     @property
     def message_types(self) -> tuple[str, ...]:
         """The message types this router handles."""
-        return tuple(self.router.routes)
+        return tuple(self.route_table.routes)
 
 
 def _with_outer(route: Route, outer: tuple[HandlerMiddleware, ...]) -> Route:

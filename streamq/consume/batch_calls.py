@@ -16,7 +16,7 @@ from ..message import Message
 from ..signals import HandlerSignal, PartialFailure, Reject, Retry
 from .failures import describe
 from .retrying import retrying
-from .router import Route
+from .routes import Route
 
 # the records keep the dispatcher's logger name: filters set on it go on working
 log = logging.getLogger("streamq.consume.dispatch")

@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup
 from ..config import BatchConfig
 from ..message import RawEntry
 from .context import inside_handler
-from .router import Route
+from .routes import Route
 
 log = logging.getLogger(__name__)
 

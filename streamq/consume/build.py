@@ -24,7 +24,7 @@ from .dispatch import Dispatcher
 from .mover import Mover
 from .partitioned import PartitionedConsumer
 from .reader import Identity, Reader
-from .router import Router
+from .routes import Routes
 from .unrouted import UnroutedDeliveries
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class Policies:
 def build_consumer(
     topic: Topic,
     client_for: Callable[[str], aioredis.Redis],
-    router: Router,
+    router: Routes,
     policies: Policies,
     stopped: Sequence[StoppedView],
 ) -> Consumer | PartitionedConsumer:
@@ -74,7 +74,7 @@ def build_consumer(
 def build_ordered(
     topic: Topic,
     client_for: Callable[[str], aioredis.Redis],
-    router: Router,
+    router: Routes,
     policies: Policies,
     on_poison: OnPoison,
     stopped: Sequence[StoppedView],
@@ -95,7 +95,7 @@ def _consumer(
     topic: Topic,
     index: int,
     client_for: Callable[[str], aioredis.Redis],
-    router: Router,
+    router: Routes,
     policies: Policies,
     stopped: StoppedView,
     limits: SharedLimits | None,

@@ -47,7 +47,7 @@ from .gone import confirmed_gone
 from .inflight import Running
 from .pool import WORKER_TASK, PoolEntrance, run_worker
 from .reader import Identity, Reader
-from .router import Route, Router
+from .routes import Route, Routes
 from .stats import Stats
 from .traced import traced
 from .workqueue import WorkQueue
@@ -83,7 +83,7 @@ class Consumer:
         client: aioredis.Redis,
         identity: Identity,
         *,
-        router: Router,
+        router: Routes,
         config: ConsumerConfig,
         stopped: StoppedView,
         wiring: Callable[[Consumer], Parts],

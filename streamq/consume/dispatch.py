@@ -28,7 +28,7 @@ from .context import Place
 from .failures import describe, reraise_unless_failure
 from .observe import Observer
 from .retrying import last_failure, retrying
-from .router import Route, Router
+from .routes import Route, Routes
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
 
@@ -43,7 +43,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        router: Router,
+        router: Routes,
         stream: str,
         group: str,
         consumer: str,

@@ -40,7 +40,7 @@ from .context import Place, inside_handler
 from .failures import describe
 from .fanout_dispatch import NO_GROUP, FanoutDispatcher, fanout_dispatcher
 from .fanout_read import Room, StreamReader
-from .router import Route, Router
+from .routes import Route, Routes
 from .stats import Stats
 from .traced import traced
 from .workqueue import WorkQueue
@@ -60,7 +60,7 @@ class FanoutConsumer:
         self,
         topic: Topic,
         client_for: Callable[[str], aioredis.Redis],
-        router: Router,
+        router: Routes,
         policies: Policies,
         positions: MutableMapping[str, str],
     ) -> None:

@@ -28,7 +28,7 @@ from .acks import Acker
 from .context import Place
 from .dispatch import Dispatcher
 from .failures import describe
-from .router import Route, Router
+from .routes import Route, Routes
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
 
@@ -140,7 +140,7 @@ def fanout_dispatcher(
     stream: str,
     consumer: str,
     *,
-    router: Router,
+    router: Routes,
     retry: RetryPolicy,
     handler_timeout: float | None,
     thread_limiter: anyio.CapacityLimiter,

@@ -21,7 +21,7 @@ from typing import Any
 import anyio.to_thread
 
 from ..errors import ConfigError
-from .router import Route, Router
+from .routes import Route, Routes
 
 CallNext = Callable[[Any], Awaitable[Any]]
 HandlerMiddleware = Callable[[Any, CallNext], Awaitable[Any]]
@@ -46,12 +46,12 @@ def takes_parameters(func: object, count: int) -> bool:
     return True
 
 
-def with_middlewares(router: Router, outer: Sequence[HandlerMiddleware]) -> Router:
+def with_middlewares(router: Routes, outer: Sequence[HandlerMiddleware]) -> Routes:
     """``router`` itself when no route has a middleware to run; else a copy whose handlers
     run through ``outer`` (then each route's own middlewares) first."""
     if not outer and not any(route.middlewares for route in router.routes.values()):
         return router
-    wrapped = Router()
+    wrapped = Routes()
     for route in router.routes.values():
         wrapped.adopt(_wrapped_route(route, (*outer, *route.middlewares)))
     return wrapped

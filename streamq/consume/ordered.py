@@ -42,7 +42,7 @@ from .ordered_dispatch import OrderedDispatcher, Shared
 from .ordered_partition import PartitionWorker
 from .ordering import Room, Slots, per_key_share
 from .ownership import Changes, Ownership, RedisLeases
-from .router import Router
+from .routes import Routes
 from .stats import Stats
 from .traced import traced
 from .unrouted import UnroutedDeliveries
@@ -76,7 +76,7 @@ class OrderedConsumer:
         me: str,
         *,
         client_for: Callable[[str], aioredis.Redis],
-        router: Router,
+        router: Routes,
         config: ConsumerConfig,
         retry: RetryPolicy,
         batch: BatchConfig,

@@ -29,7 +29,7 @@ from .acks import Acker
 from .dispatch import Dispatcher
 from .failures import describe
 from .ordering import Room, Slots
-from .router import Route, Router
+from .routes import Route, Routes
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class OrderedDispatcher(Dispatcher):
 class Shared:
     """What the partitions of one ordered consumer share."""
 
-    router: Router
+    router: Routes
     config: ConsumerConfig
     retry: RetryPolicy
     slots: Slots  # handler slots: ``concurrency``

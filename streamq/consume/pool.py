@@ -23,7 +23,7 @@ from ..message import RawEntry
 from .context import inside_handler
 from .failures import cancelled_by_streamq
 from .inflight import InFlight, Running, Workers
-from .router import Route
+from .routes import Route
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)

@@ -25,12 +25,12 @@ from .._log_summary import LogSummary
 from ..signals import PartialFailure, Retry
 from .failures import describe
 from .middlewares import CallNext, with_middlewares
-from .router import Router
+from .routes import Routes
 
 log = logging.getLogger(__name__)
 
 
-def traced(router: Router, stream: str, group: str, consumer: str, summary: LogSummary) -> Router:
+def traced(router: Routes, stream: str, group: str, consumer: str, summary: LogSummary) -> Routes:
     """``router`` with the tracing middleware outermost, or ``router`` itself when no
     tracer provider is configured (or without the extra)."""
     tracer = tracing.consumer_tracer(stream, group, consumer)

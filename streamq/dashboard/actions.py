@@ -99,7 +99,7 @@ async def stop(request: Request) -> Response:
     back = safe_next(optional_field(form, "back"), href("/topic/stopped", stream=stream))
 
     async def run(view: TopicView) -> str:
-        groups = await view.stop_message(entry_id)
+        groups = await view.admin.stop_message(entry_id)
         return f"stopped {entry_id} (taken from {groups} group(s)' pending entries)"
 
     return await _act(request, stream, back, run)
@@ -110,7 +110,7 @@ async def resume(request: Request) -> Response:
     stream, entry_id = stream_field(form), field(form, "id")
 
     async def run(view: TopicView) -> str:
-        groups = await view.resume_message(entry_id)
+        groups = await view.admin.resume_message(entry_id)
         return f"resumed {entry_id} (given back to {groups} group(s))"
 
     return await _act(request, stream, href("/topic/stopped", stream=stream), run)
@@ -121,7 +121,7 @@ async def cancel_scheduled(request: Request) -> Response:
     stream, scheduled_id = stream_field(form), field(form, "id")
 
     async def run(view: TopicView) -> str:
-        if not await view.cancel_scheduled(scheduled_id):
+        if not await view.schedule.cancel_scheduled(scheduled_id):
             raise MessageNotFoundError(f"{scheduled_id} is not waiting (delivered or cancelled)")
         return f"cancelled scheduled message {scheduled_id}"
 
@@ -158,7 +158,7 @@ async def replay(request: Request) -> Response:
     stream, letter_id = stream_field(form), field(form, "id")
 
     async def run(view: TopicView) -> str:
-        (new_id,) = await view.replay_dead_letter(letter_id)
+        (new_id,) = await view.admin.replay_dead_letter(letter_id)
         return f"replayed dead letter {letter_id} as {new_id}"
 
     return await _act(request, stream, href("/topic/dead-letters", stream=stream), run)
@@ -169,7 +169,7 @@ async def replay_all(request: Request) -> Response:
     stream = stream_field(form)
 
     async def run(view: TopicView) -> str:
-        return f"replayed {len(await view.replay_dead_letter())} dead letter(s)"
+        return f"replayed {len(await view.admin.replay_dead_letter())} dead letter(s)"
 
     return await _act(request, stream, href("/topic/dead-letters", stream=stream), run)
 
@@ -182,7 +182,7 @@ async def purge(request: Request) -> Response:
         return outcome(request, back, "not purged: type the topic's name to confirm", status=400)
 
     async def run(view: TopicView) -> str:
-        return f"purged {await view.purge_dead_letters()} dead letter(s)"
+        return f"purged {await view.admin.purge_dead_letters()} dead letter(s)"
 
     return await _act(request, stream, back, run)
 
@@ -201,7 +201,7 @@ async def terminate(request: Request) -> Response:
     if not view.partitioned and not await view.client.exists(stream):
         message = f"not terminated: there is no stream {stream!r}"
         return outcome(request, "/", message, status=404)
-    await view.terminate_topic(keep_dead_letters=keep)
+    await view.admin.terminate_topic(keep_dead_letters=keep)
     store: SampleStore = request.app.state.samples
     store.forget(stream)
     kept = " (dead letters kept)" if keep else ""

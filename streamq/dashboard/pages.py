@@ -56,7 +56,7 @@ async def existing_topic(request: Request) -> tuple[TopicView, TopicInfo]:
     exists."""
     stream = stream_param(request)
     view = await view_of(request, stream)
-    info = await view.topic_info()
+    info = await view.admin.topic_info()
     if not (info.exists or info.dead_letters or info.stopped_ids or info.scheduled):
         raise HTTPException(404, f"there is no stream {stream!r}")
     return view, info
@@ -126,8 +126,8 @@ SCHEDULED_SHOWN = 200  # the first ones by due time; the tab says how many wait
 @reading
 async def scheduled(request: Request) -> Response:
     view, info = await existing_topic(request)
-    rows = await view.scheduled(limit=SCHEDULED_SHOWN)
-    periodics = await view.periodic_publishers()
+    rows = await view.schedule.scheduled(limit=SCHEDULED_SHOWN)
+    periodics = await view.schedule.periodic_publishers()
     context = {"info": info, "view": view, "rows": rows, "periodics": periodics}
     return page(request, "scheduled.html", context)
 

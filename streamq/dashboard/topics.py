@@ -64,7 +64,7 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
         view = await finder.topic_of(name)
         if view is None:  # a partition of a topic met already
             continue
-        info = await unless_forbidden(view.topic_info())
+        info = await unless_forbidden(view.admin.topic_info())
         if info is None:
             hidden += 1
             continue

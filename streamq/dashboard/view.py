@@ -1,73 +1,68 @@
 """A topic as the dashboard sees and operates it, plain or partitioned.
 
 The dashboard does not open a :class:`~streamq.MessageQueue` (that would create its
-consumer group); :class:`TopicView` gives it the same :class:`TopicOperations` over the
-dashboard's one deployment instead, so stop/resume, replay, purge, terminate and
-``topic_info`` go to the partition an ID names (``"<i>:<ms>-<seq>"``) exactly as they do for
-a queue. The partition count is the one recorded for the topic (1: a plain stream).
+consumer group); :class:`TopicView` holds the same parts a queue does (a
+:class:`~streamq.topic.handle.TopicHandle`, a :class:`~streamq.topic.operations.TopicAdmin`,
+:class:`~streamq.publish.scheduled.ScheduledMessages`) over the dashboard's one deployment
+instead, so stop/resume, replay, purge, terminate and ``topic_info`` go to the partition an
+ID names (``"<i>:<ms>-<seq>"``) exactly as they do for a queue. The partition count is the
+one recorded for the topic (1: a plain stream).
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import redis.asyncio as aioredis
 
-from ..config import CleanupPolicy
-from ..publish.scheduled import ScheduledOperations
+from ..publish.scheduled import ScheduledMessages
 from ..topic import ownership
-from ..topic.control import StoppedView
 from ..topic.deadletter import DeadLetter
-from ..topic.operations import TopicOperations
-from ..topic.partitions import partition_streams, recorded_partitions
+from ..topic.handle import TopicHandle
+from ..topic.operations import TopicAdmin
+from ..topic.partitions import recorded_partitions
+from ..wire.client import ride_through
 from ..wire.keys import Keys
 from ..wire.routing import Deployment
 
 
-class TopicView(ScheduledOperations, TopicOperations):
-    """The operations of the topic ``stream`` (``partitions`` as recorded) through
-    ``deployment``; no consumer group of its own (``seek`` is not offered here)."""
+class TopicView:
+    """The topic ``stream`` (``partitions`` as recorded) through ``deployment``; no
+    consumer group of its own (``seek`` is not offered here): ``admin`` operates it,
+    ``schedule`` lists and cancels its scheduled messages."""
 
     def __init__(self, deployment: Deployment, stream: str, partitions: int = 1) -> None:
-        self._given_deployment = deployment
-        self.stream = stream
-        self.group = ""
-        self.cleanup_policy = CleanupPolicy()
-        self.partitions = partitions
-        self.streams = partition_streams(stream, partitions)
+        self.topic = TopicHandle(stream, partitions, lambda: deployment)
+        self.schedule = ScheduledMessages(self.topic)
+        self.admin = TopicAdmin(self.topic, "", self.schedule.scheduled_summary)
 
     @property
-    def _deployment(self) -> Deployment:
-        return self._given_deployment
+    def stream(self) -> str:
+        return self.topic.stream
 
     @property
-    def client(self) -> aioredis.Redis:
-        return self._deployment.client_for(self.stream)
-
-    def _client_for(self, stream: str) -> aioredis.Redis:
-        return self._deployment.client_for(stream)
-
-    def _stopped_view(self, partition: int) -> StoppedView:
-        # a queue keeps its consumers' copy of the stopped IDs; the dashboard has none
-        # (consumers learn of a stop from Redis), so a throwaway copy takes the update
-        return StoppedView()
-
-    def _node_of(self, stream: str) -> str:
-        return self._deployment.node_of(stream)
+    def partitions(self) -> int:
+        return self.topic.partitions
 
     @property
     def partitioned(self) -> bool:
-        return self.partitions > 1
+        return self.topic.partitions > 1
+
+    @property
+    def client(self) -> aioredis.Redis:
+        return self.topic.client
 
     def nodes(self) -> list[str]:
         """The nodes serving the topic's streams (as last known), each once."""
-        return sorted({self._node_of(stream) for stream in self.streams})
+        return sorted({self.topic.node_of(stream) for stream in self.topic.streams})
 
     def qualified(self, partition: int, entry_id: str) -> str:
         """An entry ID of partition ``partition`` as shown and accepted: ``"<i>:<id>"`` on
         a partitioned topic, the bare ID on a plain one."""
-        return self._named(partition, entry_id)
+        return self.admin.named(partition, entry_id)
 
     def qualified_letter(self, partition: int, letter: DeadLetter) -> DeadLetter:
-        return self._named_letter(partition, letter)
+        return self.admin.named_letter(partition, letter)
 
     def dead_letter_at(self, letter_id: str) -> tuple[aioredis.Redis, str, str]:
         """The client, dead-letter stream and bare ID of the letter ``letter_id`` (as
@@ -75,19 +70,19 @@ class TopicView(ScheduledOperations, TopicOperations):
 
         Raises InvalidMessageIdError for an ID of no partition of the topic.
         """
-        index, raw, client = self._locate(letter_id)
-        return client, Keys(self.streams[index]).dead_letters, raw
+        index, raw, client = self.admin.locate(letter_id)
+        return client, Keys(self.topic.streams[index]).dead_letters, raw
 
     async def release_halted_key_of(self, group: str, key: str | None, *, skip: bool) -> bool:
         """Ask the owner to release a halted key of ``group``; False if it is not halted."""
-        return await self._riding(
-            ownership.release_halted, self._client_for, self.streams, group, key, skip=skip
-        )
+        release = partial(ownership.release_halted, self.topic.client_for, self.topic.streams,
+                          group, key, skip=skip)  # fmt: skip
+        return await ride_through(self.topic.deployment, release)
 
     def part(self, partition: int) -> tuple[str, aioredis.Redis]:
         """The stream of partition ``partition`` and its client."""
-        stream = self.streams[partition]
-        return stream, self._client_for(stream)
+        stream = self.topic.streams[partition]
+        return stream, self.topic.client_for(stream)
 
 
 async def open_view(deployment: Deployment, stream: str) -> TopicView:

@@ -6,7 +6,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from types import TracebackType
@@ -32,7 +31,7 @@ from ..wire.replies import StreamMissing
 from . import idempotency
 from .coalesce_blocking import SyncCoalescer
 from .delayed import refuse_with_schedule
-from .delayed_sync import BlockingScheduler
+from .delayed_sync import BlockingScheduler, PublishedTopic
 from .plan import (
     Durability,
     Fields,
@@ -44,15 +43,6 @@ from .plan import (
     stream_options,
     xadd_command,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedTopic:
-    """The streams a Publisher adds to (one per partition) and their clients."""
-
-    partitions: int
-    streams: tuple[str, ...]
-    clients: tuple[redis.Redis, ...]
 
 
 class Publisher:

@@ -10,71 +10,71 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .. import tracing
 from ..config import Duration
 from ..message import encode_entry
 from .middlewares import Meta, PublishMiddleware, publish_chain
-from .operations import PublishOperations
+from .operations import Publishing
+from .options import PublishOptions
 from .periodic import Periodic
 from .periodic_runner import tick_time
 from .ticks import Published
-from .typed import check_model
+from .typed import TypedPublisher, check_model
 
 if TYPE_CHECKING:
-    from ..consume.router import Router
     from .plan import Key
 
+M = TypeVar("M")
 Send = Callable[[str, Any, Meta], Awaitable[str]]
 
 
-class CheckedPublishing(PublishOperations):
-    """``publish`` and ``publish_many`` with the model check and the publish middlewares."""
+class HandledModels(Protocol):
+    """The models of the types this process handles (a queue's route table)."""
 
-    router: Router
-    _publish_middlewares: list[PublishMiddleware]
+    def model_of(self, type_name: str) -> Any: ...
+
+
+class CheckedPublishing:
+    """``publish`` and ``publish_many`` of ``publishing`` with the model check of the types
+    ``routes`` handle and the publish ``middlewares`` (the queue's list, which it adds to);
+    the typed publishers of the queue of ``stream``."""
+
+    def __init__(
+        self,
+        publishing: Publishing,
+        routes: HandledModels,
+        middlewares: list[PublishMiddleware],
+        stream: str,
+    ) -> None:
+        self._publishing, self._routes, self._middlewares = publishing, routes, middlewares
+        self._stream = stream
+        self.typed_publishers: dict[str, Any] = {}  # type -> model, for the AsyncAPI document
 
     async def publish(
-        self,
-        message_type: str,
-        data: Any,
-        meta: Mapping[str, str] | None = None,
-        *,
-        key: Key | None = None,
-        replicas: int = 0,
-        timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
-        fsync: bool = False,
-        idempotency_key: str | None = None,
-        delay: Duration | None = None,
-        at: datetime | None = None,
-        schedule_id: str | None = None,
+        self, message_type: str, data: Any, meta: Mapping[str, str] | None, options: PublishOptions
     ) -> str:
-        """Add one message (see :meth:`PublishOperations.publish`), after checking ``data``
+        """Add one message (see :meth:`Publishing.publish`), after checking ``data``
         against the model of this process's handler of ``message_type``, if any, and
         through the queue's publish middlewares, if any."""
-
-        async def send(message_type: str, data: Any, meta: Meta) -> str:
-            return await PublishOperations.publish(
-                self, message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
-                fsync=fsync, idempotency_key=idempotency_key, delay=delay, at=at,
-                schedule_id=schedule_id,
-            )  # fmt: skip
-
+        send = partial(self._publishing.publish, options=options)  # no frame of its own
         return await self._checked(message_type, data, meta, send)
 
-    async def _publish_tick(self, periodic: Periodic, data: Any, tick_ms: int) -> Published:
+    async def publish_tick(
+        self, periodic: Periodic, data: Any, tick_ms: int, partition: int
+    ) -> Published:
         """Publish the data of a periodic tick as :meth:`publish` does (model check,
-        middlewares), written with the tick's claim in one step (:meth:`_add_tick`). A
+        middlewares), written with the tick's claim in one step (``add_tick``) in ``partition``. A
         middleware that does not pass it on publishes nothing (then the tick is skipped)."""
         meta = {**periodic.meta, "periodic_tick": tick_time(tick_ms)}
-        partition = self._tick_partition(periodic)
         outcome = Published(None, added=False)
 
         async def send(message_type: str, data: Any, meta: Meta) -> str:
             nonlocal outcome
             fields = encode_entry(message_type, data, meta, periodic.key)
-            outcome = await self._add_tick(periodic.name, partition, tick_ms, fields)
+            outcome = await self._publishing.add_tick(periodic.name, partition, tick_ms, fields)
             return "" if outcome.entry_id is None else outcome.entry_id
 
         await self._checked(periodic.message_type, data, meta, send)
@@ -84,10 +84,10 @@ class CheckedPublishing(PublishOperations):
         self, message_type: str, data: Any, meta: Mapping[str, str] | None, send: Send
     ) -> str:
         """``send`` the message after the model check, through the publish middlewares."""
-        model = self.router.model_of(message_type)
+        model = self._routes.model_of(message_type)
         if model is not None:
             check_model(message_type, model, data)
-        middlewares = self._publish_middlewares
+        middlewares = self._middlewares
         if not middlewares:  # the usual case: no chain built
             if not tracing.AVAILABLE:
                 return await send(message_type, data, meta)
@@ -108,19 +108,19 @@ class CheckedPublishing(PublishOperations):
         delay: Duration | None = None,
         at: datetime | None = None,
     ) -> list[str]:
-        """Add many messages (see :meth:`PublishOperations.publish_many`), each checked as
+        """Add many messages (see :meth:`Publishing.publish_many`), each checked as
         :meth:`publish` checks one. With publish middlewares, every message goes through
         them and is published on its own, in order (one write each, not a pipeline)."""
         items = list(items)
-        model = self.router.model_of(message_type)
+        model = self._routes.model_of(message_type)
         if model is not None:
             for item in items:
                 check_model(message_type, model, item)
-        if not self._publish_middlewares:
+        if not self._middlewares:
 
             async def send(message_type: str, items: Any, meta: Meta) -> list[str]:
-                return await PublishOperations.publish_many(
-                    self, message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
+                return await self._publishing.publish_many(
+                    message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
                 )
 
             if not tracing.AVAILABLE:
@@ -131,6 +131,17 @@ class CheckedPublishing(PublishOperations):
         for item in items:
             one_key = key(item) if callable(key) else key
             ids.append(
-                await self.publish(message_type, item, meta, key=one_key, delay=delay, at=at)
+                await self.publish(
+                    message_type, item, meta, PublishOptions(one_key, delay=delay, at=at)
+                )
             )
         return ids
+
+    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
+        """A publisher of ``message_type`` messages whose data is a ``model``: mypy checks
+        what is published, and data of another model raises MessageFormatError at once.
+        The AsyncAPI document lists it as a send operation."""
+        typed = TypedPublisher(message_type, model, publish=self.publish,
+                               publish_many=self.publish_many, stream=self._stream)  # fmt: skip
+        self.typed_publishers[message_type] = model
+        return typed

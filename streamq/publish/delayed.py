@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
-
-import redis.asyncio as aioredis
+from typing import TYPE_CHECKING, Any
 
 from ..config import Duration
 from ..errors import ConfigError
@@ -24,43 +22,20 @@ from .plan import Scheduled, other_partitions, scheduled_by_partition
 from .scheduling import ScheduledId
 
 if TYPE_CHECKING:
-    from ..wire.routing import Deployment
+    from ..topic.handle import TopicHandle
 
 Key = str | bytes
 
 
-class SchedulingQueue(Protocol):
-    """What :class:`DelayedPublishing` needs of the queue it is mixed into
-    (:class:`~streamq.MessageQueue`): the topic's streams, their clients, the partition
-    rule and the check of the topic's shape."""
-
-    partitions: int
-    streams: tuple[str, ...]
-    _shape_of: Deployment | None
-
-    @property
-    def _deployment(self) -> Deployment: ...
-
-    def _client_for(self, stream: str) -> aioredis.Redis: ...
-
-    def _partition(self, key: Key | None) -> int: ...
-
-    async def _check_shape_once(self) -> None: ...
-
-
-# the type checker sees the protocol's members; at run time the queue provides them
-if TYPE_CHECKING:
-    _Queue = SchedulingQueue
-else:
-    _Queue = object
-
-
-class DelayedPublishing(_Queue):
+class DelayedPublishing:
     """Scheduling messages on a queue's topic (part of :class:`streamq.MessageQueue`); what
     is stored where is decided in :mod:`streamq.publish.plan` (:class:`~.plan.Scheduled`),
     as for the blocking :class:`~streamq.Publisher` (:mod:`.delayed_sync`)."""
 
-    async def _schedule(
+    def __init__(self, topic: TopicHandle) -> None:
+        self._topic = topic
+
+    async def schedule(
         self,
         message_type: str,
         data: Any,
@@ -73,15 +48,15 @@ class DelayedPublishing(_Queue):
         """Store one message to be added when due; return its ID. Everything is checked
         (ConfigError, MessageFormatError) before anything is stored."""
         one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id)
-        if self._shape_of is not self._deployment:
-            await self._check_shape_once()
-        partition = self._partition(one.chooser)
+        if self._topic.shape_unchecked:
+            await self._topic.check_shape_once()
+        partition = self._topic.partition(one.chooser)
         await self._store(partition, [one])
-        for other in other_partitions(one, self.partitions, partition):
+        for other in other_partitions(one, self._topic.partitions, partition):
             await self._cancel_in(other, one.name)
         return ScheduledId(one.name, partition)
 
-    async def _schedule_many(
+    async def schedule_many(
         self,
         message_type: str,
         items: list[Any],
@@ -93,16 +68,16 @@ class DelayedPublishing(_Queue):
         """``publish_many`` with ``delay``/``at``: each item is checked first (nothing is
         stored if one is bad), then scheduled under its own ID."""
         many = Scheduled.many(message_type, items, meta, key, delay, at)
-        if self._shape_of is not self._deployment:
-            await self._check_shape_once()
-        partitions = [self._partition(one.chooser) for one in many]
+        if self._topic.shape_unchecked:
+            await self._topic.check_shape_once()
+        partitions = [self._topic.partition(one.chooser) for one in many]
         for partition, positions in scheduled_by_partition(partitions).items():
             await self._store(partition, [many[i] for i in positions])
         return [ScheduledId(one.name, p) for one, p in zip(many, partitions, strict=True)]
 
     async def _store(self, partition: int, scheduled: list[Scheduled]) -> None:
-        stream = self.streams[partition]
-        client = self._client_for(stream)
+        stream = self._topic.streams[partition]
+        client = self._topic.client_for(stream)
 
         async def store() -> None:  # the same ID again replaces: safe to retry
             if len(scheduled) == 1:
@@ -112,16 +87,16 @@ class DelayedPublishing(_Queue):
                 names, payloads = [s.name for s in scheduled], [s.payload for s in scheduled]
                 await scheduling.schedule_many(client, stream, names, scheduled[0].due, payloads)
 
-        await ride_through(self._deployment, store)
+        await ride_through(self._topic.deployment, store)
 
     async def _cancel_in(self, partition: int, name: str) -> bool:
-        stream = self.streams[partition]
-        client = self._client_for(stream)
+        stream = self._topic.streams[partition]
+        client = self._topic.client_for(stream)
 
         async def cancel() -> bool:
             return await scheduling.cancel(client, stream, name)
 
-        return await ride_through(self._deployment, cancel)
+        return await ride_through(self._topic.deployment, cancel)
 
 
 def refuse_with_schedule(**options: object) -> None:

@@ -7,8 +7,11 @@ code sends no redis-py pipelines: see :mod:`streamq.wire.routing_sync`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+import redis
 
 from ..config import Duration
 from ..tracing import with_trace_context
@@ -19,7 +22,15 @@ from .scheduling import ScheduledId
 
 if TYPE_CHECKING:
     from ..wire.routing_sync import SyncDeployment
-    from .blocking import PublishedTopic
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTopic:
+    """The streams a Publisher adds to (one per partition) and their clients."""
+
+    partitions: int
+    streams: tuple[str, ...]
+    clients: tuple[redis.Redis, ...]
 
 
 class BlockingScheduler:

@@ -27,10 +27,10 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -38,8 +38,11 @@ import redis.asyncio as aioredis
 from ..errors import RedisFailure
 from ..topic.partitions import partition_for_key
 from . import ticks
-from .periodic import Periodic, PeriodicRegistry, record_key, spec_of
+from .periodic import Periodic, record_key, spec_of
 from .ticks import Published
+
+if TYPE_CHECKING:
+    from ..topic.handle import TopicHandle
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,7 @@ RESCUE_MARGIN = 0.05  # after a lease's end, before taking its tick over
 
 Place = tuple[aioredis.Redis, str]  # the client and the stream a publisher's ticks go to
 Publish = Callable[[Periodic, Any, int], Awaitable[Published]]
+PublishIn = Callable[[Periodic, Any, int, int], Awaitable[Published]]  # in a partition
 
 
 def tick_time(tick_ms: int) -> str:
@@ -266,52 +270,29 @@ async def _sleep_until(when: float) -> None:
         await anyio.sleep(left)
 
 
-class PeriodicQueue(Protocol):
-    """What :class:`PeriodicPublishing` needs of the queue it is mixed into."""
-
-    stream: str
-    consumer: str
-    partitions: int
-    streams: tuple[str, ...]
-
-    @property
-    def client(self) -> aioredis.Redis: ...
-
-    def _client_for(self, stream: str) -> aioredis.Redis: ...
-
-    async def _publish_tick(self, periodic: Periodic, data: Any, tick_ms: int) -> Published:
-        """Publish a tick's data with its claim, through the model check and the
-        publish middlewares (:class:`streamq.publish.checked.CheckedPublishing`)."""
-        ...
+def tick_partition(periodic: Periodic, partitions: int) -> int:
+    """The partition of a publisher's ticks: its key's, else its name's (every process
+    must pick the same: a tick's claim lives there)."""
+    if partitions == 1:
+        return 0
+    return partition_for_key(periodic.key or periodic.name, partitions)
 
 
-# the type checker sees the protocol's members; at run time the queue provides them
-if TYPE_CHECKING:
-    _Queue = PeriodicQueue
-else:
-    _Queue = object
+async def run_periodics(
+    topic: TopicHandle, consumer: str, periodics: Sequence[Periodic], publish_tick: PublishIn
+) -> None:
+    """Run the ``periodics`` of a queue on ``topic`` whose consumer is ``consumer``;
+    ``publish_tick`` publishes a tick's data in the partition given, with its claim,
+    through the model check and the publish middlewares (``CheckedPublishing``)."""
 
+    def place(periodic: Periodic) -> Place:
+        stream = topic.streams[tick_partition(periodic, topic.partitions)]
+        return topic.client_for(stream), stream
 
-class PeriodicPublishing(PeriodicRegistry, _Queue):
-    """``@mq.periodic(...)`` and the running of a queue's periodic publishers (part of
-    :class:`streamq.MessageQueue`)."""
+    async def publish(periodic: Periodic, data: Any, tick_ms: int) -> Published:
+        partition = tick_partition(periodic, topic.partitions)
+        return await publish_tick(periodic, data, tick_ms, partition)
 
-    def _tick_partition(self, periodic: Periodic) -> int:
-        """The partition of a publisher's ticks: its key's, else its name's (every process
-        must pick the same: a tick's claim lives there)."""
-        if self.partitions == 1:
-            return 0
-        return partition_for_key(periodic.key or periodic.name, self.partitions)
-
-    def _tick_place(self, periodic: Periodic) -> Place:
-        stream = self.streams[self._tick_partition(periodic)]
-        return self._client_for(stream), stream
-
-    async def run_periodics(self) -> None:
-        """Run this queue's periodic publishers (MessageQueue.run does, with the consumer)."""
-        owner = f"{self.consumer}@{uuid.uuid4().hex[:12]}"
-        runner = PeriodicRunner(
-            self.client, self.stream, owner, list(self.periodics), self._tick_place,
-            self._publish_tick,
-        )  # fmt: skip
-        await runner.run()
+    owner = f"{consumer}@{uuid.uuid4().hex[:12]}"
+    runner = PeriodicRunner(topic.client, topic.stream, owner, list(periodics), place, publish)
+    await runner.run()

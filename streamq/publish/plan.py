@@ -25,23 +25,13 @@ from typing import Any, cast
 from ..config import Duration, positive, seconds
 from ..errors import NotReplicatedError
 from ..message import encode_entry
-from ..topic.partitions import partition_for_key
 from ..wire import resp
+from ..wire.partition_names import choose_partition as choose_partition
 from ..wire.replies import added_id
 from . import idempotency, scheduling
 
 Fields = dict[bytes | str, bytes | str]
 Key = str | bytes
-
-
-def choose_partition(key: Key | None, partitions: int, next_turn: Callable[[], int]) -> int:
-    """The partition of a message: by its key's hash, else ``next_turn()`` (a count that
-    goes up by one each call) modulo the partitions."""
-    if key is not None:
-        return partition_for_key(key, partitions)
-    if partitions == 1:
-        return 0
-    return next_turn() % partitions
 
 
 def key_of(key: Key | Callable[[Any], Key] | None, item: Any) -> Key | None:

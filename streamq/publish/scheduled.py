@@ -12,54 +12,39 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 
 from ..errors import ConfigError
+from ..topic.admin import ScheduledSummary
 from ..wire.client import ride_through
 from ..wire.damage import set_aside
 from ..wire.records import DamagedRecord, periodic_tick
 from ..wire.replies import text
 from . import scheduling
 from .periodic import from_spec, record_key
-from .scheduling import ScheduledId, ScheduledMessage, ScheduledSummary
+from .scheduling import ScheduledId, ScheduledMessage
 
 if TYPE_CHECKING:
-    from ..wire.routing import Deployment
+    from ..topic.handle import TopicHandle
 
 T = TypeVar("T")
 
 
-class ScheduledQueue(Protocol):
-    """What :class:`ScheduledOperations` needs of the queue it is mixed into."""
+class ScheduledMessages:
+    """The scheduled messages of a topic (a part of :class:`~streamq.MessageQueue` and of
+    the dashboard's topic view)."""
 
-    stream: str
-    partitions: int
-    streams: tuple[str, ...]
-
-    @property
-    def _deployment(self) -> Deployment: ...
-
-    def _client_for(self, stream: str) -> aioredis.Redis: ...
-
-
-# the type checker sees the protocol's members; at run time the queue provides them
-if TYPE_CHECKING:
-    _Queue = ScheduledQueue
-else:
-    _Queue = object
-
-
-class ScheduledOperations(_Queue):
-    """Scheduled-message operations of a queue's topic (part of MessageQueue)."""
+    def __init__(self, topic: TopicHandle) -> None:
+        self._topic = topic
 
     async def _on_partition(
         self, partition: int, operation: Callable[..., Awaitable[T]], *args: Any
     ) -> T:
-        stream = self.streams[partition]
-        call = partial(operation, self._client_for(stream), stream, *args)
-        return await ride_through(self._deployment, call)
+        stream = self._topic.streams[partition]
+        call = partial(operation, self._topic.client_for(stream), stream, *args)
+        return await ride_through(self._topic.deployment, call)
 
     async def cancel_scheduled(self, scheduled_id: str) -> bool:
         """Cancel a scheduled message; True if it was still waiting (False once it was
@@ -67,7 +52,7 @@ class ScheduledOperations(_Queue):
         if not isinstance(scheduled_id, str) or not scheduled_id:
             raise ConfigError(f"a scheduled ID is a non-empty string, got {scheduled_id!r}")
         where = scheduled_id.in_partition if isinstance(scheduled_id, ScheduledId) else None
-        partitions = [where] if where is not None else range(self.partitions)
+        partitions = [where] if where is not None else range(self._topic.partitions)
         name = str(scheduled_id)
         cancelled = False
         for partition in partitions:  # a name waits in one partition; look in each
@@ -80,22 +65,21 @@ class ScheduledOperations(_Queue):
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"limit must be an integer >= 1, got {limit!r}")
         rows: list[ScheduledMessage] = []
-        for partition in range(self.partitions):
+        for partition in range(self._topic.partitions):
             rows += await self._on_partition(partition, scheduling.waiting, limit, partition)
         return sorted(rows, key=lambda row: row.due)[:limit]
 
     async def periodic_publishers(self) -> list[PeriodicInfo]:
         """The periodic publishers of this topic, as running processes recorded them, each
         with its last and next tick."""
-        return await ride_through(
-            self._deployment,
-            partial(periodic_publishers, self._client_for(self.stream), self.stream),
-        )
+        topic = self._topic
+        listed = partial(periodic_publishers, topic.client, topic.stream)
+        return await ride_through(topic.deployment, listed)
 
     async def scheduled_summary(self) -> ScheduledSummary:
         """How many messages wait over every partition, and the first due time."""
         count, first = 0, None
-        for partition in range(self.partitions):
+        for partition in range(self._topic.partitions):
             part = await self._on_partition(partition, scheduling.summary)
             count += part.count
             first = _earliest(first, part.next_due)

@@ -37,6 +37,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ..errors import ConfigError, MessageFormatError
+from ..topic.admin import ScheduledSummary
 from ..wire import resp
 from ..wire.damage import set_aside
 from ..wire.excerpts import hash_excerpts
@@ -154,14 +155,6 @@ class ScheduledMessage:
     due: datetime
     key: str | None
     partition: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduledSummary:
-    """How many messages wait, and when the first falls due (None if none wait)."""
-
-    count: int
-    next_due: datetime | None
 
 
 def checked_schedule_id(schedule_id: object) -> str:

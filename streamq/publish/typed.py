@@ -10,7 +10,7 @@ against that handler's model the same way (:func:`check_model`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -19,20 +19,33 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..config import Duration
 from ..errors import MessageFormatError
 from ..message import validate_type_name
+from .options import PublishOptions
 
 if TYPE_CHECKING:
-    from ..queue import MessageQueue
     from .plan import Key
 
 M = TypeVar("M")
+# a queue's ``publish`` (its options in one value) and ``publish_many``
+PublishCall = Callable[[str, Any, Mapping[str, str] | None, PublishOptions], Awaitable[str]]
+PublishManyCall = Callable[..., Awaitable[list[str]]]
 
 
 class TypedPublisher(Generic[M]):
-    """Publishes messages of one type, whose data is one model (``mq.publisher``)."""
+    """Publishes messages of one type, whose data is one model (``mq.publisher``), with
+    the ``publish`` and ``publish_many`` of the queue of ``stream``."""
 
-    def __init__(self, queue: MessageQueue, message_type: str, model: type[M]) -> None:
+    def __init__(
+        self,
+        message_type: str,
+        model: type[M],
+        *,
+        publish: PublishCall,
+        publish_many: PublishManyCall,
+        stream: str,
+    ) -> None:
         validate_type_name(message_type)
-        self.queue, self.message_type, self.model = queue, message_type, model
+        self.message_type, self.model, self.stream = message_type, model, stream
+        self._publish, self._publish_many = publish, publish_many
 
     async def publish(
         self,
@@ -53,11 +66,9 @@ class TypedPublisher(Generic[M]):
         those of :meth:`streamq.MessageQueue.publish`. Raises MessageFormatError for
         another model."""
         check_instance(self.message_type, self.model, data)
-        return await self.queue.publish(
-            self.message_type, data, meta, key=key, replicas=replicas, timeout=timeout,
-            fsync=fsync, idempotency_key=idempotency_key, delay=delay, at=at,
-            schedule_id=schedule_id,
-        )  # fmt: skip
+        return await self._publish(self.message_type, data, meta, PublishOptions(
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+        ))  # fmt: skip
 
     async def publish_many(
         self,
@@ -74,13 +85,13 @@ class TypedPublisher(Generic[M]):
         items = list(items)
         for item in items:
             check_instance(self.message_type, self.model, item)
-        return await self.queue.publish_many(
+        return await self._publish_many(
             self.message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
         )
 
     def __repr__(self) -> str:
         name = getattr(self.model, "__name__", repr(self.model))
-        return f"TypedPublisher({self.message_type!r}, {name}, stream={self.queue.stream!r})"
+        return f"TypedPublisher({self.message_type!r}, {name}, stream={self.stream!r})"
 
 
 def check_instance(message_type: str, model: Any, data: Any) -> None:

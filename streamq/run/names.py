@@ -25,7 +25,7 @@ async def check_names_free(app: App, workers: int, name: str | None) -> None:
     left to the workers, which wait for it."""
     taken: list[str] = []
     for mq in app.queues:
-        if mq.group is None or not len(mq.router):  # fan-out and idle queues claim nothing
+        if mq.group is None or not len(mq.route_table):  # fan-out and idle queues claim nothing
             continue
         names = [slot_name(mq, slot, name) for slot in range(workers)]
         try:

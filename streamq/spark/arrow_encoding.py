@@ -12,7 +12,7 @@ column, strings with control characters, NaN) takes the per-row path of
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,8 +22,19 @@ from ..publish import idempotency
 from ..wire import resp
 from .idempotent import IDMP_ROWS, PLAIN, WINDOW_MS, RowKeys
 
-if TYPE_CHECKING:
-    from .writing import RowEncoder
+
+class RowEncoder(Protocol):
+    """What a batch's encoding reads of the row encoder (:class:`.writing.RowEncoder`)."""
+
+    payload_columns: list[str]
+    payload_index: list[int]
+    type_index: int
+    meta_index: int
+    data_index: int
+    fixed_type: bytes | None
+
+    def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]: ...
+
 
 PRODUCER_ID = "streamq_producer_id"
 

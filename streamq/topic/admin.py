@@ -74,6 +74,15 @@ async def seek(client: aioredis.Redis, stream: str, group: str, entry_id: str) -
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduledSummary:
+    """How many scheduled messages wait, and when the first falls due (None if none wait):
+    the ``scheduled`` and ``next_due`` of :class:`TopicInfo`."""
+
+    count: int
+    next_due: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerInfo:
     name: str
     pending: int

@@ -1,7 +1,7 @@
 """Operations on a topic that need no running consumer: stop/resume of entry IDs,
 termination, seek, inspection, cleanup, dead letters and scheduled messages (those in
-:mod:`.scheduled`). :class:`MessageQueue` has them through :class:`TopicOperations`; each
-delegates to the module that owns the concern.
+:mod:`.scheduled`). :class:`MessageQueue` and the dashboard's topic view hold them in a
+:class:`TopicAdmin`; each delegates to the module that owns the concern.
 
 On a cluster or a Sentinel service each step rides through a failover or a slot migration
 (:func:`~streamq.wire.client.ride_through`, as publishing does), except replaying dead
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -22,64 +22,38 @@ from ..errors import ConfigError, InvalidMessageIdError
 from ..wire.client import ride_through
 from . import admin, control, ownership
 from .cleanup import Cleaner
-from .control import StoppedView
 from .deadletter import DeadLetter, DeadLetters
 from .halted import HaltedKey
 from .partitioned_info import Part, partitioned_topic_info
 from .partitions import PartitionedId, forget_partitions
 
 if TYPE_CHECKING:
-    from ..publish.scheduling import ScheduledSummary
-    from ..wire.routing import Deployment
+    from .handle import TopicHandle
 
 T = TypeVar("T")
 
 
-class TopicQueue(Protocol):
-    """What :class:`TopicOperations` needs of the queue it is mixed into
-    (:class:`~streamq.MessageQueue`, the dashboard's topic view): the topic, its streams,
-    the clients for them and each partition's copy of the stopped IDs."""
-
-    stream: str
-    group: str | None  # None: a fan-out queue, which has no consumer group
-    cleanup_policy: CleanupPolicy
-    partitions: int
-    streams: tuple[str, ...]
-
-    @property
-    def client(self) -> aioredis.Redis: ...
-
-    @property
-    def _deployment(self) -> Deployment: ...
-
-    def _client_for(self, stream: str) -> aioredis.Redis: ...
-
-    def _stopped_view(self, partition: int) -> StoppedView: ...
-
-    def _node_of(self, stream: str) -> str: ...
-
-    async def scheduled_summary(self) -> ScheduledSummary: ...
-
-
-# the type checker sees the protocol's members; at run time the queue provides them
-if TYPE_CHECKING:
-    _Queue = TopicQueue
-else:
-    _Queue = object
-
-
-class TopicOperations(_Queue):
-    """The topic operations of a queue on ``stream`` (consumer group ``group``).
+class TopicAdmin:
+    """The topic operations of a queue on ``topic`` (consumer group ``group``; None: a
+    fan-out queue, which has none), and of the dashboard's view of a topic.
 
     On a partitioned topic each operation goes to the partitions it concerns: an entry ID
     names its partition (``"3:<ms>-<seq>"``), and listings cover every partition.
     """
 
-    def _locate(self, entry_id: str) -> tuple[int, str, aioredis.Redis]:
+    def __init__(
+        self,
+        topic: TopicHandle,
+        group: str | None,
+        scheduled_summary: Callable[[], Awaitable[admin.ScheduledSummary]],
+    ) -> None:
+        self._topic, self.group, self._scheduled_summary = topic, group, scheduled_summary
+
+    def locate(self, entry_id: str) -> tuple[int, str, aioredis.Redis]:
         """The partition, its stream and its client, of an entry ID's text form."""
-        where = PartitionedId.parse(entry_id, self.partitions)
-        stream = self.streams[where.partition]
-        return where.partition, where.entry_id, self._client_for(stream)
+        where = PartitionedId.parse(entry_id, self._topic.partitions)
+        stream = self._topic.streams[where.partition]
+        return where.partition, where.entry_id, self._topic.client_for(stream)
 
     def _require_group(self, operation: str) -> str:
         """This queue's group, for an operation that needs one (ConfigError on fan-out)."""
@@ -90,17 +64,19 @@ class TopicOperations(_Queue):
             )
         return self.group
 
-    def _named(self, partition: int, entry_id: str) -> str:
-        return entry_id if self.partitions == 1 else f"{partition}:{entry_id}"
+    def named(self, partition: int, entry_id: str) -> str:
+        """An entry ID of partition ``partition`` as shown and accepted: ``"<i>:<id>"`` on
+        a partitioned topic, the bare ID on a plain one."""
+        return entry_id if self._topic.partitions == 1 else f"{partition}:{entry_id}"
 
     def _parts(self) -> list[tuple[int, str, aioredis.Redis]]:
-        return [(i, s, self._client_for(s)) for i, s in enumerate(self.streams)]
+        return [(i, s, self._topic.client_for(s)) for i, s in enumerate(self._topic.streams)]
 
     async def _riding(self, operation: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """``operation(*args, **kwargs)``, retried while a cluster or a Sentinel service
         reconfigures (up to 30 s); on a single node its ServerUnavailableError is raised
         at once."""
-        return await ride_through(self._deployment, partial(operation, *args, **kwargs))
+        return await ride_through(self._topic.deployment, partial(operation, *args, **kwargs))
 
     # -- control --------------------------------------------------------------------
     async def stop_message(self, entry_id: str) -> int:
@@ -111,10 +87,10 @@ class TopicOperations(_Queue):
         queue (it reads without a group, so a stopped ID would not be set aside for it).
         """
         self._require_group("stop_message")
-        index, raw, client = self._locate(entry_id)
-        stream = self.streams[index]
+        index, raw, client = self.locate(entry_id)
+        stream = self._topic.streams[index]
         groups = await self._riding(control.stop_message, client, stream, raw)
-        self._stopped_view(index).ids.add(raw)
+        self._topic.stopped[index].ids.add(raw)
         return groups
 
     async def resume_message(self, entry_id: str) -> int:
@@ -125,17 +101,17 @@ class TopicOperations(_Queue):
         reply a failover cut off is retried: it was resumed then); ConfigError on a fan-out
         queue."""
         self._require_group("resume_message")
-        index, raw, client = self._locate(entry_id)
-        stream = self.streams[index]
+        index, raw, client = self.locate(entry_id)
+        stream = self._topic.streams[index]
         groups = await self._riding(control.resume_message, client, stream, raw)
-        self._stopped_view(index).ids.discard(raw)
+        self._topic.stopped[index].ids.discard(raw)
         return groups
 
     async def stopped_messages(self) -> list[str]:
         """The IDs stopped with :meth:`stop_message` on this topic (every partition), as
         ``publish`` returned them."""
         return [
-            self._named(i, entry_id)
+            self.named(i, entry_id)
             for i, stream, client in self._parts()
             for entry_id in await self._riding(control.stopped_ids, client, stream)
         ]
@@ -144,7 +120,7 @@ class TopicOperations(_Queue):
         """Delete the stream (every partition), all its groups and streamq's keys (dead
         letters too unless ``keep_dead_letters``); every running consumer stops at once."""
         groups = await self._group_names()
-        plain = self.partitions == 1  # its one stream holds the membership
+        plain = self._topic.partitions == 1  # its one stream holds the membership
         for _, stream, client in self._parts():
             doomed = ownership.lease_keys(stream, groups)
             doomed += ownership.membership_keys(stream, groups) if plain else []
@@ -153,8 +129,8 @@ class TopicOperations(_Queue):
                 keep_dead_letters=keep_dead_letters, group_keys=doomed,
             )  # fmt: skip
         if not plain:
-            members = ownership.membership_keys(self.stream, groups)
-            await self._riding(forget_partitions, self.client, self.stream, members)
+            members = ownership.membership_keys(self._topic.stream, groups)
+            await self._riding(forget_partitions, self._topic.client, self._topic.stream, members)
 
     async def _group_names(self) -> set[str]:
         """The groups of every partition, and this queue's own (its keys go with the
@@ -174,38 +150,34 @@ class TopicOperations(_Queue):
                 await self._riding(admin.seek, client, stream, group, entry_id)
             return
         try:
-            index, raw, client = self._locate(entry_id)
+            index, raw, client = self.locate(entry_id)
         except InvalidMessageIdError as e:
             raise ConfigError(f"seek: {e}") from e
-        stream = self.streams[index]
+        stream = self._topic.streams[index]
         await self._riding(admin.seek, client, stream, group, raw)
 
     async def topic_info(self) -> admin.TopicInfo:
         """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
         a partitioned topic the totals and a row per partition (``partitions``)."""
-        if self.partitions == 1:
-            info = await self._riding(admin.topic_info, self.client, self.stream)
+        if self._topic.partitions == 1:
+            info = await self._riding(admin.topic_info, self._topic.client, self._topic.stream)
         else:
 
             async def partitioned() -> admin.TopicInfo:  # a failover may move a partition
-                parts = [Part(i, s, c, self._node_of(s)) for i, s, c in self._parts()]
-                return await partitioned_topic_info(self.stream, parts)
+                parts = [Part(i, s, c, self._topic.node_of(s)) for i, s, c in self._parts()]
+                return await partitioned_topic_info(self._topic.stream, parts)
 
             info = await self._riding(partitioned)
-        waiting = await self.scheduled_summary()
+        waiting = await self._scheduled_summary()
         return replace(info, scheduled=waiting.count, next_due=waiting.next_due)
 
     # -- cleanup and dead letters ---------------------------------------------------
-    def set_cleanup_policy(self, policy: CleanupPolicy) -> None:
-        """Set the policy used by :meth:`cleanup` and (if enabled) by the next run()."""
-        self.cleanup_policy = policy
-
-    async def cleanup(self) -> int:
+    async def cleanup(self, policy: CleanupPolicy) -> int:
         """One cleanup pass (each partition in turn) under the current policy; return how
         many entries it removed."""
         removed = 0
         for _, stream, client in self._parts():
-            cleaner = Cleaner(client, stream, self.cleanup_policy)
+            cleaner = Cleaner(client, stream, policy)
             removed += (await self._riding(cleaner.run_once)).removed
         return removed
 
@@ -213,9 +185,9 @@ class TopicOperations(_Queue):
     def dead_letter_queue(self) -> DeadLetters:
         """The dead-letter stream of a plain topic (a partitioned one has one per
         partition: use :meth:`dead_letters`, :meth:`replay_dead_letter`, ...)."""
-        if self.partitions > 1:
+        if self._topic.partitions > 1:
             raise ConfigError("a partitioned topic has a dead-letter stream per partition")
-        return DeadLetters(self.client, self.stream)
+        return DeadLetters(self._topic.client, self._topic.stream)
 
     async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest ``count`` dead letters (of each partition, on a partitioned topic;
@@ -223,11 +195,12 @@ class TopicOperations(_Queue):
         letters: list[DeadLetter] = []
         for i, stream, client in self._parts():
             listed = await self._riding(DeadLetters(client, stream).list, count)
-            letters.extend(self._named_letter(i, letter) for letter in listed)
+            letters.extend(self.named_letter(i, letter) for letter in listed)
         return letters
 
-    def _named_letter(self, partition: int, letter: DeadLetter) -> DeadLetter:
-        if self.partitions == 1:
+    def named_letter(self, partition: int, letter: DeadLetter) -> DeadLetter:
+        """A dead letter of partition ``partition`` with its IDs named as :meth:`named`."""
+        if self._topic.partitions == 1:
             return letter
         return replace(
             letter,
@@ -239,12 +212,14 @@ class TopicOperations(_Queue):
         """Publish one dead letter (or all, if no ID) again; return the new entry IDs."""
         if dead_letter_id is None:
             return [
-                self._named(i, new_id)
+                self.named(i, new_id)
                 for i, stream, client in self._parts()
                 for new_id in await DeadLetters(client, stream).replay_all()
             ]
-        index, raw, client = self._locate(dead_letter_id)
-        return [self._named(index, await DeadLetters(client, self.streams[index]).replay(raw))]
+        index, raw, client = self.locate(dead_letter_id)
+        return [
+            self.named(index, await DeadLetters(client, self._topic.streams[index]).replay(raw))
+        ]
 
     async def purge_dead_letters(self) -> int:
         """Delete all dead letters; return how many there were."""
@@ -255,7 +230,9 @@ class TopicOperations(_Queue):
         """The keys halted in ordered mode with ``on_poison="halt"``: each with its
         partition, the entry it halted on, the reason, and a release asked for (or None)."""
         group = self._require_group("halted_keys")
-        return await self._riding(ownership.halted_keys, self._client_for, self.streams, group)
+        return await self._riding(
+            ownership.halted_keys, self._topic.client_for, self._topic.streams, group
+        )
 
     async def release_halted_key(self, key: str | None, *, skip: bool = False) -> bool:
         """Let a halted ``key`` go on (None: the keyless entries): ``skip=True``
@@ -263,10 +240,13 @@ class TopicOperations(_Queue):
         fresh delivery count. The partition's owner acts within a second. Returns False if
         the key is not halted."""
         group = self._require_group("release_halted_key")
-        return await self._riding(ownership.release_halted, self._client_for, self.streams, group,
+        topic = self._topic
+        return await self._riding(ownership.release_halted, topic.client_for, topic.streams, group,
                                   key, skip=skip)  # fmt: skip
 
     async def partition_owners(self) -> list[tuple[str, int] | None]:
         """In ordered mode, each partition's owner and fencing token (None: unowned)."""
         group = self._require_group("partition_owners")
-        return await self._riding(ownership.owners, self._client_for, self.streams, group)
+        return await self._riding(
+            ownership.owners, self._topic.client_for, self._topic.streams, group
+        )

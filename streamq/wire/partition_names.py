@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import zlib
+from collections.abc import Callable
 
 from ..errors import ConfigError
 from .slots import SLOTS, slot_of
@@ -53,3 +54,13 @@ def partition_for_key(key: str | bytes, partitions: int) -> int:
     elif not isinstance(key, bytes):
         raise ConfigError(f"key must be str or bytes, got {type(key).__name__}")
     return zlib.crc32(key) % partitions
+
+
+def choose_partition(key: str | bytes | None, partitions: int, next_turn: Callable[[], int]) -> int:
+    """The partition of a message: by its key's hash, else ``next_turn()`` (a count that
+    goes up by one each call) modulo the partitions."""
+    if key is not None:
+        return partition_for_key(key, partitions)
+    if partitions == 1:
+        return 0
+    return next_turn() % partitions

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from streamq import HandlerError, Message
-from streamq.consume.router import BatchSettings, Router
+from streamq.consume.routes import BatchSettings, Routes
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import wait_for
 
@@ -38,7 +38,7 @@ def test_single_handler_with_a_local_model_resolves_with_the_namespace() -> None
 
     async def handle(msg: Message[Ping]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_single("ping", handle, namespace=locals())
     route = router.routes["ping"]
     assert route.model is Ping
@@ -51,7 +51,7 @@ def test_batch_handler_with_a_local_model_resolves_with_the_namespace() -> None:
 
     def handle(msgs: list[Message[Ping]]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_batch("ping", handle, SETTINGS, namespace=locals())
     assert router.routes["ping"].model is Ping
 
@@ -61,7 +61,7 @@ def test_a_local_alias_of_message_resolves_too() -> None:
 
     async def handle(msg: Envelope[Global]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_single("g", handle, namespace=locals())
     assert router.routes["g"].model is Global
 
@@ -77,7 +77,7 @@ def test_handler_object_with_local_model_resolves_with_the_namespace() -> None:
 
         async def handle_batch(self, msgs: list[Message[Ping]]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_object(PingHandler(), namespace=locals())
     route = router.routes["ping"]
     assert route.model is Ping and route.single is not None and route.batch is not None
@@ -86,7 +86,7 @@ def test_handler_object_with_local_model_resolves_with_the_namespace() -> None:
 def test_module_level_names_still_resolve_without_a_namespace() -> None:
     async def handle(msg: Message[Global]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_single("g", handle)
     assert router.routes["g"].model is Global
 
@@ -98,7 +98,7 @@ def test_unresolvable_annotation_names_the_handler_and_the_fix() -> None:
     async def handle(msg: Message[Ping]) -> None: ...
 
     with pytest.raises(HandlerError) as caught:
-        Router().add_single("ping", handle)  # no namespace: 'Ping' is nowhere to be found
+        Routes().add_single("ping", handle)  # no namespace: 'Ping' is nowhere to be found
     text = str(caught.value)
     assert "handle" in text and "'Ping' is not defined" in text and "model=" in text
 
@@ -111,7 +111,7 @@ def test_explicit_model_wins_and_annotations_are_not_resolved() -> None:
 
     async def handle(msg: Message[Unknowable]) -> None: ...  # type: ignore[name-defined]  # noqa: F821
 
-    router = Router()
+    router = Routes()
     router.add_single("ping", handle, model=Ping)
     assert router.routes["ping"].model is Ping
 
@@ -122,7 +122,7 @@ def test_explicit_model_for_a_batch_handler() -> None:
     def handle(msgs):  # type: ignore[no-untyped-def]  # unannotated: the model says it all
         pass
 
-    router = Router()
+    router = Routes()
     router.add_batch("ping", handle, SETTINGS, model=Ping)
     assert router.routes["ping"].model is Ping
 
@@ -130,7 +130,7 @@ def test_explicit_model_for_a_batch_handler() -> None:
 def test_explicit_any_means_raw_json() -> None:
     async def handle(msg: Message[Global]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_single("g", handle, model=Any)
     route = router.routes["g"]
     assert route.model is Any and route.parse(b'{"n": "not an int"}') == {"n": "not an int"}
@@ -139,7 +139,7 @@ def test_explicit_any_means_raw_json() -> None:
 def test_explicit_model_can_be_any_type_pydantic_validates() -> None:
     async def handle(msg: Message[Any]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_single("nums", handle, model=list[int])
     assert router.routes["nums"].parse(b"[1, 2]") == [1, 2]
 
@@ -148,7 +148,7 @@ def test_explicit_none_is_not_untyped() -> None:
     async def handle(msg: Message[Global]) -> None: ...
 
     with pytest.raises(HandlerError, match="model=Any"):
-        Router().add_single("g", handle, model=None)
+        Routes().add_single("g", handle, model=None)
 
 
 @pytest.mark.parametrize("bad", [42, "Global", Global(n=1), object()])
@@ -158,9 +158,9 @@ def test_wrong_model_is_refused_naming_the_handler(bad: Any) -> None:
     async def handle_globals(msgs: list[Message[Any]]) -> None: ...
 
     with pytest.raises(HandlerError, match="handle_global"):
-        Router().add_single("g", handle_global, model=bad)
+        Routes().add_single("g", handle_global, model=bad)
     with pytest.raises(HandlerError, match="handle_globals"):
-        Router().add_batch("g", handle_globals, SETTINGS, model=bad)
+        Routes().add_batch("g", handle_globals, SETTINGS, model=bad)
 
 
 def test_wrong_model_from_an_annotation_is_refused_naming_the_handler() -> None:
@@ -170,7 +170,7 @@ def test_wrong_model_from_an_annotation_is_refused_naming_the_handler() -> None:
     async def handle_odd(msg: Message[NotAModel]) -> None: ...
 
     with pytest.raises(HandlerError, match="handle_odd"):
-        Router().add_single("odd", handle_odd, namespace=locals())
+        Routes().add_single("odd", handle_odd, namespace=locals())
 
 
 def test_explicit_model_disagreeing_with_the_other_handler_is_refused() -> None:
@@ -180,7 +180,7 @@ def test_explicit_model_disagreeing_with_the_other_handler_is_refused() -> None:
 
     def many(msgs: list[Message[Global]]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_single("g", one)
     with pytest.raises(HandlerError, match="different models"):
         router.add_batch("g", many, SETTINGS, model=Ping)
@@ -237,7 +237,7 @@ def test_a_decorator_without_parentheses_is_refused_saying_what_to_write(decorat
 
         with pytest.raises(HandlerError, match=rf'write @(mq|router).{decorator}\("email"\)'):
             getattr(registry, decorator)(send_email)
-        assert not len(registry.router), "nothing may be registered"
+        assert not len(registry.route_table), "nothing may be registered"
 
 
 def test_a_handler_that_needs_more_than_the_message_is_refused_saying_what_to_write() -> None:
@@ -259,7 +259,7 @@ def test_a_handler_that_needs_more_than_the_message_is_refused_saying_what_to_wr
             registry.register(Obj())
         with pytest.raises(HandlerError, match="needs 'extra'"):
             registry.handler("c", model=Any)(one)
-        assert not len(registry.router), "nothing may be registered"
+        assert not len(registry.route_table), "nothing may be registered"
 
 
 def test_extra_parameters_with_defaults_or_bound_are_accepted() -> None:
@@ -271,7 +271,7 @@ def test_extra_parameters_with_defaults_or_bound_are_accepted() -> None:
 
     async def bound(db: str, msg: Message[Any]) -> None: ...
 
-    router = Router()
+    router = Routes()
     router.add_single("a", with_default)
     router.add_single("b", with_star)
     router.add_single("c", functools.partial(bound, "db"), model=Any)

@@ -248,7 +248,7 @@ async def test_without_a_tracer_provider_the_routes_are_the_registered_ones(
         handled.append(msg.data)
 
     mq.handler("job")(job)
-    route = mq.router.routes["job"]
+    route = mq.route_table.routes["job"]
     async with mq, anyio.create_task_group() as tg:
         await tg.start(mq.run)
         consumer: Any = mq._consumer

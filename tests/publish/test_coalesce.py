@@ -73,7 +73,8 @@ async def queue_and_lane(make_queue: QueueFactory) -> tuple[MessageQueue, Lane]:
 
 def the_lane(mq: MessageQueue) -> Lane:
     """The queue's one coalescing lane (white box: its connection is what these tests hold)."""
-    return next(iter(mq._coalescer._lanes.values()))
+    publishing = mq._checked._publishing
+    return next(iter(publishing._coalescer_on(mq._topic.deployment)._lanes.values()))
 
 
 async def queue_and_paused_lane(

@@ -221,4 +221,4 @@ async def test_the_blocks_own_error_comes_out_of_running_as_itself(
     with anyio.fail_after(20), pytest.raises(KeyError, match="the application failed"):
         async with app.running():
             raise KeyError("the application failed")
-    assert all(mq.done.is_set() and mq._made_deployment is None for mq in app.queues)
+    assert all(mq.done.is_set() and not mq._topic.connected for mq in app.queues)

@@ -262,5 +262,5 @@ async def test_running_closes_what_it_opened_when_the_block_raises(
             raise KeyError("the application failed")
     assert caught.value.__context__ is None, "the block's error came out chained to a group"
     assert mq.done.is_set() and mq.stop_reason == "stopped"
-    assert mq._made_deployment is None, "running() left its connections open"
+    assert not mq._topic.connected, "running() left its connections open"
     assert mq.health is not None and (await mq.health())["state"] == "closed"

@@ -338,7 +338,7 @@ async def test_partitioned_read_and_keyed_write_on_the_cluster(
         run_available_now(reader, tmp_path / "ckpt", tmp_path / "out")
         assert spark.read.parquet(str(tmp_path / "out")).count() == 32
         async with MessageQueue(url, stream=topic, group="services", partitions=PARTS) as mq:
-            nodes = {mq._node_of(s) for s in partition_streams(topic, PARTS)}
+            nodes = {mq._topic.node_of(s) for s in partition_streams(topic, PARTS)}
         assert len(nodes) > 1, "the partitions should spread over the cluster's masters"
     finally:
         forget(url, topic)

@@ -94,7 +94,7 @@ async def test_an_entry_stopped_while_it_waits_in_its_lane_is_held_with_its_key(
 
             await wait_for(all_read, what="the three entries of key a read")
             await operator.stop_message(ids[1])
-            await wait_for(lambda: ids[1] in mq._stopped_view(0), what="the stop noticed")
+            await wait_for(lambda: ids[1] in mq._topic.stopped[0], what="the stop noticed")
             let_first_finish.set()
             await mq.publish("job", {"n": 9}, key="b")
             await wait_for(lambda: ("b", 9) in handled and ("a", 0) in handled, what="a0, b9")

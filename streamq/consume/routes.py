@@ -220,7 +220,7 @@ def _is_async(func: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(call)
 
 
-class Router:
+class Routes:
     """Holds one Route per message type."""
 
     def __init__(self) -> None:

@@ -1,0 +1,74 @@
+"""Publishing on :class:`~streamq.MessageQueue`: each method delegates in one line to the
+queue's :class:`~streamq.publish.checked.CheckedPublishing` (they carry the docstrings of its
+:class:`~streamq.publish.operations.Publishing`, which document the options in full)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ._facade_docs import adopt_docstrings
+from .config import Duration
+from .publish.checked import CheckedPublishing
+from .publish.operations import Publishing
+from .publish.options import PublishOptions
+from .publish.periodic import PeriodicRegistry
+from .publish.periodic_runner import run_periodics
+from .publish.plan import Key
+from .publish.typed import TypedPublisher
+from .topic.handle import TopicHandle
+
+M = TypeVar("M")
+
+
+class PublishFacade(PeriodicRegistry):
+    """``publish``, ``publish_many``, typed publishers and periodic publishers of a queue."""
+
+    consumer: str
+    _topic: TopicHandle  # the parts the queue holds
+    _checked: CheckedPublishing
+
+    async def publish(
+        self,
+        message_type: str,
+        data: Any,
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | None = None,
+        replicas: int = 0,
+        timeout: Duration = 1.0,  # noqa: ASYNC109  # the server's WAIT timeout
+        fsync: bool = False,
+        idempotency_key: str | None = None,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+        schedule_id: str | None = None,
+    ) -> str:
+        return await self._checked.publish(message_type, data, meta, PublishOptions(
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+        ))  # fmt: skip
+
+    async def publish_many(
+        self,
+        message_type: str,
+        items: Iterable[Any],
+        meta: Mapping[str, str] | None = None,
+        *,
+        key: Key | Callable[[Any], Key] | None = None,
+        chunk: int = 1000,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+    ) -> list[str]:
+        return await self._checked.publish_many(
+            message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
+        )
+
+    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
+        return self._checked.publisher(message_type, model)
+
+    async def run_periodics(self) -> None:
+        """Run this queue's periodic publishers (MessageQueue.run does, with the consumer)."""
+        await run_periodics(self._topic, self.consumer, self.periodics, self._checked.publish_tick)
+
+
+adopt_docstrings(PublishFacade, Publishing, CheckedPublishing)  # the options in full
