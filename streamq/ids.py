@@ -68,11 +68,6 @@ class StreamId(NamedTuple):
         return datetime.fromtimestamp(self.ms / 1000, tz=UTC)
 
 
-def id_from_time(when: datetime) -> StreamId:
-    """The first ID at or after ``when``."""
-    return StreamId(int(when.timestamp() * 1000), 0)
-
-
 def after(entry_id: StreamId) -> str:
     """The smallest entry ID greater than ``entry_id`` (a claim's start is inclusive)."""
     return f"{entry_id.ms}-{entry_id.seq + 1}"

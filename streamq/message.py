@@ -173,10 +173,6 @@ def _json_kind(value: Any) -> str:
     return _JSON_KINDS.get(type(value), type(value).__name__)
 
 
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
-
-
 def _key_text(key: str) -> str:
     return key if _PLAIN_KEY.fullmatch(key) else repr(key)
 

@@ -96,10 +96,6 @@ class Batcher:
         self._tg.start_soon(self._type_loop, state, name=f"batcher:{route.type_name}")
         return state
 
-    @property
-    def buffered(self) -> int:
-        return sum(len(s.entries) for s in self._states.values())
-
     def close(self) -> None:
         """Flush every partial batch now; the loops end when their buffers are empty."""
         self._closing = True

@@ -1,4 +1,4 @@
-"""Bounded in-flight work (DESIGN.md, "Backpressure").
+"""Bounded in-flight work: never hold more fetched entries than the handlers can start.
 
 An entry counts from the moment it is fetched (read or claimed) until its handler has
 finished with it; a fetch in progress holds (reserves) room for as many entries as it asked

@@ -21,7 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ..config import ConsumerConfig, RetryPolicy
-from ..errors import ConsumerError, GroupNotFoundError, RedisFailure, StreamNotFoundError
+from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..message import Message, RawEntry
 from ..topic.control import StoppedView
 from ..wire import ownership as wire
@@ -32,10 +32,6 @@ from .ordering import Room, Slots
 from .routes import Route, Routes
 
 log = logging.getLogger(__name__)
-
-
-class LeaseLostError(ConsumerError):
-    """Internal: a fenced operation was refused: this consumer no longer holds the lease."""
 
 
 class FencedAcker(Acker):

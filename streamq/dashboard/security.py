@@ -134,9 +134,6 @@ class Access:
         """The request's live session, if its cookie names one."""
         return self.sessions.get(request.cookies.get(COOKIE))
 
-    def may_write(self, request: Request) -> bool:
-        return self.writable and self.session(request) is not None
-
     def bearer_ok(self, request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         return scheme.lower() == "bearer" and self.check_token(request, given.strip())

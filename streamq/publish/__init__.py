@@ -1,7 +1,7 @@
 """Publishing: everything between ``publish(...)`` and the entry written to the stream.
 
 * :mod:`.operations`: the asyncio operations :class:`~streamq.MessageQueue` offers
-  (``publish``, ``publish_many``, ``publish_idempotent``).
+  (``publish``, ``publish_many``; ``idempotency_key=`` through :mod:`.idempotency`).
 * :mod:`.blocking`: :class:`~streamq.Publisher`, the same operations for threads and scripts.
 * :mod:`.plan`: what both decide alike (the partition of a key, the chunks of a batch, the
   replication wait, the reply read back), without doing any I/O.
