@@ -8,11 +8,9 @@ free ``XREAD BLOCK`` waits from the stream's last ID). Each entry runs in its ke
 handled, then acked through the fenced acker; a failure is retried in place (only its key
 waits), each retry a redelivery counted by Redis (fenced ``XCLAIM`` to itself).
 
-Two ways to end: :meth:`drain` (the partition moves away or the consumer stops: stop
-reading, let running entries finish within ``grace``, flush the acks, then the caller
-releases the lease) and :meth:`abandon` (the lease lapsed or was refused: stop at once;
-nothing more is handled or acked, the next owner takes the pending entries).
-"""
+Two ways to end: :meth:`drain` (moved away or stopping: stop reading, finish running
+entries within ``grace``, flush the acks; the caller releases the lease) and :meth:`abandon`
+(the lease lapsed: stop at once, the next owner takes the pending entries)."""
 
 from __future__ import annotations
 
