@@ -41,8 +41,7 @@ from .refill import PendingRefill
 
 log = logging.getLogger(__name__)
 
-ERROR_BACKOFF = 0.5
-ACK_FLUSH_TIMEOUT = 10.0
+ERROR_BACKOFF, ACK_FLUSH_TIMEOUT = 0.5, 10.0
 
 
 class PartitionWorker:
