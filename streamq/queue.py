@@ -180,10 +180,12 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
 
     @property
     def partitions(self) -> int:
+        """The topic's number of partitions (1: a plain stream)."""
         return self._topic.partitions
 
     @property
     def streams(self) -> tuple[str, ...]:
+        """The topic's streams: the stream itself, or one per partition."""
         return self._topic.streams
 
     @property
