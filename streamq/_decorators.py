@@ -7,12 +7,12 @@ from __future__ import annotations
 from .errors import HandlerError
 
 
-def refuse_bare(registry: object, decorator: str, message_type: object, arguments: str) -> None:
+def refuse_bare(owner: str, decorator: str, message_type: object, arguments: str) -> None:
     """Raise HandlerError if ``message_type`` is a function: ``@<owner>.<decorator>`` was
-    written alone; ``arguments`` is what to write between the parentheses."""
+    written alone (``owner``: ``mq`` or ``router``); ``arguments`` is what to write between
+    the parentheses."""
     if not callable(message_type):
         return
-    owner = "router" if type(registry).__name__ == "Router" else "mq"
     name = getattr(message_type, "__name__", "the function")
     raise HandlerError(
         f"@{owner}.{decorator} takes the message type: write "

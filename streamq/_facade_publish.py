@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ._facade_docs import adopt_docstrings
+from ._registration import Registry
 from .config import Duration
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
 from .publish.options import PublishOptions
-from .publish.periodic import PeriodicRegistry
 from .publish.periodic_runner import run_periodics
 from .publish.plan import Key
 from .publish.typed import TypedPublisher
@@ -22,12 +22,13 @@ from .topic.handle import TopicHandle
 M = TypeVar("M")
 
 
-class PublishFacade(PeriodicRegistry):
+class PublishFacade:
     """``publish``, ``publish_many``, typed publishers and periodic publishers of a queue."""
 
     consumer: str
     _topic: TopicHandle  # the parts the queue holds
     _checked: CheckedPublishing
+    _registry: Registry
 
     async def publish(
         self,
@@ -68,7 +69,9 @@ class PublishFacade(PeriodicRegistry):
 
     async def run_periodics(self) -> None:
         """Run this queue's periodic publishers (MessageQueue.run does, with the consumer)."""
-        await run_periodics(self._topic, self.consumer, self.periodics, self._checked.publish_tick)
+        await run_periodics(
+            self._topic, self.consumer, self._registry.periodics, self._checked.publish_tick
+        )
 
 
 adopt_docstrings(PublishFacade, Publishing, CheckedPublishing)  # the options in full

@@ -1,47 +1,59 @@
-"""Registering handlers on a queue or a :class:`streamq.Router`: the ``@mq.handler`` and
-``@mq.batch_handler`` decorators, ``mq.register(obj)``, ``mq.include_router(router)`` and a
-queue's middlewares, over a :class:`~streamq.consume.routes.Routes` (the route table).
+"""What is registered on a queue or a :class:`streamq.Router`: its route table (the
+handlers), its middlewares and its periodic publishers, in one part, :class:`Registry`,
+that both hold and delegate to.
 
 Annotations are resolved with the local names of the frame that registers the handler
 (a model defined inside a test or a factory function), or ``model=`` is given outright.
+A decorator reads the frame it is applied in; :meth:`Registry.register` takes the
+namespace from its caller (the façade passes its own caller's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Literal, TypeVar
+from zoneinfo import ZoneInfo
 
 from ._decorators import refuse_bare
 from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
-from .consume.routes import UNSET, BatchSettings, Routes
+from .consume.routes import UNSET, BatchSettings, Namespace, Route, Routes
+from .errors import ConfigError
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
-from .publish.periodic import add_periodic
-
-if TYPE_CHECKING:
-    import streamq
+from .publish.periodic import Periodic, make_periodic
 
 F = TypeVar("F", bound=Callable[..., Any])
+Owner = Literal["mq", "router"]  # how messages name what the decorators are written on
 
 
-class HandlerRegistry:
-    """The registration methods of a queue whose routes live in ``route_table``."""
+class Registry:
+    """The handlers, middlewares and periodic publishers of a queue or a Router.
 
-    route_table: Routes
+    ``owner``: ``"mq"`` or ``"router"``, as a refused decorator is written there.
+    """
 
+    def __init__(self, owner: Owner) -> None:
+        self.routes = Routes()
+        self._owner = owner
+        self._handler_middlewares: list[HandlerMiddleware] = []
+        self._publish_middlewares: list[PublishMiddleware] = []
+        self._periodics: list[Periodic] = []
+
+    # -- handlers -------------------------------------------------------------------
     def handler(self, message_type: str, *, model: Any = UNSET) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` one by one.
 
         ``model``: what ``data`` is validated into; by default the handler's annotation
         ``Message[Model]``, resolved with the registering frame's local names too.
         """
-
-        refuse_bare(self, "handler", message_type, '"email"')
+        refuse_bare(self._owner, "handler", message_type, '"email"')
 
         def register(func: F) -> F:
-            namespace = sys._getframe(1).f_locals
-            self.route_table.add_single(message_type, func, model=model, namespace=namespace)
+            namespace = sys._getframe(1).f_locals  # where the decorator is applied
+            self.routes.add_single(message_type, func, model=model, namespace=namespace)
             return func
 
         return register
@@ -57,7 +69,7 @@ class HandlerRegistry:
     ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` in lists (see BatchConfig);
         ``model`` as for :meth:`handler`."""
-        refuse_bare(self, "batch_handler", message_type, '"email"')
+        refuse_bare(self._owner, "batch_handler", message_type, '"email"')
         settings = BatchSettings(
             size=size,
             timeout=None if timeout is None else seconds(timeout, "timeout", allow_zero=False),
@@ -65,32 +77,40 @@ class HandlerRegistry:
         )
 
         def register(func: F) -> F:
-            namespace = sys._getframe(1).f_locals
-            self.route_table.add_batch(
-                message_type, func, settings, model=model, namespace=namespace
-            )
+            namespace = sys._getframe(1).f_locals  # where the decorator is applied
+            self.routes.add_batch(message_type, func, settings, model=model, namespace=namespace)
             return func
 
         return register
 
-    def register(self, handler: object) -> None:
+    def register(self, handler: object, namespace: Namespace | None = None) -> None:
         """Register a handler object (``message_type`` + ``handle``/``handle_batch``)."""
-        self.route_table.add_object(handler, namespace=sys._getframe(1).f_locals)
+        self.routes.add_object(handler, namespace=namespace)
 
-    def include_router(self, router: streamq.Router) -> None:
-        """Add the handlers of ``router`` (a :class:`streamq.Router`), each wrapped by the
-        router's middlewares; a type registered twice raises ConfigError naming both."""
-        for route in router.routes():
-            self.route_table.adopt(route)
-        for periodic in router.periodics:
-            add_periodic(self, periodic)
+    def include(self, routes: Iterable[Route], periodics: Iterable[Periodic]) -> None:
+        """Add the handlers and periodic publishers of a router (``router.routes()``,
+        ``router.periodics``); a type registered twice raises ConfigError naming both."""
+        for route in routes:
+            self.routes.adopt(route)
+        for periodic in periodics:
+            self.add_periodic(periodic)
 
+    def routes_to_include(self) -> Iterable[Route]:
+        """The routes, each wrapped by this registry's handler middlewares (outside its
+        own): what including them into a queue adds."""
+        outer = tuple(self._handler_middlewares)
+        return [_with_outer(route, outer) for route in self.routes.routes.values()]
 
-class QueueRegistry(HandlerRegistry):
-    """A queue's registrations: handlers, routers, and the middlewares of the queue."""
+    # -- middlewares ----------------------------------------------------------------
+    @property
+    def handler_middlewares(self) -> Sequence[HandlerMiddleware]:
+        """The handler middlewares, outer first."""
+        return self._handler_middlewares
 
-    _handler_middlewares: list[HandlerMiddleware]
-    _publish_middlewares: list[PublishMiddleware]
+    @property
+    def publish_middlewares(self) -> Sequence[PublishMiddleware]:
+        """The publish middlewares, outer first (the list itself: added ones show)."""
+        return self._publish_middlewares
 
     def add_middleware(self, mw: HandlerMiddleware | PublishMiddleware) -> None:
         """Wrap every handler call, or every publish, of this queue with ``mw``.
@@ -104,3 +124,78 @@ class QueueRegistry(HandlerRegistry):
             self._publish_middlewares.append(check_publish_middleware(mw))
         else:
             self._handler_middlewares.append(check_handler_middleware(mw))
+
+    def add_handler_middleware(self, mw: HandlerMiddleware) -> None:
+        """Wrap every handler call with ``mw`` (inside those added before)."""
+        self._handler_middlewares.append(check_handler_middleware(mw))
+
+    def add_outermost(self, middlewares: Sequence[HandlerMiddleware | PublishMiddleware]) -> None:
+        """Make ``middlewares`` (handler or publish ones, as :meth:`add_middleware` takes)
+        the outermost, in their order; nothing is added if one is refused."""
+        outer = Registry(self._owner)
+        for mw in middlewares:
+            outer.add_middleware(mw)
+        self._handler_middlewares[:0] = outer.handler_middlewares  # in place: it is shared
+        self._publish_middlewares[:0] = outer.publish_middlewares
+
+    # -- periodic publishers --------------------------------------------------------
+    @property
+    def periodics(self) -> tuple[Periodic, ...]:
+        """The periodic publishers registered here."""
+        return tuple(self._periodics)
+
+    def periodic(
+        self,
+        message_type: str,
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        catch_up: bool = False,
+        name: str | None = None,
+        key: str | None = None,
+        meta: Mapping[str, str] | None = None,
+        timezone: str | ZoneInfo | None = None,
+    ) -> Callable[[F], F]:
+        """Publish what the decorated function returns as a ``message_type`` message once
+        per tick, across every running process of this queue.
+
+        ``every`` (seconds or timedelta: ticks at its multiples since the Unix epoch) or
+        ``cron`` (a 5-field cron expression, read in ``timezone``: an IANA name such as
+        ``"Europe/Paris"`` or a ``ZoneInfo``, UTC by default). ``catch_up``: make up the
+        ticks missed while nothing ran. ``name`` (default: the type) identifies it across
+        processes: two periodic publishers of one type need two names. ``key``, ``meta``:
+        as for :meth:`publish` (on a partitioned topic, without a key the name picks the
+        partition every tick goes to). The function takes no argument (plain ``def`` or
+        ``async def``); it runs only in a process whose consumer runs (``mq.run()``, an
+        App) or that runs ``mq.run_periodics()``.
+
+        Raises ConfigError (at registration) for a bad expression or time zone, neither or
+        both of ``every``/``cron``, ``timezone`` with ``every``, a name used twice;
+        HandlerError (a ConfigError) for ``@mq.periodic`` written without parentheses.
+        """
+        refuse_bare(self._owner, "periodic", message_type, '"report", every=60')
+
+        def register(func: F) -> F:
+            periodic = make_periodic(
+                message_type, func, every=every, cron=cron, catch_up=catch_up, name=name,
+                key=key, meta=meta, timezone=timezone,
+            )  # fmt: skip
+            self.add_periodic(periodic)
+            return func
+
+        return register
+
+    def add_periodic(self, periodic: Periodic) -> None:
+        """Register ``periodic``; a name registered here already is a ConfigError."""
+        if any(p.name == periodic.name for p in self._periodics):
+            raise ConfigError(
+                f"a periodic publisher named {periodic.name!r} is registered already: "
+                "give the second one its own name="
+            )
+        self._periodics.append(periodic)
+
+
+def _with_outer(route: Route, outer: tuple[HandlerMiddleware, ...]) -> Route:
+    if not outer:
+        return route
+    return dataclasses.replace(route, middlewares=(*outer, *route.middlewares))

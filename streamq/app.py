@@ -116,7 +116,7 @@ class App:
                 f"two queues of this App would be consumer {mq.consumer!r} of {of} "
                 f"on stream {mq.stream!r}: give them different names"
             )
-        _put_outside(mq, self._middlewares)
+        mq.registry.add_outermost(self._middlewares)
         self._queues.append(mq)
         return mq
 
@@ -309,17 +309,6 @@ class App:
     def __repr__(self) -> str:
         queues = ", ".join(_label(mq) for mq in self._queues)
         return f"App({self.name!r}: {queues})"
-
-
-def _put_outside(mq: MessageQueue, middlewares: Sequence[Any]) -> None:
-    """Make the App's ``middlewares`` the outermost of ``mq``'s (in their order)."""
-    handler, publish = mq._handler_middlewares[:], mq._publish_middlewares[:]
-    mq._handler_middlewares.clear()
-    mq._publish_middlewares.clear()
-    for mw in middlewares:
-        mq.add_middleware(mw)
-    mq._handler_middlewares.extend(handler)
-    mq._publish_middlewares.extend(publish)
 
 
 def _label(mq: MessageQueue) -> str:

@@ -15,11 +15,12 @@ import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
 from ._facade_publish import PublishFacade
+from ._facade_registration import RegistrationFacade
 from ._facade_topic import TopicFacade
 from ._health import health_report
 from ._opening import open_until_ready, try_open
 from ._queue_args import check_identity, check_ordered, default_consumer_name
-from ._registration import QueueRegistry
+from ._registration import Registry
 from ._stop_signals import owns_signals, watch_stop_signals
 from ._task_groups import task_group_around_block
 from .config import (
@@ -39,7 +40,6 @@ from .consume.fanout_dispatch import NO_GROUP
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
-from .consume.routes import Routes
 from .errors import ConfigError, QueueStateError
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
@@ -69,7 +69,7 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
+class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
     """Typed handlers over one Redis stream and consumer group.
 
     Parameters:
@@ -147,10 +147,10 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()
         self.cleanup_policy = cleanup or CleanupPolicy()
-        self.route_table = Routes()
-        self._handler_middlewares, self._publish_middlewares = [], []
+        self._registry = Registry("mq")
+        registered = self._registry
         self._checked = CheckedPublishing(
-            Publishing(self._topic), self.route_table, self._publish_middlewares, stream
+            Publishing(self._topic), registered.routes, registered.publish_middlewares, stream
         )
         self._typed_publishers = self._checked.typed_publishers  # for the AsyncAPI document
         self._state = State.NEW
@@ -180,10 +180,12 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
 
     @property
     def partitions(self) -> int:
+        """The topic's number of partitions (1: a plain stream)."""
         return self._topic.partitions
 
     @property
     def streams(self) -> tuple[str, ...]:
+        """The topic's streams: the stream itself, or one per partition."""
         return self._topic.streams
 
     @property
@@ -273,7 +275,7 @@ class MessageQueue(QueueRegistry, PublishFacade, TopicFacade):
     # -- consuming ------------------------------------------------------------------
     def _build_consumer(self) -> AnyConsumer:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
-        router = with_middlewares(self.route_table, self._handler_middlewares)
+        router = with_middlewares(self.route_table, self._registry.handler_middlewares)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
         if self.group is None:  # loaded on first use, as ordered mode (consume/build.py)
             from .consume.fanout import FanoutConsumer

@@ -20,16 +20,23 @@ and on the queue) is a :class:`~streamq.ConfigError` naming both places.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
-from ._registration import HandlerRegistry
-from .consume.middlewares import HandlerMiddleware, check_handler_middleware
-from .consume.routes import Route, Routes
-from .publish.periodic import PeriodicRegistry
+from ._facade_docs import adopt_docstrings
+from ._registration import Registry
+from .config import Duration
+from .consume.middlewares import HandlerMiddleware
+from .consume.routes import UNSET, Route, Routes
+from .publish.periodic import Periodic
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Router(HandlerRegistry, PeriodicRegistry):
+class Router:
     """Handlers (``@router.handler``, ``@router.batch_handler``, ``router.register(obj)``),
     periodic publishers (``@router.periodic``) and the middlewares that wrap the handlers,
     to include into a queue.
@@ -42,26 +49,72 @@ class Router(HandlerRegistry, PeriodicRegistry):
     """
 
     def __init__(self, *, middlewares: Sequence[HandlerMiddleware] = ()) -> None:
-        self.route_table = Routes()
-        self._middlewares = [check_handler_middleware(mw) for mw in middlewares]
+        self._registry = Registry("router")
+        for mw in middlewares:
+            self._registry.add_handler_middleware(mw)
+
+    @property
+    def route_table(self) -> Routes:
+        """The handlers registered on this router, by message type."""
+        return self._registry.routes
+
+    def handler(self, message_type: str, *, model: Any = UNSET) -> Callable[[F], F]:
+        return self._registry.handler(message_type, model=model)
+
+    def batch_handler(
+        self,
+        message_type: str,
+        size: int | None = None,
+        timeout: Duration | None = None,
+        max_wait: Duration | None = None,
+        *,
+        model: Any = UNSET,
+    ) -> Callable[[F], F]:
+        return self._registry.batch_handler(message_type, size, timeout, max_wait, model=model)
+
+    def register(self, handler: object) -> None:
+        self._registry.register(handler, sys._getframe(1).f_locals)  # the caller's names
+
+    def include_router(self, router: Router) -> None:
+        """Add the handlers and periodic publishers of ``router``, each handler wrapped by
+        that router's middlewares (inside this one's); a type registered twice raises
+        ConfigError naming both."""
+        self._registry.include(router.routes(), router.periodics)
 
     def add_middleware(self, mw: HandlerMiddleware) -> None:
         """Wrap every handler call of this router with ``mw`` (inside those added before)."""
-        self._middlewares.append(check_handler_middleware(mw))
+        self._registry.add_handler_middleware(mw)
 
     def routes(self) -> Iterable[Route]:
         """The routes to include, each carrying this router's middlewares."""
-        mine = tuple(self._middlewares)
-        for route in self.route_table.routes.values():
-            yield _with_outer(route, mine)
+        return self._registry.routes_to_include()
 
     @property
     def message_types(self) -> tuple[str, ...]:
         """The message types this router handles."""
-        return tuple(self.route_table.routes)
+        return tuple(self._registry.routes.routes)
+
+    @property
+    def periodics(self) -> tuple[Periodic, ...]:
+        """The periodic publishers registered on this router."""
+        return self._registry.periodics
+
+    def periodic(
+        self,
+        message_type: str,
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        catch_up: bool = False,
+        name: str | None = None,
+        key: str | None = None,
+        meta: Mapping[str, str] | None = None,
+        timezone: str | ZoneInfo | None = None,
+    ) -> Callable[[F], F]:
+        return self._registry.periodic(
+            message_type, every=every, cron=cron, catch_up=catch_up, name=name, key=key,
+            meta=meta, timezone=timezone,
+        )  # fmt: skip
 
 
-def _with_outer(route: Route, outer: tuple[HandlerMiddleware, ...]) -> Route:
-    if not outer:
-        return route
-    return dataclasses.replace(route, middlewares=(*outer, *route.middlewares))
+adopt_docstrings(Router, Registry)

@@ -6,10 +6,14 @@ shows them.
   (``:param:``, ``:raises:``), not the roles, which the page would show as written.
 - A ``**unknown: Never`` parameter (there to make a misspelt keyword a type error) is left
   out of the signatures: it accepts nothing.
+- A façade's one-line delegation, which has no docstring in its source, shows the docstring
+  it is given when its module is imported (``streamq._facade_docs.adopt_docstrings``: the
+  part's), which Griffe, reading the source, does not see.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -44,6 +48,10 @@ class StreamqDocstrings(griffe.Extension):
             obj.docstring.value = plain_roles(obj.docstring.value)
 
     def on_function_instance(self, *, func: griffe.Function, **kwargs: Any) -> None:
+        if func.docstring is None:
+            adopted = _adopted_docstring(func.path)
+            if adopted:
+                func.docstring = griffe.Docstring(plain_roles(adopted), parent=func)
         refusing = [
             p.name
             for p in func.parameters
@@ -51,3 +59,11 @@ class StreamqDocstrings(griffe.Extension):
         ]
         for name in refusing:
             del func.parameters[name]
+
+
+def _adopted_docstring(path: str) -> str | None:
+    """The docstring of the function at ``path`` once its module is imported, if any."""
+    try:
+        return inspect.getdoc(griffe.dynamic_import(path))
+    except (ImportError, AttributeError):  # not importable here: as the source says
+        return None

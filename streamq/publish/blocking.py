@@ -30,8 +30,8 @@ from ..wire.keys import require_stream
 from ..wire.replies import StreamMissing
 from . import idempotency
 from .coalesce_blocking import SyncCoalescer
-from .delayed import refuse_with_schedule
 from .delayed_sync import BlockingScheduler, PublishedTopic
+from .options import PublishOptions
 from .plan import (
     Durability,
     Fields,
@@ -110,8 +110,16 @@ class Publisher:
         for :meth:`streamq.MessageQueue.publish`: the same partitions, the same errors
         (MessageFormatError, ConfigError, NotReplicatedError). ``delay``/``at``/
         ``schedule_id``: schedule it, as ``MessageQueue.publish`` does (a ScheduledId)."""
-        if delay is not None or at is not None or schedule_id is not None:
-            refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
+        return self._publish(message_type, data, meta, PublishOptions(
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+        ))  # fmt: skip
+
+    def _publish(
+        self, message_type: str, data: Any, meta: Mapping[str, str] | None, options: PublishOptions
+    ) -> str:
+        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id = options
+        if options.scheduled:
+            options.check_scheduled()
             return self._scheduler.schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = encode_entry(message_type, data, meta, key)

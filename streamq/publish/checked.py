@@ -8,7 +8,7 @@ installed: :func:`streamq.tracing.inject_trace_context`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -39,14 +39,15 @@ class HandledModels(Protocol):
 
 class CheckedPublishing:
     """``publish`` and ``publish_many`` of ``publishing`` with the model check of the types
-    ``routes`` handle and the publish ``middlewares`` (the queue's list, which it adds to);
+    ``routes`` handle and the publish ``middlewares`` (the queue's, as registered: read at
+    each publish);
     the typed publishers of the queue of ``stream``."""
 
     def __init__(
         self,
         publishing: Publishing,
         routes: HandledModels,
-        middlewares: list[PublishMiddleware],
+        middlewares: Sequence[PublishMiddleware],
         stream: str,
     ) -> None:
         self._publishing, self._routes, self._middlewares = publishing, routes, middlewares

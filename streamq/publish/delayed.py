@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..config import Duration
-from ..errors import ConfigError
 from ..wire.client import ride_through
 from . import scheduling
 from .plan import Scheduled, other_partitions, scheduled_by_partition
@@ -97,13 +96,3 @@ class DelayedPublishing:
             return await scheduling.cancel(client, stream, name)
 
         return await ride_through(self._topic.deployment, cancel)
-
-
-def refuse_with_schedule(**options: object) -> None:
-    """Options a scheduled publish does not take: ConfigError naming those given."""
-    given = sorted(name for name, value in options.items() if value)
-    if given:
-        raise ConfigError(
-            f"{', '.join(given)} cannot be combined with delay=/at=/schedule_id=: a scheduled "
-            "message is stored first, then added to the stream by a running consumer"
-        )

@@ -25,7 +25,7 @@ from ..wire.replies import StreamMissing
 from ..wire.routing import Deployment
 from . import idempotency, ticks
 from .coalesce import Coalescer
-from .delayed import DelayedPublishing, refuse_with_schedule
+from .delayed import DelayedPublishing
 from .options import PublishOptions
 from .plan import (
     NOMKSTREAM,
@@ -85,8 +85,8 @@ class Publishing:
         ``idempotency_key`` given with them.
         """
         key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id = options
-        if delay is not None or at is not None or schedule_id is not None:
-            refuse_with_schedule(replicas=replicas, fsync=fsync, idempotency_key=idempotency_key)
+        if options.scheduled:
+            options.check_scheduled()
             return await self._delayed.schedule(
                 message_type, data, meta, key, delay, at, schedule_id
             )

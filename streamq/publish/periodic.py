@@ -9,9 +9,9 @@ is 09:00 in Paris in winter and in summer. Across a daylight-saving change crons
 Debian's cron does for an expression with a fixed minute and hour: a time the clock skips
 runs at the first minute after the change, a time the clock repeats runs once (the first).
 
-This module holds what a publisher is and how it is registered; how processes share its
-ticks is :mod:`streamq.publish.periodic_runner` (and :mod:`streamq.publish.ticks` on the
-server).
+This module holds what a publisher is (a queue's or a Router's registry registers them);
+how processes share its ticks is :mod:`streamq.publish.periodic_runner` (and
+:mod:`streamq.publish.ticks` on the server).
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any, TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .._decorators import refuse_bare
 from ..errors import ConfigError, MessageFormatError
 from ..message import validate_type_name
 from ..wire.keys import Keys
 
-F = TypeVar("F", bound=Callable[..., Any])
 MIN_CLAIM_TTL = 60.0  # a tick's claim outlives every process's view of that tick
 MAX_CLAIM_TTL = 86400.0
 MAX_CRON_STEPS = 10  # cron times one next_tick looks at (a repeated hour gives two)
@@ -176,65 +174,3 @@ def from_spec(name: str, spec: str) -> Periodic | None:
 
 def _unknown() -> None:
     raise NotImplementedError("a listing does not know the function")
-
-
-def add_periodic(owner: object, periodic: Periodic) -> None:
-    """Register ``periodic`` on ``owner`` (a queue or a :class:`streamq.Router`); a name
-    registered there already is a ConfigError."""
-    registered: list[Periodic] = owner.__dict__.setdefault("_periodics", [])
-    if any(p.name == periodic.name for p in registered):
-        raise ConfigError(
-            f"a periodic publisher named {periodic.name!r} is registered already: "
-            "give the second one its own name="
-        )
-    registered.append(periodic)
-
-
-class PeriodicRegistry:
-    """``@periodic(...)``: the periodic publishers registered on a queue or a Router."""
-
-    @property
-    def periodics(self) -> tuple[Periodic, ...]:
-        """The periodic publishers registered on this queue."""
-        return tuple(self.__dict__.get("_periodics", ()))
-
-    def periodic(
-        self,
-        message_type: str,
-        *,
-        every: float | timedelta | None = None,
-        cron: str | None = None,
-        catch_up: bool = False,
-        name: str | None = None,
-        key: str | None = None,
-        meta: Mapping[str, str] | None = None,
-        timezone: str | ZoneInfo | None = None,
-    ) -> Callable[[F], F]:
-        """Publish what the decorated function returns as a ``message_type`` message once
-        per tick, across every running process of this queue.
-
-        ``every`` (seconds or timedelta: ticks at its multiples since the Unix epoch) or
-        ``cron`` (a 5-field cron expression, read in ``timezone``: an IANA name such as
-        ``"Europe/Paris"`` or a ``ZoneInfo``, UTC by default). ``catch_up``: make up the
-        ticks missed while nothing ran. ``name`` (default: the type) identifies it across
-        processes: two periodic publishers of one type need two names. ``key``, ``meta``:
-        as for :meth:`publish` (on a partitioned topic, without a key the name picks the
-        partition every tick goes to). The function takes no argument (plain ``def`` or
-        ``async def``); it runs only in a process whose consumer runs (``mq.run()``, an
-        App) or that runs ``mq.run_periodics()``.
-
-        Raises ConfigError (at registration) for a bad expression or time zone, neither or
-        both of ``every``/``cron``, ``timezone`` with ``every``, a name used twice;
-        HandlerError (a ConfigError) for ``@mq.periodic`` written without parentheses.
-        """
-        refuse_bare(self, "periodic", message_type, '"report", every=60')
-
-        def register(func: F) -> F:
-            periodic = make_periodic(
-                message_type, func, every=every, cron=cron, catch_up=catch_up, name=name,
-                key=key, meta=meta, timezone=timezone,
-            )  # fmt: skip
-            add_periodic(self, periodic)
-            return func
-
-        return register

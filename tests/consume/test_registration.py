@@ -218,6 +218,27 @@ async def test_queue_handlers_with_local_models_end_to_end(make_queue: QueueFact
     assert sorted(got, key=lambda m: m.n) == [Ping(n=1), Pong(n=2)]
 
 
+def test_a_queue_and_a_router_resolve_local_models_of_what_a_function_registers() -> None:
+    class Ping(BaseModel):
+        n: int
+
+    class PingHandler:
+        message_type = "ping"
+
+        async def handle(self, msg: Message[Ping]) -> None: ...
+
+    class Pong(BaseModel):
+        n: int
+
+    async def pongs(msgs: list[Message[Pong]]) -> None: ...
+
+    for registry in _registries():
+        registry.register(PingHandler())  # the namespace is the caller's: this function's
+        registry.batch_handler("pong", size=2)(pongs)  # the decorator's: where it is applied
+        assert registry.route_table.routes["ping"].model is Ping
+        assert registry.route_table.routes["pong"].model is Pong
+
+
 # -- handlers streamq could never call: refused at registration ----------------------
 
 

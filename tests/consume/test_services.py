@@ -191,6 +191,37 @@ def test_a_middleware_of_another_shape_is_refused() -> None:
             mq.add_middleware(mw)  # type: ignore[arg-type]  # a shape the types refuse too
 
 
+async def test_an_app_refusing_its_middlewares_leaves_the_queues_own(
+    make_queue: QueueFactory,
+) -> None:
+    trail: list[str] = []
+
+    async def own(msg: Any, call_next: Any) -> Any:
+        trail.append(f"own {msg.type}")
+        return await call_next(msg)
+
+    async def stamp(message_type: str, data: Any, meta: Any, call_next: Any) -> Any:
+        trail.append(f"stamp {message_type}")
+        return await call_next(message_type, data, meta)
+
+    def not_async(msg: Any, call_next: Any) -> Any: ...
+
+    mq = make_queue()
+    mq.add_middleware(own)
+    mq.add_middleware(stamp)
+
+    @mq.handler("signup")
+    async def welcome(msg: Message[Signup]) -> None:
+        trail.append(f"handler {msg.data.user}")
+
+    with pytest.raises(ConfigError, match="middleware"):
+        App(mq, middlewares=[stamp, not_async])  # nothing of the App's is added
+    async with mq:
+        await mq.publish("signup", Signup(user="ada"))
+        await run_until(mq, lambda: "handler ada" in trail)
+    assert trail == ["stamp signup", "own signup", "handler ada"]
+
+
 def test_routers_for_an_app_of_several_queues_is_an_error() -> None:
     a = MessageQueue("redis://127.0.0.1:1/0", stream="a")
     b = MessageQueue("redis://127.0.0.1:1/0", stream="b")

@@ -4,6 +4,7 @@ in turn, idempotently, durably. On one node and on the session's embedded cluste
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import time
@@ -17,9 +18,12 @@ from streamq import (
     EmbeddedCluster,
     Message,
     MessageFormatError,
+    MessageQueue,
     NotReplicatedError,
     Publisher,
+    TypedPublisher,
 )
+from streamq.publish.options import PublishOptions
 from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
 from streamq.wire.timeouts import SOCKET_TIMEOUT
@@ -123,6 +127,29 @@ def test_bad_options_raise_as_the_async_publish_does(redis_url: str, stream: str
             publisher.publish("job", 1, replicas=-1)
         with pytest.raises(ConfigError, match="timeout"):
             publisher.publish("job", 1, replicas=1, timeout=-1)
+        with sync_client(redis_url, stream) as client:
+            assert client.xlen(stream) == 0
+
+
+def test_every_publish_takes_the_options_of_publish_options() -> None:
+    """The blocking and the asyncio publish (and a typed publisher's) take one set of
+    options, with one set of defaults: those of PublishOptions, which they all build."""
+    options = PublishOptions()
+    expected = [(name, getattr(options, name)) for name in PublishOptions._fields]
+    for publish in (Publisher.publish, MessageQueue.publish, TypedPublisher.publish):
+        params = inspect.signature(publish).parameters.values()
+        keywords = [(p.name, p.default) for p in params if p.kind is p.KEYWORD_ONLY]
+        assert keywords == expected, publish.__qualname__
+
+
+def test_a_scheduled_publish_refuses_the_options_of_an_immediate_one(
+    redis_url: str, stream: str
+) -> None:
+    with Publisher(redis_url, stream=stream) as publisher:
+        with pytest.raises(ConfigError, match="fsync, idempotency_key, replicas cannot be"):
+            publisher.publish("job", 1, delay=5, replicas=1, fsync=True, idempotency_key="k")
+        with pytest.raises(ConfigError, match="replicas cannot be combined"):
+            publisher.publish("job", 1, schedule_id="s", replicas=1)
         with sync_client(redis_url, stream) as client:
             assert client.xlen(stream) == 0
 
