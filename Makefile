@@ -192,6 +192,7 @@ typecheck: setup
 # The wheel and the sdist into dist/ (the wheel is built from the sdist, so both are checked).
 build dist: setup
 	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -35,3 +35,29 @@ def test_an_editable_install_is_a_path_entry_without_warnings(tmp_path: Path) ->
     assert "meta path finder" not in output and "same name as your package" not in output
     (pth,) = prefix.glob("lib/python*/site-packages/__editable__.streamq-*.pth")
     assert Path(pth.read_text().strip()) == source
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_wheel_passes_twine_check(tmp_path: Path) -> None:
+    """What ``make dist`` builds is a package an index would take (``twine check``): the
+    README renders as its long description, and the metadata is complete."""
+    pytest.importorskip("twine", reason="twine comes with the [dev] extra")
+    source = tmp_path / "src"  # a copy: the checkout's own build/ and egg-info stay as they are
+    shutil.copytree(ROOT / "streamq", source / "streamq",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    out = tmp_path / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w",
+         str(out), str(source)],
+        capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = out.glob("streamq-*.whl")
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert checked.returncode == 0 and "PASSED" in checked.stdout, checked.stdout + checked.stderr
