@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -77,7 +78,7 @@ async def test_reject_is_dead_lettered_at_once_and_the_key_goes_on(
 
 
 async def test_a_payload_that_fails_its_model_is_dead_lettered_at_once(
-    mode: Mode, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+    mode: Mode, client_for: Callable[[str], aioredis.Redis], caplog: pytest.LogCaptureFixture
 ) -> None:
     mq = mode.queue()
     handled: list[int] = []
@@ -90,8 +91,9 @@ async def test_a_payload_that_fails_its_model_is_dead_lettered_at_once(
     async with mq:
         # a foreign producer's entry (publish itself checks the model), on the first
         # partition stream, then a valid entry of the same key behind it
-        await client.xadd(mq.streams[0], {"type": "job", "data": '{"n": "x"}', "key": "a"})
-        await client.xadd(mq.streams[0], {"type": "job", "data": '{"n": 1}', "key": "a"})
+        first = client_for(mq.streams[0])
+        await first.xadd(mq.streams[0], {"type": "job", "data": '{"n": "x"}', "key": "a"})
+        await first.xadd(mq.streams[0], {"type": "job", "data": '{"n": 1}', "key": "a"})
         async with mq.running():
             await wait_for(lambda: handled == [1], what="the valid entry behind it")
             if mode.grouped:

@@ -6,6 +6,7 @@ a group acknowledges it; fan-out's equivalent is every instance handling every e
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -62,7 +63,7 @@ async def test_two_consumers_share_a_groups_entries_and_fanout_instances_each_ge
 
 
 async def test_pending_entries_are_handled_before_new_ones(
-    mode: Mode, client: aioredis.Redis
+    mode: Mode, client_for: Callable[[str], aioredis.Redis]
 ) -> None:
     mode.skip_unless("shared", "ordered", does_not="keep pending entries", where=FANOUT_DOC)
     mq = mode.queue()
@@ -70,7 +71,7 @@ async def test_pending_entries_are_handled_before_new_ones(
     async with mq:
         old = await mq.publish_many("job", [{"n": n} for n in range(3)], key="a")
         for stream in mq.streams:  # what the consumer read before it crashed
-            await client.xreadgroup("g", mq.consumer, {stream: ">"}, count=10)
+            await client_for(stream).xreadgroup("g", mq.consumer, {stream: ">"}, count=10)
         new = await mq.publish_many("job", [{"n": n} for n in range(3, 5)], key="a")
         async with mq.running():
             await wait_for(lambda: len(handled) == 5, what="5 handled")

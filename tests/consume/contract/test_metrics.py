@@ -7,6 +7,7 @@ dead letters, metrics labelled ``group=""``; ERROR_HANDLING.md "Consumer crash":
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -61,7 +62,7 @@ async def test_the_handler_seconds_histogram_counts_every_handler_call(mode: Mod
 
 
 async def test_claimed_counts_the_entries_taken_over_from_a_dead_consumer(
-    mode: Mode, client: aioredis.Redis
+    mode: Mode, client_for: Callable[[str], aioredis.Redis]
 ) -> None:
     mode.skip_unless("shared", "ordered", does_not="claim", where=FANOUT_DOC)
     mq = mode.queue(claim_idle=0.2, claim_interval=0.05, retry=RetryPolicy(attempts=1))
@@ -69,7 +70,7 @@ async def test_claimed_counts_the_entries_taken_over_from_a_dead_consumer(
     async with mq:
         await mq.publish_many("job", [0, 2, 4, 6], key=lambda n: f"key-{n}")
         for stream in mq.streams:  # a consumer that read them and died
-            await client.xreadgroup("g", "dead", {stream: ">"}, count=10)
+            await client_for(stream).xreadgroup("g", "dead", {stream: ">"}, count=10)
         async with mq.running():
             await wait_for(lambda: len(handled) == 4, what="the dead consumer's entries")
             await all_acked(mq)

@@ -85,7 +85,7 @@ async def test_a_stopped_queue_runs_again_with_a_fresh_done_and_reason(mode: Mod
 
 
 async def test_an_unrecoverable_read_error_stops_with_reason_error_and_run_raises(
-    mode: Mode, client: aioredis.Redis
+    mode: Mode, client_for: Callable[[str], aioredis.Redis]
 ) -> None:
     mq = mode.queue()
     handled = journal(mq)
@@ -95,11 +95,11 @@ async def test_an_unrecoverable_read_error_stops_with_reason_error_and_run_raise
             tg.start_soon(mq.run)
             await wait_for(lambda: handled == [1], what="handled")
             tg.cancel_scope.cancel()
-        pipe = client.pipeline(transaction=True)  # the streams replaced by strings
-        for stream in mq.streams:
+        for stream in mq.streams:  # the streams replaced by strings
+            pipe = client_for(stream).pipeline(transaction=True)
             pipe.delete(stream)
             pipe.set(stream, "replaced by a string")
-        await pipe.execute()
+            await pipe.execute()
         with pytest.raises(RedisFailure, match="WRONGTYPE"), anyio.fail_after(5):
             await mq.run()
     assert (mq.stop_reason, mq.auto_stopped, mq.done.is_set()) == ("error", True, True)

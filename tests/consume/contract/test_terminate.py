@@ -8,6 +8,8 @@ stream of a fan-out subscriber is deleted"; services.md "Running".)"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 import redis.asyncio as aioredis
@@ -56,7 +58,7 @@ async def test_terminate_stops_at_once_lets_running_handlers_finish_and_the_topi
 
 
 async def test_a_stream_deleted_by_anyone_stops_its_consumers(
-    mode: Mode, client: aioredis.Redis
+    mode: Mode, client_for: Callable[[str], aioredis.Redis]
 ) -> None:
     mq = mode.queue()
     _, finished = slow_journal(mq, 0.0)
@@ -65,14 +67,15 @@ async def test_a_stream_deleted_by_anyone_stops_its_consumers(
         async with anyio.create_task_group() as tg:
             tg.start_soon(mq.run)
             await wait_for(lambda: finished == [1], what="the first entry handled")
-            await client.delete(*mq.streams)
+            for stream in mq.streams:  # each on its own node (a cluster)
+                await client_for(stream).delete(stream)
             with anyio.fail_after(4):
                 await mq.done.wait()
     assert (mq.stop_reason, mq.auto_stopped) == ("stream_deleted", True)
 
 
 async def test_a_group_destroyed_by_anyone_stops_its_consumers(
-    mode: Mode, client: aioredis.Redis
+    mode: Mode, client_for: Callable[[str], aioredis.Redis]
 ) -> None:
     mode.skip_unless("shared", "ordered", does_not="read through a group", where=FANOUT_DOC)
     mq = mode.queue()
@@ -83,7 +86,7 @@ async def test_a_group_destroyed_by_anyone_stops_its_consumers(
             tg.start_soon(mq.run)
             await wait_for(lambda: finished == [1], what="the first entry handled")
             for stream in mq.streams:
-                await client.xgroup_destroy(stream, "g")
+                await client_for(stream).xgroup_destroy(stream, "g")
             with anyio.fail_after(4):
                 await mq.done.wait()
     assert (mq.stop_reason, mq.auto_stopped) == ("group_deleted", True)
