@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue
 from streamq.wire import ownership as wire
+from streamq.wire.client import connect
 from tests.helpers.queues import QueueFactory, queue
 from tests.helpers.waiting import wait_for
 
@@ -73,7 +74,7 @@ async def test_terminate_removes_the_membership_and_leases_of_running_members(
 
 
 async def test_a_member_still_running_after_a_terminate_writes_none_of_its_keys_again(
-    make_queue: QueueFactory, client: aioredis.Redis, stream: str
+    make_queue: QueueFactory, client: aioredis.Redis, stream: str, redis_url: str
 ) -> None:
     """A member's tick or stop that comes after the terminate, before its notice."""
     mq = _ordered(make_queue)
@@ -81,7 +82,10 @@ async def test_a_member_still_running_after_a_terminate_writes_none_of_its_keys_
         await mq.terminate_topic()
     late = await wire.heartbeat(client, stream, "g", "late", LEASE, [0], partitioned=True)
     assert late == []
-    assert await wire.acquire(client, mq.streams[0], "g", "late", LEASE) is None
+    deployment = connect(redis_url)  # the partition stream's own node (a cluster)
+    partition = deployment.client_for(mq.streams[0])
+    assert await wire.acquire(partition, mq.streams[0], "g", "late", LEASE) is None
+    await deployment.aclose()
     await wire.leave(client, stream, "g", "late")
     assert await _left_behind(client, stream) == []
 
