@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue
 from streamq.wire.ownership import members_key
+from streamq.wire.partition_names import partition_for_key
 from tests.conftest import QueueFactory, wait_for
 from tests.helpers.cli import streamq
 from tests.helpers.clients import sync_client
@@ -48,10 +49,12 @@ async def test_a_consumer_gone_for_good_is_forgotten_on_every_partition(
     make_queue: QueueFactory, redis_url: str, client: aioredis.Redis
 ) -> None:
     gone, handled = ordered(make_queue, "gone")
+    keys = [f"k{n}" for n in range(16)]
+    assert {partition_for_key(key, 2) for key in keys} == {0, 1}, "keys of both partitions"
     async with gone.running():
-        for n in range(4):
-            await gone.publish("job", n, key=f"k{n}")
-        await wait_for(lambda: len(handled) == 4, what="the consumer handling on both partitions")
+        for n, key in enumerate(keys):
+            await gone.publish("job", n, key=key)
+        await wait_for(lambda: len(handled) == 16, what="the consumer handling on both partitions")
     members = members_key(gone.stream, "g")
     assert await client.hexists(members, "gone"), "an ordered member's record stays"
     assert all("gone" in names for names in consumers_of(redis_url, gone))
