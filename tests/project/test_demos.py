@@ -82,6 +82,7 @@ INTERRUPTED = [  # a long demo, its options, a line it prints while busy, the si
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(150)  # a demo started, interrupted and cleaned up under a loaded machine
 @pytest.mark.parametrize(("name", "options", "busy", "signum"), INTERRUPTED)
 def test_an_interrupted_demo_leaves_nothing_behind(
     name: str, options: list[str], busy: str, signum: signal.Signals, redis_url: str,
