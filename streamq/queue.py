@@ -35,8 +35,7 @@ from .config import (
 )
 from .consume.build import AnyConsumer as GroupConsumer
 from .consume.build import Policies, Topic, build_consumer, build_ordered
-from .consume.context import inside_handler
-from .consume.fanout_dispatch import NO_GROUP
+from .consume.context import NO_GROUP, inside_handler
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading

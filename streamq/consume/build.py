@@ -22,6 +22,7 @@ from .consumer import Consumer, Parts
 from .context import Place
 from .dispatch import Dispatcher
 from .mover import Mover
+from .outcomes import GroupOutcomes
 from .partitioned import PartitionedConsumer
 from .reader import Identity, Reader
 from .routes import Routes
@@ -172,23 +173,17 @@ def _dispatcher(
     acker: Acker,
     claimer: Claimer,
 ) -> Dispatcher:
-    identity, config = consumer.id, policies.config
+    identity, config, summary = consumer.id, policies.config, consumer.summary
+    outcomes = GroupOutcomes(
+        ack=acker.ack, ack_many=acker.ack_many, group=identity.group,
+        consumer=identity.consumer, retry=policies.retry,
+        dead_letters=DeadLetters(client, identity.stream, summary=summary),
+        unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
+        retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
+    )  # fmt: skip
     return Dispatcher(
-        router=consumer.router,
-        stream=identity.stream,
-        group=identity.group,
-        consumer=identity.consumer,
-        retry=policies.retry,
-        acker=acker,
-        dead_letters=DeadLetters(client, identity.stream, summary=consumer.summary),
-        unrouted=UnroutedDeliveries(
-            client, identity.stream, identity.group, summary=consumer.summary
-        ),
-        schedule_retry=claimer.retry_later,
+        router=consumer.router, group=identity.group, retry=policies.retry, outcomes=outcomes,
         handler_timeout=config.handler_timeout,
-        thread_limiter=anyio.CapacityLimiter(config.concurrency),
-        stats=consumer.stats,
-        bisect_batches=policies.batch.bisect,
-        place=place,
-        summary=consumer.summary,
-    )
+        thread_limiter=anyio.CapacityLimiter(config.concurrency), stats=consumer.stats,
+        bisect_batches=policies.batch.bisect, place=place, summary=summary,
+    )  # fmt: skip

@@ -3,7 +3,7 @@
 Every instance receives every entry from its start position (``$`` resolved when the
 queue opens, ``0``, or an ID) and keeps its own cursor per stream, in memory: nothing is
 recorded in Redis, nothing is pending, acked, claimed or dead-lettered (see
-:mod:`streamq.consume.fanout_dispatch` for what a failure does).
+:mod:`streamq.consume.outcomes` for what a failure does).
 
 Tasks of one running subscriber::
 
@@ -36,10 +36,11 @@ from ..message import RawEntry
 from ..topic.control import ControlListener
 from .batching import Batcher
 from .build import Policies, Topic
-from .context import Place, inside_handler
+from .context import NO_GROUP, Place, inside_handler
+from .dispatch import Dispatcher
 from .failures import describe
-from .fanout_dispatch import NO_GROUP, FanoutDispatcher, fanout_dispatcher
 from .fanout_read import Room, StreamReader
+from .outcomes import FanoutOutcomes
 from .routes import Route, Routes
 from .stats import Stats
 from .traced import traced
@@ -83,24 +84,30 @@ class FanoutConsumer:
         partitioned = len(topic.streams) > 1
         slots = anyio.CapacityLimiter(self.config.concurrency)
         self._readers, self._dispatchers, self._batchers = [], [], []
+        self._skips: list[Callable[[RawEntry], None]] = []  # per stream: no handler here
         self._listeners: list[ControlListener] = []
         for index, stream in enumerate(topic.streams):
             client = client_for(stream)
             reader = StreamReader(self, client, stream, index, positions)
             self._readers.append(reader)
             self._listeners.append(self._listener(client, reader))
-            self._dispatchers.append(self._dispatcher(topic, index, client, policies, partitioned))
+            self._dispatchers.append(self._dispatcher(topic, index, policies, partitioned))
             flush = partial(self._flush, index)
             self._batchers.append(Batcher(policies.batch, flush, slots))
         self._partitions = len(topic.streams)
 
-    def _dispatcher(
-        self, topic: Topic, index: int, client: aioredis.Redis, policies: Policies, parted: bool
-    ) -> FanoutDispatcher:
-        return fanout_dispatcher(
-            client, topic.streams[index], topic.consumer, router=self.router,
-            retry=policies.retry, handler_timeout=self.config.handler_timeout,
+    def _dispatcher(self, topic: Topic, index: int, policies: Policies, parted: bool) -> Dispatcher:
+        """The dispatcher of one stream (a partition's), with fan-out outcomes."""
+        stream, retry = topic.streams[index], policies.retry
+        outcomes = FanoutOutcomes(
+            stream, f"{index}:" if parted else None, retry.attempts, self.stats, self.summary
+        )
+        self._skips.append(outcomes.skip)
+        return Dispatcher(
+            router=self.router, group=NO_GROUP, retry=retry, outcomes=outcomes,
+            handler_timeout=self.config.handler_timeout,
             thread_limiter=anyio.CapacityLimiter(self.config.concurrency), stats=self.stats,
+            bisect_batches=False,  # no redelivery: a batch is retried whole, never bisected
             place=Place(topic.name, index) if parted else Place(topic.name),
             summary=self.summary,
         )  # fmt: skip
@@ -128,7 +135,7 @@ class FanoutConsumer:
         for entry in entries:
             route = get_route(entry.fields.get(b"type", b""))
             if route is None:
-                self._dispatchers[index].skip(entry)
+                self._skips[index](entry)
                 continue
             if route.batch is not None:
                 batched.setdefault(route.type_name, (route, []))[1].append(entry)

@@ -35,12 +35,14 @@ from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
 from .context import Place
+from .dispatch import Dispatcher
 from .failures import describe
 from .gone import confirmed_any_gone
 from .mover import Mover
-from .ordered_dispatch import OrderedDispatcher, Shared
+from .ordered_dispatch import LaneVerdicts, Shared
 from .ordered_partition import PartitionWorker
 from .ordering import Room, Slots, per_key_share
+from .outcomes import GroupOutcomes
 from .ownership import Changes, Ownership, RedisLeases
 from .routes import Routes
 from .stats import Stats
@@ -281,17 +283,25 @@ class OrderedConsumer:
                                self._shared, make)  # fmt: skip
 
     def _dispatcher(
-        self, partition: int, client: aioredis.Redis, acker: Acker, token: int
-    ) -> OrderedDispatcher:
-        stream = self.streams[partition]
+        self, partition: int, client: aioredis.Redis, acker: Acker, token: int,
+        verdicts: LaneVerdicts,
+    ) -> Dispatcher:  # fmt: skip
+        """The dispatcher of a partition held with ``token``: ordered outcomes (fenced
+        acks, retries in place, and with ``on_poison="halt"`` halts at the limit)."""
+        stream, summary = self.streams[partition], LogSummary()
         place = Place(stream) if len(self.streams) == 1 else Place(self.topic, partition)
-        return OrderedDispatcher(
-            fencing_token=token, halt=self._halt, router=self.router, stream=stream,
-            group=self.group, consumer=self.me, retry=self._retry, acker=acker,
-            dead_letters=DeadLetters(client, stream),
+        outcomes = GroupOutcomes(
+            ack=acker.ack, ack_many=acker.ack_many, group=self.group, consumer=self.me,
+            retry=self._retry, dead_letters=DeadLetters(client, stream),
             unrouted=UnroutedDeliveries(client, stream, self.group),
+            retry_later=verdicts.later, stats=self.stats, summary=summary,
+            halt=verdicts.halt if self._halt else None,
+        )  # fmt: skip
+        return Dispatcher(
+            router=self.router, group=self.group, retry=self._retry, outcomes=outcomes,
             handler_timeout=self._config.handler_timeout, thread_limiter=self._threads,
-            stats=self.stats, bisect_batches=self._batch.bisect, place=place,
+            stats=self.stats, bisect_batches=self._batch.bisect, place=place, summary=summary,
+            fencing_token=token,
         )  # fmt: skip
 
     # -- observing ------------------------------------------------------------------
