@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Never, TypeAlias
+from typing import TYPE_CHECKING, Any, Never
 
 import anyio
 import redis.asyncio as aioredis
@@ -33,9 +33,9 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consume.build import AnyConsumer as GroupConsumer
 from .consume.build import Policies, Topic, build_consumer, build_ordered
 from .consume.context import NO_GROUP, inside_handler
+from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
@@ -55,10 +55,9 @@ from .wire.routing import Deployment
 from .wire.urls import check_url
 
 if TYPE_CHECKING:
-    from .consume.fanout import FanoutConsumer
+    pass
 
 log = logging.getLogger(__name__)
-AnyConsumer: TypeAlias = "GroupConsumer | FanoutConsumer"
 
 
 class State(enum.Enum):
@@ -153,7 +152,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         )
         self._typed_publishers = self._checked.typed_publishers  # for the AsyncAPI document
         self._state = State.NEW
-        self._consumer: AnyConsumer | None = None
+        self._consumer: Engine | None = None
         self._positions: dict[str, str] = {}  # fan-out: each stream's read cursor
         self.done = anyio.Event()
         self.stop_reason: str | None = None
@@ -272,7 +271,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         await self._topic.close()
 
     # -- consuming ------------------------------------------------------------------
-    def _build_consumer(self) -> AnyConsumer:
+    def _build_consumer(self) -> Engine:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
@@ -337,7 +336,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         if consumer.error is not None:
             raise consumer.error
 
-    async def _open_until_ready(self, consumer: AnyConsumer) -> bool:
+    async def _open_until_ready(self, consumer: Engine) -> bool:
         """Retry opening with backoff until it works (True) or a stop is asked (False)."""
         ready = await open_until_ready(self._prepare, consumer.stop_requested)
         if ready:

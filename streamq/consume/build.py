@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 import anyio
 import redis.asyncio as aioredis
@@ -40,9 +40,6 @@ class Topic:
     streams: tuple[str, ...]
     group: str
     consumer: str
-
-
-AnyConsumer: TypeAlias = "Consumer | PartitionedConsumer | OrderedConsumer"
 
 
 @dataclass(frozen=True, slots=True)

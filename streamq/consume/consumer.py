@@ -45,6 +45,7 @@ from .dispatch import Dispatcher
 from .failures import describe
 from .gone import confirmed_gone
 from .inflight import Running
+from .lifecycle import Lifecycle
 from .pool import WORKER_TASK, PoolEntrance, run_worker
 from .reader import Identity, Reader
 from .routes import Route, Routes
@@ -74,7 +75,7 @@ class Parts:
     pool: PoolEntrance | None = None  # a partition's way into the topic's one worker pool
 
 
-class Consumer:
+class Consumer(Lifecycle):
     """One running consumer of a group. Built by :func:`streamq.consume.build.build_consumer`
     and run by MessageQueue.run()."""
 
@@ -90,6 +91,7 @@ class Consumer:
         background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
     ) -> None:
         """``wiring``: builds the parts, which call back into this consumer."""
+        super().__init__(f"consumer {identity.consumer}")
         self._client = client
         self.id = identity
         self.stats = Stats()
@@ -103,11 +105,6 @@ class Consumer:
         self._background = background
         self._queue: WorkQueue[tuple[RawEntry, Route | None]] = WorkQueue()
         self._claim_scope = anyio.CancelScope()
-        self.stop_reason: str | None = None
-        self.stop_requested = anyio.Event()
-        self.reading = False  # between start-up and shutdown of run()
-        self.auto_stopped = False
-        self.error: BaseException | None = None
         parts = wiring(self)
         self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
         self.claimer, self.dispatcher, self.batcher = parts.claimer, parts.dispatcher, parts.batcher
@@ -170,17 +167,8 @@ class Consumer:
         )
         return report
 
-    def stopping(self) -> bool:
-        return self.stop_reason is not None
-
     # -- stopping -------------------------------------------------------------------
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
-        """Stop reading; ``run`` then drains and returns. The first reason wins."""
-        if self.stop_reason is not None:
-            return
-        self.stop_reason, self.auto_stopped = reason, auto
-        self.stop_requested.set()
-        log.info("consumer %s stopping: %s", self.id.consumer, reason)
+    def _on_stop(self) -> None:
         self.reader.cancel()
         self._claim_scope.cancel()
         self.capacity.wake()
@@ -206,23 +194,6 @@ class Consumer:
             log.warning("auto-stop (%s): terminate notice confirmed", reason)
             self.request_stop(reason, auto=True)
 
-    def fail(self, error: RedisFailure) -> None:
-        self.error = error
-        self.request_stop("error", auto=True)
-
-    def _died(self, part: str, error: BaseException) -> None:
-        """A part of the consumer ended without being asked to: stop with reason 'error'."""
-        if self.stopping():
-            return
-        log.error("%s of consumer %s died: %s", part, self.id.consumer, describe(error),
-                  exc_info=error)  # fmt: skip
-        self.error = (
-            error
-            if isinstance(error, Exception)
-            else ConsumerError(f"{part} died: {describe(error)}")
-        )
-        self.request_stop("error", auto=True)
-
     def on_stop_notice(self, entry_id: str) -> None:
         if self.capacity.in_flight.cancel(entry_id):
             log.info("cancelled the running handler of stopped entry %s", entry_id)
@@ -244,7 +215,7 @@ class Consumer:
             try:
                 await self.reader.run()
             except Exception as e:
-                self._died("the read loop", e)
+                self.died("the read loop", e)
             finally:
                 self.reading = False
                 with anyio.CancelScope(shield=True):
@@ -301,9 +272,9 @@ class Consumer:
 
     # -- working --------------------------------------------------------------------
     async def _worker(self) -> None:
-        await run_worker(self.capacity.in_flight.worker, self._work, self._died)
+        await run_worker(self.capacity.in_flight.worker, self._work, self.died)
         if not self.stopping():
-            self._died("a worker", ConsumerError("a worker returned while reading went on"))
+            self.died("a worker", ConsumerError("a worker returned while reading went on"))
 
     async def _work(self, running: Running) -> None:
         get = self._queue.get

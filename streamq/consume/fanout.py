@@ -40,6 +40,7 @@ from .context import NO_GROUP, Place, inside_handler
 from .dispatch import Dispatcher
 from .failures import describe
 from .fanout_read import Room, StreamReader
+from .lifecycle import Lifecycle
 from .outcomes import FanoutOutcomes
 from .routes import Route, Routes
 from .stats import Stats
@@ -53,7 +54,7 @@ def _ignore(entry_id: str) -> None:
     """Stop and resume notices: of a group's entries, not a fan-out subscriber's."""
 
 
-class FanoutConsumer:
+class FanoutConsumer(Lifecycle):
     """A fan-out subscriber of a topic (plain or partitioned), seen from MessageQueue as
     a consumer: ``run``, ``request_stop``, ``stop_requested``, ``stats_report``."""
 
@@ -65,6 +66,7 @@ class FanoutConsumer:
         policies: Policies,
         positions: MutableMapping[str, str],
     ) -> None:
+        super().__init__("fan-out subscriber")
         self.router = router
         # per stream (a partition's): [otel] with a tracer provider, the tracing middleware
         # outermost (its spans name the stream, as a group consumer's); else as registered
@@ -75,11 +77,6 @@ class FanoutConsumer:
         self.config = policies.config
         self.stats = Stats()
         self.room = Room(self.config.max_in_flight, len(topic.streams))
-        self.stop_requested = anyio.Event()
-        self.stop_reason: str | None = None
-        self.auto_stopped = False
-        self.error: BaseException | None = None
-        self.reading = False
         self._queue: WorkQueue[tuple[int, RawEntry, Route]] = WorkQueue()
         partitioned = len(topic.streams) > 1
         slots = anyio.CapacityLimiter(self.config.concurrency)
@@ -120,9 +117,6 @@ class FanoutConsumer:
             on_stop=_ignore, on_resume=_ignore, on_terminate=reader.check_gone,
         )  # fmt: skip
 
-    def stopping(self) -> bool:
-        return self.stop_reason is not None
-
     # -- intake ---------------------------------------------------------------------
     def deliver(self, index: int, entries: list[RawEntry]) -> None:
         """Hand read entries to the workers (batch-handled types to their batcher); types
@@ -153,21 +147,10 @@ class FanoutConsumer:
             self.room.give(len(ready))
 
     # -- stopping -------------------------------------------------------------------
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
-        """Stop reading; ``run`` then drains and returns. The first reason wins."""
-        if self.stop_reason is not None:
-            return
-        self.stop_reason, self.auto_stopped = reason, auto
-        self.stop_requested.set()
-        log.info("fan-out subscriber stopping: %s", reason)
+    def _on_stop(self) -> None:
         for reader in self._readers:
             reader.cancel()
         self.room.wake()
-
-    def fail(self, error: BaseException) -> None:
-        if self.error is None:
-            self.error = error
-        self.request_stop("error", auto=True)
 
     # -- running --------------------------------------------------------------------
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -194,8 +177,7 @@ class FanoutConsumer:
         try:
             await reader.run()
         except Exception as e:
-            log.error("the read loop of %s died: %s", reader.stream, describe(e), exc_info=e)
-            self.fail(e)
+            self.died(f"the read loop of {reader.stream}", e)
         if not self.stopping():  # one partition's reader ended: the topic stops with it
             self.fail(ConsumerError(f"the read loop of {reader.stream} ended"))
 

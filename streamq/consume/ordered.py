@@ -38,6 +38,7 @@ from .context import Place
 from .dispatch import Dispatcher
 from .failures import describe
 from .gone import confirmed_any_gone
+from .lifecycle import Lifecycle
 from .mover import Mover
 from .ordered_dispatch import LaneVerdicts, Shared
 from .ordered_partition import PartitionWorker
@@ -67,7 +68,7 @@ def _ignore(entry_id: str) -> None:
     when they reach an entry)."""
 
 
-class OrderedConsumer:
+class OrderedConsumer(Lifecycle):
     """The ordered consumer of one topic (plain or partitioned) and group."""
 
     def __init__(
@@ -87,6 +88,7 @@ class OrderedConsumer:
         stopped: Sequence[StoppedView] | None = None,
         clock: Callable[[], float] = time.monotonic,  # the event loop's clock, read directly
     ) -> None:
+        super().__init__(f"ordered consumer {me}")
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
         # [otel] with a tracer provider: the tracing middleware outermost; else as registered
         router = traced(router, topic, group, me, LogSummary())
@@ -100,11 +102,6 @@ class OrderedConsumer:
         self._tick = min(config.ownership_lease / 4, MAX_TICK)
         self.workers: dict[int, PartitionWorker] = {}
         self.stats = Stats()
-        self.stop_requested = anyio.Event()
-        self.stop_reason: str | None = None
-        self.auto_stopped = False
-        self.error: BaseException | None = None
-        self.reading = False
         self._shared = Shared(
             router, config, retry, Slots(config.concurrency),
             Room(config.max_in_flight, per_key_share(config), per_key_share(config)),
@@ -112,13 +109,6 @@ class OrderedConsumer:
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
         self._acked_before = self._claimed_before = 0  # of the workers that ended
-
-    # -- stopping -------------------------------------------------------------------
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
-        if self.stop_reason is None:
-            self.stop_reason, self.auto_stopped = reason, auto
-            log.info("ordered consumer %s stopping: %s", self.me, reason)
-            self.stop_requested.set()
 
     def _gone(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
         self._gone_error = error
@@ -146,9 +136,7 @@ class OrderedConsumer:
             try:
                 await self._own(tg)
             except Exception as e:
-                log.error("ordered consumer %s died: %s", self.me, describe(e), exc_info=e)
-                self.error = e
-                self.request_stop("error", auto=True)
+                self.died("the ownership loop", e)
             finally:
                 self.reading = False
                 with anyio.CancelScope(shield=True):
@@ -218,8 +206,7 @@ class OrderedConsumer:
         else:
             log.error("partition %s of ordered consumer %s died: %s", worker.stream,
                       self.me, describe(error), exc_info=error)  # fmt: skip
-        self.error = self.error or error
-        self.request_stop("error", auto=True)
+        self.fail(error)
 
     async def _release(self, partition: int) -> None:
         """Drain ``partition`` (its running entries finish), then give its lease up."""
