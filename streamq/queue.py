@@ -33,7 +33,7 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consume.build import Policies, Topic, build_consumer, build_ordered
+from .consume.build import Policies, Topic, build_consumer, build_fanout, build_ordered
 from .consume.context import NO_GROUP, inside_handler
 from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
@@ -275,10 +275,8 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
-        if self.group is None:  # loaded on first use, as ordered mode (consume/build.py)
-            from .consume.fanout import FanoutConsumer
-
-            return FanoutConsumer(topic, self._client_for, router, policies, self._positions)
+        if self.group is None:
+            return build_fanout(topic, self._client_for, router, policies, self._positions)
         if self.ordered:
             return build_ordered(
                 topic, self._client_for, router, policies, self.on_poison, self._topic.stopped

@@ -33,8 +33,10 @@ class SharedLimits:
     pool: SharedPool
 
     @classmethod
-    def for_partitions(cls, config: ConsumerConfig, partitions: int) -> SharedLimits:
-        budget = Budget(config.max_in_flight, config.read_count, readers=partitions)
+    def for_partitions(
+        cls, config: ConsumerConfig, partitions: int, *, claimers: bool = True
+    ) -> SharedLimits:
+        budget = Budget(config.max_in_flight, config.read_count, partitions, claimers=claimers)
         pool = SharedPool(config.concurrency, partitions)
         return cls(budget, Slots(config.concurrency), pool)
 
@@ -82,13 +84,17 @@ class Budget:
     """The in-flight limit of one process, shared by the capacities of a topic's partitions
     (one for a plain stream): ``max_in_flight`` entries over all of them together."""
 
-    def __init__(self, max_in_flight: int, read_count: int, readers: int = 1) -> None:
+    def __init__(
+        self, max_in_flight: int, read_count: int, readers: int = 1, *, claimers: bool = True
+    ) -> None:
         self.max = max_in_flight
         self.used = 0  # entries in flight over all the capacities sharing this budget
         # A blocking read holds its room while it waits; the readers together hold at most
-        # half the limit, so the claimers have room to take over idle entries: each a fair
-        # share of that half (but see Capacity.read_size for a busy partition's read).
-        self.read_limit = max(1, max_in_flight // (2 * readers))
+        # half the limit, so the claimers (a group's) have room to take over idle entries:
+        # each a fair share of that half (but see Capacity.read_size for a busy partition's
+        # read). Without claimers (fan-out) the readers share the whole limit.
+        shares = 2 * readers if claimers else readers
+        self.read_limit = max(1, max_in_flight // shares)
         # a reader waits until a quarter of a read fits, rather than reading one by one
         self.low_water = max(1, min(read_count, self.read_limit * 2) // 4)
         self.reserved = 0
@@ -122,9 +128,11 @@ class Capacity:
         read_count: int,
         budget: Budget | None = None,
         workers: Workers | None = None,
+        *,
+        claimers: bool = True,
     ) -> None:
         self.in_flight = InFlight(workers)
-        self.budget = budget or Budget(max_in_flight, read_count)
+        self.budget = budget or Budget(max_in_flight, read_count, claimers=claimers)
         self.read_limit = self.budget.read_limit
         self.busy = False  # the last read came back full: more entries are waiting
 

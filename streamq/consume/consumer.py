@@ -1,9 +1,16 @@
-"""The read loop: pending first, then new entries; bounded in-flight work; ordered shutdown.
+"""The consumer engine of shared and fan-out mode: a source's entries, bounded in flight,
+handed to the workers (or the batcher), dispatched, their outcomes applied by the mode's
+policy; ordered shutdown.
+
+A mode is its source and its outcome policy (wired in :mod:`streamq.consume.build`):
+shared mode reads its group (:class:`~.reader.Reader`: pending first, then ``>``) and
+claims idle entries (:class:`~.claiming.Claimer`), with acks; fan-out reads with ``XREAD``
+(:class:`~.fanout.StreamReader`), with neither acks nor claims.
 
 Tasks of one running consumer (all owned by :meth:`Consumer.run`)::
 
-    services  control listener, acker, claimer, lease renewer, cleaner
-    work      `concurrency` workers  <- WorkQueue <- read loop and claimer (enqueue)
+    services  control listener, acker, claimer, lease renewer, cleaner (a group's)
+    work      `concurrency` workers  <- WorkQueue <- source and claimer (enqueue)
               batch flushes          <- Batcher   <- (entries of batch-handled types)
 
 A partition of a partitioned topic runs no workers of its own: it enqueues into the
@@ -20,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import redis.asyncio as aioredis
@@ -47,7 +54,7 @@ from .gone import confirmed_gone
 from .inflight import Running
 from .lifecycle import Lifecycle
 from .pool import WORKER_TASK, PoolEntrance, run_worker
-from .reader import Identity, Reader
+from .reader import Identity
 from .routes import Route, Routes
 from .stats import Stats
 from .traced import traced
@@ -60,14 +67,25 @@ ACK_FLUSH_TIMEOUT = 10.0
 GONE_CHECK_BACKOFF = 0.5
 
 
+class Source(Protocol):
+    """What a consumer reads from: it enqueues what it reads until the consumer stops."""
+
+    claimed_total: int  # entries it took over from other consumers (a read with CLAIM)
+
+    async def run(self) -> None: ...
+
+    def cancel(self) -> None:
+        """Wake a blocked read at once (stop)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Parts:
     """The collaborators of one consumer, wired by :mod:`streamq.consume.build`."""
 
     capacity: Capacity  # owns the in-flight table
-    acker: Acker  # every XACK of the consumer's entries
-    reader: Reader
-    claimer: Claimer
+    acker: Acker | None  # every XACK of the consumer's entries (None: fan-out)
+    reader: Source
+    claimer: Claimer | None  # None: fan-out
     dispatcher: Dispatcher
     batcher: Batcher
     listener: ControlListener
@@ -91,7 +109,8 @@ class Consumer(Lifecycle):
         background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
     ) -> None:
         """``wiring``: builds the parts, which call back into this consumer."""
-        super().__init__(f"consumer {identity.consumer}")
+        kind = "consumer" if identity.group else "fan-out subscriber"
+        super().__init__(f"{kind} {identity.consumer}")
         self._client = client
         self.id = identity
         self.stats = Stats()
@@ -158,8 +177,8 @@ class Consumer(Lifecycle):
         stats = self.stats
         report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
         report.update(
-            claimed=self.claimer.claimed_total + self.reader.claimed_total,
-            acked=self.acker.acked,
+            claimed=self.reader.claimed_total + (self.claimer.claimed_total if self.claimer else 0),
+            acked=self.acker.acked if self.acker else 0,
             in_flight=len(self.capacity.in_flight),
             handler_seconds=stats.handler_seconds.snapshot(),
             batch_size=stats.batch_size.snapshot(),
@@ -205,8 +224,9 @@ class Consumer(Lifecycle):
             await services.start(self.listener.run)
             services.start_soon(self._run_acker, acks_done)
             work_scope = await services.start(self._run_work, work_done)
-            services.start_soon(self._run_claimer)
-            services.start_soon(self.claimer.renew_leases_forever)
+            if self.claimer is not None:
+                services.start_soon(self._run_claimer, self.claimer)
+                services.start_soon(self.claimer.renew_leases_forever)
             services.start_soon(self.summary.run)
             for job in self._background:
                 services.start_soon(job)
@@ -225,13 +245,14 @@ class Consumer(Lifecycle):
 
     async def _run_acker(self, done: anyio.Event) -> None:
         try:
-            await self.acker.run()
+            if self.acker is not None:
+                await self.acker.run()
         finally:
             done.set()
 
-    async def _run_claimer(self) -> None:
+    async def _run_claimer(self, claimer: Claimer) -> None:
         with self._claim_scope:
-            await self.claimer.run()
+            await claimer.run()
 
     async def _run_work(
         self, done: anyio.Event, *, task_status: TaskStatus[anyio.CancelScope]
@@ -264,6 +285,8 @@ class Consumer(Lifecycle):
             )
             work_scope.cancel()
             await work_done.wait()
+        if self.acker is None:
+            return
         self.acker.close()
         with anyio.move_on_after(ACK_FLUSH_TIMEOUT):
             await acks_done.wait()
