@@ -65,7 +65,16 @@ class EntryReader:
     """A route's ``parse`` (bytes of JSON -> validated value, as every route's) that also
     reads whole entries: :meth:`read`."""
 
-    __slots__ = ("_newer_logged", "_validate", "keyring", "model", "newer", "parse", "versions")
+    __slots__ = (
+        "_direct",
+        "_newer_logged",
+        "_validate",
+        "keyring",
+        "model",
+        "newer",
+        "parse",
+        "versions",
+    )
 
     def __init__(
         self,
@@ -79,6 +88,7 @@ class EntryReader:
         self.keyring, self.newer = keyring, newer
         self._validate: Callable[[Any], Any] | None = None  # made when first needed
         self._newer_logged: set[int] = set()
+        self._direct = versions.version == 1  # an entry without enc and ver needs no step
 
     def __call__(self, raw: bytes) -> Any:
         return self.parse(raw)
@@ -87,10 +97,10 @@ class EntryReader:
         """The entry's validated ``data`` and its ``meta``; PayloadError (or what the
         model raises for an entry of this handler's version) when they cannot be had."""
         fields = entry.fields
-        if ENC in fields or VER in fields:
-            data = self._decoded(entry)
-        else:
+        if self._direct and ENC not in fields and VER not in fields:  # the usual case
             data = self.parse(entry.raw_data())
+        else:
+            data = self._decoded(entry)
         if _META not in fields:
             return data, {}
         meta = entry.decode_meta()
