@@ -25,7 +25,9 @@ from .errors import (
     InvalidMessageIdError,
     MessageFormatError,
     MessageNotFoundError,
+    NewerVersionError,
     NotReplicatedError,
+    PayloadError,
     PermissionDeniedError,
     QueueStateError,
     RedisFailure,
@@ -36,6 +38,7 @@ from .errors import (
 )
 from .ids import StreamId
 from .message import Message
+from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
@@ -96,12 +99,15 @@ __all__ = (
     "HandlerCrashError",
     "HandlerError",
     "InvalidMessageIdError",
+    "Keyring",
     "Message",
     "MessageFormatError",
     "MessageNotFoundError",
     "MessageQueue",
+    "NewerVersionError",
     "NotReplicatedError",
     "PartialFailure",
+    "PayloadError",
     "PermissionDeniedError",
     "Publisher",
     "QueueStateError",

@@ -18,10 +18,12 @@ from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from ._decorators import refuse_bare
+from ._payload_routes import with_versions
 from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
 from .consume.routes import UNSET, BatchSettings, Namespace, Route, Routes
 from .errors import ConfigError
+from .payload.versions import Upcast, Versions
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
 from .publish.periodic import Periodic, make_periodic
 
@@ -41,19 +43,35 @@ class Registry:
         self._handler_middlewares: list[HandlerMiddleware] = []
         self._publish_middlewares: list[PublishMiddleware] = []
         self._periodics: list[Periodic] = []
+        self._versions: dict[str, Versions] = {}  # the types given a version= or upcast=
 
     # -- handlers -------------------------------------------------------------------
-    def handler(self, message_type: str, *, model: Any = UNSET) -> Callable[[F], F]:
+    def handler(
+        self,
+        message_type: str,
+        *,
+        model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
+    ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` one by one.
 
         ``model``: what ``data`` is validated into; by default the handler's annotation
         ``Message[Model]``, resolved with the registering frame's local names too.
+        ``version``: the schema version of the model (1 by default), written in the ``ver``
+        field of what this queue publishes of the type; ``upcast``: ``{k: f}`` where
+        ``f`` turns the decoded JSON of a version-k ``data`` into version k + 1's, for
+        every k from the oldest version still taken to ``version - 1``
+        (docs/guides/payloads.md). Raises ConfigError for a version or upcast that
+        cannot be, or a type given two versions.
         """
         refuse_bare(self._owner, "handler", message_type, '"email"')
+        versions = self._checked_versions(message_type, version, upcast)
 
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals  # where the decorator is applied
             self.routes.add_single(message_type, func, model=model, namespace=namespace)
+            self._apply_versions(message_type, versions)
             return func
 
         return register
@@ -66,10 +84,13 @@ class Registry:
         max_wait: Duration | None = None,
         *,
         model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
     ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` in lists (see BatchConfig);
-        ``model`` as for :meth:`handler`."""
+        ``model``, ``version`` and ``upcast`` as for :meth:`handler`."""
         refuse_bare(self._owner, "batch_handler", message_type, '"email"')
+        versions = self._checked_versions(message_type, version, upcast)
         settings = BatchSettings(
             size=size,
             timeout=None if timeout is None else seconds(timeout, "timeout", allow_zero=False),
@@ -79,6 +100,7 @@ class Registry:
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals  # where the decorator is applied
             self.routes.add_batch(message_type, func, settings, model=model, namespace=namespace)
+            self._apply_versions(message_type, versions)
             return func
 
         return register
@@ -86,6 +108,8 @@ class Registry:
     def register(self, handler: object, namespace: Namespace | None = None) -> None:
         """Register a handler object (``message_type`` + ``handle``/``handle_batch``)."""
         self.routes.add_object(handler, namespace=namespace)
+        message_type = getattr(handler, "message_type", "")
+        self._apply_versions(message_type, self._versions.get(message_type))
 
     def include(self, routes: Iterable[Route], periodics: Iterable[Periodic]) -> None:
         """Add the handlers and periodic publishers of a router (``router.routes()``,
@@ -100,6 +124,35 @@ class Registry:
         own): what including them into a queue adds."""
         outer = tuple(self._handler_middlewares)
         return [_with_outer(route, outer) for route in self.routes.routes.values()]
+
+    def _checked_versions(
+        self, message_type: str, version: object, upcast: object
+    ) -> Versions | None:
+        """The versions given to a handler of ``message_type`` (None: none given), checked;
+        ConfigError if the type has other versions already."""
+        if version is None and upcast is None:
+            return None
+        where = f"handler of {message_type!r}"
+        versions = Versions.checked(1 if version is None else version, upcast, where)
+        known = self._versions.get(message_type)
+        if known is not None and known != versions:
+            raise ConfigError(
+                f"{where}: version={versions.version} with upcasts from "
+                f"{sorted(versions.upcast)}, but another handler of the type has "
+                f"version={known.version} with upcasts from {sorted(known.upcast)}: "
+                "give both the same version= and upcast="
+            )
+        return versions
+
+    def _apply_versions(self, message_type: str, versions: Versions | None) -> None:
+        """Give the type's route its versions (again: a later registration of the type
+        may have made its parser anew)."""
+        versions = versions or self._versions.get(message_type)
+        route = self.routes.routes.get(message_type)
+        if versions is None or route is None:
+            return
+        self._versions[message_type] = versions
+        with_versions(route, versions)
 
     # -- middlewares ----------------------------------------------------------------
     @property

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Never
@@ -19,6 +19,7 @@ from ._facade_registration import RegistrationFacade
 from ._facade_topic import TopicFacade
 from ._health import health_report
 from ._opening import open_until_ready, try_open
+from ._payload_routes import WrittenVersions, bind
 from ._queue_args import check_identity, check_ordered, default_consumer_name
 from ._registration import Registry
 from ._stop_signals import owns_signals, watch_stop_signals
@@ -41,6 +42,9 @@ from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
 from .errors import ConfigError, QueueStateError
 from .logs import run_as_consumer
+from .payload.encoding import Compression, PayloadCodec
+from .payload.keyring import Keyring
+from .payload.reading import OnNewerVersion, check_on_newer_version
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
 from .publish.scheduled import ScheduledMessages
@@ -87,6 +91,14 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             consumers (docs/guides/ordering.md); ``on_poison``: what an entry failing
             ``max_deliveries`` times does to its key, ``"dead_letter"`` (it goes on) or
             ``"halt"`` (it waits for :meth:`release_halted_key`).
+        compression: ``"zstd"`` (extra ``[zstd]``) or ``"gzip"``: a ``data`` longer than
+            ``compress_over`` bytes is written compressed. ``encryption``: a
+            :class:`Keyring` whose current key encrypts ``data`` and the ``meta`` values
+            named in ``encrypt_meta`` (extra ``[crypto]``); its keys decrypt what this queue
+            consumes. ``on_newer_version``: what an entry of a newer schema version than
+            its handler's does, ``"wait"`` for a consumer that knows it (as an entry of an
+            unknown type does) or ``"dead_letter"``. Consumers decode whatever they read,
+            whatever their own settings (docs/guides/payloads.md).
 
     Raises ConfigError for invalid arguments, naming the argument.
     """
@@ -119,6 +131,11 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         partitions: int = 1,
         ordered: bool = False,
         on_poison: OnPoison = "dead_letter",
+        compression: Compression | None = None,
+        compress_over: int = 1024,
+        encryption: Keyring | None = None,
+        encrypt_meta: Iterable[str] = (),
+        on_newer_version: OnNewerVersion = "wait",
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         settings = dict(
@@ -151,6 +168,11 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             Publishing(self._topic), registered.routes, registered.publish_middlewares, stream
         )
         self._typed_publishers = self._checked.typed_publishers  # for the AsyncAPI document
+        self.written_versions = WrittenVersions(registered.routes, self._checked.typed_versions)
+        self._topic.codec = PayloadCodec(
+            compression, compress_over, encryption, encrypt_meta, self.written_versions
+        )
+        self.on_newer_version = check_on_newer_version(on_newer_version)
         self._state = State.NEW
         self._consumer: Engine | None = None
         self._positions: dict[str, str] = {}  # fan-out: each stream's read cursor
@@ -274,6 +296,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
     def _build_consumer(self) -> Engine:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
+        router = bind(router, self._topic.codec.keyring, self.on_newer_version)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
         if self.group is None:
             return build_fanout(topic, self._client_for, router, policies, self._positions)

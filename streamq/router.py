@@ -31,6 +31,7 @@ from ._registration import Registry
 from .config import Duration
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Route, Routes
+from .payload.versions import Upcast
 from .publish.periodic import Periodic
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,8 +59,15 @@ class Router:
         """The handlers registered on this router, by message type."""
         return self._registry.routes
 
-    def handler(self, message_type: str, *, model: Any = UNSET) -> Callable[[F], F]:
-        return self._registry.handler(message_type, model=model)
+    def handler(
+        self,
+        message_type: str,
+        *,
+        model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
+    ) -> Callable[[F], F]:
+        return self._registry.handler(message_type, model=model, version=version, upcast=upcast)
 
     def batch_handler(
         self,
@@ -69,8 +77,12 @@ class Router:
         max_wait: Duration | None = None,
         *,
         model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
     ) -> Callable[[F], F]:
-        return self._registry.batch_handler(message_type, size, timeout, max_wait, model=model)
+        return self._registry.batch_handler(
+            message_type, size, timeout, max_wait, model=model, version=version, upcast=upcast
+        )
 
     def register(self, handler: object) -> None:
         self._registry.register(handler, sys._getframe(1).f_locals)  # the caller's names

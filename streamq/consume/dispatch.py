@@ -18,6 +18,7 @@ import anyio.to_thread
 from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
 from ..message import Message, RawEntry, decode_key
+from ..payload.reading import read_payload, waits_for_newer_consumer
 from ..signals import HandlerSignal
 from .batch_calls import BatchCalls
 from .context import Place
@@ -76,11 +77,12 @@ class Dispatcher:
         """Build the typed Message; raises whatever decoding or validation raised."""
         prefix = self._id_prefix
         raw_key = entry.fields.get(b"key")
+        data, meta = read_payload(route, entry)  # enc/kid decoded, ver upcast, validated
         return Message(
             entry.id if prefix is None else prefix + entry.id,
             route.type_name,
-            route.parse(entry.raw_data()),
-            entry.decode_meta() if b"meta" in entry.fields else {},
+            data,
+            meta,
             entry.delivery_count,
             self._topic,
             self.group,
@@ -92,6 +94,9 @@ class Dispatcher:
     async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:
         """Any error raised while decoding or validating (a validator's KeyError too) is
         that entry's failure: dead-lettered with the reason."""
+        if waits_for_newer_consumer(error, entry, self.retry):  # a newer schema version
+            await self.no_route(entry)
+            return
         reason = f"invalid payload for {route.type_name!r}: {describe(error, limit=None)}"
         await self.outcomes.dead_letter(entry, reason, error, bad_input=True)
 
