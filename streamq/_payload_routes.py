@@ -27,8 +27,10 @@ def bind(routes: Routes, keyring: Keyring | None, newer: OnNewerVersion) -> Rout
     for route in routes.routes.values():
         parse = route.parse
         inner = parse.parse if isinstance(parse, EntryReader) else parse
-        reader = EntryReader(inner, route.model, versions_of(route), keyring, newer)
-        bound.adopt(dataclasses.replace(route, parse=reader))
+        versions = versions_of(route)
+        reader = EntryReader(inner, route.model, versions, keyring, newer)
+        plain = inner if versions.version == 1 else None  # an old entry needs no upcast
+        bound.adopt(dataclasses.replace(route, parse=reader, plain=plain))
     return bound
 
 

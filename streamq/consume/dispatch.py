@@ -19,6 +19,7 @@ from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
 from ..message import Message, RawEntry, decode_key
 from ..payload.reading import read_payload, waits_for_newer_consumer
+from ..payload.wire import ENC, KID, VER
 from ..signals import HandlerSignal
 from .batch_calls import BatchCalls
 from .context import Place
@@ -75,9 +76,13 @@ class Dispatcher:
     # -- decoding -------------------------------------------------------------------
     def message(self, route: Route, entry: RawEntry) -> Message[Any]:
         """Build the typed Message; raises whatever decoding or validation raised."""
-        prefix = self._id_prefix
-        raw_key = entry.fields.get(b"key")
-        data, meta = read_payload(route, entry)  # enc/kid decoded, ver upcast, validated
+        prefix, fields, plain = self._id_prefix, entry.fields, route.plain
+        if plain is not None and ENC not in fields and VER not in fields and KID not in fields:
+            data = plain(entry.raw_data())  # the usual entry: plain JSON, version 1
+            meta = entry.decode_meta() if b"meta" in fields else {}
+        else:
+            data, meta = read_payload(route, entry)  # enc/kid decoded, ver upcast, validated
+        raw_key = fields.get(b"key")
         return Message(
             entry.id if prefix is None else prefix + entry.id,
             route.type_name,
