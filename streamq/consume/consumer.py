@@ -46,7 +46,8 @@ from ..message import RawEntry
 from ..topic.control import ControlListener, StoppedView, hold_message
 from .acks import Acker
 from .batching import Batcher
-from .capacity import Capacity, Slots
+from .budget import Slots
+from .capacity import Capacity
 from .claiming import Claimer
 from .dispatch import Dispatcher
 from .failures import describe

@@ -34,6 +34,7 @@ from ..topic.cleanup import Cleaner
 from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
+from .budget import Budget, Slots
 from .context import Place
 from .dispatch import Dispatcher
 from .failures import describe
@@ -42,7 +43,7 @@ from .lifecycle import Lifecycle
 from .mover import Mover
 from .ordered_dispatch import LaneVerdicts, Shared
 from .ordered_partition import PartitionWorker
-from .ordering import Room, Slots, per_key_share
+from .ordering import per_key_share
 from .outcomes import GroupOutcomes
 from .ownership import Changes, Ownership, RedisLeases
 from .routes import Routes
@@ -104,7 +105,7 @@ class OrderedConsumer(Lifecycle):
         self.stats = Stats()
         self._shared = Shared(
             router, config, retry, Slots(config.concurrency),
-            Room(config.max_in_flight, per_key_share(config), per_key_share(config)),
+            Budget(config.max_in_flight, config.read_count, low_water=per_key_share(config)),
             self.ownership.valid, self._gone, self._stopped,
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
@@ -301,7 +302,7 @@ class OrderedConsumer(Lifecycle):
         report.update(
             claimed=self._claimed_before + sum(w.claimed for w in workers),
             acked=self._acked_before + sum(w.acker.acked for w in workers),
-            in_flight=self._shared.room.held,
+            in_flight=self._shared.room.used,
             handler_seconds=stats.handler_seconds.snapshot(),
             batch_size=stats.batch_size.snapshot(),
             scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),

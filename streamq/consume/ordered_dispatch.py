@@ -25,7 +25,7 @@ from ..message import RawEntry
 from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from .acks import Acker
-from .ordering import Room, Slots
+from .budget import Budget, Slots
 from .routes import Routes
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class Shared:
     config: ConsumerConfig
     retry: RetryPolicy
     slots: Slots  # handler slots: ``concurrency``
-    room: Room  # entries held: ``max_in_flight``
+    room: Budget  # entries held: ``max_in_flight``
     valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
     on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
     stopped: Sequence[StoppedView]  # per partition: the stopped IDs the control channel told

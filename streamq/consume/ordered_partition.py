@@ -37,7 +37,7 @@ from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
-from .ordering import KeyedLanes, Later
+from .ordering import KeyedLanes, Later, per_key_share
 from .refill import PendingRefill
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class PartitionWorker:
                         self._run_entry_safely,
                         self._shared.slots,
                         self._shared.room,
+                        per_key_share(self._shared.config),
                         functools.partial(self.holds.set_aside, give_up=self.abandon),
                         self.refill,
                     )
@@ -147,9 +148,9 @@ class PartitionWorker:
         room = self._shared.room
         handover = await self._handover(start)
         while not self.draining:
-            await room.wait()
-            count = min(self._shared.config.claim_count, max(room.free(), 1))
-            room.take(count)  # held while the claim is on the wire (see _read_loop)
+            await room.wait_for_room()
+            count = min(self._shared.config.claim_count, max(room.room(), 1))
+            room.reserve(count)  # held while the claim is on the wire (see _read_loop)
             try:
                 reply = await self._fenced("claim", start, count)
                 entries = replies.entries([row for row in reply[2] if row and row[1]])
@@ -166,7 +167,7 @@ class PartitionWorker:
                     if recount:  # deliveries the claim counted that could not have run
                         await self._fenced("recount", *recount)
             finally:
-                room.give(count)
+                room.release(count)
             start = text(reply[1])
             if entries:
                 log.info("partition %s: taking over %d pending entries (token %d)",
@@ -200,15 +201,15 @@ class PartitionWorker:
                     # (as a new owner would) keeps each key's order; nothing is skipped
                     await self._takeover(lanes, after(self._last_added))
                     lost_read = False
-                await room.wait()
+                await room.wait_for_room()
                 # the room a read asks for is held while it is on the wire: the partitions
                 # read at once, and together they fetch no more than max_in_flight
-                count = min(config.read_count, max(room.free(), 1))
-                room.take(count)
+                count = min(config.read_count, max(room.room(), 1))
+                room.reserve(count)
                 try:
                     reply = await self._read(count)
                 finally:
-                    room.give(count)  # the lanes take what came, with no await in between
+                    room.release(count)  # the lanes take what came, with no await in between
                 if reply[0] == 1:
                     if reply[2]:
                         self.holds.flagged.update(text(i) for i in reply[2])
