@@ -58,14 +58,11 @@ from .pool import WORKER_TASK, PoolEntrance, run_worker
 from .reader import Identity
 from .routes import Route, Routes
 from .stats import Stats
+from .timing import ACK_FLUSH_TIMEOUT, GONE_CHECK_BACKOFF
 from .traced import traced
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-
-ACK_FLUSH_TIMEOUT = 10.0
-# After a read found no group but the group and stream exist (or cannot be checked now).
-GONE_CHECK_BACKOFF = 0.5
 
 
 class Source(Protocol):
@@ -307,9 +304,10 @@ class Consumer(Lifecycle):
                 entry, route = await get()
             except anyio.EndOfStream:
                 return
-            await self._process(entry, route, running)
+            await self.process(entry, route, running)
 
-    async def _process(self, entry: RawEntry, route: Route | None, running: Running) -> None:
+    async def process(self, entry: RawEntry, route: Route | None, running: Running) -> None:
+        """Handle one entry in a worker (this consumer's own, or the topic's shared pool)."""
         entry_id = entry.id
         stopped = self._stopped.ids
         if stopped and entry_id in stopped:

@@ -32,7 +32,8 @@ from ..topic.control import was_terminated
 from ..wire import replies, resp
 from .capacity import Capacity
 from .gone import xread_block
-from .reader import MAX_READ_ERROR_BACKOFF, READ_ERROR_BACKOFF, Enqueue
+from .reader import Enqueue
+from .timing import MAX_READ_ERROR_BACKOFF, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,12 @@ from ..topic.halted import ACTIONS, halted_key, lane_field
 from ..wire import records
 from ..wire.damage import set_aside
 from ..wire.records import DamagedRecord, HaltedRecord
+from .timing import POLL_INTERVAL
 
 if TYPE_CHECKING:
     from .ordering import KeyedLanes, LaneKey
 
 log = logging.getLogger(__name__)
-
-POLL_INTERVAL = 0.5
 
 
 class HaltedKeys:

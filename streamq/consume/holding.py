@@ -24,13 +24,12 @@ from ..message import RawEntry
 from ..topic.control import StoppedView, hold_message
 from ..wire.keys import Keys
 from .failures import describe
+from .timing import POLL_INTERVAL
 
 if TYPE_CHECKING:
     from .ordering import KeyedLanes, LaneKey
 
 log = logging.getLogger(__name__)
-
-POLL_INTERVAL = 0.5
 
 
 class StoppedHolds:

@@ -39,10 +39,9 @@ from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
 from .ordering import KeyedLanes, Later, per_key_share
 from .refill import PendingRefill
+from .timing import ACK_FLUSH_TIMEOUT, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
-
-ERROR_BACKOFF, ACK_FLUSH_TIMEOUT = 0.5, 10.0
 
 
 class PartitionWorker:
@@ -219,7 +218,7 @@ class PartitionWorker:
             except ServerUnavailableError as e:
                 log.warning("partition %s: read failed, retrying: %s", self.stream, e)
                 lost_read = True
-                await anyio.sleep(ERROR_BACKOFF)
+                await anyio.sleep(READ_ERROR_BACKOFF)
             except (GroupNotFoundError, StreamNotFoundError) as e:
                 self._shared.on_gone(e)
                 await anyio.sleep_forever()  # the consumer drains this partition
@@ -309,7 +308,7 @@ class PartitionWorker:
                 outcome = await self._attempt(entry)
             except RedisFailure as e:  # the server is away: try again after a pause
                 log.warning("partition %s: %s waits for the server: %s", self.stream, entry.id, e)
-                await anyio.sleep(ERROR_BACKOFF)
+                await anyio.sleep(READ_ERROR_BACKOFF)
                 continue
             if outcome is not None:
                 return outcome

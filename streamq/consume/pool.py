@@ -69,7 +69,7 @@ class Partition(Protocol):
     @property
     def capacity(self) -> _Room: ...
 
-    async def _process(self, entry: RawEntry, route: Route | None, running: Running) -> None: ...
+    async def process(self, entry: RawEntry, route: Route | None, running: Running) -> None: ...
 
 
 class SharedPool:
@@ -112,7 +112,7 @@ class SharedPool:
             except anyio.EndOfStream:
                 return
             running.table = partition.capacity.in_flight  # where a stop notice looks
-            await partition._process(entry, route, running)
+            await partition.process(entry, route, running)
 
     async def wait_done(self) -> None:
         """Until every worker has ended; if cancelled (a partition's grace is over), the

@@ -30,11 +30,9 @@ from ..wire.features import probe
 from .acks import Acker
 from .capacity import Capacity
 from .claiming import delivery_counts
+from .timing import MAX_READ_ERROR_BACKOFF, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
-
-READ_ERROR_BACKOFF = 0.5
-MAX_READ_ERROR_BACKOFF = 5.0
 
 Enqueue = Callable[[list[RawEntry]], Awaitable[None]]
 GroupLost = Callable[[GroupNotFoundError | StreamNotFoundError], Awaitable[None]]
