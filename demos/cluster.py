@@ -30,8 +30,7 @@ import anyio
 
 from demos._common import fresh_stream, setup_logging, spawn
 from demos.cluster_worker import GROUP, Order
-from streamq import EmbeddedCluster, MessageQueue, NotReplicatedError, TopicInfo
-from streamq.ids import StreamId
+from streamq import EmbeddedCluster, MessageQueue, NotReplicatedError, StreamId, TopicInfo
 from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
 from streamq.wire.slots import slot_of
 

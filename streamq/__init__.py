@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib as _importlib
 import typing as _typing
 
+from ._ids import StreamId
 from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .errors import (
@@ -36,7 +37,6 @@ from .errors import (
     StreamqError,
     UnknownCommandError,
 )
-from .ids import StreamId
 from .message import Message
 from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Literal, TypeVar
 
+from ._ids import StreamId
 from .errors import ConfigError, InvalidMessageIdError
-from .ids import StreamId
 
 ENV_URL = "STREAMQ_REDIS_URL"
 

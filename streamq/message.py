@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 import pydantic_core
 from pydantic import BaseModel
 
+from ._ids import StreamId
 from .errors import ConfigError, MessageFormatError
-from .ids import StreamId
 
 T = TypeVar("T")
 

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ._ids import StreamId
 from .errors import ConfigError
-from .ids import StreamId
 from .wire import replies
 from .wire.client import connect_sync
 from .wire.damage import damaged_counts

@@ -1,5 +1,5 @@
 """``streamq asyncapi module:attr``: print the AsyncAPI 3.0 document of a queue or App
-(:mod:`streamq.asyncapi`), as JSON or, with ``--yaml``, as YAML (needs PyYAML)."""
+(:mod:`streamq._asyncapi`), as JSON or, with ``--yaml``, as YAML (needs PyYAML)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..asyncapi import asyncapi_document
+from .._asyncapi import asyncapi_document
 from ..errors import ConfigError
 from ..wire.urls import redact
 from .outcome import EXIT_USAGE

@@ -8,9 +8,9 @@ import argparse
 import json
 from datetime import datetime
 
+from .._ids import StreamId
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import GroupNotFoundError, StreamNotFoundError
-from ..ids import StreamId
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
 from ..topic.cleanup import Cleaner

@@ -85,7 +85,7 @@ def _asyncapi_of(target: str | None) -> dict[str, Any] | None:
     if target is None:
         return None
     # the App machinery and the document's builder load only for --asyncapi
-    from ..asyncapi import asyncapi_document
+    from .._asyncapi import asyncapi_document
     from ..run.target import load_target
 
     return asyncapi_document(load_target(target, "."))

@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 import redis.asyncio as aioredis
 
+from .._ids import StreamId
 from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
-from ..ids import StreamId
 from ..message import RawEntry
 from ..wire import replies
 from ..wire.scripts import RENEW_LEASES

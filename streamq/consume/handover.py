@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ids import StreamId
+from .._ids import StreamId
 from ..message import RawEntry
 from ..wire import replies
 from ..wire.replies import text

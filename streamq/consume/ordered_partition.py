@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
+from .._ids import StreamId, after
 from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
-from ..ids import StreamId, after
 from ..logs import ENTRY
 from ..message import RawEntry
 from ..wire import ownership as wire

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from ..ids import StreamId, after
+from .._ids import StreamId, after
 from ..message import RawEntry
 from ..wire import replies
 from ..wire.replies import text

@@ -1,5 +1,5 @@
 """``streamq compat OLD NEW``: the changes between two AsyncAPI documents of a service
-(:mod:`streamq.asyncapi`) that break consumers or publishers still running.
+(:mod:`streamq._asyncapi`) that break consumers or publishers still running.
 
 A change breaks when it is one of these, for a message type present in OLD:
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._ids import StreamId
 from ..errors import DataLossError
-from ..ids import StreamId
 from ..topic.admin import ensure_group_sync
 from ..wire import replies
 from .offsets import offset

@@ -14,8 +14,8 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from .._ids import MAX_SEQ, StreamId
 from ..errors import DataLossError
-from ..ids import MAX_SEQ, StreamId
 from ..wire import replies
 from ..wire.client import connect_sync
 from .options import ReadOptions

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._ids import StreamId
 from ..config import ENV_URL
 from ..errors import ConfigError, InvalidMessageIdError
-from ..ids import StreamId
 from ..message import validate_type_name
 from ..topic.partitions import validate_partitions
 from ..wire.keys import validate_stream_name

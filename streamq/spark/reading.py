@@ -22,8 +22,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 
+from .._ids import StreamId
 from ..errors import ConfigError
-from ..ids import StreamId
 from ..topic.partitions import recorded_partitions_sync
 from ..wire.replies import text as _text
 from .group import advance_group, ensure_group

@@ -9,6 +9,7 @@ from datetime import datetime
 import redis
 import redis.asyncio as aioredis
 
+from .._ids import StreamId
 from ..errors import (
     ConfigError,
     GroupExistsError,
@@ -16,7 +17,6 @@ from ..errors import (
     InvalidMessageIdError,
     StreamNotFoundError,
 )
-from ..ids import StreamId
 from ..wire import excerpts, ownership, replies
 from ..wire.keys import Keys
 from .control import stopped_ids

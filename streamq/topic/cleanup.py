@@ -21,9 +21,9 @@ import anyio
 import anyio.lowlevel
 import redis.asyncio as aioredis
 
+from .._ids import StreamId
 from ..config import CleanupPolicy
 from ..errors import InvalidMessageIdError, StreamqError, UnknownCommandError
-from ..ids import StreamId
 from ..wire import replies
 from ..wire.keys import Keys
 from ..wire.scripts import RELEASE_LOCK, REMOVE_SETTLED

@@ -23,13 +23,13 @@ import anyio
 import redis.asyncio as aioredis
 
 from .._backoff import Backoff
+from .._ids import StreamId
 from ..errors import (
     InvalidMessageIdError,
     MessageNotFoundError,
     RedisFailure,
     ServerUnavailableError,
 )
-from ..ids import StreamId
 from ..wire import records
 from ..wire.damage import set_aside
 from ..wire.keys import Keys

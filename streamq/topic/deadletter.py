@@ -29,9 +29,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from .._ids import StreamId
 from .._log_summary import LogSummary, shortened
 from ..errors import MessageNotFoundError
-from ..ids import StreamId
 from ..message import WIRE_FIELDS, RawEntry
 from ..payload.keyring import Keyring
 from ..payload.rotation import reencrypted

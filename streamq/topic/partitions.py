@@ -29,8 +29,8 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aioredis
 
+from .._ids import StreamId
 from ..errors import ConfigError, InvalidMessageIdError
-from ..ids import StreamId
 from ..wire.damage import set_aside
 from ..wire.keys import Keys
 

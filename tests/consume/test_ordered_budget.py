@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 from streamq import Message, MessageQueue, Retry, RetryPolicy, StartFrom
+from streamq._ids import StreamId
 from streamq.config import OnPoison
 from streamq.consume.refill import PendingRefill
 from streamq.errors import ServerUnavailableError
-from streamq.ids import StreamId
 from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from streamq import App, Message, MessageQueue
-from streamq.asyncapi import asyncapi_document
+from streamq._asyncapi import asyncapi_document
 from streamq.payload.compat import breaking_changes
 from tests.helpers.cli import streamq
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from streamq import App, MessageQueue
-from streamq.asyncapi import asyncapi_document
+from streamq._asyncapi import asyncapi_document
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "data" / "asyncapi-3.0.0.schema.json").read_text())
 

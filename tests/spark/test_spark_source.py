@@ -10,7 +10,7 @@ import pytest
 
 import streamq.spark
 from handlers.order_handler import Order
-from streamq.ids import StreamId
+from streamq._ids import StreamId
 from tests.spark.streaming import run_available_now, start_available_now
 
 pytestmark = [

@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import CleanupPolicy, Message, MessageQueue
-from streamq.ids import StreamId
+from streamq._ids import StreamId
 from streamq.topic.cleanup import Cleaner, GroupBounds, group_bounds, has_xdelex
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import wait_for
