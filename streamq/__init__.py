@@ -34,6 +34,7 @@ from .errors import (
     StreamqError,
     UnknownCommandError,
 )
+from .flow.rate import RateLimit
 from .ids import StreamId
 from .message import Message
 from .publish.scheduling import ScheduledId, ScheduledMessage
@@ -105,6 +106,7 @@ __all__ = (
     "PermissionDeniedError",
     "Publisher",
     "QueueStateError",
+    "RateLimit",
     "RedisFailure",
     "Reject",
     "Retry",
