@@ -41,7 +41,7 @@ from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
 from .router import Router
-from .signals import PartialFailure, Reject, Retry
+from .signals import PartialFailure, Reject, Retry, Throttle
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
 from .topic.deadletter import DeadLetter
@@ -119,6 +119,7 @@ __all__ = (
     "StreamId",
     "StreamNotFoundError",
     "StreamqError",
+    "Throttle",
     "TopicInfo",
     "TypedPublisher",
     "UnknownCommandError",
