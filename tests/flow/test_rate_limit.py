@@ -135,7 +135,7 @@ async def test_three_concurrent_takers_share_one_limit_and_no_second_exceeds_it(
     redis_url: str, stream: str, burst: int | None, least: int
 ) -> None:
     limit = RateLimit(100, burst=burst)
-    limiter, grants = RateLimiter(limit), []
+    limiter, grants = RateLimiter(limit), list[float]()
     async with anyio.create_task_group() as tg:
         for _ in range(3):
             tg.start_soon(taker, redis_url, stream, limiter, grants, 3.0)

@@ -109,7 +109,8 @@ def test_the_partition_names_give_the_count_only_when_whole() -> None:
 
 def test_a_pause_field_parses_into_what_is_paused_and_since_when() -> None:
     assert records.paused(KEY, b"*", b"1700", NOW) == records.PausedRecord("*", 1700)
-    assert records.paused(KEY, b"email.v2:x", str(NOW).encode(), NOW).target == "email.v2:x"
+    found = records.paused(KEY, b"email.v2:x", str(NOW).encode(), NOW)
+    assert isinstance(found, records.PausedRecord) and found.target == "email.v2:x"
 
 
 @pytest.mark.parametrize(
