@@ -14,6 +14,7 @@ from ._registration import Registry
 from .config import Duration
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Routes
+from .flow.rate import RateLimit
 from .publish.middlewares import PublishMiddleware
 from .publish.periodic import Periodic
 
@@ -39,8 +40,10 @@ class RegistrationFacade:
         """The handlers registered on this queue, by message type."""
         return self._registry.routes
 
-    def handler(self, message_type: str, *, model: Any = UNSET) -> Callable[[F], F]:
-        return self._registry.handler(message_type, model=model)
+    def handler(
+        self, message_type: str, *, model: Any = UNSET, rate: RateLimit | None = None
+    ) -> Callable[[F], F]:
+        return self._registry.handler(message_type, model=model, rate=rate)
 
     def batch_handler(
         self,
@@ -50,8 +53,11 @@ class RegistrationFacade:
         max_wait: Duration | None = None,
         *,
         model: Any = UNSET,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
-        return self._registry.batch_handler(message_type, size, timeout, max_wait, model=model)
+        return self._registry.batch_handler(
+            message_type, size, timeout, max_wait, model=model, rate=rate
+        )
 
     def register(self, handler: object) -> None:
         self._registry.register(handler, sys._getframe(1).f_locals)  # the caller's names
@@ -60,10 +66,16 @@ class RegistrationFacade:
         """Add the handlers and periodic publishers of ``router`` (a
         :class:`streamq.Router`), each handler wrapped by the router's middlewares; a type
         registered twice raises ConfigError naming both."""
-        self._registry.include(router.routes(), router.periodics)
+        self._registry.include(router.routes(), router.periodics, router.rate_limits)
 
     def add_middleware(self, mw: HandlerMiddleware | PublishMiddleware) -> None:
         self._registry.add_middleware(mw)
+
+    @property
+    def rate_limits(self) -> Mapping[str, RateLimit]:
+        """Message type -> its rate limit: those given to the queue (``rate_limits=``) and
+        with its handlers (``rate=``)."""
+        return self._registry.rate_limits
 
     @property
     def periodics(self) -> tuple[Periodic, ...]:

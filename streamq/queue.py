@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Never, TypeAlias
@@ -41,6 +41,8 @@ from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
 from .errors import ConfigError, QueueStateError
+from .flow.rate import RateLimit
+from .flow.settings import FlowConfig, check_group, checked_rate_limits
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
@@ -89,6 +91,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             consumers (docs/guides/ordering.md); ``on_poison``: what an entry failing
             ``max_deliveries`` times does to its key, ``"dead_letter"`` (it goes on) or
             ``"halt"`` (it waits for :meth:`release_halted_key`).
+        rate_limits: message type -> :class:`~streamq.RateLimit`, held on the server and
+            shared by every consumer of the group (or give one with the handler:
+            ``@mq.handler("email", rate=RateLimit(100))``); docs/guides/flow-control.md.
 
     Raises ConfigError for invalid arguments, naming the argument.
     """
@@ -121,6 +126,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         partitions: int = 1,
         ordered: bool = False,
         on_poison: OnPoison = "dead_letter",
+        rate_limits: Mapping[str, RateLimit] | None = None,
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         settings = dict(
@@ -147,7 +153,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()
         self.cleanup_policy = cleanup or CleanupPolicy()
-        self._registry = Registry("mq")
+        limits = checked_rate_limits(rate_limits)
+        check_group(limits, group)
+        self._registry = Registry("mq", limits)
         registered = self._registry
         self._checked = CheckedPublishing(
             Publishing(self._topic), registered.routes, registered.publish_middlewares, stream
@@ -273,6 +281,12 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         await self._topic.close()
 
     # -- consuming ------------------------------------------------------------------
+    @property
+    def flow_config(self) -> FlowConfig:
+        """The rate limits of this queue's types (given to the queue and with its
+        handlers), for the consumer engine."""
+        return FlowConfig.of(self._registry.rate_limits)
+
     def _build_consumer(self) -> AnyConsumer:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
@@ -309,6 +323,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         """
         if not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        self.flow_config.check_consumer(self.route_table.routes, self.group)
         if self._state is State.RUNNING:
             raise QueueStateError("this MessageQueue is already running")
         opened = self._state is State.OPEN or await try_open(self.open)
@@ -358,6 +373,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         was_open = self._state is State.OPEN
         if not was_open and not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        self.flow_config.check_consumer(self.route_table.routes, self.group)
         if not was_open:
             await try_open(self.open)  # configuration errors raise here, not in a task group
         try:

@@ -31,6 +31,7 @@ from ._registration import Registry
 from .config import Duration
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Route, Routes
+from .flow.rate import RateLimit
 from .publish.periodic import Periodic
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,8 +59,10 @@ class Router:
         """The handlers registered on this router, by message type."""
         return self._registry.routes
 
-    def handler(self, message_type: str, *, model: Any = UNSET) -> Callable[[F], F]:
-        return self._registry.handler(message_type, model=model)
+    def handler(
+        self, message_type: str, *, model: Any = UNSET, rate: RateLimit | None = None
+    ) -> Callable[[F], F]:
+        return self._registry.handler(message_type, model=model, rate=rate)
 
     def batch_handler(
         self,
@@ -69,8 +72,11 @@ class Router:
         max_wait: Duration | None = None,
         *,
         model: Any = UNSET,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
-        return self._registry.batch_handler(message_type, size, timeout, max_wait, model=model)
+        return self._registry.batch_handler(
+            message_type, size, timeout, max_wait, model=model, rate=rate
+        )
 
     def register(self, handler: object) -> None:
         self._registry.register(handler, sys._getframe(1).f_locals)  # the caller's names
@@ -79,7 +85,7 @@ class Router:
         """Add the handlers and periodic publishers of ``router``, each handler wrapped by
         that router's middlewares (inside this one's); a type registered twice raises
         ConfigError naming both."""
-        self._registry.include(router.routes(), router.periodics)
+        self._registry.include(router.routes(), router.periodics, router.rate_limits)
 
     def add_middleware(self, mw: HandlerMiddleware) -> None:
         """Wrap every handler call of this router with ``mw`` (inside those added before)."""
@@ -93,6 +99,11 @@ class Router:
     def message_types(self) -> tuple[str, ...]:
         """The message types this router handles."""
         return tuple(self._registry.routes.routes)
+
+    @property
+    def rate_limits(self) -> Mapping[str, RateLimit]:
+        """Message type -> its rate limit, for the types given one (with their handler)."""
+        return self._registry.rate_limits
 
     @property
     def periodics(self) -> tuple[Periodic, ...]:
