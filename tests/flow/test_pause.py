@@ -12,13 +12,14 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import ConfigError, EmbeddedServer
+from streamq import ConfigError, EmbeddedServer, MessageQueue
 from streamq.flow.pause import notice, notice_group, pause, paused, paused_groups, resume
 from streamq.flow.watch import PauseWatch
 from streamq.wire.client import connect
 from streamq.wire.damage import damaged_counts
 from streamq.wire.keys import Keys
 from streamq.wire.records import PausedRecord
+from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -251,3 +252,63 @@ async def test_pauses_work_on_the_topic_slot_of_a_node_and_of_a_cluster(
             tg.cancel_scope.cancel()
     finally:
         await deployment.aclose()
+
+
+# -- through the queue ----------------------------------------------------------------
+async def test_a_queue_pauses_and_resumes_its_group_and_topic_info_shows_it(
+    make_queue: QueueFactory,
+) -> None:
+    mq, other = make_queue(), make_queue(group="g2")
+    async with mq, other:
+        await mq.publish("job", 1)  # the topic exists: topic_info lists its groups
+        assert await mq.pause() is True and await mq.pause("email") is True
+        assert await mq.pause() is False
+        assert await mq.paused() == ["*", "email"]
+        assert await other.paused() == []  # another group
+        await other.pause("sms")
+        info = await mq.topic_info()
+        assert info.paused == {"g": ["*", "email"], "g2": ["sms"]}
+        assert await mq.resume() is True and await mq.resume() is False
+        assert await mq.resume("email") is True
+        assert (await other.topic_info()).paused == {"g2": ["sms"]}
+
+
+async def test_a_pause_persists_for_a_queue_opened_later(make_queue: QueueFactory) -> None:
+    async with make_queue() as first:
+        await first.pause("email")
+    async with make_queue() as later:  # another process, after a restart
+        assert await later.paused() == ["email"]
+
+
+async def test_pausing_a_fan_out_queue_is_refused(make_queue: QueueFactory) -> None:
+    mq = make_queue(group=None)
+    for operation in (mq.pause, mq.resume, mq.paused):
+        with pytest.raises(ConfigError, match=r"fan-out queue .* has no consumer group"):
+            await operation()
+
+
+async def test_terminating_the_topic_removes_its_pause_records(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    async with make_queue() as mq:
+        await mq.publish("job", 1)
+        await mq.pause()
+        await mq.terminate_topic()
+        assert not await client.exists(Keys(mq.stream).paused("g"))
+        assert await mq.paused() == []
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+async def test_a_partitioned_topic_keeps_one_pause_record_on_its_own_slot(
+    where: str, topic: str, partitions: int
+) -> None:
+    mq = MessageQueue(where, stream=topic, group="g", partitions=partitions)
+    async with mq:
+        await mq.publish("job", 1)
+        await mq.pause("job")
+        assert await mq.client.hkeys(Keys(topic).paused("g")) == [b"job"]
+        for stream in mq.streams if partitions > 1 else ():  # nothing on the partitions
+            assert not await mq._client_for(stream).exists(Keys(stream).paused("g"))
+        assert (await mq.topic_info()).paused == {"g": ["job"]}
+        await mq.terminate_topic()
+        assert not await mq.client.exists(Keys(topic).paused("g"))
