@@ -1,6 +1,6 @@
 """The actions (POST): stop and resume an entry, cancel a scheduled message, release a
-halted key, pause and resume a group (or a type in it), replay dead letters (one, or all as a snapshot), purge them, terminate a topic,
-log in and out.
+halted key, pause and resume a group (or a type in it), replay dead letters (one, or all
+as a snapshot), purge them, terminate a topic, log in and out.
 
 Each action first checks the write token (:meth:`Access.require_write`, 403 otherwise),
 then calls the same topic operation ``MessageQueue`` offers (through
