@@ -15,6 +15,7 @@ from .config import Duration
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Routes
 from .flow.rate import RateLimit
+from .flow.settings import FlowConfig
 from .publish.middlewares import PublishMiddleware
 from .publish.periodic import Periodic
 
@@ -70,6 +71,12 @@ class RegistrationFacade:
 
     def add_middleware(self, mw: HandlerMiddleware | PublishMiddleware) -> None:
         self._registry.add_middleware(mw)
+
+    @property
+    def flow_config(self) -> FlowConfig:
+        """The rate limits of this queue's types (given to the queue and with its
+        handlers), for the consumer engine; a snapshot."""
+        return FlowConfig.of(self._registry.rate_limits)
 
     @property
     def rate_limits(self) -> Mapping[str, RateLimit]:

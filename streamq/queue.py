@@ -42,7 +42,7 @@ from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
 from .errors import ConfigError, QueueStateError
 from .flow.rate import RateLimit
-from .flow.settings import FlowConfig, check_group, checked_rate_limits
+from .flow.settings import queue_rate_limits
 from .logs import run_as_consumer
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
@@ -153,9 +153,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()
         self.cleanup_policy = cleanup or CleanupPolicy()
-        limits = checked_rate_limits(rate_limits)
-        check_group(limits, group)
-        self._registry = Registry("mq", limits)
+        self._registry = Registry("mq", queue_rate_limits(rate_limits, group))
         registered = self._registry
         self._checked = CheckedPublishing(
             Publishing(self._topic), registered.routes, registered.publish_middlewares, stream
@@ -281,12 +279,6 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         await self._topic.close()
 
     # -- consuming ------------------------------------------------------------------
-    @property
-    def flow_config(self) -> FlowConfig:
-        """The rate limits of this queue's types (given to the queue and with its
-        handlers), for the consumer engine."""
-        return FlowConfig.of(self._registry.rate_limits)
-
     def _build_consumer(self) -> AnyConsumer:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)

@@ -83,6 +83,13 @@ def checked_rate_limits(rate_limits: object) -> dict[str, RateLimit]:
     return checked
 
 
+def queue_rate_limits(rate_limits: object, group: str | None) -> dict[str, RateLimit]:
+    """``MessageQueue(rate_limits=..., group=...)``'s limits, checked (ConfigError)."""
+    limits = checked_rate_limits(rate_limits)
+    check_group(limits, group)
+    return limits
+
+
 def add_rate(rates: dict[str, RateLimit], type_name: str, rate: RateLimit, where: str) -> None:
     """Add ``type_name``'s ``rate`` to ``rates``; ConfigError if it has another already
     (``where`` says where the new one comes from)."""
