@@ -4,7 +4,7 @@ Before an entry takes a handler slot the engine asks, in this order (each answer
 long to wait; a waiting entry holds no slot and counts no delivery):
 
 1. :meth:`FlowGate.paused` — no round trip; :meth:`FlowGate.wait_unpaused` waits.
-2. :meth:`FlowGate.throttled_for` — one round trip for any number of keys of a type.
+2. :meth:`FlowGate.throttled` — one round trip for any number of keys of a type.
 3. :meth:`FlowGate.take` — one round trip per take (a batch takes one permit per entry),
    none for a type without a limit.
 
@@ -87,7 +87,7 @@ class FlowGate:
         return await limiter.take(self._client, self._stream, self._group, type_name, key, count)
 
     # -- throttles ------------------------------------------------------------------
-    async def throttled_for(
+    async def throttled(
         self, type_name: str, keys: Iterable[str | None]
     ) -> dict[str | None, float]:
         """Publish key -> seconds its entries of ``type_name`` must still wait (0.0: they

@@ -59,10 +59,10 @@ async def test_a_throttle_a_handler_raises_holds_its_key_or_its_type_back(
 ) -> None:
     gate = FlowGate(raw, stream, "g", CONFIG)
     assert await gate.throttle("email", "alice", Throttle(30)) == 30.0
-    found = await gate.throttled_for("email", ["alice", "bob"])
+    found = await gate.throttled("email", ["alice", "bob"])
     assert found["alice"] > 29 and found["bob"] == 0.0
     await gate.throttle("sms", "anyone", Throttle(10, scope="type"))
-    assert all(s > 9 for s in (await gate.throttled_for("sms", ["a", None])).values())
+    assert all(s > 9 for s in (await gate.throttled("sms", ["a", None])).values())
 
 
 async def test_the_gate_knows_what_is_paused_once_running(raw: aioredis.Redis, stream: str) -> None:

@@ -501,7 +501,7 @@ async def test_flow_control_runs_as_the_documented_service_and_operator(
             await wait_for(lambda: gate.paused("job"), what="the pause, through its notice")
             assert (await gate.take("job", "k", 3)).granted == 1
             await gate.throttle("job", "k", Throttle(5))
-            assert (await gate.throttled_for("job", ["k"]))["k"] > 4
+            assert (await gate.throttled("job", ["k"]))["k"] > 4
             assert (await ops.topic_info()).paused == {"g": ["job"]}
             assert await ops.resume("job")
             await ops.terminate_topic()
