@@ -25,7 +25,9 @@ from .errors import (
     InvalidMessageIdError,
     MessageFormatError,
     MessageNotFoundError,
+    NewerVersionError,
     NotReplicatedError,
+    PayloadError,
     PermissionDeniedError,
     QueueStateError,
     RedisFailure,
@@ -37,6 +39,7 @@ from .errors import (
 from .flow.rate import RateLimit
 from .ids import StreamId
 from .message import Message
+from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
@@ -97,12 +100,15 @@ __all__ = (
     "HandlerCrashError",
     "HandlerError",
     "InvalidMessageIdError",
+    "Keyring",
     "Message",
     "MessageFormatError",
     "MessageNotFoundError",
     "MessageQueue",
+    "NewerVersionError",
     "NotReplicatedError",
     "PartialFailure",
+    "PayloadError",
     "PermissionDeniedError",
     "Publisher",
     "QueueStateError",

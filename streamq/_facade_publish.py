@@ -64,8 +64,10 @@ class PublishFacade:
             message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
         )
 
-    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
-        return self._checked.publisher(message_type, model)
+    def publisher(
+        self, message_type: str, model: type[M], *, version: int | None = None
+    ) -> TypedPublisher[M]:
+        return self._checked.publisher(message_type, model, version=version)
 
     async def run_periodics(self) -> None:
         """Run this queue's periodic publishers (MessageQueue.run does, with the consumer)."""

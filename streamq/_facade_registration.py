@@ -16,6 +16,7 @@ from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Routes
 from .flow.rate import RateLimit
 from .flow.settings import FlowConfig
+from .payload.versions import Upcast
 from .publish.middlewares import PublishMiddleware
 from .publish.periodic import Periodic
 
@@ -42,9 +43,17 @@ class RegistrationFacade:
         return self._registry.routes
 
     def handler(
-        self, message_type: str, *, model: Any = UNSET, rate: RateLimit | None = None
+        self,
+        message_type: str,
+        *,
+        model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
-        return self._registry.handler(message_type, model=model, rate=rate)
+        return self._registry.handler(
+            message_type, model=model, version=version, upcast=upcast, rate=rate
+        )
 
     def batch_handler(
         self,
@@ -54,10 +63,19 @@ class RegistrationFacade:
         max_wait: Duration | None = None,
         *,
         model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
         rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         return self._registry.batch_handler(
-            message_type, size, timeout, max_wait, model=model, rate=rate
+            message_type,
+            size,
+            timeout,
+            max_wait,
+            model=model,
+            version=version,
+            upcast=upcast,
+            rate=rate,
         )
 
     def register(self, handler: object) -> None:

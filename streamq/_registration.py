@@ -19,12 +19,14 @@ from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from ._decorators import refuse_bare
+from ._payload_routes import with_versions
 from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
 from .consume.routes import UNSET, BatchSettings, Namespace, Route, Routes
 from .errors import ConfigError
 from .flow.rate import RateLimit
 from .flow.settings import add_rate, checked_rate
+from .payload.versions import Upcast, Versions
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
 from .publish.periodic import Periodic, make_periodic
 
@@ -47,25 +49,40 @@ class Registry:
         self._handler_middlewares: list[HandlerMiddleware] = []
         self._publish_middlewares: list[PublishMiddleware] = []
         self._periodics: list[Periodic] = []
+        self._versions: dict[str, Versions] = {}  # the types given a version= or upcast=
 
     # -- handlers -------------------------------------------------------------------
     def handler(
-        self, message_type: str, *, model: Any = UNSET, rate: RateLimit | None = None
+        self,
+        message_type: str,
+        *,
+        model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` one by one.
 
         ``model``: what ``data`` is validated into; by default the handler's annotation
         ``Message[Model]``, resolved with the registering frame's local names too.
+        ``version``: the schema version of the model (1 by default), written in the ``ver``
+        field of what this queue publishes of the type; ``upcast``: ``{k: f}`` where
+        ``f`` turns the decoded JSON of a version-k ``data`` into version k + 1's, for
+        every k from the oldest version still taken to ``version - 1``
+        (docs/guides/payloads.md). Raises ConfigError for a version or upcast that
+        cannot be, or a type given two versions.
         ``rate``: a :class:`~streamq.RateLimit` on the type, shared by every consumer of
         the group (ConfigError if the type has another one already).
         """
         refuse_bare(self._owner, "handler", message_type, '"email"')
+        versions = self._checked_versions(message_type, version, upcast)
         limit = checked_rate(rate, "handler rate")
 
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals  # where the decorator is applied
             self._check_rate(message_type, limit)
             self.routes.add_single(message_type, func, model=model, namespace=namespace)
+            self._apply_versions(message_type, versions)
             self._add_rate(message_type, limit)
             return func
 
@@ -79,11 +96,15 @@ class Registry:
         max_wait: Duration | None = None,
         *,
         model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
         rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` in lists (see BatchConfig);
-        ``model`` and ``rate`` as for :meth:`handler` (a batch takes a permit per entry)."""
+        ``model``, ``version``, ``upcast`` and ``rate`` as for :meth:`handler` (a batch
+        takes a permit per entry)."""
         refuse_bare(self._owner, "batch_handler", message_type, '"email"')
+        versions = self._checked_versions(message_type, version, upcast)
         limit = checked_rate(rate, "batch_handler rate")
         settings = BatchSettings(
             size=size,
@@ -95,6 +116,7 @@ class Registry:
             namespace = sys._getframe(1).f_locals  # where the decorator is applied
             self._check_rate(message_type, limit)
             self.routes.add_batch(message_type, func, settings, model=model, namespace=namespace)
+            self._apply_versions(message_type, versions)
             self._add_rate(message_type, limit)
             return func
 
@@ -103,6 +125,8 @@ class Registry:
     def register(self, handler: object, namespace: Namespace | None = None) -> None:
         """Register a handler object (``message_type`` + ``handle``/``handle_batch``)."""
         self.routes.add_object(handler, namespace=namespace)
+        message_type = getattr(handler, "message_type", "")
+        self._apply_versions(message_type, self._versions.get(message_type))
 
     def include(
         self,
@@ -143,6 +167,35 @@ class Registry:
         own): what including them into a queue adds."""
         outer = tuple(self._handler_middlewares)
         return [_with_outer(route, outer) for route in self.routes.routes.values()]
+
+    def _checked_versions(
+        self, message_type: str, version: object, upcast: object
+    ) -> Versions | None:
+        """The versions given to a handler of ``message_type`` (None: none given), checked;
+        ConfigError if the type has other versions already."""
+        if version is None and upcast is None:
+            return None
+        where = f"handler of {message_type!r}"
+        versions = Versions.checked(1 if version is None else version, upcast, where)
+        known = self._versions.get(message_type)
+        if known is not None and known != versions:
+            raise ConfigError(
+                f"{where}: version={versions.version} with upcasts from "
+                f"{sorted(versions.upcast)}, but another handler of the type has "
+                f"version={known.version} with upcasts from {sorted(known.upcast)}: "
+                "give both the same version= and upcast="
+            )
+        return versions
+
+    def _apply_versions(self, message_type: str, versions: Versions | None) -> None:
+        """Give the type's route its versions (again: a later registration of the type
+        may have made its parser anew)."""
+        versions = versions or self._versions.get(message_type)
+        route = self.routes.routes.get(message_type)
+        if versions is None or route is None:
+            return
+        self._versions[message_type] = versions
+        with_versions(route, versions)
 
     # -- middlewares ----------------------------------------------------------------
     @property

@@ -2,12 +2,15 @@
 
 One channel per stream or partitioned topic (its address is the stream's name; a
 partitioned topic lists its partition streams), one message per type with the JSON Schema
-of its pydantic model as payload and the entry's other fields (``type``, ``meta``, ``key``)
-as headers, a ``receive`` operation per handler and a ``send`` operation per typed
-publisher (``mq.publisher(type, Model)``). Servers are the queues' URLs with any password
-removed; a queue on the embedded default server has none unless one is running. Default
-values that may be secrets (secret-typed and excluded fields, fields named as credentials,
-URLs with credentials) are left out of the schemas (:mod:`._schema_secrets`).
+of its pydantic model as payload and the entry's other fields (``type``, ``meta``,
+``key``) as headers, a ``receive`` operation per handler and a ``send`` operation per
+typed publisher (``mq.publisher(type, Model)``). Each message says its schema version and
+the versions its handler upcasts from (``x-streamq-version``, ``x-streamq-upcast-from``),
+which ``streamq compat`` compares between two documents (:mod:`streamq.payload.compat`).
+Servers are the queues' URLs with any password removed; a queue on the embedded default
+server has none unless one is running. Default values that may be secrets (secret-typed
+and excluded fields, fields named as credentials, URLs with credentials) are left out of
+the schemas (:mod:`._schema_secrets`).
 
 ``streamq asyncapi module:attr [--yaml] [--output F]`` prints it.
 """
@@ -15,6 +18,7 @@ URLs with credentials) are left out of the schemas (:mod:`._schema_secrets`).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -23,6 +27,7 @@ from pydantic import TypeAdapter
 from ._schema_secrets import SecretFreeSchema
 from ._version import __version__
 from .config import env_url
+from .payload.reading import versions_of
 from .wire.urls import check_url
 
 if TYPE_CHECKING:
@@ -55,7 +60,8 @@ class _Document:
         channel_id = _name(mq.stream)
         channel = self.channels.setdefault(channel_id, _channel(mq, server))
         for type_name, route in sorted(mq.route_table.routes.items()):
-            message_id = self._message(type_name, route.model)
+            versions = versions_of(route)
+            message_id = self._message(type_name, route.model, versions.version, versions.upcast)
             channel["messages"][message_id] = {"$ref": f"#/components/messages/{message_id}"}
             group = getattr(mq, "group", None)
             operation_id = _name(f"receive-{mq.stream}-{group or 'fanout'}-{type_name}")
@@ -66,7 +72,7 @@ class _Document:
                 "summary": _receive_summary(route, group),
             }
         for type_name, model in sorted(_typed_publishers(mq).items()):
-            message_id = self._message(type_name, model)
+            message_id = self._message(type_name, model, _written_version(mq, type_name), {})
             channel["messages"][message_id] = {"$ref": f"#/components/messages/{message_id}"}
             self.operations[_name(f"send-{mq.stream}-{type_name}")] = {
                 "action": "send",
@@ -84,7 +90,7 @@ class _Document:
         self.servers.setdefault(server_id, server)
         return server_id
 
-    def _message(self, type_name: str, model: Any) -> str:
+    def _message(self, type_name: str, model: Any, version: int, upcast: Mapping[int, Any]) -> str:
         message_id = _name(type_name)
         if message_id not in self.messages:
             self.messages[message_id] = {
@@ -93,6 +99,8 @@ class _Document:
                 "contentType": "application/json",
                 "headers": _headers(type_name),
                 "payload": self._schema_of(model),
+                "x-streamq-version": version,
+                "x-streamq-upcast-from": sorted(upcast),
             }
         return message_id
 
@@ -173,6 +181,12 @@ def _headers(type_name: str) -> dict[str, Any]:
                 "description": "JSON object of strings (trace context, your own fields)",
             },
             "key": {"type": "string", "description": "the publish key, if any"},
+            "ver": {"type": "string", "description": "the schema version (absent: 1)"},
+            "enc": {
+                "type": "string",
+                "description": "how data is encoded: zstd, gzip, aesgcm, joined by +",
+            },
+            "kid": {"type": "string", "description": "the ID of the key that encrypted it"},
         },
     }
 
@@ -181,6 +195,11 @@ def _receive_summary(route: Any, group: str | None) -> str:
     how = "in batches" if route.batch is not None and route.single is None else "one by one"
     who = f"consumer group {group!r}" if group else "every instance (no consumer group)"
     return f"handle {route.type_name!r} messages {how}, read by {who}"
+
+
+def _written_version(mq: MessageQueue, type_name: str) -> int:
+    written = getattr(mq, "written_versions", None)
+    return 1 if written is None else int(written(type_name))
 
 
 def _typed_publishers(mq: MessageQueue) -> dict[str, Any]:

@@ -7,6 +7,8 @@ Every error streamq raises derives from :class:`StreamqError`::
     │   ├── HandlerError                  a handler registered in an unusable form, or twice
     │   └── ConsumerNameTakenError        another live process consumes under this name
     ├── MessageFormatError (ValueError)   an entry or payload that does not fit wire format v1
+    │   └── PayloadError                  an entry's ``enc``/``kid``/``ver`` cannot be decoded
+    │       └── NewerVersionError         an entry of a newer schema version than handled here
     ├── InvalidMessageIdError (ValueError)   a stream entry ID that is not ``ms-seq``
     ├── MessageNotFoundError (LookupError)   an ID that is not in the stream
     ├── QueueStateError (RuntimeError)    an operation the queue's state does not allow
@@ -41,6 +43,25 @@ class ConfigError(StreamqError, ValueError):
 
 class MessageFormatError(StreamqError, ValueError):
     """An entry or payload does not follow wire format v1."""
+
+
+class PayloadError(MessageFormatError):
+    """An entry's payload cannot be decoded: an unknown ``enc``, damaged compressed data,
+    an unknown key ID or a failed authentication tag, a ``ver`` that is not a positive
+    integer, an upcast that raises or returns what the model refuses.
+
+    ``version``: the entry's schema version (None when its ``ver`` is unreadable);
+    ``step``: the step that failed (``"enc"``, ``"base64"``, ``"zstd"``, ``"gzip"``,
+    ``"aesgcm"``, ``"ver"``, ``"upcast 1->2"``, ``"validation"``)."""
+
+    def __init__(self, message: str, *, version: int | None, step: str) -> None:
+        super().__init__(message)
+        self.version, self.step = version, step
+
+
+class NewerVersionError(PayloadError):
+    """An entry's schema version is newer than the handler here knows: it waits for a
+    consumer that knows it, or is dead-lettered (``on_newer_version``)."""
 
 
 class InvalidMessageIdError(StreamqError, ValueError):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Never, TypeAlias
+from typing import TYPE_CHECKING, Any, Never
 
 import anyio
 import redis.asyncio as aioredis
@@ -19,6 +19,7 @@ from ._facade_registration import RegistrationFacade
 from ._facade_topic import TopicFacade
 from ._health import health_report
 from ._opening import open_until_ready, try_open
+from ._payload_routes import WrittenVersions, bind
 from ._queue_args import check_identity, check_ordered, default_consumer_name
 from ._registration import Registry
 from ._stop_signals import owns_signals, watch_stop_signals
@@ -33,10 +34,9 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consume.build import AnyConsumer as GroupConsumer
-from .consume.build import Policies, Topic, build_consumer, build_ordered
-from .consume.context import inside_handler
-from .consume.fanout_dispatch import NO_GROUP
+from .consume.build import Policies, Topic, build_consumer, build_fanout, build_ordered
+from .consume.context import NO_GROUP, inside_handler
+from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
@@ -44,6 +44,9 @@ from .errors import ConfigError, QueueStateError
 from .flow.rate import RateLimit
 from .flow.settings import queue_rate_limits
 from .logs import run_as_consumer
+from .payload.encoding import Compression, PayloadCodec
+from .payload.keyring import Keyring
+from .payload.reading import OnNewerVersion, check_on_newer_version
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
 from .publish.scheduled import ScheduledMessages
@@ -58,10 +61,9 @@ from .wire.routing import Deployment
 from .wire.urls import check_url
 
 if TYPE_CHECKING:
-    from .consume.fanout import FanoutConsumer
+    pass
 
 log = logging.getLogger(__name__)
-AnyConsumer: TypeAlias = "GroupConsumer | FanoutConsumer"
 
 
 class State(enum.Enum):
@@ -91,6 +93,14 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             consumers (docs/guides/ordering.md); ``on_poison``: what an entry failing
             ``max_deliveries`` times does to its key, ``"dead_letter"`` (it goes on) or
             ``"halt"`` (it waits for :meth:`release_halted_key`).
+        compression: ``"zstd"`` (extra ``[zstd]``) or ``"gzip"``: a ``data`` longer than
+            ``compress_over`` bytes is written compressed. ``encryption``: a
+            :class:`Keyring` whose current key encrypts ``data`` and the ``meta`` values
+            named in ``encrypt_meta`` (extra ``[crypto]``); its keys decrypt what this queue
+            consumes. ``on_newer_version``: what an entry of a newer schema version than
+            its handler's does, ``"wait"`` for a consumer that knows it (as an entry of an
+            unknown type does) or ``"dead_letter"``. Consumers decode whatever they read,
+            whatever their own settings (docs/guides/payloads.md).
         rate_limits: message type -> :class:`~streamq.RateLimit`, held on the server and
             shared by every consumer of the group (or give one with the handler:
             ``@mq.handler("email", rate=RateLimit(100))``); docs/guides/flow-control.md.
@@ -126,6 +136,11 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         partitions: int = 1,
         ordered: bool = False,
         on_poison: OnPoison = "dead_letter",
+        compression: Compression | None = None,
+        compress_over: int = 1024,
+        encryption: Keyring | None = None,
+        encrypt_meta: Iterable[str] = (),
+        on_newer_version: OnNewerVersion = "wait",
         rate_limits: Mapping[str, RateLimit] | None = None,
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
@@ -159,8 +174,13 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             Publishing(self._topic), registered.routes, registered.publish_middlewares, stream
         )
         self._typed_publishers = self._checked.typed_publishers  # for the AsyncAPI document
+        self.written_versions = WrittenVersions(registered.routes, self._checked.typed_versions)
+        self._topic.codec = PayloadCodec(
+            compression, compress_over, encryption, encrypt_meta, self.written_versions
+        )
+        self.on_newer_version = check_on_newer_version(on_newer_version)
         self._state = State.NEW
-        self._consumer: AnyConsumer | None = None
+        self._consumer: Engine | None = None
         self._positions: dict[str, str] = {}  # fan-out: each stream's read cursor
         self.done = anyio.Event()
         self.stop_reason: str | None = None
@@ -279,14 +299,13 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         await self._topic.close()
 
     # -- consuming ------------------------------------------------------------------
-    def _build_consumer(self) -> AnyConsumer:
+    def _build_consumer(self) -> Engine:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
+        router = bind(router, self._topic.codec.keyring, self.on_newer_version)
         policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
-        if self.group is None:  # loaded on first use, as ordered mode (consume/build.py)
-            from .consume.fanout import FanoutConsumer
-
-            return FanoutConsumer(topic, self._client_for, router, policies, self._positions)
+        if self.group is None:
+            return build_fanout(topic, self._client_for, router, policies, self._positions)
         if self.ordered:
             return build_ordered(
                 topic, self._client_for, router, policies, self.on_poison, self._topic.stopped
@@ -345,7 +364,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         if consumer.error is not None:
             raise consumer.error
 
-    async def _open_until_ready(self, consumer: AnyConsumer) -> bool:
+    async def _open_until_ready(self, consumer: Engine) -> bool:
         """Retry opening with backoff until it works (True) or a stop is asked (False)."""
         ready = await open_until_ready(self._prepare, consumer.stop_requested)
         if ready:

@@ -32,6 +32,7 @@ from .config import Duration
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Route, Routes
 from .flow.rate import RateLimit
+from .payload.versions import Upcast
 from .publish.periodic import Periodic
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,9 +61,17 @@ class Router:
         return self._registry.routes
 
     def handler(
-        self, message_type: str, *, model: Any = UNSET, rate: RateLimit | None = None
+        self,
+        message_type: str,
+        *,
+        model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
-        return self._registry.handler(message_type, model=model, rate=rate)
+        return self._registry.handler(
+            message_type, model=model, version=version, upcast=upcast, rate=rate
+        )
 
     def batch_handler(
         self,
@@ -72,10 +81,19 @@ class Router:
         max_wait: Duration | None = None,
         *,
         model: Any = UNSET,
+        version: int | None = None,
+        upcast: Mapping[int, Upcast] | None = None,
         rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         return self._registry.batch_handler(
-            message_type, size, timeout, max_wait, model=model, rate=rate
+            message_type,
+            size,
+            timeout,
+            max_wait,
+            model=model,
+            version=version,
+            upcast=upcast,
+            rate=rate,
         )
 
     def register(self, handler: object) -> None:

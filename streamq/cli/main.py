@@ -43,6 +43,7 @@ from .commands import (
     cmd_terminate,
     cmd_unpause,
 )
+from .compat import add_compat_arguments, cmd_compat
 from .dashboard import add_dashboard_arguments, cmd_dashboard
 from .forget import add_forget_arguments
 from .halted import add_halted_arguments
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("asyncapi", cmd_asyncapi, "print the AsyncAPI 3.0 document of a queue or App",
                 stream=False)  # fmt: skip
     add_asyncapi_arguments(p)
+    p = command("compat", cmd_compat, "the breaking changes between two AsyncAPI documents "
+                "(OLD NEW): exit 1 when there is one", stream=False)  # fmt: skip
+    add_compat_arguments(p)
     p = command("publish", cmd_publish, "publish one message: STREAM TYPE JSON")
     p.add_argument("type")
     p.add_argument("json")
@@ -191,7 +195,13 @@ def _confirm(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("server", "dashboard", "run", "asyncapi"):  # not a request to Redis
+        if args.command in (
+            "server",
+            "dashboard",
+            "run",
+            "asyncapi",
+            "compat",
+        ):  # not a request to Redis
             return int(args.func(args))
         _confirm(args)
         coro: Callable[[argparse.Namespace], Coroutine[Any, Any, str]] = args.func

@@ -18,6 +18,7 @@ from typing import Any
 from .._text import age as age
 from .._text import one_line as one_line
 from .._text import terminal_safe as terminal_safe
+from ..payload.display import shown_data
 from ..topic.admin import TopicInfo
 from ..topic.deadletter import DeadLetter, keep_start
 from ..wire.replies import Pending, text
@@ -145,14 +146,19 @@ def _traceback_lines(traceback: str, full: bool) -> list[str]:
 # -- tail: one JSON object per line ------------------------------------------------
 def tail_line(entry_id: str, fields: Mapping[bytes, bytes]) -> str:
     """``{"id", "type", "data", "meta"}`` as one line of ASCII JSON: ``data`` and ``meta``
-    decoded (raw text plus ``data_error``/``meta_error`` when they are not valid JSON),
+    decoded (raw text plus ``data_error``/``meta_error`` when they are not valid JSON; a
+    compressed ``data`` decompressed, an encrypted one ``null`` with ``encrypted``),
     fields outside the wire format under ``other_fields``."""
     raw_type = fields.get(b"type")
     record: dict[str, Any] = {
         "id": entry_id,
         "type": decoded(raw_type) if raw_type is not None else None,
     }
-    record.update(_decoded_json("data", fields.get(b"data")))
+    data, said = shown_data(fields)  # decompressed; an encrypted payload shown as such
+    if said:
+        record.update(data=None, **said)
+    else:
+        record.update(_decoded_json("data", data))
     raw_meta = fields.get(b"meta")
     record.update(_decoded_json("meta", raw_meta) if raw_meta is not None else {"meta": {}})
     if raw_meta is not None and "meta_error" not in record and not isinstance(record["meta"], dict):

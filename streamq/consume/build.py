@@ -1,11 +1,26 @@
-"""Building the consumer of a queue: one :class:`Consumer`, or one per partition of a
-partitioned topic run as one (:class:`PartitionedConsumer`) within shared limits."""
+"""Building the consumer of a queue, by mode: its source and its outcome policy, on the
+one engine (:class:`Consumer`; one per partition of a partitioned topic, run as one by
+:class:`PartitionedConsumer` within shared limits). Ordered mode runs the partitions its
+member owns (:mod:`.ordered`).
+
+=========  ===============================================  ===========================
+mode       source                                           outcome policy
+=========  ===============================================  ===========================
+shared     the group: XREADGROUP (pending first, then ``>``)  :class:`GroupOutcomes`:
+           and XAUTOCLAIM of idle entries                   ack, redeliver, dead letter
+fan-out    XREAD from a cursor kept in memory, no group     :class:`FanoutOutcomes`:
+                                                            log and count
+ordered    the owned partitions, fenced (:mod:`.ordered`)   :class:`GroupOutcomes` with
+                                                            fenced acks, retry in place,
+                                                            halt (``on_poison="halt"``)
+=========  ===============================================  ===========================
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 import anyio
 import redis.asyncio as aioredis
@@ -22,6 +37,7 @@ from .consumer import Consumer, Parts
 from .context import Place
 from .dispatch import Dispatcher
 from .mover import Mover
+from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
 from .partitioned import PartitionedConsumer
 from .reader import Identity, Reader
 from .routes import Routes
@@ -41,9 +57,6 @@ class Topic:
     consumer: str
 
 
-AnyConsumer: TypeAlias = "Consumer | PartitionedConsumer | OrderedConsumer"
-
-
 @dataclass(frozen=True, slots=True)
 class Policies:
     config: ConsumerConfig
@@ -52,28 +65,44 @@ class Policies:
     cleanup: CleanupPolicy
 
 
+ClientFor = Callable[[str], aioredis.Redis]
+# one partition's consumer: (its index, the limits its partitions share, or None)
+OnePartition = Callable[[int, SharedLimits | None], Consumer]
+
+
 def build_consumer(
     topic: Topic,
-    client_for: Callable[[str], aioredis.Redis],
+    client_for: ClientFor,
     router: Routes,
     policies: Policies,
     stopped: Sequence[StoppedView],
 ) -> Consumer | PartitionedConsumer:
-    if len(topic.streams) == 1:
-        return _consumer(topic, 0, client_for, router, policies, stopped[0], None)
-    limits = SharedLimits.for_partitions(policies.config, len(topic.streams))
-    return PartitionedConsumer(
-        [
-            _consumer(topic, i, client_for, router, policies, stopped[i], limits)
-            for i in range(len(topic.streams))
-        ],
-        limits.pool,
-    )
+    """Shared mode: the group's consumer."""
+
+    def one(index: int, limits: SharedLimits | None) -> Consumer:
+        return _shared(topic, index, client_for, router, policies, stopped[index], limits)
+
+    return _assembled(topic, policies, one, claimers=True)
+
+
+def build_fanout(
+    topic: Topic,
+    client_for: ClientFor,
+    router: Routes,
+    policies: Policies,
+    positions: MutableMapping[str, str],
+) -> Consumer | PartitionedConsumer:
+    """Fan-out mode (``group=None``): a subscriber reading every entry with XREAD."""
+
+    def one(index: int, limits: SharedLimits | None) -> Consumer:
+        return _fanout(topic, index, client_for, router, policies, positions, limits)
+
+    return _assembled(topic, policies, one, claimers=False)
 
 
 def build_ordered(
     topic: Topic,
-    client_for: Callable[[str], aioredis.Redis],
+    client_for: ClientFor,
     router: Routes,
     policies: Policies,
     on_poison: OnPoison,
@@ -91,10 +120,50 @@ def build_ordered(
     )  # fmt: skip
 
 
-def _consumer(
+def _assembled(
+    topic: Topic, policies: Policies, one: OnePartition, *, claimers: bool
+) -> Consumer | PartitionedConsumer:
+    """One consumer for a plain stream; one per partition, run as one, for a topic."""
+    if len(topic.streams) == 1:
+        return one(0, None)
+    limits = SharedLimits.for_partitions(policies.config, len(topic.streams), claimers=claimers)
+    return PartitionedConsumer([one(i, limits) for i in range(len(topic.streams))], limits.pool)
+
+
+def _place(topic: Topic, index: int, limits: SharedLimits | None) -> Place:
+    """What a Message says of where it comes from: the topic, and the partition if any."""
+    return Place(topic.streams[index]) if limits is None else Place(topic.name, index)
+
+
+def _capacity(config: ConsumerConfig, limits: SharedLimits | None, *, claimers: bool) -> Capacity:
+    return Capacity(
+        config.max_in_flight, config.read_count, limits.budget if limits else None,
+        limits.pool.workers if limits else None, claimers=claimers,
+    )  # fmt: skip
+
+
+def _dispatcher(
+    consumer: Consumer, place: Place, policies: Policies, outcomes: Outcomes, *, bisect: bool
+) -> Dispatcher:
+    config = policies.config
+    return Dispatcher(
+        router=consumer.router, group=consumer.id.group, retry=policies.retry,
+        outcomes=outcomes, handler_timeout=config.handler_timeout,
+        thread_limiter=anyio.CapacityLimiter(config.concurrency), stats=consumer.stats,
+        bisect_batches=bisect, place=place, summary=consumer.summary,
+    )  # fmt: skip
+
+
+def _batcher(consumer: Consumer, policies: Policies, limits: SharedLimits | None) -> Batcher:
+    slots = limits.handlers if limits else anyio.CapacityLimiter(policies.config.concurrency)
+    return Batcher(policies.batch, consumer.flush_batch, slots)
+
+
+# -- shared mode ----------------------------------------------------------------------
+def _shared(
     topic: Topic,
     index: int,
-    client_for: Callable[[str], aioredis.Redis],
+    client_for: ClientFor,
     router: Routes,
     policies: Policies,
     stopped: StoppedView,
@@ -102,27 +171,22 @@ def _consumer(
 ) -> Consumer:
     stream = topic.streams[index]
     client = client_for(stream)
-    identity = Identity(stream, topic.group, topic.consumer)
     background = []
     if policies.cleanup.enabled:
         background.append(Cleaner(client, stream, policies.cleanup).run_periodically)
-    # what a Message says of where it comes from: the topic, and the partition if any
-    place = Place(stream) if limits is None else Place(topic.name, index)
+    place = _place(topic, index, limits)
     consumer = Consumer(
-        client,
-        identity,
-        router=router,
-        config=policies.config,
-        stopped=stopped,
-        wiring=lambda consumer: _parts(consumer, client, place, policies, stopped, limits),
+        client, Identity(stream, topic.group, topic.consumer), router=router,
+        config=policies.config, stopped=stopped,
+        wiring=lambda consumer: _shared_parts(consumer, client, place, policies, stopped, limits),
         background=background,
-    )
+    )  # fmt: skip
     # every running consumer delivers its stream's scheduled messages when due
     background.append(Mover(client, stream, topic.consumer, consumer.stats).run)
     return consumer
 
 
-def _parts(
+def _shared_parts(
     consumer: Consumer,
     client: aioredis.Redis,
     place: Place,
@@ -132,13 +196,8 @@ def _parts(
 ) -> Parts:
     """The parts of ``consumer``: one in-flight table (in the Capacity) and one Acker,
     handed to the parts that need them; the parts call back into the consumer."""
-    config, identity = policies.config, consumer.id
-    capacity = Capacity(
-        config.max_in_flight,
-        config.read_count,
-        limits.budget if limits else None,
-        limits.pool.workers if limits else None,
-    )
+    config, identity, summary = policies.config, consumer.id, consumer.summary
+    capacity = _capacity(config, limits, claimers=True)
     acker = Acker(client, identity.stream, identity.group)
     claimer = Claimer(
         client, stream=identity.stream, group=identity.group, consumer=identity.consumer,
@@ -155,40 +214,74 @@ def _parts(
         on_stop=consumer.on_stop_notice, on_resume=lambda _id: claimer.wake(),
         on_terminate=consumer.on_terminate_notice,
     )  # fmt: skip
-    slots = limits.handlers if limits else None
-    batcher = Batcher(
-        policies.batch, consumer.flush_batch, slots or anyio.CapacityLimiter(config.concurrency)
-    )
-    dispatcher = _dispatcher(consumer, client, place, policies, acker, claimer)
+    outcomes = GroupOutcomes(
+        ack=acker.ack, ack_many=acker.ack_many, group=identity.group,
+        consumer=identity.consumer, retry=policies.retry,
+        dead_letters=DeadLetters(client, identity.stream, summary=summary),
+        unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
+        retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
+    )  # fmt: skip
+    dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect)
     pool = limits.pool.entrance(consumer) if limits else None
+    slots = limits.handlers if limits else None
+    batcher = _batcher(consumer, policies, limits)
     return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots, pool)
 
 
-def _dispatcher(
+# -- fan-out mode ---------------------------------------------------------------------
+def _ignore(entry_id: str) -> None:
+    """Stop and resume notices: of a group's entries, not a fan-out subscriber's."""
+
+
+def _fanout(
+    topic: Topic,
+    index: int,
+    client_for: ClientFor,
+    router: Routes,
+    policies: Policies,
+    positions: MutableMapping[str, str],
+    limits: SharedLimits | None,
+) -> Consumer:
+    stream = topic.streams[index]
+    client = client_for(stream)
+    place = _place(topic, index, limits)
+    return Consumer(
+        client, Identity(stream, topic.group, topic.consumer), router=router,
+        config=policies.config, stopped=StoppedView(),  # nothing is stopped without a group
+        wiring=lambda consumer: _fanout_parts(consumer, client, place, policies, positions,
+                                              limits),
+    )  # fmt: skip
+
+
+def _fanout_parts(
     consumer: Consumer,
     client: aioredis.Redis,
     place: Place,
     policies: Policies,
-    acker: Acker,
-    claimer: Claimer,
-) -> Dispatcher:
-    identity, config = consumer.id, policies.config
-    return Dispatcher(
-        router=consumer.router,
-        stream=identity.stream,
-        group=identity.group,
-        consumer=identity.consumer,
-        retry=policies.retry,
-        acker=acker,
-        dead_letters=DeadLetters(client, identity.stream, summary=consumer.summary),
-        unrouted=UnroutedDeliveries(
-            client, identity.stream, identity.group, summary=consumer.summary
-        ),
-        schedule_retry=claimer.retry_later,
-        handler_timeout=config.handler_timeout,
-        thread_limiter=anyio.CapacityLimiter(config.concurrency),
-        stats=consumer.stats,
-        bisect_batches=policies.batch.bisect,
-        place=place,
-        summary=consumer.summary,
+    positions: MutableMapping[str, str],
+    limits: SharedLimits | None,
+) -> Parts:
+    # loaded on first use: a queue with a group never loads fan-out's source
+    from .fanout import StreamReader
+
+    config, stream = policies.config, consumer.id.stream
+    capacity = _capacity(config, limits, claimers=False)
+    reader = StreamReader(
+        client, stream, config=config, capacity=capacity, positions=positions,
+        enqueue=consumer.enqueue, stopping=consumer.stopping,
+        gone=lambda reason: consumer.request_stop(reason, auto=True), fail=consumer.fail,
+    )  # fmt: skip
+    listener = ControlListener(  # a terminate notice: the reader looks at once
+        client, stream, None, resync_interval=config.stopped_resync,
+        on_stop=_ignore, on_resume=_ignore, on_terminate=reader.check_gone,
+    )  # fmt: skip
+    prefix = None if place.partition is None else f"{place.partition}:"
+    outcomes = FanoutOutcomes(
+        stream, prefix, policies.retry.attempts, consumer.stats, consumer.summary
     )
+    # no redelivery: a batch is retried whole, never bisected
+    dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=False)
+    pool = limits.pool.entrance(consumer) if limits else None
+    slots = limits.handlers if limits else None
+    batcher = _batcher(consumer, policies, limits)
+    return Parts(capacity, None, reader, None, dispatcher, batcher, listener, slots, pool)

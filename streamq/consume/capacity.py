@@ -1,23 +1,19 @@
-"""Bounded in-flight work: never hold more fetched entries than the handlers can start.
+"""Bounded in-flight work of shared and fan-out mode: never hold more fetched entries than
+the handlers can start (:mod:`.budget` says what ``max_in_flight`` counts).
 
-An entry counts from the moment it is fetched (read or claimed) until its handler has
-finished with it; a fetch in progress holds (reserves) room for as many entries as it asked
-for, so the read loop and the claimer, which fetch concurrently, never overshoot
-``max_in_flight``. Fetched entries therefore never wait long enough in the PEL to be
-claimed by someone else.
+A :class:`Capacity` is one stream's in-flight table within its :class:`~.budget.Budget`
+(its own, or one shared with the topic's other partitions): fetched entries never wait
+long enough in the PEL to be claimed by someone else.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import TracebackType
-
-import anyio
 
 from ..config import ConsumerConfig
 from ..message import RawEntry
+from .budget import Budget, Slots
 from .inflight import InFlight, Workers
 from .pool import SharedPool
 
@@ -33,82 +29,12 @@ class SharedLimits:
     pool: SharedPool
 
     @classmethod
-    def for_partitions(cls, config: ConsumerConfig, partitions: int) -> SharedLimits:
-        budget = Budget(config.max_in_flight, config.read_count, readers=partitions)
+    def for_partitions(
+        cls, config: ConsumerConfig, partitions: int, *, claimers: bool = True
+    ) -> SharedLimits:
+        budget = Budget(config.max_in_flight, config.read_count, partitions, claimers=claimers)
         pool = SharedPool(config.concurrency, partitions)
         return cls(budget, Slots(config.concurrency), pool)
-
-
-class Slots:
-    """At most ``total`` holders at once (``async with slots:``), first come first served.
-
-    Unlike ``anyio.CapacityLimiter``, taking a free slot does not yield to the event loop:
-    the partitions' workers take one per entry, and a checkpoint per entry halved the
-    throughput of a fast handler. Waiting (all slots taken) is cancellable as usual.
-    """
-
-    def __init__(self, total: int) -> None:
-        self.total = self.free = total
-        self._waiters: deque[anyio.Event] = deque()
-
-    async def __aenter__(self) -> None:
-        if self.free and not self._waiters:
-            self.free -= 1
-            return
-        event = anyio.Event()
-        self._waiters.append(event)
-        try:
-            await event.wait()  # a releasing holder hands its slot over and sets it
-        except BaseException:
-            if event.is_set():  # handed a slot while being cancelled: pass it on
-                self._release()
-            else:
-                self._waiters.remove(event)
-            raise
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        if self._waiters:
-            self._waiters.popleft().set()
-        else:
-            self.free += 1
-
-
-class Budget:
-    """The in-flight limit of one process, shared by the capacities of a topic's partitions
-    (one for a plain stream): ``max_in_flight`` entries over all of them together."""
-
-    def __init__(self, max_in_flight: int, read_count: int, readers: int = 1) -> None:
-        self.max = max_in_flight
-        self.used = 0  # entries in flight over all the capacities sharing this budget
-        # A blocking read holds its room while it waits; the readers together hold at most
-        # half the limit, so the claimers have room to take over idle entries: each a fair
-        # share of that half (but see Capacity.read_size for a busy partition's read).
-        self.read_limit = max(1, max_in_flight // (2 * readers))
-        # a reader waits until a quarter of a read fits, rather than reading one by one
-        self.low_water = max(1, min(read_count, self.read_limit * 2) // 4)
-        self.reserved = 0
-        self._room_event = anyio.Event()
-        self.waiting = False  # a reader waits for room: finishing an entry wakes it
-
-    def room(self) -> int:
-        return self.max - self.used - self.reserved
-
-    async def wait_for_room(self, stopping: Callable[[], bool]) -> None:
-        while self.room() < self.low_water and not stopping():
-            if self._room_event.is_set():  # a new one only once the last was used: the
-                self._room_event = anyio.Event()  # partitions' readers wait on the same one
-            self.waiting = True
-            await self._room_event.wait()
-
-    def wake(self) -> None:
-        if self.waiting:
-            self.waiting = False
-            self._room_event.set()
 
 
 class Capacity:
@@ -122,9 +48,11 @@ class Capacity:
         read_count: int,
         budget: Budget | None = None,
         workers: Workers | None = None,
+        *,
+        claimers: bool = True,
     ) -> None:
         self.in_flight = InFlight(workers)
-        self.budget = budget or Budget(max_in_flight, read_count)
+        self.budget = budget or Budget(max_in_flight, read_count, claimers=claimers)
         self.read_limit = self.budget.read_limit
         self.busy = False  # the last read came back full: more entries are waiting
 
@@ -144,11 +72,10 @@ class Capacity:
 
     def reserve(self, n: int) -> None:
         """Hold room for a fetch in progress."""
-        self.budget.reserved += n
+        self.budget.reserve(n)
 
     def release(self, n: int) -> None:
-        self.budget.reserved -= n
-        self.budget.wake()  # room is back (a read that came back empty finishes nothing)
+        self.budget.release(n)
 
     def release_read(self, n: int, got: int) -> None:
         """A read of ``n`` new entries is over with ``got`` (``got == n``: more wait)."""

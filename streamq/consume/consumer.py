@@ -1,9 +1,16 @@
-"""The read loop: pending first, then new entries; bounded in-flight work; ordered shutdown.
+"""The consumer engine of shared and fan-out mode: a source's entries, bounded in flight,
+handed to the workers (or the batcher), dispatched, their outcomes applied by the mode's
+policy; ordered shutdown.
+
+A mode is its source and its outcome policy (wired in :mod:`streamq.consume.build`):
+shared mode reads its group (:class:`~.reader.Reader`: pending first, then ``>``) and
+claims idle entries (:class:`~.claiming.Claimer`), with acks; fan-out reads with ``XREAD``
+(:class:`~.fanout.StreamReader`), with neither acks nor claims.
 
 Tasks of one running consumer (all owned by :meth:`Consumer.run`)::
 
-    services  control listener, acker, claimer, lease renewer, cleaner
-    work      `concurrency` workers  <- WorkQueue <- read loop and claimer (enqueue)
+    services  control listener, acker, claimer, lease renewer, cleaner (a group's)
+    work      `concurrency` workers  <- WorkQueue <- source and claimer (enqueue)
               batch flushes          <- Batcher   <- (entries of batch-handled types)
 
 A partition of a partitioned topic runs no workers of its own: it enqueues into the
@@ -20,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import redis.asyncio as aioredis
@@ -39,14 +46,16 @@ from ..message import RawEntry
 from ..topic.control import ControlListener, StoppedView, hold_message
 from .acks import Acker
 from .batching import Batcher
-from .capacity import Capacity, Slots
+from .budget import Slots
+from .capacity import Capacity
 from .claiming import Claimer
 from .dispatch import Dispatcher
 from .failures import describe
 from .gone import confirmed_gone
 from .inflight import Running
+from .lifecycle import Lifecycle
 from .pool import WORKER_TASK, PoolEntrance, run_worker
-from .reader import Identity, Reader
+from .reader import Identity
 from .routes import Route, Routes
 from .stats import Stats
 from .traced import traced
@@ -59,14 +68,25 @@ ACK_FLUSH_TIMEOUT = 10.0
 GONE_CHECK_BACKOFF = 0.5
 
 
+class Source(Protocol):
+    """What a consumer reads from: it enqueues what it reads until the consumer stops."""
+
+    claimed_total: int  # entries it took over from other consumers (a read with CLAIM)
+
+    async def run(self) -> None: ...
+
+    def cancel(self) -> None:
+        """Wake a blocked read at once (stop)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Parts:
     """The collaborators of one consumer, wired by :mod:`streamq.consume.build`."""
 
     capacity: Capacity  # owns the in-flight table
-    acker: Acker  # every XACK of the consumer's entries
-    reader: Reader
-    claimer: Claimer
+    acker: Acker | None  # every XACK of the consumer's entries (None: fan-out)
+    reader: Source
+    claimer: Claimer | None  # None: fan-out
     dispatcher: Dispatcher
     batcher: Batcher
     listener: ControlListener
@@ -74,7 +94,7 @@ class Parts:
     pool: PoolEntrance | None = None  # a partition's way into the topic's one worker pool
 
 
-class Consumer:
+class Consumer(Lifecycle):
     """One running consumer of a group. Built by :func:`streamq.consume.build.build_consumer`
     and run by MessageQueue.run()."""
 
@@ -90,6 +110,8 @@ class Consumer:
         background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
     ) -> None:
         """``wiring``: builds the parts, which call back into this consumer."""
+        kind = "consumer" if identity.group else "fan-out subscriber"
+        super().__init__(f"{kind} {identity.consumer}")
         self._client = client
         self.id = identity
         self.stats = Stats()
@@ -103,11 +125,6 @@ class Consumer:
         self._background = background
         self._queue: WorkQueue[tuple[RawEntry, Route | None]] = WorkQueue()
         self._claim_scope = anyio.CancelScope()
-        self.stop_reason: str | None = None
-        self.stop_requested = anyio.Event()
-        self.reading = False  # between start-up and shutdown of run()
-        self.auto_stopped = False
-        self.error: BaseException | None = None
         parts = wiring(self)
         self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
         self.claimer, self.dispatcher, self.batcher = parts.claimer, parts.dispatcher, parts.batcher
@@ -161,8 +178,8 @@ class Consumer:
         stats = self.stats
         report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
         report.update(
-            claimed=self.claimer.claimed_total + self.reader.claimed_total,
-            acked=self.acker.acked,
+            claimed=self.reader.claimed_total + (self.claimer.claimed_total if self.claimer else 0),
+            acked=self.acker.acked if self.acker else 0,
             in_flight=len(self.capacity.in_flight),
             handler_seconds=stats.handler_seconds.snapshot(),
             batch_size=stats.batch_size.snapshot(),
@@ -170,17 +187,8 @@ class Consumer:
         )
         return report
 
-    def stopping(self) -> bool:
-        return self.stop_reason is not None
-
     # -- stopping -------------------------------------------------------------------
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
-        """Stop reading; ``run`` then drains and returns. The first reason wins."""
-        if self.stop_reason is not None:
-            return
-        self.stop_reason, self.auto_stopped = reason, auto
-        self.stop_requested.set()
-        log.info("consumer %s stopping: %s", self.id.consumer, reason)
+    def _on_stop(self) -> None:
         self.reader.cancel()
         self._claim_scope.cancel()
         self.capacity.wake()
@@ -206,23 +214,6 @@ class Consumer:
             log.warning("auto-stop (%s): terminate notice confirmed", reason)
             self.request_stop(reason, auto=True)
 
-    def fail(self, error: RedisFailure) -> None:
-        self.error = error
-        self.request_stop("error", auto=True)
-
-    def _died(self, part: str, error: BaseException) -> None:
-        """A part of the consumer ended without being asked to: stop with reason 'error'."""
-        if self.stopping():
-            return
-        log.error("%s of consumer %s died: %s", part, self.id.consumer, describe(error),
-                  exc_info=error)  # fmt: skip
-        self.error = (
-            error
-            if isinstance(error, Exception)
-            else ConsumerError(f"{part} died: {describe(error)}")
-        )
-        self.request_stop("error", auto=True)
-
     def on_stop_notice(self, entry_id: str) -> None:
         if self.capacity.in_flight.cancel(entry_id):
             log.info("cancelled the running handler of stopped entry %s", entry_id)
@@ -234,8 +225,9 @@ class Consumer:
             await services.start(self.listener.run)
             services.start_soon(self._run_acker, acks_done)
             work_scope = await services.start(self._run_work, work_done)
-            services.start_soon(self._run_claimer)
-            services.start_soon(self.claimer.renew_leases_forever)
+            if self.claimer is not None:
+                services.start_soon(self._run_claimer, self.claimer)
+                services.start_soon(self.claimer.renew_leases_forever)
             services.start_soon(self.summary.run)
             for job in self._background:
                 services.start_soon(job)
@@ -244,7 +236,7 @@ class Consumer:
             try:
                 await self.reader.run()
             except Exception as e:
-                self._died("the read loop", e)
+                self.died("the read loop", e)
             finally:
                 self.reading = False
                 with anyio.CancelScope(shield=True):
@@ -254,13 +246,14 @@ class Consumer:
 
     async def _run_acker(self, done: anyio.Event) -> None:
         try:
-            await self.acker.run()
+            if self.acker is not None:
+                await self.acker.run()
         finally:
             done.set()
 
-    async def _run_claimer(self) -> None:
+    async def _run_claimer(self, claimer: Claimer) -> None:
         with self._claim_scope:
-            await self.claimer.run()
+            await claimer.run()
 
     async def _run_work(
         self, done: anyio.Event, *, task_status: TaskStatus[anyio.CancelScope]
@@ -293,6 +286,8 @@ class Consumer:
             )
             work_scope.cancel()
             await work_done.wait()
+        if self.acker is None:
+            return
         self.acker.close()
         with anyio.move_on_after(ACK_FLUSH_TIMEOUT):
             await acks_done.wait()
@@ -301,9 +296,9 @@ class Consumer:
 
     # -- working --------------------------------------------------------------------
     async def _worker(self) -> None:
-        await run_worker(self.capacity.in_flight.worker, self._work, self._died)
+        await run_worker(self.capacity.in_flight.worker, self._work, self.died)
         if not self.stopping():
-            self._died("a worker", ConsumerError("a worker returned while reading went on"))
+            self.died("a worker", ConsumerError("a worker returned while reading went on"))
 
     async def _work(self, running: Running) -> None:
         get = self._queue.get

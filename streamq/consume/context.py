@@ -9,6 +9,9 @@ from dataclasses import dataclass
 # wait for the drain that includes that very handler.
 inside_handler: ContextVar[bool] = ContextVar("streamq_inside_handler", default=False)
 
+# What a fan-out subscriber's Message says of its group (it has none).
+NO_GROUP = ""
+
 
 @dataclass(frozen=True, slots=True)
 class Place:

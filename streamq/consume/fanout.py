@@ -1,259 +1,142 @@
-"""Fan-out subscribers: a queue with ``group=None`` reads its topic with ``XREAD``.
+"""Fan-out mode's source: a queue with ``group=None`` reads its topic with ``XREAD``.
 
-Every instance receives every entry from its start position (``$`` resolved when the
+Every subscriber receives every entry from its start position (``$`` resolved when the
 queue opens, ``0``, or an ID) and keeps its own cursor per stream, in memory: nothing is
-recorded in Redis, nothing is pending, acked, claimed or dead-lettered (see
-:mod:`streamq.consume.fanout_dispatch` for what a failure does).
+recorded in Redis, nothing is pending, acked, claimed or dead-lettered (its outcome policy
+is :class:`~streamq.consume.outcomes.FanoutOutcomes`). The rest is the one consumer engine
+(:class:`~streamq.consume.consumer.Consumer`): the in-flight budget, the hand-off to the
+workers, batching, the stop contract.
 
-Tasks of one running subscriber::
-
-    readers   one blocking XREAD loop per stream (a partition's), each on its own
-              connection: never one read across streams, which a cluster may hold on
-              different slots (:mod:`streamq.consume.fanout_read`)
-    control   one listener per stream's control channel: a terminate notice stops the
-              subscriber at once, not when its blocked read ends
-    work      `concurrency` workers  <- WorkQueue <- readers
-              batch flushes          <- a Batcher per stream
-
-Shutdown: stop reading, let the workers drain what was read within ``grace`` (then cancel
-them), flush partial batches.
+One blocking XREAD loop per stream (a partition's), on its own connection: never one read
+across streams, which a cluster may hold on different slots. An empty read (``BLOCK`` over,
+at most :data:`~streamq.consume.gone.XREAD_BLOCK_MAX` seconds: a deletion does not end an
+XREAD), and under a steady flow one read every ``block``, checks that the stream still
+exists: a stream that existed and is gone (deleted, or the topic terminated) stops the
+subscriber on its own. A terminate notice on the control channel makes the same check at
+once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, MutableMapping
-from functools import partial
-from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from anyio.abc import TaskStatus
 
-from .._log_summary import LogSummary
-from ..errors import ConsumerError
+from .._backoff import Backoff
+from ..config import ConsumerConfig
+from ..errors import RedisFailure, ServerUnavailableError
 from ..message import RawEntry
-from ..topic.control import ControlListener
-from .batching import Batcher
-from .build import Policies, Topic
-from .context import Place, inside_handler
-from .failures import describe
-from .fanout_dispatch import NO_GROUP, FanoutDispatcher, fanout_dispatcher
-from .fanout_read import Room, StreamReader
-from .routes import Route, Routes
-from .stats import Stats
-from .traced import traced
-from .workqueue import WorkQueue
+from ..topic.control import was_terminated
+from ..wire import replies, resp
+from .capacity import Capacity
+from .gone import xread_block
+from .reader import MAX_READ_ERROR_BACKOFF, READ_ERROR_BACKOFF, Enqueue
 
 log = logging.getLogger(__name__)
 
-
-def _ignore(entry_id: str) -> None:
-    """Stop and resume notices: of a group's entries, not a fan-out subscriber's."""
+StopAsked = Callable[[str], None]  # request_stop(reason), auto
 
 
-class FanoutConsumer:
-    """A fan-out subscriber of a topic (plain or partitioned), seen from MessageQueue as
-    a consumer: ``run``, ``request_stop``, ``stop_requested``, ``stats_report``."""
+class StreamReader:
+    """The XREAD loop of one stream, from its cursor in ``positions``."""
+
+    claimed_total = 0  # a fan-out read claims nothing (mq.stats()["claimed"])
 
     def __init__(
         self,
-        topic: Topic,
-        client_for: Callable[[str], aioredis.Redis],
-        router: Routes,
-        policies: Policies,
+        client: aioredis.Redis,
+        stream: str,
+        *,
+        config: ConsumerConfig,
+        capacity: Capacity,
         positions: MutableMapping[str, str],
+        enqueue: Enqueue,
+        stopping: Callable[[], bool],
+        gone: StopAsked,
+        fail: Callable[[RedisFailure], None],
     ) -> None:
-        self.router = router
-        # per stream (a partition's): [otel] with a tracer provider, the tracing middleware
-        # outermost (its spans name the stream, as a group consumer's); else as registered
-        self.summary = LogSummary()  # the repeated records of this subscriber's parts
-        self._routers = [
-            traced(router, s, NO_GROUP, topic.consumer, self.summary) for s in topic.streams
-        ]
-        self.config = policies.config
-        self.stats = Stats()
-        self.room = Room(self.config.max_in_flight, len(topic.streams))
-        self.stop_requested = anyio.Event()
-        self.stop_reason: str | None = None
-        self.auto_stopped = False
-        self.error: BaseException | None = None
-        self.reading = False
-        self._queue: WorkQueue[tuple[int, RawEntry, Route]] = WorkQueue()
-        partitioned = len(topic.streams) > 1
-        slots = anyio.CapacityLimiter(self.config.concurrency)
-        self._readers, self._dispatchers, self._batchers = [], [], []
-        self._listeners: list[ControlListener] = []
-        for index, stream in enumerate(topic.streams):
-            client = client_for(stream)
-            reader = StreamReader(self, client, stream, index, positions)
-            self._readers.append(reader)
-            self._listeners.append(self._listener(client, reader))
-            self._dispatchers.append(self._dispatcher(topic, index, client, policies, partitioned))
-            flush = partial(self._flush, index)
-            self._batchers.append(Batcher(policies.batch, flush, slots))
-        self._partitions = len(topic.streams)
+        self._client, self.stream, self._capacity = client, stream, capacity
+        self._positions, self._enqueue, self._stopping = positions, enqueue, stopping
+        self._gone, self._fail = gone, fail
+        self._block_ms, self._read_count = int(xread_block(config.block) * 1000), config.read_count
+        self._connection = resp.OwnConnection(client, held=config.block)
+        self._scope: anyio.CancelScope | None = None
+        self._existed = False  # the stream was seen: its absence then means it was deleted
+        self._checked_at = 0.0
 
-    def _dispatcher(
-        self, topic: Topic, index: int, client: aioredis.Redis, policies: Policies, parted: bool
-    ) -> FanoutDispatcher:
-        return fanout_dispatcher(
-            client, topic.streams[index], topic.consumer, router=self.router,
-            retry=policies.retry, handler_timeout=self.config.handler_timeout,
-            thread_limiter=anyio.CapacityLimiter(self.config.concurrency), stats=self.stats,
-            place=Place(topic.name, index) if parted else Place(topic.name),
-            summary=self.summary,
-        )  # fmt: skip
+    def cancel(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
 
-    def _listener(self, client: aioredis.Redis, reader: StreamReader) -> ControlListener:
-        """The control channel of ``reader``'s stream: a terminate notice makes the reader
-        look at once whether its stream is gone (a notice is only a hint)."""
-        return ControlListener(
-            client, reader.stream, None, resync_interval=self.config.stopped_resync,
-            on_stop=_ignore, on_resume=_ignore, on_terminate=reader.check_gone,
-        )  # fmt: skip
-
-    def stopping(self) -> bool:
-        return self.stop_reason is not None
-
-    # -- intake ---------------------------------------------------------------------
-    def deliver(self, index: int, entries: list[RawEntry]) -> None:
-        """Hand read entries to the workers (batch-handled types to their batcher); types
-        without a handler here are skipped, logged and counted: a fan-out subscriber takes
-        what it handles."""
-        now = anyio.current_time()
-        get_route = self._routers[index].by_type_field.get
-        ready: list[tuple[int, RawEntry, Route]] = []
-        batched: dict[str, tuple[Route, list[RawEntry]]] = {}
-        for entry in entries:
-            route = get_route(entry.fields.get(b"type", b""))
-            if route is None:
-                self._dispatchers[index].skip(entry)
-                continue
-            if route.batch is not None:
-                batched.setdefault(route.type_name, (route, []))[1].append(entry)
-            else:
-                ready.append((index, entry, route))
-        for route, group in batched.values():
-            self.room.take(len(group))
-            self._batchers[index].add(route, group, now)
-            self.stats.received += len(group)
-        self.room.take(len(ready))
-        self.stats.received += len(ready)
+    async def run(self) -> None:
         try:
-            self._queue.put_many(ready)
-        except anyio.ClosedResourceError:  # shutting down: not handled by this run
-            self.room.give(len(ready))
-
-    # -- stopping -------------------------------------------------------------------
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
-        """Stop reading; ``run`` then drains and returns. The first reason wins."""
-        if self.stop_reason is not None:
-            return
-        self.stop_reason, self.auto_stopped = reason, auto
-        self.stop_requested.set()
-        log.info("fan-out subscriber stopping: %s", reason)
-        for reader in self._readers:
-            reader.cancel()
-        self.room.wake()
-
-    def fail(self, error: BaseException) -> None:
-        if self.error is None:
-            self.error = error
-        self.request_stop("error", auto=True)
-
-    # -- running --------------------------------------------------------------------
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        work_done = anyio.Event()
-        async with anyio.create_task_group() as services:
-            for listener in self._listeners:
-                await services.start(listener.run)
-            work_scope = await services.start(self._run_work, work_done)
-            services.start_soon(self.summary.run)
-            task_status.started()
-            self.reading = True
-            try:
-                async with anyio.create_task_group() as readers:
-                    for reader in self._readers:
-                        readers.start_soon(self._read, reader)
-            finally:
-                self.reading = False
-                with anyio.CancelScope(shield=True):
-                    await self._shutdown(work_scope, work_done)
-                services.cancel_scope.cancel()
-                self.summary.flush(everything=True)
-
-    async def _read(self, reader: StreamReader) -> None:
-        try:
-            await reader.run()
-        except Exception as e:
-            log.error("the read loop of %s died: %s", reader.stream, describe(e), exc_info=e)
-            self.fail(e)
-        if not self.stopping():  # one partition's reader ended: the topic stops with it
-            self.fail(ConsumerError(f"the read loop of {reader.stream} ended"))
-
-    async def _run_work(
-        self, done: anyio.Event, *, task_status: TaskStatus[anyio.CancelScope]
-    ) -> None:
-        try:
-            with anyio.CancelScope() as scope:
-                async with anyio.create_task_group() as work:
-                    for batcher in self._batchers:
-                        batcher.bind(work)
-                    for _ in range(self.config.concurrency):
-                        work.start_soon(self._worker)
-                    task_status.started(scope)
+            await self._loop()
         finally:
-            done.set()
+            await self._connection.release()
 
-    async def _shutdown(self, work_scope: anyio.CancelScope, work_done: anyio.Event) -> None:
-        self.request_stop()
-        self._queue.close()
-        for batcher in self._batchers:
-            batcher.close()
-        with anyio.move_on_after(self.config.grace):
-            await work_done.wait()
-        if not work_done.is_set():
-            log.warning("grace period over: cancelling %d unfinished entries", self.room.used)
-            work_scope.cancel()
-            await work_done.wait()
-
-    async def _worker(self) -> None:
-        inside_handler.set(True)
-        get = self._queue.get
-        while True:
-            try:
-                index, entry, route = await get()
-            except anyio.EndOfStream:
+    async def _loop(self) -> None:
+        capacity, stopping = self._capacity, self._stopping
+        backoff = Backoff(READ_ERROR_BACKOFF, MAX_READ_ERROR_BACKOFF)
+        while not stopping():
+            await capacity.wait_for_room(stopping)
+            if stopping():
                 return
             try:
-                await self._dispatchers[index].handle_single(route, entry)
-            except Exception as e:  # a bug in streamq: logged, the worker lives
-                log.error("processing %s failed: %s", entry.id, describe(e), exc_info=e)
-            finally:
-                self.room.give(1)
+                entries = await self._read()
+                if entries:
+                    self._existed = True
+                    self._positions[self.stream] = entries[-1].id
+                    await self._enqueue(entries)
+                if not stopping() and (not entries or self._check_due()):
+                    await self.check_gone()
+                backoff.reset()
+            except ServerUnavailableError as e:  # the cursor is kept: nothing is missed
+                delay = backoff.next()
+                log.warning("read of %s failed, retrying in %.1fs: %s", self.stream, delay, e)
+                await anyio.sleep(delay)
+            except RedisFailure as e:
+                log.error("read of %s failed with an error that will not go away: %s",
+                          self.stream, e)  # fmt: skip
+                self._fail(e)
 
-    async def _flush(self, index: int, route: Route, entries: list[RawEntry]) -> None:
+    async def _read(self) -> list[RawEntry]:
+        capacity = self._capacity
+        count = max(1, min(self._read_count, capacity.room(), capacity.read_size()))
+        capacity.reserve(count)  # while the read is out: other partitions' reads share it
+        reply, rows = None, []
         try:
-            await self._dispatchers[index].handle_batch(route, entries)
-        except Exception as e:  # a bug in streamq: logged, the subscriber goes on
-            log.error("processing a batch failed: %s", describe(e), exc_info=e)
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                command = resp.pack(
+                    "XREAD", "COUNT", str(count), "BLOCK", str(self._block_ms),
+                    "STREAMS", self.stream, self._positions[self.stream],
+                )  # fmt: skip
+                if not self._stopping():
+                    reply = (await self._connection.execute(command, 1))[0]
+            rows = replies.read_rows(reply)
         finally:
-            self.room.give(len(entries))
+            self._scope = None
+            capacity.release_read(count, len(rows))
+        return replies.entries(rows) if rows else []
 
-    def stats_report(self) -> dict[str, Any]:
-        """The counters of ``mq.stats()`` (claimed, acked and dead_lettered stay 0: a
-        fan-out subscriber has none), in_flight, and the histograms."""
-        stats = self.stats
-        report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
-        report.update(
-            claimed=0,
-            acked=0,
-            in_flight=self.room.used,
-            handler_seconds=stats.handler_seconds.snapshot(),
-            batch_size=stats.batch_size.snapshot(),
-            scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),
-        )
-        if self._partitions > 1:
-            report["partitions"] = self._partitions
-        return report
+    def _check_due(self) -> bool:
+        """Under a steady flow reads are never empty: look every ``block`` all the same
+        (a terminated topic that a producer made again at once still stops us)."""
+        return anyio.current_time() >= self._checked_at + self._block_ms / 1000
+
+    async def check_gone(self) -> None:
+        """Stop the subscriber if the stream is gone (also on a terminate notice)."""
+        self._checked_at = anyio.current_time()
+        if await was_terminated(self._client, self.stream):
+            reason = "topic_terminated"
+        elif await self._client.exists(self.stream):
+            self._existed = True
+            return
+        elif self._existed:
+            reason = "stream_deleted"
+        else:
+            return  # not created yet: the first publish creates it
+        log.warning("auto-stop (%s): stream %s is gone", reason, self.stream)
+        self._gone(reason)

@@ -28,7 +28,7 @@ import os
 import secrets
 import socket
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import anyio
 import redis.asyncio as aioredis
@@ -37,6 +37,9 @@ from .._text import cut, one_line
 from ..errors import ConsumerNameTakenError, RedisFailure
 from ..wire.keys import Keys
 from ..wire.replies import text
+
+if TYPE_CHECKING:
+    from .lifecycle import Engine
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +73,6 @@ return 0
 def token_prefix() -> str:
     """How this process's tokens begin: ``<pid>@<host>#``."""
     return f"{os.getpid()}@{socket.gethostname()}#"
-
-
-class Stoppable(Protocol):
-    """A running consumer, as the claim's renewal stops it when its name was taken."""
-
-    error: BaseException | None
-
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None: ...
 
 
 class NameClaim:
@@ -122,7 +117,7 @@ class NameClaim:
             await anyio.sleep(WATCH_EVERY)
         self._client, self.consumer = client, consumer
 
-    async def keep(self, consumer: Stoppable) -> None:
+    async def keep(self, consumer: Engine) -> None:
         """Renew the claim every ``RENEW_EVERY`` while the queue runs (at once first: the
         queue may have been opened a while ago). If another process took the name
         meanwhile (this one stalled longer than ``CLAIM_TTL``), stop ``consumer`` with

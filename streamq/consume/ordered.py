@@ -34,13 +34,17 @@ from ..topic.cleanup import Cleaner
 from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters
 from .acks import Acker
+from .budget import Budget, Slots
 from .context import Place
+from .dispatch import Dispatcher
 from .failures import describe
 from .gone import confirmed_any_gone
+from .lifecycle import Lifecycle
 from .mover import Mover
-from .ordered_dispatch import OrderedDispatcher, Shared
+from .ordered_dispatch import LaneVerdicts, Shared
 from .ordered_partition import PartitionWorker
-from .ordering import Room, Slots, per_key_share
+from .ordering import per_key_share
+from .outcomes import GroupOutcomes
 from .ownership import Changes, Ownership, RedisLeases
 from .routes import Routes
 from .stats import Stats
@@ -65,7 +69,7 @@ def _ignore(entry_id: str) -> None:
     when they reach an entry)."""
 
 
-class OrderedConsumer:
+class OrderedConsumer(Lifecycle):
     """The ordered consumer of one topic (plain or partitioned) and group."""
 
     def __init__(
@@ -85,6 +89,7 @@ class OrderedConsumer:
         stopped: Sequence[StoppedView] | None = None,
         clock: Callable[[], float] = time.monotonic,  # the event loop's clock, read directly
     ) -> None:
+        super().__init__(f"ordered consumer {me}")
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
         # [otel] with a tracer provider: the tracing middleware outermost; else as registered
         router = traced(router, topic, group, me, LogSummary())
@@ -98,25 +103,13 @@ class OrderedConsumer:
         self._tick = min(config.ownership_lease / 4, MAX_TICK)
         self.workers: dict[int, PartitionWorker] = {}
         self.stats = Stats()
-        self.stop_requested = anyio.Event()
-        self.stop_reason: str | None = None
-        self.auto_stopped = False
-        self.error: BaseException | None = None
-        self.reading = False
         self._shared = Shared(
             router, config, retry, Slots(config.concurrency),
-            Room(config.max_in_flight, per_key_share(config), per_key_share(config)),
+            Budget(config.max_in_flight, config.read_count, low_water=per_key_share(config)),
             self.ownership.valid, self._gone, self._stopped,
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
         self._acked_before = self._claimed_before = 0  # of the workers that ended
-
-    # -- stopping -------------------------------------------------------------------
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
-        if self.stop_reason is None:
-            self.stop_reason, self.auto_stopped = reason, auto
-            log.info("ordered consumer %s stopping: %s", self.me, reason)
-            self.stop_requested.set()
 
     def _gone(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
         self._gone_error = error
@@ -144,9 +137,7 @@ class OrderedConsumer:
             try:
                 await self._own(tg)
             except Exception as e:
-                log.error("ordered consumer %s died: %s", self.me, describe(e), exc_info=e)
-                self.error = e
-                self.request_stop("error", auto=True)
+                self.died("the ownership loop", e)
             finally:
                 self.reading = False
                 with anyio.CancelScope(shield=True):
@@ -216,8 +207,7 @@ class OrderedConsumer:
         else:
             log.error("partition %s of ordered consumer %s died: %s", worker.stream,
                       self.me, describe(error), exc_info=error)  # fmt: skip
-        self.error = self.error or error
-        self.request_stop("error", auto=True)
+        self.fail(error)
 
     async def _release(self, partition: int) -> None:
         """Drain ``partition`` (its running entries finish), then give its lease up."""
@@ -281,17 +271,25 @@ class OrderedConsumer:
                                self._shared, make)  # fmt: skip
 
     def _dispatcher(
-        self, partition: int, client: aioredis.Redis, acker: Acker, token: int
-    ) -> OrderedDispatcher:
-        stream = self.streams[partition]
+        self, partition: int, client: aioredis.Redis, acker: Acker, token: int,
+        verdicts: LaneVerdicts,
+    ) -> Dispatcher:  # fmt: skip
+        """The dispatcher of a partition held with ``token``: ordered outcomes (fenced
+        acks, retries in place, and with ``on_poison="halt"`` halts at the limit)."""
+        stream, summary = self.streams[partition], LogSummary()
         place = Place(stream) if len(self.streams) == 1 else Place(self.topic, partition)
-        return OrderedDispatcher(
-            fencing_token=token, halt=self._halt, router=self.router, stream=stream,
-            group=self.group, consumer=self.me, retry=self._retry, acker=acker,
-            dead_letters=DeadLetters(client, stream),
+        outcomes = GroupOutcomes(
+            ack=acker.ack, ack_many=acker.ack_many, group=self.group, consumer=self.me,
+            retry=self._retry, dead_letters=DeadLetters(client, stream),
             unrouted=UnroutedDeliveries(client, stream, self.group),
+            retry_later=verdicts.later, stats=self.stats, summary=summary,
+            halt=verdicts.halt if self._halt else None,
+        )  # fmt: skip
+        return Dispatcher(
+            router=self.router, group=self.group, retry=self._retry, outcomes=outcomes,
             handler_timeout=self._config.handler_timeout, thread_limiter=self._threads,
-            stats=self.stats, bisect_batches=self._batch.bisect, place=place,
+            stats=self.stats, bisect_batches=self._batch.bisect, place=place, summary=summary,
+            fencing_token=token,
         )  # fmt: skip
 
     # -- observing ------------------------------------------------------------------
@@ -304,7 +302,7 @@ class OrderedConsumer:
         report.update(
             claimed=self._claimed_before + sum(w.claimed for w in workers),
             acked=self._acked_before + sum(w.acker.acked for w in workers),
-            in_flight=self._shared.room.held,
+            in_flight=self._shared.room.used,
             handler_seconds=stats.handler_seconds.snapshot(),
             batch_size=stats.batch_size.snapshot(),
             scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),

@@ -1,13 +1,13 @@
 """The outcome side of ordered consumption (and what the partitions of one ordered consumer
-share, :class:`Shared`): fenced acks and a dispatcher whose messages carry
-the fencing token and whose failures stay with their key.
+share, :class:`Shared`): fenced acks, and the verdicts a lane acts on.
 
 :class:`FencedAcker` sends each ack through the fenced script (the ack is applied only
 while this consumer holds the partition's lease with its token) and remembers which entries
 were settled (acked or dead-lettered), so the lane knows whether to go on or retry in place.
-:class:`OrderedDispatcher` is the shared :class:`Dispatcher` with three differences: the
-message carries ``fencing_token``, ``Retry(delay)`` is remembered for the lane instead of a
-later re-claim, and with ``on_poison="halt"`` an entry past ``max_deliveries`` halts its key
+:class:`LaneVerdicts` is where ordered mode's outcome policy
+(:class:`~streamq.consume.outcomes.GroupOutcomes`, wired in :mod:`.ordered`) leaves what a
+lane does next: a ``Retry(delay)`` retries in place after that delay instead of a later
+re-claim, and with ``on_poison="halt"`` an entry past ``max_deliveries`` halts its key
 instead of being dead-lettered.
 """
 
@@ -16,20 +16,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import redis.asyncio as aioredis
 
 from ..config import ConsumerConfig, RetryPolicy
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
-from ..message import Message, RawEntry
+from ..message import RawEntry
 from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from .acks import Acker
-from .dispatch import Dispatcher
-from .failures import describe
-from .ordering import Room, Slots
-from .routes import Route, Routes
+from .budget import Budget, Slots
+from .routes import Routes
 
 log = logging.getLogger(__name__)
 
@@ -87,50 +84,22 @@ class FencedAcker(Acker):
             self._on_lost()
 
 
-class OrderedDispatcher(Dispatcher):
-    def __init__(self, *, fencing_token: int, halt: bool, **kwargs: Any) -> None:
-        self.retry_delays: dict[str, float] = {}
-        self.halted: dict[str, str] = {}  # entry ID -> why its key halted
-        super().__init__(schedule_retry=self._remember_delay, **kwargs)
-        self.fencing_token = fencing_token
-        self.halt = halt
+class LaneVerdicts:
+    """What ordered mode's outcome policy decided for a lane's entries besides an ack: the
+    delay a ``Retry(delay)`` asked for (its lane retries in place after it), or, with
+    ``on_poison="halt"``, that its key halts (instead of a dead letter at the limit)."""
 
-    def _remember_delay(self, entry: RawEntry, delay: float) -> None:
-        self.retry_delays[entry.id] = delay
+    def __init__(self) -> None:
+        self.delays: dict[str, float] = {}  # entry ID -> the delay its handler asked for
+        self.halted: dict[str, str] = {}  # entry ID -> why its key halts
 
-    def message(self, route: Route, entry: RawEntry) -> Message[Any]:
-        message = super().message(route, entry)
-        message.fencing_token = self.fencing_token
-        return message
+    def later(self, entry: RawEntry, delay: float) -> None:
+        self.delays[entry.id] = delay
 
-    async def over_limit(self, entry: RawEntry) -> bool:
-        if self.halt:  # the lane halts it instead (see halts_before_handling)
-            return False
-        return await super().over_limit(entry)
-
-    async def halts_before_handling(self, entry: RawEntry) -> bool:
-        """With ``on_poison="halt"``: an entry already past ``max_deliveries`` (its earlier
-        owner halted on it, or crashed on it) halts its key without another call."""
-        if not self.halt or entry.delivery_count <= self.retry.max_deliveries:
-            return False
-        attempts = await self.attempts(entry)
-        if attempts <= self.retry.max_deliveries:
-            return False
-        self.halted[entry.id] = f"delivered {attempts} times (max {self.retry.max_deliveries})"
-        return True
-
-    async def failed(self, entry: RawEntry, error: BaseException, *, outside: bool = False) -> None:
-        if not self.halt:
-            await super().failed(entry, error, outside=outside)
-            return
-        attempts = await self.attempts(entry)
-        if attempts < self.retry.max_deliveries:
-            await super().failed(entry, error, outside=outside)
-            return
-        self.stats.failed += 1
-        reason = f"failed {attempts} deliveries; last error: {describe(error)}"
+    def halt(self, entry: RawEntry, reason: str, error: BaseException | None) -> None:
         self.halted[entry.id] = reason
-        log.error("entry %s halts its key: %s", entry.id, reason, exc_info=error)
+        if error is not None:
+            log.error("entry %s halts its key: %s", entry.id, reason, exc_info=error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +110,7 @@ class Shared:
     config: ConsumerConfig
     retry: RetryPolicy
     slots: Slots  # handler slots: ``concurrency``
-    room: Room  # entries held: ``max_in_flight``
+    room: Budget  # entries held: ``max_in_flight``
     valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
     on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
     stopped: Sequence[StoppedView]  # per partition: the stopped IDs the control channel told

@@ -30,13 +30,14 @@ from ..wire import ownership as wire
 from ..wire import replies, resp
 from ..wire.replies import text
 from .claiming import delivery_counts
+from .dispatch import Dispatcher
 from .failures import describe
 from .gone import xread_block
 from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
-from .ordered_dispatch import FencedAcker, OrderedDispatcher, Shared
-from .ordering import KeyedLanes, Later
+from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
+from .ordering import KeyedLanes, Later, per_key_share
 from .refill import PendingRefill
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class PartitionWorker:
         token: int,
         client: aioredis.Redis,
         shared: Shared,
-        make_dispatcher: Callable[[FencedAcker, int], OrderedDispatcher],
+        make_dispatcher: Callable[[FencedAcker, int, LaneVerdicts], Dispatcher],
     ) -> None:
         self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
         self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
@@ -63,7 +64,8 @@ class PartitionWorker:
         self._client, self._shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self._connection = resp.OwnConnection(client)  # the read loop's, for its life
-        self.dispatcher = make_dispatcher(self.acker, token)
+        self.verdicts = LaneVerdicts()
+        self.dispatcher = make_dispatcher(self.acker, token, self.verdicts)
         self.halted = HaltedKeys(client, stream, group)
         self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
         self.refill = PendingRefill(functools.partial(self._fenced, pooled=True),
@@ -100,6 +102,7 @@ class PartitionWorker:
                         self._run_entry_safely,
                         self._shared.slots,
                         self._shared.room,
+                        per_key_share(self._shared.config),
                         functools.partial(self.holds.set_aside, give_up=self.abandon),
                         self.refill,
                     )
@@ -145,9 +148,9 @@ class PartitionWorker:
         room = self._shared.room
         handover = await self._handover(start)
         while not self.draining:
-            await room.wait()
-            count = min(self._shared.config.claim_count, max(room.free(), 1))
-            room.take(count)  # held while the claim is on the wire (see _read_loop)
+            await room.wait_for_room()
+            count = min(self._shared.config.claim_count, max(room.room(), 1))
+            room.reserve(count)  # held while the claim is on the wire (see _read_loop)
             try:
                 reply = await self._fenced("claim", start, count)
                 entries = replies.entries([row for row in reply[2] if row and row[1]])
@@ -164,7 +167,7 @@ class PartitionWorker:
                     if recount:  # deliveries the claim counted that could not have run
                         await self._fenced("recount", *recount)
             finally:
-                room.give(count)
+                room.release(count)
             start = text(reply[1])
             if entries:
                 log.info("partition %s: taking over %d pending entries (token %d)",
@@ -198,15 +201,15 @@ class PartitionWorker:
                     # (as a new owner would) keeps each key's order; nothing is skipped
                     await self._takeover(lanes, after(self._last_added))
                     lost_read = False
-                await room.wait()
+                await room.wait_for_room()
                 # the room a read asks for is held while it is on the wire: the partitions
                 # read at once, and together they fetch no more than max_in_flight
-                count = min(config.read_count, max(room.free(), 1))
-                room.take(count)
+                count = min(config.read_count, max(room.room(), 1))
+                room.reserve(count)
                 try:
                     reply = await self._read(count)
                 finally:
-                    room.give(count)  # the lanes take what came, with no await in between
+                    room.release(count)  # the lanes take what came, with no await in between
                 if reply[0] == 1:
                     if reply[2]:
                         self.holds.flagged.update(text(i) for i in reply[2])
@@ -328,7 +331,9 @@ class PartitionWorker:
             entry.delivery_count = count
         action = self.halted.released.pop(entry.id, None)
         if action == "skip":
-            await self.dispatcher.dead_letter(entry, "skipped by an operator after its key halted")
+            await self.dispatcher.outcomes.dead_letter(
+                entry, "skipped by an operator after its key halted"
+            )
             self.acker.settled.discard(entry.id)
             return True
         if action == "retry" and not await self.redeliver(entry, fresh=True):
@@ -343,17 +348,17 @@ class PartitionWorker:
             self._again.discard(entry.id)
             if not again:
                 return not self.draining and self._may_act()  # deleted: the key goes on
-        dispatcher = self.dispatcher
-        if dispatcher.halt and await dispatcher.halts_before_handling(entry):
-            await self.halted.halt(entry, dispatcher.halted.pop(entry.id))
-            return False
-        await self._deliver(entry)
+        # past max_deliveries (an earlier owner halted or crashed on it): its key halts or
+        # it is dead-lettered, whatever its type, without another call
+        past_limit = entry.delivery_count > 1 and await self.dispatcher.outcomes.past_limit(entry)
+        if not past_limit:
+            await self._deliver(entry)
         if entry.id in self.acker.settled:
             self.acker.settled.discard(entry.id)
             return True
-        if entry.id in dispatcher.halted:
-            await self.halted.halt(entry, dispatcher.halted[entry.id])
-            del dispatcher.halted[entry.id]
+        halted = self.verdicts.halted.pop(entry.id, None)
+        if halted is not None:
+            await self.halted.halt(entry, halted)
             return False
         self._again.add(entry.id)
         return Later(self._backoff(entry))
@@ -376,7 +381,7 @@ class PartitionWorker:
                       exc_info=e)  # fmt: skip
 
     def _backoff(self, entry: RawEntry) -> float:
-        asked = self.dispatcher.retry_delays.pop(entry.id, None)
+        asked = self.verdicts.delays.pop(entry.id, None)
         if asked is not None:
             return asked
         retry = self._shared.retry

@@ -3,10 +3,11 @@ lanes of different keys run concurrently within a shared limit (``concurrency``)
 
 One lane per key with work, as one task that lives while its queue is not empty: an idle
 key costs nothing. Entries without a key share the lane of the key ``None`` (the keyless
-entries of a partition are ordered among themselves). :class:`Room` bounds the entries held
-by a consumer's lanes (``max_in_flight``): a partition reads only what the lanes can take.
+entries of a partition are ordered among themselves). The consumer's
+:class:`~.budget.Budget` bounds the entries its lanes hold (``max_in_flight``): a partition
+reads only what the lanes can take.
 
-A key holds at most ``Room.per_key`` of it, a waiting key (halted, held, in a backoff) none:
+A key holds at most ``per_key`` of it, a waiting key (halted, held, in a backoff) none:
 its entries past that stay in the pending list, where the read put them, and come back in
 ID order through ``refill``. So reading goes on past a waiting or slow key.
 """
@@ -23,6 +24,7 @@ from anyio.abc import TaskGroup
 
 from ..config import ConsumerConfig
 from ..message import RawEntry
+from .budget import Budget, Slots
 
 LaneKey = bytes | None
 
@@ -58,72 +60,10 @@ class Runner:
         self.entry: RawEntry | None = None
 
 
-class Room:
-    """How many more entries this consumer's lanes may hold (``max_in_flight``), and how
-    many of them one key may hold (``per_key``).
-
-    Readers wait until a useful amount is free (``low_water``), not one slot: waking every
-    partition's reader for each finished entry would turn reads into one entry each."""
-
-    def __init__(self, limit: int, low_water: int = 1, per_key: int | None = None) -> None:
-        self.limit, self.held = limit, 0
-        self.low_water = max(1, min(low_water, limit))
-        self.per_key = max(1, min(per_key or limit, limit))
-        self._freed = anyio.Event()
-
-    def free(self) -> int:
-        return max(0, self.limit - self.held)
-
-    async def wait(self) -> None:
-        while self.free() < self.low_water:
-            if self._freed.is_set():  # one event for every waiter
-                self._freed = anyio.Event()
-            await self._freed.wait()
-
-    def take(self, count: int) -> None:
-        self.held += count
-
-    def give(self, count: int) -> None:
-        self.held -= count
-        if self.limit - self.held >= self.low_water:  # free(), inlined: once per entry
-            self._freed.set()
-
-
 def per_key_share(config: ConsumerConfig) -> int:
     """How many entries one key's lane keeps in memory (a quarter of ``max_in_flight``, at
     most ``read_count``), and how much room a partition waits for before it reads again."""
     return max(1, min(config.read_count, config.max_in_flight // 4))
-
-
-class Slots:
-    """Handler slots shared by the lanes (``concurrency``). Taking a free slot does not
-    yield to the event loop (an anyio ``CapacityLimiter`` checkpoints twice per entry, a
-    measurable cost per entry here); a released slot goes to the longest waiter."""
-
-    def __init__(self, total: int) -> None:
-        self.total = self.free = total
-        self._waiters: deque[anyio.Event] = deque()
-
-    async def acquire(self) -> None:
-        if self.free and not self._waiters:
-            self.free -= 1
-            return
-        handed = anyio.Event()
-        self._waiters.append(handed)
-        try:
-            await handed.wait()
-        except BaseException:
-            if handed.is_set():  # the slot came with the cancellation: pass it on
-                self.release()
-            else:
-                self._waiters.remove(handed)
-            raise
-
-    def release(self) -> None:
-        if self._waiters:
-            self._waiters.popleft().set()
-        else:
-            self.free += 1
 
 
 class KeyedLanes:
@@ -145,21 +85,21 @@ class KeyedLanes:
     :meth:`cancel` (a stop notice) cancels the run of an entry: its lane stops there and
     ``on_stopped(entry)`` sets the entry aside (or, resumed meanwhile, the lane goes on).
 
-    With ``refill`` a lane keeps at most ``room.per_key`` entries, and a stopped lane only
+    With ``refill`` a lane keeps at most ``per_key`` entries, and a stopped lane only
     the entry it stopped at, which counts against the room only once the lane goes on again;
     the key's later entries are *spilled*: left in the pending list from the first of them
     on (every later entry of the key read meanwhile too, so the lane still holds a prefix of
     its key's entries) and refilled in ID order when the lane has run what it holds."""
 
     def __init__(
-        self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Room,
+        self, tg: TaskGroup, run_entry: RunEntry, slots: Slots, room: Budget, per_key: int,
         on_stopped: OnStopped | None = None, refill: Refill | None = None,
     ) -> None:  # fmt: skip
         self._tg, self._run_entry, self._slots, self._room = tg, run_entry, slots, room
         self._on_stopped, self._refill = on_stopped, refill
         self.stopped_keys: set[LaneKey] = set()  # lanes that stopped with entries left
         # without refill every entry is kept: no share, and a stopped lane takes more too
-        self._per_key = room.per_key if refill is not None else sys.maxsize
+        self._per_key = max(1, per_key) if refill is not None else sys.maxsize
         self._spill_stopped = self.stopped_keys if refill is not None else frozenset()
         self._spilled: dict[LaneKey, str] = {}  # key -> its first entry left pending
         self._later: dict[LaneKey, object] = {}  # key -> the token of its wake-up to come

@@ -21,48 +21,42 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .consumer import Consumer
+from .lifecycle import Lifecycle
 from .pool import SharedPool
 from .stats import merged_snapshots
 
 
-class PartitionedConsumer:
+class PartitionedConsumer(Lifecycle):
     """Several partition consumers, seen from MessageQueue as one consumer."""
 
     def __init__(self, parts: Sequence[Consumer], pool: SharedPool) -> None:
+        super().__init__(f"the partitions of consumer {parts[0].id.consumer}")
         self.parts = list(parts)
         self._pool = pool
-        self.stop_requested = anyio.Event()
-        self.stop_reason: str | None = None
-        self.auto_stopped = False
-        self.error: BaseException | None = None
 
-    @property
-    def reading(self) -> bool:
-        return all(part.reading for part in self.parts)
-
-    def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None:
-        if self.stop_reason is None:
-            self.stop_reason, self.auto_stopped = reason, auto
-            self.stop_requested.set()
+    def _on_stop(self) -> None:
         for part in self.parts:
-            part.request_stop(reason, auto=auto)
+            part.request_stop(self.stop_reason or "stopped", auto=self.auto_stopped)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             # a dead worker stops the topic like a partition's own part dying
-            await tg.start(self._pool.run, self.parts[0]._died)
+            await tg.start(self._pool.run, self.parts[0].died)
             for part in self.parts:
                 await tg.start(part.run)
                 tg.start_soon(self._stop_all_with, part)
             task_status.started()
+            self.reading = True  # every partition reads, until the first one stops
+        self.reading = False
 
     async def _stop_all_with(self, part: Consumer) -> None:
         """Once ``part`` stops, all stop at once: the shared pool drains only when every
         partition has stopped enqueueing."""
         await part.stop_requested.wait()
+        self.reading = False
         if self.stop_reason is None:  # this partition stopped first: its reason is ours
             self.error = part.error
-            self.request_stop(part.stop_reason or "stopped", auto=part.auto_stopped)
+        self.request_stop(part.stop_reason or "stopped", auto=part.auto_stopped)
 
     def stats_report(self) -> dict[str, Any]:
         """The partitions' counters, gauges and histograms added up: one consumer's

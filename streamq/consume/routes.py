@@ -71,6 +71,9 @@ class Route:
     batch_is_async: bool = True
     batch_settings: BatchSettings | None = None
     middlewares: tuple[Any, ...] = ()  # a Router's own (streamq.Router(middlewares=...))
+    # The hot path: the JSON parser of an entry written as plain JSON at version 1 (no
+    # enc, ver or kid field); None: every entry goes through the payload reader (``parse``).
+    plain: Parser | None = None
 
 
 def _parse_json(raw: bytes) -> Any:

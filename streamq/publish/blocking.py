@@ -15,7 +15,8 @@ import redis
 
 from ..config import Duration
 from ..errors import ConfigError
-from ..message import encode_entry
+from ..payload.encoding import Compression, PayloadCodec, written_versions
+from ..payload.keyring import Keyring
 from ..topic.partitions import (
     check_partition_count_sync,
     partition_streams,
@@ -56,6 +57,10 @@ class Publisher:
     topic without a record is a plain stream. An int is checked at the first publish as
     ``MessageQueue`` checks it (and recorded if the topic has no record yet): another
     count than recorded, or ``partitions`` > 1 on a plain stream, raises ConfigError.
+
+    ``compression``, ``compress_over``, ``encryption``, ``encrypt_meta``: as for
+    :class:`streamq.MessageQueue` (docs/guides/payloads.md); ``versions``: the schema
+    version each type is written with (``{"order": 3}``; 1 for the others).
     """
 
     def __init__(
@@ -65,8 +70,16 @@ class Publisher:
         *,
         partitions: int | None = None,
         cluster: bool | None = None,
+        compression: Compression | None = None,
+        compress_over: int = 1024,
+        encryption: Keyring | None = None,
+        encrypt_meta: Iterable[str] = (),
+        versions: Mapping[str, int] | None = None,
     ) -> None:
         stream = require_stream(stream, "Publisher")
+        self._codec = PayloadCodec(
+            compression, compress_over, encryption, encrypt_meta, written_versions(versions)
+        )
         if partitions is not None:
             validate_partitions(partitions)
         if cluster not in (None, True, False):
@@ -87,7 +100,10 @@ class Publisher:
         self._lock = threading.Lock()  # the topic and the features are asked once
         self._next_turn: Callable[[], int] = itertools.count().__next__  # atomic
         self._scheduler = BlockingScheduler(
-            self._deployment, lambda: self._topic or self._resolve_topic(), self._next_turn
+            self._deployment,
+            lambda: self._topic or self._resolve_topic(),
+            self._next_turn,
+            self._codec,
         )
 
     def publish(
@@ -122,7 +138,7 @@ class Publisher:
             options.check_scheduled()
             return self._scheduler.schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
-        fields = encode_entry(message_type, data, meta, key)
+        fields = self._codec.entry(message_type, data, meta, key)
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
         # without a key, the idempotency key picks the partition (as MessageQueue.publish)
@@ -187,7 +203,8 @@ class Publisher:
         if delay is not None or at is not None:
             return list(self._scheduler.schedule_many(message_type, items, meta, key, delay, at))
         meta = with_trace_context(meta)
-        encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
+        entry = self._codec.entry
+        encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
         topic = self._topic or self._resolve_topic()
         plan = ManyPlan(items, key, topic.partitions, self._chooser(topic))
         self._send_pass(topic, plan, encoded, chunk, make_stream=False)

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .. import tracing
 from ..config import Duration
-from ..message import encode_entry
+from ..errors import ConfigError
+from ..payload.versions import Versions
 from .middlewares import Meta, PublishMiddleware, publish_chain
 from .operations import Publishing
 from .options import PublishOptions
@@ -53,6 +54,7 @@ class CheckedPublishing:
         self._publishing, self._routes, self._middlewares = publishing, routes, middlewares
         self._stream = stream
         self.typed_publishers: dict[str, Any] = {}  # type -> model, for the AsyncAPI document
+        self.typed_versions: dict[str, int] = {}  # type -> the version its publisher writes
 
     async def publish(
         self, message_type: str, data: Any, meta: Mapping[str, str] | None, options: PublishOptions
@@ -74,7 +76,7 @@ class CheckedPublishing:
 
         async def send(message_type: str, data: Any, meta: Meta) -> str:
             nonlocal outcome
-            fields = encode_entry(message_type, data, meta, periodic.key)
+            fields = self._publishing.codec.entry(message_type, data, meta, periodic.key)
             outcome = await self._publishing.add_tick(periodic.name, partition, tick_ms, fields)
             return "" if outcome.entry_id is None else outcome.entry_id
 
@@ -138,11 +140,26 @@ class CheckedPublishing:
             )
         return ids
 
-    def publisher(self, message_type: str, model: type[M]) -> TypedPublisher[M]:
+    def publisher(
+        self, message_type: str, model: type[M], *, version: int | None = None
+    ) -> TypedPublisher[M]:
         """A publisher of ``message_type`` messages whose data is a ``model``: mypy checks
         what is published, and data of another model raises MessageFormatError at once.
-        The AsyncAPI document lists it as a send operation."""
+        The AsyncAPI document lists it as a send operation.
+
+        ``version``: the schema version of ``model``, written in the ``ver`` field of every
+        message of the type this queue publishes (by default the version of this
+        process's handler of the type, else 1). Raises ConfigError for a version that is
+        not a positive int, or another than an earlier publisher's of the type."""
         typed = TypedPublisher(message_type, model, publish=self.publish,
                                publish_many=self.publish_many, stream=self._stream)  # fmt: skip
+        if version is not None:
+            checked = Versions.checked(version, None, f"publisher of {message_type!r}").version
+            known = self.typed_versions.setdefault(message_type, checked)
+            if known != checked:
+                raise ConfigError(
+                    f"publisher of {message_type!r}: version={checked}, but another publisher "
+                    f"of the type has version={known}: one queue writes one version of a type"
+                )
         self.typed_publishers[message_type] = model
         return typed

@@ -46,7 +46,8 @@ class DelayedPublishing:
     ) -> ScheduledId:
         """Store one message to be added when due; return its ID. Everything is checked
         (ConfigError, MessageFormatError) before anything is stored."""
-        one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id)
+        codec = self._topic.codec
+        one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id, codec)
         if self._topic.shape_unchecked:
             await self._topic.check_shape_once()
         partition = self._topic.partition(one.chooser)
@@ -66,7 +67,7 @@ class DelayedPublishing:
     ) -> list[ScheduledId]:
         """``publish_many`` with ``delay``/``at``: each item is checked first (nothing is
         stored if one is bad), then scheduled under its own ID."""
-        many = Scheduled.many(message_type, items, meta, key, delay, at)
+        many = Scheduled.many(message_type, items, meta, key, delay, at, self._topic.codec)
         if self._topic.shape_unchecked:
             await self._topic.check_shape_once()
         partitions = [self._topic.partition(one.chooser) for one in many]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from ..config import Duration
+from ..payload.encoding import PayloadCodec
 from ..tracing import with_trace_context
 from ..wire.client import ride_through_sync
 from . import scheduling
@@ -41,8 +42,10 @@ class BlockingScheduler:
         deployment: SyncDeployment,
         topic: Callable[[], PublishedTopic],
         next_turn: Callable[[], int],
+        codec: PayloadCodec,
     ) -> None:
         self._deployment, self._topic, self._next_turn = deployment, topic, next_turn
+        self._codec = codec
 
     def schedule(
         self,
@@ -55,7 +58,7 @@ class BlockingScheduler:
         schedule_id: str | None,
     ) -> ScheduledId:
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
-        one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id)
+        one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id, self._codec)
         topic = self._topic()
         partition = choose_partition(one.chooser, topic.partitions, self._next_turn)
         self._store(topic, partition, [one])
@@ -73,7 +76,7 @@ class BlockingScheduler:
         at: datetime | None,
     ) -> list[ScheduledId]:
         meta = with_trace_context(meta)
-        many = Scheduled.many(message_type, items, meta, key, delay, at)
+        many = Scheduled.many(message_type, items, meta, key, delay, at, self._codec)
         topic = self._topic()
         partitions = [
             choose_partition(one.chooser, topic.partitions, self._next_turn) for one in many

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from ..config import Duration
 from ..errors import ServerUnavailableError
-from ..message import encode_entry
+from ..payload.encoding import PayloadCodec
 from ..wire import resp
 from ..wire.client import ride_through, worth_waiting
 from ..wire.features import Features, probe
@@ -53,6 +53,11 @@ class Publishing:
         self._delayed = DelayedPublishing(topic)
         self._features_of: tuple[Deployment, Features] | None = None  # made on first use
         self._coalescer_of: tuple[Deployment, Coalescer] | None = None
+
+    @property
+    def codec(self) -> PayloadCodec:
+        """How this queue writes payloads (compression, encryption, versions)."""
+        return self._topic.codec
 
     async def publish(
         self, message_type: str, data: Any, meta: Mapping[str, str] | None, options: PublishOptions
@@ -90,8 +95,8 @@ class Publishing:
             return await self._delayed.schedule(
                 message_type, data, meta, key, delay, at, schedule_id
             )
-        fields = encode_entry(message_type, data, meta, key)
         topic = self._topic
+        fields = topic.codec.entry(message_type, data, meta, key)
         deployment = topic.deployment
         if topic.shape_checked_on is not deployment:  # inline: the hot path
             await topic.check_shape_once()
@@ -260,8 +265,9 @@ class Publishing:
             return list(
                 await self._delayed.schedule_many(message_type, items, meta, key, delay, at)
             )
-        encoded = [encode_entry(message_type, item, meta, key_of(key, item)) for item in items]
         topic = self._topic
+        entry = topic.codec.entry
+        encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
         if topic.shape_unchecked:
             await topic.check_shape_once()
         plan = ManyPlan(items, key, topic.partitions, topic.partition)

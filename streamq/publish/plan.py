@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from ..config import Duration, positive, seconds
 from ..errors import NotReplicatedError
-from ..message import encode_entry
+from ..payload.encoding import PayloadCodec
 from ..wire import resp
 from ..wire.partition_names import choose_partition as choose_partition
 from ..wire.replies import added_id
@@ -255,13 +255,15 @@ class Scheduled:
         delay: Duration | None,
         at: datetime | None,
         schedule_id: str | None,
+        codec: PayloadCodec,
     ) -> Scheduled:
-        """One message; raises ConfigError or MessageFormatError for bad input."""
+        """One message, encoded by ``codec``; raises ConfigError or MessageFormatError for
+        bad input."""
         now = scheduling.now()
         due = scheduling.due_ms(delay, at, now)
         name = scheduling.checked_schedule_id(schedule_id)
         meta = scheduling.schedule_meta(meta, due, now)
-        payload = scheduling.encode_payload(encode_entry(message_type, data, meta), key)
+        payload = scheduling.encode_payload(codec.entry(message_type, data, meta), key)
         chooser = name if key is None else key
         return cls(name, due, payload, chooser, key is not None and schedule_id is not None)
 
@@ -274,6 +276,7 @@ class Scheduled:
         key: Key | Callable[[Any], Key] | None,
         delay: Duration | None,
         at: datetime | None,
+        codec: PayloadCodec,
     ) -> list[Scheduled]:
         """``publish_many``'s: every item checked first (nothing is stored if one is
         bad), all due at one time, each under its own new name."""
@@ -283,7 +286,7 @@ class Scheduled:
         made = []
         for item in items:
             one_key = key_of(key, item)
-            payload = scheduling.encode_payload(encode_entry(message_type, item, meta), one_key)
+            payload = scheduling.encode_payload(codec.entry(message_type, item, meta), one_key)
             name = scheduling.checked_schedule_id(None)
             made.append(cls(name, due, payload, name if one_key is None else one_key))
         return made

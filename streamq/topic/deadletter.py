@@ -8,12 +8,14 @@ XADD to the dead-letter stream; the consumer acknowledges the original through i
 only once that XADD has succeeded: a crash between the two leaves the entry pending (so it
 is dead-lettered twice at worst), never lost.
 
-Replaying removes the letter and publishes its wire fields again in one script, so a letter
-is replayed once even when two operators replay at the same time, and a keyed entry comes
-back with its key (ordered with it again, in the partition the key picks: the partition
-it was published to, whose dead-letter stream holds the letter). Replaying all takes a snapshot: the
-letters up to the last one present when it starts; letters dead-lettered meanwhile (a
-consumer still failing on the replayed entries) stay for the next replay.
+Replaying removes the letter and publishes its wire fields again in one script (an entry
+encrypted with an older key of the queue's keyring is encrypted again with the current
+one), so a letter is replayed once even when two operators replay at the same time, and a
+keyed entry comes back with its key (ordered with it again, in the partition the key
+picks: the partition it was published to, whose dead-letter stream holds the letter).
+Replaying all takes a snapshot: the letters up to the last one present when it starts;
+letters dead-lettered meanwhile (a consumer still failing on the replayed entries) stay
+for the next replay.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from .._log_summary import LogSummary, shortened
 from ..errors import MessageNotFoundError
 from ..ids import StreamId
 from ..message import WIRE_FIELDS, RawEntry
+from ..payload.keyring import Keyring
+from ..payload.rotation import reencrypted
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts
 from ..wire.keys import Keys
@@ -212,10 +216,17 @@ class DeadLetters:
     """Dead-letter operations for one stream."""
 
     def __init__(
-        self, client: aioredis.Redis, stream: str, *, summary: LogSummary | None = None
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        *,
+        summary: LogSummary | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
-        """``summary``: where the records of dead letters are summarised (a consumer's)."""
+        """``summary``: where the records of dead letters are summarised (a consumer's);
+        ``keyring``: a replay re-encrypts with its current key what an older one encrypted."""
         self._client = client
+        self._keyring = keyring
         self._stream = stream
         self.key = Keys(stream).dead_letters
         self._summary = summary or LogSummary()
@@ -321,6 +332,8 @@ class DeadLetters:
         pipe = self._client.pipeline(transaction=False)
         for letter_id, fields in rows:
             message = _replayed_message(fields)
+            if self._keyring is not None:
+                message = reencrypted(message, self._keyring)
             args = [item for pair in message.items() for item in pair]
             pipe.eval(_REPLAY, 2, self.key, self._stream, letter_id, *args)
         replies = await pipe.execute()

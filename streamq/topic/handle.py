@@ -14,6 +14,7 @@ from collections.abc import Callable
 import anyio
 import redis.asyncio as aioredis
 
+from ..payload.encoding import PLAIN, PayloadCodec
 from ..wire.client import ride_through
 from ..wire.partition_names import choose_partition, partition_streams
 from ..wire.routing import Deployment
@@ -37,6 +38,7 @@ class TopicHandle:
         self.shape_checked_on: Deployment | None = None  # the deployment last checked on
         self._shape_checked_at = -1.0  # when its record was last checked again
         self._shape_lock: anyio.Lock | None = None
+        self.codec: PayloadCodec = PLAIN  # how payloads are written (the queue's settings)
         self.use_partitions(partitions)
 
     def use_partitions(self, partitions: int) -> None:

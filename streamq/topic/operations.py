@@ -249,12 +249,15 @@ class TopicAdmin:
             return [
                 self.named(i, new_id)
                 for i, stream, client in self._parts()
-                for new_id in await DeadLetters(client, stream).replay_all()
+                for new_id in await self._replaying(client, stream).replay_all()
             ]
         index, raw, client = self.locate(dead_letter_id)
-        return [
-            self.named(index, await DeadLetters(client, self._topic.streams[index]).replay(raw))
-        ]
+        letters = self._replaying(client, self._topic.streams[index])
+        return [self.named(index, await letters.replay(raw))]
+
+    def _replaying(self, client: aioredis.Redis, stream: str) -> DeadLetters:
+        """The dead letters of ``stream``, replayed with the queue's keyring (if any)."""
+        return DeadLetters(client, stream, keyring=self._topic.codec.keyring)
 
     async def purge_dead_letters(self) -> int:
         """Delete all dead letters; return how many there were."""

@@ -71,7 +71,7 @@ async def test_every_wire_field_of_a_foreign_entry_is_kept_and_written_back(
     wire = {b"type": b"job", b"data": b"{}", b"key": b"k", b"ver": b"2", b"kid": b"k1"}
     mq = make_queue()
 
-    @mq.handler("job")
+    @mq.handler("job", version=2, upcast={1: dict})  # an entry of version 2 is this handler's
     async def refuse(msg: Message[Any]) -> None:
         raise Reject("no")
 

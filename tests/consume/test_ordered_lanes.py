@@ -10,7 +10,8 @@ from collections import defaultdict
 import anyio
 import pytest
 
-from streamq.consume.ordering import KeyedLanes, Room, Slots
+from streamq.consume.budget import Budget, Slots
+from streamq.consume.ordering import KeyedLanes
 from streamq.message import RawEntry
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +28,7 @@ async def test_many_keys_run_in_order_on_at_most_concurrency_runners() -> None:
     overlaps: list[str] = []
     runners: set[asyncio.Task[object]] = set()  # kept: a task's id may be reused
     most_at_once = at_once = 0
-    room = Room(keys * per_key)
+    room = Budget(keys * per_key, read_count=keys * per_key, low_water=1)
 
     async def run_entry(entry: RawEntry) -> bool:
         nonlocal at_once, most_at_once
@@ -48,7 +49,7 @@ async def test_many_keys_run_in_order_on_at_most_concurrency_runners() -> None:
 
     entries = [_entry(n, f"k{n % keys}") for n in range(keys * per_key)]
     async with anyio.create_task_group() as tg:
-        lanes = KeyedLanes(tg, run_entry, Slots(concurrency), room)
+        lanes = KeyedLanes(tg, run_entry, Slots(concurrency), room, room.max)
         lanes.add(entries[: len(entries) // 2])
         await anyio.sleep(0.005)
         lanes.add(entries[len(entries) // 2 :])
@@ -62,7 +63,7 @@ async def test_many_keys_run_in_order_on_at_most_concurrency_runners() -> None:
     assert sum(len(ids) for ids in seen.values()) == len(entries)
     assert most_at_once == concurrency, f"keys should run {concurrency} at once: {most_at_once}"
     assert len(runners) <= concurrency, f"{len(runners)} tasks ran entries (a task per key?)"
-    assert room.held == 0
+    assert room.used == 0
 
 
 async def test_a_stopped_lane_keeps_its_entries_until_resumed() -> None:
@@ -76,14 +77,14 @@ async def test_a_stopped_lane_keeps_its_entries_until_resumed() -> None:
         ran.append(entry.id)
         return True
 
-    room = Room(10)
+    room = Budget(10, read_count=10, low_water=1)
     async with anyio.create_task_group() as tg:
-        lanes = KeyedLanes(tg, run_entry, Slots(2), room)
+        lanes = KeyedLanes(tg, run_entry, Slots(2), room, room.max)
         lanes.add([_entry(0, "a"), _entry(1, "b"), _entry(2, "b"), _entry(3, "a")])
         with anyio.fail_after(5):
             await lanes.wait_idle()
         assert ran == ["1-0", "1-3"] and lanes.stopped_keys == {b"b"}
-        assert room.held == 2, "the stopped lane's entries are still held"
+        assert room.used == 2, "the stopped lane's entries are still held"
         lanes.add([_entry(4, "b")])  # a stopped lane takes more, but does not run
         await anyio.sleep(0.01)
         assert ran == ["1-0", "1-3"]
@@ -92,7 +93,7 @@ async def test_a_stopped_lane_keeps_its_entries_until_resumed() -> None:
             await lanes.wait_idle()
         tg.cancel_scope.cancel()
     assert ran == ["1-0", "1-3", "1-1", "1-2", "1-4"]
-    assert room.held == 0
+    assert room.used == 0
 
 
 class Pending:
@@ -130,16 +131,16 @@ async def test_a_key_keeps_its_share_in_memory_and_a_stopped_one_holds_no_room()
         pending.entries.remove(entry)
         return True
 
-    room = Room(8, per_key=2)
+    room = Budget(8, read_count=8, low_water=1)
     entries = [_entry(0, "a"), *(_entry(n, "b") for n in range(1, 7)), _entry(7, "a")]
     pending.entries = list(entries)
     async with anyio.create_task_group() as tg:
-        lanes = KeyedLanes(tg, run_entry, Slots(2), room, refill=pending.refill)
+        lanes = KeyedLanes(tg, run_entry, Slots(2), room, 2, refill=pending.refill)
         lanes.add(entries)
         with anyio.fail_after(5):
             await lanes.wait_idle()
         assert ran == ["1-0", "1-7"] and lanes.stopped_keys == {b"b"}
-        assert room.held == 0, "a halted key still holds room"
+        assert room.used == 0, "a halted key still holds room"
         assert lanes.spilled == 1 and pending.refills == 0
         lanes.add([_entry(8, "b")])  # behind the spilled entries of its key
         pending.entries.append(_entry(8, "b"))
@@ -148,4 +149,4 @@ async def test_a_key_keeps_its_share_in_memory_and_a_stopped_one_holds_no_room()
             await lanes.wait_idle()
         tg.cancel_scope.cancel()
     assert ran == ["1-0", "1-7", *(f"1-{n}" for n in (1, 2, 3, 4, 5, 6, 8))]
-    assert room.held == 0 and lanes.spilled == 0 and pending.refills == 3
+    assert room.used == 0 and lanes.spilled == 0 and pending.refills == 3

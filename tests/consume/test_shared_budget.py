@@ -9,7 +9,8 @@ import os
 import anyio
 import pytest
 
-from streamq.consume.capacity import Budget, Capacity, Slots
+from streamq.consume.budget import Budget, Slots
+from streamq.consume.capacity import Capacity
 from streamq.message import RawEntry
 from streamq.wire import resp
 from streamq.wire.client import connect

@@ -29,7 +29,7 @@ class Job(BaseModel):
 def fanout_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage() for r in caplog.records
-        if r.name == "streamq.consume.fanout_dispatch" and r.levelno == logging.WARNING
+        if r.name == "streamq.consume.outcomes" and r.levelno == logging.WARNING
     ]  # fmt: skip
 
 

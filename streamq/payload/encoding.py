@@ -1,0 +1,158 @@
+"""What a publisher writes: a message's fields encoded per the queue's payload settings.
+
+:class:`PayloadCodec` holds a queue's (or a blocking ``Publisher``'s) settings, checked
+when it is built: ``compression`` (``"zstd"``, ``"gzip"`` or None) of a ``data`` longer
+than ``compress_over`` bytes, ``encryption`` (a :class:`~.keyring.Keyring`: ``data`` and
+the ``meta`` values named in ``encrypt_meta`` are encrypted with its current key), and the
+schema version each type is written with (``ver``). A codec with none of these writes the
+fields of :func:`streamq.message.encode_entry` as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from ..errors import ConfigError, MessageFormatError
+from ..message import encode_entry
+from .compression import check_compression, compress
+from .keyring import Keyring
+from .versions import Versions
+from .wire import AESGCM, ENC, KID, META_PREFIX, VER, aad, to_text
+
+Fields = dict[bytes | str, bytes | str]
+Compression = Literal["zstd", "gzip"]
+VersionOf = Callable[[str], int]
+
+
+def _version_one(message_type: str) -> int:
+    return 1
+
+
+def written_versions(versions: Mapping[str, int] | None) -> VersionOf:
+    """The version each type is written with, from ``{type: version}`` (1 for the others);
+    ConfigError for a version that is not a positive int."""
+    if not versions:
+        return _version_one
+    if not isinstance(versions, Mapping):
+        raise ConfigError(f"versions must be a dict {{type: version}}, got {versions!r}")
+    table = {
+        name: Versions.checked(version, None, f"versions[{name!r}]").version
+        for name, version in versions.items()
+    }
+    return lambda message_type: table.get(message_type, 1)
+
+
+def _checked_meta_names(names: object, keyring: Keyring | None) -> frozenset[str]:
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise ConfigError(f"encrypt_meta must be a list of meta key names, got {names!r}")
+    checked = frozenset(names)
+    if any(not isinstance(name, str) or not name for name in checked):
+        raise ConfigError(
+            f"encrypt_meta must hold non-empty strings, got {sorted(map(repr, checked))}"
+        )
+    if checked and keyring is None:
+        raise ConfigError("encrypt_meta needs encryption=Keyring(...): with what key otherwise?")
+    return checked
+
+
+class PayloadCodec:
+    """A publisher's payload settings, and the encoding of each message by them.
+
+    Raises ConfigError, naming the fix, for an unknown compression, a negative
+    ``compress_over``, ``encryption`` that is not a Keyring, ``encrypt_meta`` without it.
+    """
+
+    __slots__ = ("_version_of", "compress_over", "compression", "encrypt_meta", "keyring")
+
+    def __init__(
+        self,
+        compression: Compression | None = None,
+        compress_over: int = 1024,
+        encryption: Keyring | None = None,
+        encrypt_meta: Iterable[str] = (),
+        version_of: VersionOf = _version_one,
+    ) -> None:
+        self.compression = check_compression(compression, compress_over)
+        self.compress_over = compress_over
+        if encryption is not None and not isinstance(encryption, Keyring):
+            raise ConfigError(
+                f"encryption must be a streamq.Keyring or None, got {type(encryption).__name__}"
+            )
+        self.keyring = encryption
+        self.encrypt_meta = _checked_meta_names(encrypt_meta, encryption)
+        self._version_of = version_of
+
+    def with_versions(self, version_of: VersionOf) -> PayloadCodec:
+        """The same settings, writing each type's version as ``version_of`` says."""
+        return PayloadCodec(
+            self.compression, self.compress_over, self.keyring, self.encrypt_meta, version_of
+        )
+
+    @property
+    def transforms(self) -> bool:
+        """Whether it compresses or encrypts anything."""
+        return self.compression is not None or self.keyring is not None
+
+    def entry(
+        self,
+        message_type: str,
+        data: Any,
+        meta: Mapping[str, str] | None = None,
+        key: str | bytes | None = None,
+    ) -> Fields:
+        """The XADD fields of one message: those of ``encode_entry``, then encoded."""
+        fields = encode_entry(message_type, data, meta, key)
+        version = self._version_of(message_type)
+        if version != 1:
+            fields[VER] = str(version)
+        if self.transforms:
+            self.encode(fields)
+        return fields
+
+    def encode(self, fields: Fields) -> Fields:
+        """Compress and encrypt the ``data`` (and listed ``meta`` values) of ``fields`` in
+        place, as these settings say; return ``fields``."""
+        type_name = _as_bytes(fields[b"type"])
+        raw = _as_bytes(fields[b"data"])
+        steps = []
+        if self.compression is not None and len(raw) > self.compress_over:
+            packed = compress(self.compression, raw)
+            if len(packed) < len(raw):  # incompressible data goes as it is
+                raw = packed
+                steps.append(self.compression)
+        keyring = self.keyring
+        if keyring is not None:
+            raw = keyring.encrypt(raw, aad(type_name, "data"))
+            steps.append(AESGCM)
+            fields[KID] = keyring.current
+            if self.encrypt_meta and b"meta" in fields:
+                fields[b"meta"] = self._sealed_meta(type_name, _as_bytes(fields[b"meta"]))
+        if steps:
+            fields[b"data"] = to_text(raw)
+            fields[ENC] = "+".join(steps)
+        return fields
+
+    def _sealed_meta(self, type_name: bytes, meta_json: bytes) -> bytes:
+        import pydantic_core
+
+        meta: dict[str, str] = pydantic_core.from_json(meta_json)
+        keyring = self.keyring
+        assert keyring is not None
+        for name, value in meta.items():
+            if name in self.encrypt_meta:
+                sealed = keyring.encrypt(value.encode(), aad(type_name, f"meta:{name}"))
+                meta[name] = META_PREFIX + to_text(sealed).decode()
+            elif value.startswith(META_PREFIX):
+                raise MessageFormatError(
+                    f"meta {name!r} starts with {META_PREFIX!r}, which marks an encrypted "
+                    "value on an encrypted entry: list it in encrypt_meta, or change it"
+                )
+        return pydantic_core.to_json(meta)
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+PLAIN = PayloadCodec()

@@ -1,0 +1,104 @@
+"""The encoded fields of an entry: ``enc``, ``kid``, ``ver`` and what they say of ``data``
+and ``meta`` (docs/reference/wire-format.md).
+
+``enc`` lists the steps applied to the JSON of ``data``, in the order applied, joined by
+``+`` (``zstd``, ``gzip``, ``aesgcm``: ``zstd+aesgcm`` is compressed, then encrypted). An
+encoded ``data`` is the base64 text of the resulting bytes, so every field stays text.
+Encryption authenticates, with the key ``kid``, the entry's type and the field's name
+(:func:`aad`): a value moved to another entry type or another field does not decrypt. An
+encrypted ``meta`` value is ``aesgcm:`` followed by the base64 text of its sealed bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Final
+
+from .compression import COMPRESSIONS, StepFailed, decompress
+from .keyring import Keyring
+
+ENC: Final = b"enc"
+KID: Final = b"kid"
+VER: Final = b"ver"
+AESGCM: Final = "aesgcm"
+STEPS: Final = (*COMPRESSIONS, AESGCM)
+META_PREFIX: Final = "aesgcm:"
+
+
+def aad(type_name: bytes, field: str) -> bytes:
+    """What encryption authenticates besides the value: the entry's type and the field
+    (``data``, or ``meta:<name>``)."""
+    return b"streamq\x00" + type_name + b"\x00" + field.encode()
+
+
+def to_text(sealed: bytes) -> bytes:
+    return base64.b64encode(sealed)
+
+
+def from_text(text: bytes | str, step: str = "base64") -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise StepFailed(step, f"not base64 text ({e})") from None
+
+
+def steps_of(enc: bytes) -> list[str]:
+    """The steps an ``enc`` value names; StepFailed for one it does not know."""
+    names = enc.decode("utf-8", "replace").split("+")
+    unknown = [name for name in names if name not in STEPS]
+    if unknown:
+        raise StepFailed(
+            "enc",
+            f"unknown encoding {unknown[0][:40]!r} in enc {enc[:80].decode('utf-8', 'replace')!r} "
+            f"(known: {', '.join(STEPS)})",
+        )
+    return names
+
+
+def kid_of(fields: dict[bytes, bytes]) -> str:
+    raw = fields.get(KID)
+    if raw is None:
+        raise StepFailed(AESGCM, "the entry is encrypted but has no kid field")
+    return raw.decode("utf-8", "replace")
+
+
+def decoded_data(fields: dict[bytes, bytes], data: bytes, keyring: Keyring | None) -> bytes:
+    """The JSON of ``data`` as written, the steps of ``enc`` undone in reverse order.
+    StepFailed names the step that failed: an unknown ``enc``, base64, a decompression,
+    a missing keyring or key, a tag that does not match."""
+    steps = steps_of(fields[ENC])
+    value = from_text(data)
+    for step in reversed(steps):
+        if step == AESGCM:
+            value = decrypted(fields, value, keyring, "data")
+        else:
+            value = decompress(step, value)
+    return value
+
+
+def decrypted(
+    fields: dict[bytes, bytes], sealed: bytes, keyring: Keyring | None, field: str
+) -> bytes:
+    kid = kid_of(fields)
+    if keyring is None:
+        raise StepFailed(AESGCM, f"encrypted with key {kid!r}, and no keyring was given here")
+    return keyring.decrypt(kid, sealed, aad(fields.get(b"type", b""), field))
+
+
+def decrypted_meta(
+    fields: dict[bytes, bytes], meta: dict[str, str], keyring: Keyring | None
+) -> dict[str, str]:
+    """``meta`` with its encrypted values (``aesgcm:...``) decrypted. Only an entry with a
+    ``kid`` has any: elsewhere a value of that form is an ordinary string."""
+    if KID not in fields:
+        return meta
+    for name, value in meta.items():
+        if value.startswith(META_PREFIX):
+            sealed = from_text(value[len(META_PREFIX) :], f"meta {name!r}")
+            plain = decrypted(fields, sealed, keyring, f"meta:{name}")
+            try:
+                meta[name] = plain.decode()
+            except UnicodeDecodeError:
+                raise StepFailed(AESGCM, f"meta {name!r} is not UTF-8 once decrypted") from None
+    return meta
