@@ -37,13 +37,14 @@ from .errors import (
     StreamqError,
     UnknownCommandError,
 )
+from .flow.rate import RateLimit
 from .message import Message
 from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
 from .router import Router
-from .signals import PartialFailure, Reject, Retry
+from .signals import PartialFailure, Reject, Retry, Throttle
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
 from .topic.deadletter import DeadLetter
@@ -111,6 +112,7 @@ __all__ = (
     "PermissionDeniedError",
     "Publisher",
     "QueueStateError",
+    "RateLimit",
     "RedisFailure",
     "Reject",
     "Retry",
@@ -123,6 +125,7 @@ __all__ = (
     "StreamId",
     "StreamNotFoundError",
     "StreamqError",
+    "Throttle",
     "TopicInfo",
     "TypedPublisher",
     "UnknownCommandError",

@@ -14,6 +14,8 @@ from ._registration import Registry
 from .config import Duration
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Routes
+from .flow.rate import RateLimit
+from .flow.settings import FlowConfig
 from .payload.versions import Upcast
 from .publish.middlewares import PublishMiddleware
 from .publish.periodic import Periodic
@@ -47,8 +49,11 @@ class RegistrationFacade:
         model: Any = UNSET,
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
-        return self._registry.handler(message_type, model=model, version=version, upcast=upcast)
+        return self._registry.handler(
+            message_type, model=model, version=version, upcast=upcast, rate=rate
+        )
 
     def batch_handler(
         self,
@@ -60,9 +65,17 @@ class RegistrationFacade:
         model: Any = UNSET,
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         return self._registry.batch_handler(
-            message_type, size, timeout, max_wait, model=model, version=version, upcast=upcast
+            message_type,
+            size,
+            timeout,
+            max_wait,
+            model=model,
+            version=version,
+            upcast=upcast,
+            rate=rate,
         )
 
     def register(self, handler: object) -> None:
@@ -72,10 +85,22 @@ class RegistrationFacade:
         """Add the handlers and periodic publishers of ``router`` (a
         :class:`streamq.Router`), each handler wrapped by the router's middlewares; a type
         registered twice raises ConfigError naming both."""
-        self._registry.include(router.routes(), router.periodics)
+        self._registry.include(router.routes(), router.periodics, router.rate_limits)
 
     def add_middleware(self, mw: HandlerMiddleware | PublishMiddleware) -> None:
         self._registry.add_middleware(mw)
+
+    @property
+    def flow_config(self) -> FlowConfig:
+        """The rate limits of this queue's types (given to the queue and with its
+        handlers), for the consumer engine; a snapshot."""
+        return FlowConfig.of(self._registry.rate_limits)
+
+    @property
+    def rate_limits(self) -> Mapping[str, RateLimit]:
+        """Message type -> its rate limit: those given to the queue (``rate_limits=``) and
+        with its handlers (``rate=``)."""
+        return self._registry.rate_limits
 
     @property
     def periodics(self) -> tuple[Periodic, ...]:

@@ -41,6 +41,16 @@ class TopicFacade:
     async def topic_info(self) -> TopicInfo:
         return await self._admin.topic_info()
 
+    # -- flow control ---------------------------------------------------------------
+    async def pause(self, type: str | None = None) -> bool:
+        return await self._admin.pause(type)
+
+    async def resume(self, type: str | None = None) -> bool:
+        return await self._admin.resume(type)
+
+    async def paused(self) -> list[str]:
+        return await self._admin.paused()
+
     # -- cleanup and dead letters ---------------------------------------------------
     def set_cleanup_policy(self, policy: CleanupPolicy) -> None:
         """Set the policy used by :meth:`cleanup` and (if enabled) by the next run()."""

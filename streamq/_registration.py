@@ -14,6 +14,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -23,6 +24,8 @@ from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
 from .consume.routes import UNSET, BatchSettings, Namespace, Route, Routes
 from .errors import ConfigError
+from .flow.rate import RateLimit
+from .flow.settings import add_rate, checked_rate
 from .payload.versions import Upcast, Versions
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
 from .publish.periodic import Periodic, make_periodic
@@ -35,11 +38,14 @@ class Registry:
     """The handlers, middlewares and periodic publishers of a queue or a Router.
 
     ``owner``: ``"mq"`` or ``"router"``, as a refused decorator is written there.
+    ``rate_limits``: the rate limits of types given to the queue itself (checked), beside
+    which those given with handlers are kept.
     """
 
-    def __init__(self, owner: Owner) -> None:
+    def __init__(self, owner: Owner, rate_limits: Mapping[str, RateLimit] | None = None) -> None:
         self.routes = Routes()
         self._owner = owner
+        self._rates: dict[str, RateLimit] = dict(rate_limits or {})
         self._handler_middlewares: list[HandlerMiddleware] = []
         self._publish_middlewares: list[PublishMiddleware] = []
         self._periodics: list[Periodic] = []
@@ -53,6 +59,7 @@ class Registry:
         model: Any = UNSET,
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` one by one.
 
@@ -64,14 +71,19 @@ class Registry:
         every k from the oldest version still taken to ``version - 1``
         (docs/guides/payloads.md). Raises ConfigError for a version or upcast that
         cannot be, or a type given two versions.
+        ``rate``: a :class:`~streamq.RateLimit` on the type, shared by every consumer of
+        the group (ConfigError if the type has another one already).
         """
         refuse_bare(self._owner, "handler", message_type, '"email"')
         versions = self._checked_versions(message_type, version, upcast)
+        limit = checked_rate(rate, "handler rate")
 
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals  # where the decorator is applied
+            self._check_rate(message_type, limit)
             self.routes.add_single(message_type, func, model=model, namespace=namespace)
             self._apply_versions(message_type, versions)
+            self._add_rate(message_type, limit)
             return func
 
         return register
@@ -86,11 +98,14 @@ class Registry:
         model: Any = UNSET,
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         """Decorator: handle entries of ``message_type`` in lists (see BatchConfig);
-        ``model``, ``version`` and ``upcast`` as for :meth:`handler`."""
+        ``model``, ``version``, ``upcast`` and ``rate`` as for :meth:`handler` (a batch
+        takes a permit per entry)."""
         refuse_bare(self._owner, "batch_handler", message_type, '"email"')
         versions = self._checked_versions(message_type, version, upcast)
+        limit = checked_rate(rate, "batch_handler rate")
         settings = BatchSettings(
             size=size,
             timeout=None if timeout is None else seconds(timeout, "timeout", allow_zero=False),
@@ -99,8 +114,10 @@ class Registry:
 
         def register(func: F) -> F:
             namespace = sys._getframe(1).f_locals  # where the decorator is applied
+            self._check_rate(message_type, limit)
             self.routes.add_batch(message_type, func, settings, model=model, namespace=namespace)
             self._apply_versions(message_type, versions)
+            self._add_rate(message_type, limit)
             return func
 
         return register
@@ -111,13 +128,39 @@ class Registry:
         message_type = getattr(handler, "message_type", "")
         self._apply_versions(message_type, self._versions.get(message_type))
 
-    def include(self, routes: Iterable[Route], periodics: Iterable[Periodic]) -> None:
-        """Add the handlers and periodic publishers of a router (``router.routes()``,
-        ``router.periodics``); a type registered twice raises ConfigError naming both."""
+    def include(
+        self,
+        routes: Iterable[Route],
+        periodics: Iterable[Periodic],
+        rate_limits: Mapping[str, RateLimit] | None = None,
+    ) -> None:
+        """Add the handlers, periodic publishers and rate limits of a router
+        (``router.routes()``, ``router.periodics``, ``router.rate_limits``); a type
+        registered twice, or given two rate limits, raises ConfigError naming both."""
+        rates = dict(rate_limits or {})
+        for type_name, rate in rates.items():
+            self._check_rate(type_name, rate)
         for route in routes:
             self.routes.adopt(route)
+        for type_name, rate in rates.items():
+            self._add_rate(type_name, rate)
         for periodic in periodics:
             self.add_periodic(periodic)
+
+    # -- rate limits ----------------------------------------------------------------
+    @property
+    def rate_limits(self) -> Mapping[str, RateLimit]:
+        """Message type -> its rate limit: given to the queue, or with a handler."""
+        return MappingProxyType(self._rates)
+
+    def _check_rate(self, type_name: str, rate: RateLimit | None) -> None:
+        """ConfigError before anything is registered if ``type_name`` has another limit."""
+        if rate is not None:
+            add_rate(dict(self._rates), type_name, rate, "the second given with a handler")
+
+    def _add_rate(self, type_name: str, rate: RateLimit | None) -> None:
+        if rate is not None:
+            self._rates[type_name] = rate
 
     def routes_to_include(self) -> Iterable[Route]:
         """The routes, each wrapped by this registry's handler middlewares (outside its

@@ -208,6 +208,10 @@ class CleanupPolicy:
 # The longest ordered-mode lease: a member's or lease's expiry further ahead of the
 # server's clock than this was not written by streamq (streamq.wire.records).
 MAX_OWNERSHIP_LEASE = 3600.0
+# Flow control's longest period of a rate limit (a daily quota) and longest throttle: a
+# limiter's or a throttle's expiry further ahead than this was not written by streamq.
+MAX_RATE_PERIOD = 86_400.0
+MAX_THROTTLE = 86_400.0
 
 
 @_named_fields

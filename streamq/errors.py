@@ -26,8 +26,8 @@ Every error streamq raises derives from :class:`StreamqError`::
         ├── GroupExistsError              the group to create exists (``BUSYGROUP``)
         └── UnknownCommandError           the server lacks the command (older Redis, Valkey)
 
-Handler *signals* (``Retry``, ``Reject``, ``PartialFailure``) are not errors and live in
-:mod:`streamq.signals`.
+Handler *signals* (``Retry``, ``Reject``, ``PartialFailure``, ``Throttle``) are not errors
+and live in :mod:`streamq.signals`.
 """
 
 from __future__ import annotations

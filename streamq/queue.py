@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Never
@@ -41,6 +41,8 @@ from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.positions import prepare_reading
 from .errors import ConfigError, QueueStateError
+from .flow.rate import RateLimit
+from .flow.settings import queue_rate_limits
 from .logs import run_as_consumer
 from .payload.encoding import Compression, PayloadCodec
 from .payload.keyring import Keyring
@@ -99,6 +101,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             its handler's does, ``"wait"`` for a consumer that knows it (as an entry of an
             unknown type does) or ``"dead_letter"``. Consumers decode whatever they read,
             whatever their own settings (docs/guides/payloads.md).
+        rate_limits: message type -> :class:`~streamq.RateLimit`, held on the server and
+            shared by every consumer of the group (or give one with the handler:
+            ``@mq.handler("email", rate=RateLimit(100))``); docs/guides/flow-control.md.
 
     Raises ConfigError for invalid arguments, naming the argument.
     """
@@ -136,6 +141,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         encryption: Keyring | None = None,
         encrypt_meta: Iterable[str] = (),
         on_newer_version: OnNewerVersion = "wait",
+        rate_limits: Mapping[str, RateLimit] | None = None,
         **unknown: Never,  # a misspelt setting fails type checking, and ConfigError at run time
     ) -> None:
         settings = dict(
@@ -162,7 +168,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self.retry = retry or RetryPolicy()
         self.batch = batch or BatchConfig()
         self.cleanup_policy = cleanup or CleanupPolicy()
-        self._registry = Registry("mq")
+        self._registry = Registry("mq", queue_rate_limits(rate_limits, group))
         registered = self._registry
         self._checked = CheckedPublishing(
             Publishing(self._topic), registered.routes, registered.publish_middlewares, stream
@@ -328,6 +334,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         """
         if not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        self.flow_config.check_consumer(self.route_table.routes, self.group)
         if self._state is State.RUNNING:
             raise QueueStateError("this MessageQueue is already running")
         opened = self._state is State.OPEN or await try_open(self.open)
@@ -377,6 +384,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         was_open = self._state is State.OPEN
         if not was_open and not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        self.flow_config.check_consumer(self.route_table.routes, self.group)
         if not was_open:
             await try_open(self.open)  # configuration errors raise here, not in a task group
         try:

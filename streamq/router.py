@@ -31,6 +31,7 @@ from ._registration import Registry
 from .config import Duration
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Route, Routes
+from .flow.rate import RateLimit
 from .payload.versions import Upcast
 from .publish.periodic import Periodic
 
@@ -66,8 +67,11 @@ class Router:
         model: Any = UNSET,
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
-        return self._registry.handler(message_type, model=model, version=version, upcast=upcast)
+        return self._registry.handler(
+            message_type, model=model, version=version, upcast=upcast, rate=rate
+        )
 
     def batch_handler(
         self,
@@ -79,9 +83,17 @@ class Router:
         model: Any = UNSET,
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
+        rate: RateLimit | None = None,
     ) -> Callable[[F], F]:
         return self._registry.batch_handler(
-            message_type, size, timeout, max_wait, model=model, version=version, upcast=upcast
+            message_type,
+            size,
+            timeout,
+            max_wait,
+            model=model,
+            version=version,
+            upcast=upcast,
+            rate=rate,
         )
 
     def register(self, handler: object) -> None:
@@ -91,7 +103,7 @@ class Router:
         """Add the handlers and periodic publishers of ``router``, each handler wrapped by
         that router's middlewares (inside this one's); a type registered twice raises
         ConfigError naming both."""
-        self._registry.include(router.routes(), router.periodics)
+        self._registry.include(router.routes(), router.periodics, router.rate_limits)
 
     def add_middleware(self, mw: HandlerMiddleware) -> None:
         """Wrap every handler call of this router with ``mw`` (inside those added before)."""
@@ -105,6 +117,11 @@ class Router:
     def message_types(self) -> tuple[str, ...]:
         """The message types this router handles."""
         return tuple(self._registry.routes.routes)
+
+    @property
+    def rate_limits(self) -> Mapping[str, RateLimit]:
+        """Message type -> its rate limit, for the types given one (with their handler)."""
+        return self._registry.rate_limits
 
     @property
     def periodics(self) -> tuple[Periodic, ...]:

@@ -11,6 +11,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from ..message import TYPE_PATTERN
 from .outcome import EXIT_USAGE
 from .render import one_line
 
@@ -58,6 +59,15 @@ def duration(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 seconds or more, got {text}")
     return value
+
+
+def message_type(text: str) -> str:
+    """An argparse type: a message type's name (1 to 128 of ``A-Z a-z 0-9 _ . : -``)."""
+    if not TYPE_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"a message type is 1 to 128 of the characters A-Z a-z 0-9 _ . : -, got {text!r}"
+        )
+    return text
 
 
 def _whole(text: str) -> int:

@@ -20,6 +20,7 @@ from ..wire.urls import redact
 from .forget import forget_command
 from .halted import halted_command
 from .outcome import EXIT_USAGE, CliError
+from .pause import pause_command
 from .render import render_dead_letters, render_info, render_pending
 from .scheduled import scheduled_command
 from .tail import tail
@@ -161,6 +162,16 @@ async def cmd_halted(args: argparse.Namespace) -> str:
 async def cmd_forget(args: argparse.Namespace) -> str:
     async with _closing(_queue(args, group=args.group)) as mq:
         return await forget_command(mq, args)
+
+
+async def cmd_pause(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args, group=args.group)) as mq:
+        return await pause_command(mq, args, pausing=True)
+
+
+async def cmd_unpause(args: argparse.Namespace) -> str:
+    async with _closing(_queue(args, group=args.group)) as mq:
+        return await pause_command(mq, args, pausing=False)
 
 
 async def cmd_stop_message(args: argparse.Namespace) -> str:

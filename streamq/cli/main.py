@@ -33,6 +33,7 @@ from .commands import (
     cmd_forget,
     cmd_halted,
     cmd_info,
+    cmd_pause,
     cmd_pending,
     cmd_publish,
     cmd_resume_message,
@@ -40,12 +41,14 @@ from .commands import (
     cmd_stop_message,
     cmd_tail,
     cmd_terminate,
+    cmd_unpause,
 )
 from .compat import add_compat_arguments, cmd_compat
 from .dashboard import add_dashboard_arguments, cmd_dashboard
 from .forget import add_forget_arguments
 from .halted import add_halted_arguments
 from .outcome import EXIT_FAILED, EXIT_USAGE, CliError, describe_error, fail, reader_gone
+from .pause import add_pause_arguments
 from .render import one_line, terminal_safe
 from .run import add_run_arguments, cmd_run
 from .scheduled import add_scheduled_arguments
@@ -118,6 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
         "mode's membership: forget STREAM GROUP CONSUMER", stream=False,
     )  # fmt: skip
     add_forget_arguments(p)
+    p = command(
+        "pause", cmd_pause,
+        "pause a consumer group, or one message type in it (--type), on every consumer "
+        "until unpaused: pause STREAM GROUP [--type T]",
+    )  # fmt: skip
+    add_pause_arguments(p)
+    p = command(
+        "unpause", cmd_unpause,
+        "resume a paused group (types paused on their own stay paused), or one type "
+        "(--type): unpause STREAM GROUP [--type T]",
+    )  # fmt: skip
+    add_pause_arguments(p)
     p = command(
         "info",
         cmd_info,

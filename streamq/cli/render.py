@@ -55,11 +55,18 @@ def render_info(info: TopicInfo) -> str:
         )
         if g.owner is not None:  # ordered mode on a plain stream: active/standby
             lines.append(f"  ordered owner: {owner_text(g.owner)}")
+        if info.paused.get(g.name):  # flow control: mq.pause(), streamq pause
+            lines.append(f"  paused: {paused_text(info.paused[g.name])}")
     if not info.groups:
         lines.append("(no consumer groups)")
     if info.partitions:
         lines += _partition_lines(info)
     return "\n".join(lines)
+
+
+def paused_text(paused: list[str]) -> str:
+    """What is paused in a group, as shown: ``the whole group``, then type names."""
+    return ", ".join("the whole group" if p == "*" else repr(one_line(p)) for p in paused)
 
 
 def owner_text(owner: tuple[str, int]) -> str:

@@ -1,6 +1,6 @@
 """The actions (POST): stop and resume an entry, cancel a scheduled message, release a
-halted key, replay dead letters (one, or all as a snapshot), purge them, terminate a topic,
-log in and out.
+halted key, pause and resume a group (or a type in it), replay dead letters (one, or all
+as a snapshot), purge them, terminate a topic, log in and out.
 
 Each action first checks the write token (:meth:`Access.require_write`, 403 otherwise),
 then calls the same topic operation ``MessageQueue`` offers (through
@@ -151,6 +151,35 @@ async def release_halted(request: Request) -> Response:
         return f"asked to release key {shown_key} of group {group!r} ({action})"
 
     return await _act(request, stream, href("/topic/halted", stream=stream), run)
+
+
+async def pause(request: Request) -> Response:
+    return await _pause(request, pausing=True)
+
+
+async def unpause(request: Request) -> Response:
+    return await _pause(request, pausing=False)
+
+
+async def _pause(request: Request, *, pausing: bool) -> Response:
+    """Pause or resume a consumer group of the topic: ``group`` (or ``group64``), and
+    ``type`` to pause or resume only that message type (empty: the whole group)."""
+    form = await authorised_form(request)
+    stream = stream_field(form)
+    group = name_in(form, "group")
+    if group is None:
+        raise HTTPException(400, "the form has no 'group'")
+    type_name = (optional_field(form, "type") or "").strip() or None
+    what = f"group {group!r}" if type_name is None else f"type {type_name!r} in group {group!r}"
+
+    async def run(view: TopicView) -> str:
+        if group not in {g.name for g in (await view.admin.topic_info()).groups}:
+            raise MessageNotFoundError(f"topic {stream!r} has no consumer group {group!r}")
+        if await view.pause_of(group, type_name, pausing=pausing):
+            return f"{'paused' if pausing else 'resumed'} {what}"
+        return f"{what} was {'paused already' if pausing else 'not paused'}"
+
+    return await _act(request, stream, href("/topic", stream=stream), run)
 
 
 async def replay(request: Request) -> Response:

@@ -127,6 +127,8 @@ ROUTES = [
     Route("/topic/resume", actions.resume, methods=["POST"], name="resume"),
     Route("/topic/scheduled/cancel", actions.cancel_scheduled, methods=["POST"]),
     Route("/topic/halted/release", actions.release_halted, methods=["POST"]),
+    Route("/topic/pause", actions.pause, methods=["POST"], name="pause"),
+    Route("/topic/unpause", actions.unpause, methods=["POST"], name="unpause"),
     Route("/topic/dead-letters/replay", actions.replay, methods=["POST"], name="replay"),
     Route("/topic/dead-letters/replay-all", actions.replay_all, methods=["POST"]),
     Route("/topic/dead-letters/purge", actions.purge, methods=["POST"], name="purge"),

@@ -15,6 +15,7 @@ from functools import partial
 
 import redis.asyncio as aioredis
 
+from ..flow import pause as flow_pause
 from ..publish.scheduled import ScheduledMessages
 from ..topic import ownership
 from ..topic.deadletter import DeadLetter
@@ -78,6 +79,13 @@ class TopicView:
         release = partial(ownership.release_halted, self.topic.client_for, self.topic.streams,
                           group, key, skip=skip)  # fmt: skip
         return await ride_through(self.topic.deployment, release)
+
+    async def pause_of(self, group: str, type_name: str | None, *, pausing: bool) -> bool:
+        """Pause (or resume) ``group``, or only ``type_name`` in it, as ``mq.pause()``
+        does; False if it was paused (not paused) already."""
+        act = flow_pause.pause if pausing else flow_pause.resume
+        change = partial(act, self.topic.client, self.topic.stream, group, type_name)
+        return await ride_through(self.topic.deployment, change)
 
     def part(self, partition: int) -> tuple[str, aioredis.Redis]:
         """The stream of partition ``partition`` and its client."""

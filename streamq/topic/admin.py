@@ -136,6 +136,9 @@ class TopicInfo:
     # messages waiting to be delivered (publish(..., delay=/at=)), and the first due time
     scheduled: int = 0
     next_due: datetime | None = None
+    # flow control: group -> what is paused in it ("*": the whole group, or message
+    # types), for the groups with something paused (mq.pause())
+    paused: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def pending(self) -> int:

@@ -19,7 +19,9 @@ import redis.asyncio as aioredis
 
 from ..config import CleanupPolicy
 from ..errors import ConfigError, InvalidMessageIdError
+from ..flow import pause as flow_pause
 from ..wire.client import ride_through
+from ..wire.keys import Keys
 from . import admin, control, ownership
 from .cleanup import Cleaner
 from .deadletter import DeadLetter, DeadLetters
@@ -120,17 +122,19 @@ class TopicAdmin:
         """Delete the stream (every partition), all its groups and streamq's keys (dead
         letters too unless ``keep_dead_letters``); every running consumer stops at once."""
         groups = await self._group_names()
-        plain = self._topic.partitions == 1  # its one stream holds the membership
+        plain = self._topic.partitions == 1  # its one stream holds the topic's own keys
+        topic_keys = ownership.membership_keys(self._topic.stream, groups)
+        topic_keys += [Keys(self._topic.stream).paused(group) for group in groups]
         for _, stream, client in self._parts():
-            doomed = ownership.lease_keys(stream, groups)
-            doomed += ownership.membership_keys(stream, groups) if plain else []
+            doomed = ownership.lease_keys(stream, groups) + (topic_keys if plain else [])
             await self._riding(
                 control.terminate_topic, client, stream,
                 keep_dead_letters=keep_dead_letters, group_keys=doomed,
             )  # fmt: skip
         if not plain:
-            members = ownership.membership_keys(self._topic.stream, groups)
-            await self._riding(forget_partitions, self._topic.client, self._topic.stream, members)
+            await self._riding(
+                forget_partitions, self._topic.client, self._topic.stream, topic_keys
+            )
 
     async def _group_names(self) -> set[str]:
         """The groups of every partition, and this queue's own (its keys go with the
@@ -169,7 +173,38 @@ class TopicAdmin:
 
             info = await self._riding(partitioned)
         waiting = await self._scheduled_summary()
-        return replace(info, scheduled=waiting.count, next_due=waiting.next_due)
+        groups = {g.name for g in info.groups} | ({self.group} if self.group else set())
+        topic = self._topic
+        paused = await self._riding(flow_pause.paused_groups, topic.client, topic.stream, groups)
+        return replace(info, scheduled=waiting.count, next_due=waiting.next_due, paused=paused)
+
+    # -- flow control ---------------------------------------------------------------
+    async def pause(self, type: str | None = None) -> bool:
+        """Pause this queue's group, or only entries of ``type``: every consumer of the
+        group, in every process, stops starting them within a second (entries already
+        running finish), until :meth:`resume`; it persists across restarts. Returns False
+        if it was paused already. On a partitioned topic, every partition at once.
+
+        Raises ConfigError for a name that is no message type, or on a fan-out queue."""
+        group = self._require_group("pause")
+        topic = self._topic
+        return await self._riding(flow_pause.pause, topic.client, topic.stream, group, type)
+
+    async def resume(self, type: str | None = None) -> bool:
+        """Undo :meth:`pause` of the group (``type=None``) or of ``type``; a type paused on
+        its own stays paused when the group resumes. Returns False if it was not paused.
+        (:meth:`resume_message` is another thing: it resumes one stopped entry.)"""
+        group = self._require_group("resume")
+        topic = self._topic
+        return await self._riding(flow_pause.resume, topic.client, topic.stream, group, type)
+
+    async def paused(self) -> list[str]:
+        """What is paused in this queue's group: ``"*"`` (the whole group) and the types
+        paused on their own; empty when nothing is."""
+        group = self._require_group("paused")
+        topic = self._topic
+        found = await self._riding(flow_pause.paused, topic.client, topic.stream, group)
+        return [record.target for record in found]
 
     # -- cleanup and dead letters ---------------------------------------------------
     async def cleanup(self, policy: CleanupPolicy) -> int:

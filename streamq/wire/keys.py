@@ -110,9 +110,46 @@ class Keys:
         is ``alive:3:a:b:c``, group ``a`` with consumer ``b:c`` is ``alive:1:a:b:c``."""
         return f"{self.prefix}alive:{len(group)}:{group}:{consumer}"
 
+    def paused(self, group: str) -> str:
+        """Hash: what flow control pauses in ``group``: field ``*`` (the whole group) or a
+        message type -> when it was paused (Unix ms); see :mod:`streamq.flow.pause`. The
+        group comes last, so no two groups share it."""
+        return f"{self.prefix}paused:{group}"
+
+    @property
+    def flow_notices(self) -> str:
+        """Sharded pub/sub channel: the group's pause record changed (a hint to read it)."""
+        return self.prefix + "flow"
+
+    def rate(
+        self, group: str, type_name: str, *, per_key: bool = False, key: str | None = None
+    ) -> str:
+        """String: a rate limiter's state (its theoretical arrival time, expiring); see
+        :mod:`streamq.flow.limiter`. Named as :meth:`throttle` is."""
+        return self.prefix + "rate:" + _flow_suffix(group, type_name, per_key, key)
+
+    def throttle(
+        self, group: str, type_name: str, *, per_key: bool = False, key: str | None = None
+    ) -> str:
+        """String with an expiry: a throttled type (``per_key=False``) or key of a type;
+        see :mod:`streamq.flow.throttle`. Group and type carry their lengths and a key its
+        marker (``...:5:email`` the type, ``...:5:email:key:<key>`` a key, ``...:none``
+        the entries without a key), so that no two of them share a name: group ``a:b``
+        with type ``c`` is ``2:...``, not group ``a`` with type ``b:c``."""
+        return self.prefix + "throttle:" + _flow_suffix(group, type_name, per_key, key)
+
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
         return [
             self.stopped, self.unrouted, self.cleanup_lock, self.partitions,
             self.scheduled, self.scheduled_payloads, self.periodic, self.halted,
         ]  # fmt: skip
+
+
+def _flow_suffix(group: str, type_name: str, per_key: bool, key: str | None) -> str:
+    """``<len>:<group>:<len>:<type>``, then ``:key:<key>`` or ``:none`` (no key) when the
+    record is per key."""
+    name = f"{len(group)}:{group}:{len(type_name)}:{type_name}"
+    if not per_key:
+        return name
+    return name + (":none" if key is None else ":key:" + key)

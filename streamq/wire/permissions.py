@@ -29,6 +29,7 @@ SCHEDULED, PAYLOADS, WAKE = "<scheduled>", "<scheduled-payloads>", "<scheduled-w
 PERIODIC, TICK = "<periodic>", "<periodic-tick>"
 MEMBERS, LEASE, HALTED = "<members>", "<lease>", "<halted>"
 ALIVE = "<consumer-claim>"
+PAUSED, RATE, THROTTLE, FLOW = "<paused>", "<rate>", "<throttle>", "<flow>"
 # Group, consumer, entry ID and script SHA are not subject to the ACL: any value does.
 G, C, ID, SHA = "g", "c", "0-1", "0" * 40
 # Commands whose ACL name includes the subcommand ("xinfo|groups").
@@ -149,6 +150,21 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "in the consumer name scripts", "GET", ALIVE),
     _p("consume", "in the consumer name scripts", "SET", ALIVE, "t", "PX", "1000"),
     _p("consume", "in the consumer name scripts", "DEL", ALIVE),
+    _p("consume", "flow control: read the group's pause record (script)", "EVALSHA", SHA, "1",
+       PAUSED),
+    _p("consume", "in the pause-reading script", "TYPE", PAUSED),
+    _p("consume", "in the pause-reading script", "HGETALL", PAUSED),
+    _p("consume", "in the pause-reading script: the server's clock", "TIME"),
+    _p("consume", "flow control: follow pause notices", "SSUBSCRIBE", FLOW),
+    _p("consume", "flow control: take rate-limit permits (script)", "EVALSHA", SHA, "1", RATE),
+    _p("consume", "in the rate-limit script: the server's clock", "TIME"),
+    _p("consume", "in the rate-limit script", "GET", RATE),
+    _p("consume", "in the rate-limit script: a damaged state", "TYPE", RATE),
+    _p("consume", "in the rate-limit script", "SET", RATE, "1", "PX", "1000"),
+    _p("consume", "flow control: how long a key or type is throttled", "PTTL", THROTTLE),
+    _p("consume", "flow control: throttle a key or type (script)", "EVALSHA", SHA, "1",
+       THROTTLE),
+    _p("consume", "in the throttle script", "SET", THROTTLE, "1000", "PX", "1000"),
     _p("ordered", "membership heartbeat (script)", "EVALSHA", SHA, "2", MEMBERS, STREAM),
     _p("ordered", "in the membership and lease scripts: is the topic there", "EXISTS", STREAM),
     _p("ordered", "in the membership script: is the partitioned topic there", "EXISTS", PARTS),
@@ -198,6 +214,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("operate", "terminate: one transaction", "EXEC"),
     _p("operate", "terminate: mark the topic", "SET", MARK, "1", "PX", "1000"),
     _p("operate", "terminate: delete every key", "DEL", STREAM, STOPPED, UNROUTED, DEAD_LETTERS),
+    _p("operate", "pause a group or a type", "HSETNX", PAUSED, "*", "1"),
+    _p("operate", "resume a group or a type", "HDEL", PAUSED, "*"),
+    _p("operate", "announce a pause or a resume", "SPUBLISH", FLOW, "{}"),
+    _p("operate", "terminate: delete the pause records", "DEL", PAUSED),
     _p("operate", "seek()", "XGROUP", "SETID", STREAM, G, "$"),
     _p("operate", "topic_info(): XINFO STREAM without entry values (script)",
        "EVAL", "return 0", "1", STREAM),
@@ -252,6 +272,10 @@ def names_for(stream: str) -> dict[str, str]:
         LEASE: keys.prefix + "owner:" + G,
         HALTED: keys.halted,
         ALIVE: keys.consumer_claim(G, C),
+        PAUSED: keys.paused(G),
+        RATE: keys.rate(G, "t"),
+        THROTTLE: keys.throttle(G, "t"),
+        FLOW: keys.flow_notices,
     }
 
 
@@ -285,7 +309,10 @@ def selectors(stream: str, partitions: int = 1) -> list[str]:
 def _stream_selectors(stream: str) -> list[str]:
     escaped = _glob_escape(stream)
     keys = Keys(stream)
-    channels = [f"&{_glob_escape(keys.control)}", f"&{_glob_escape(keys.scheduled_wake)}"]
+    channels = [
+        f"&{_glob_escape(keys.control)}", f"&{_glob_escape(keys.scheduled_wake)}",
+        f"&{_glob_escape(keys.flow_notices)}",
+    ]  # fmt: skip
     return [f"~{escaped}", f"~streamq:{{{escaped}}}:*", *channels]
 
 

@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import MAX_OWNERSHIP_LEASE
+from ..config import MAX_OWNERSHIP_LEASE, MAX_RATE_PERIOD, MAX_THROTTLE
+from ..message import TYPE_PATTERN
 from .partition_names import MAX_PARTITIONS, partition_streams
 
 # The longest ordered-mode lease (``ConsumerConfig.ownership_lease`` is at most this): no
@@ -30,6 +31,13 @@ MAX_DUE_MS = 253_402_300_799_999
 # How far ahead of now a periodic publisher's last published tick can lie: ticks are
 # published when they come (plus the clocks' disagreement between processes).
 MAX_TICK_AHEAD_MS = 3_600_000
+# How far ahead a flow-control record's expiry or state can lie: a throttle's expiry at most
+# the longest throttle; a rate limiter's theoretical arrival time at most two of its
+# longest periods (a limit changed to a slower one keeps the state it had).
+MAX_THROTTLE_MS = int(MAX_THROTTLE * 1000)
+MAX_RATE_AHEAD_US = int(2 * MAX_RATE_PERIOD * 1_000_000)
+# How far ahead of the server's clock a pause's time can lie (the clocks' disagreement).
+MAX_PAUSE_AHEAD_MS = 3_600_000
 # Fencing tokens are counters; past 2**53 a JSON or Lua number loses digits.
 MAX_TOKEN = 2**53
 _SHOWN = 80  # characters of a damaged value that a log line shows
@@ -42,7 +50,8 @@ _DIGITS = re.compile(r"\A[0-9]{1,19}\Z")
 class DamagedRecord:
     """A record of streamq's own keys that does not parse: where it is and what was
     expected there. ``kind`` names the record kind (``partitions``, ``member``, ``lease``,
-    ``stopped``, ``halted``, ``scheduled``, ``periodic``) for the metric."""
+    ``stopped``, ``halted``, ``scheduled``, ``periodic``, ``paused``, ``throttle``,
+    ``rate``) for the metric."""
 
     kind: str
     key: str
@@ -225,6 +234,59 @@ def periodic_tick(
         expected = f"a tick in Unix ms at most {MAX_TICK_AHEAD_MS} ms ahead of now"
         return _damaged("periodic", key, as_text(field), expected, value)
     return tick
+
+
+@dataclass(frozen=True, slots=True)
+class PausedRecord:
+    """A field of a group's pause record (:mod:`streamq.flow.pause`): what is paused
+    (``*``, the whole group, or a message type) and since when (Unix ms)."""
+
+    target: str
+    since_ms: int
+
+
+def paused(
+    key: str, field: bytes | str, value: bytes | str | None, now_ms: int
+) -> PausedRecord | DamagedRecord:
+    """A field of a pause record: ``*`` or a message type -> the pause's time in Unix ms,
+    no further ahead of ``now_ms`` than :data:`MAX_PAUSE_AHEAD_MS`."""
+    target = as_text(field)
+    if target != "*" and not TYPE_PATTERN.fullmatch(target):
+        return _damaged("paused", key, target, "'*' or a message type", field)
+    since = _integer(value)
+    if since is None or since > now_ms + MAX_PAUSE_AHEAD_MS:
+        expected = f"the pause's time in Unix ms, at most {MAX_PAUSE_AHEAD_MS} ms ahead"
+        return _damaged("paused", key, target, expected, value)
+    return PausedRecord(target, since)
+
+
+def paused_kind(key: str, kind: bytes | str) -> DamagedRecord | None:
+    """None if a pause record's key holds a hash (or nothing), else what it holds."""
+    found = as_text(kind)
+    if found in ("hash", "none"):
+        return None
+    return DamagedRecord("paused", key, "(the key)", "a hash", f"a {found}")
+
+
+def throttle_expiry(key: str, pttl_ms: int) -> int | DamagedRecord:
+    """A throttle's remaining milliseconds from ``PTTL`` (0: not throttled). streamq
+    writes every throttle with an expiry of at most :data:`MAX_THROTTLE_MS`: one without
+    (``-1``) or with a longer one is damaged."""
+    if pttl_ms == -2:
+        return 0
+    if pttl_ms == -1:
+        return DamagedRecord("throttle", key, "(expiry)", "an expiry", "no expiry")
+    if not 0 <= pttl_ms <= MAX_THROTTLE_MS:
+        found = f"an expiry over {MAX_THROTTLE_MS} ms ahead"
+        return DamagedRecord("throttle", key, "(expiry)", f"at most {MAX_THROTTLE_MS} ms", found)
+    return pttl_ms
+
+
+def damaged_rate(key: str, found: bytes | str) -> DamagedRecord:
+    """A rate limiter's state that its script found unreadable and replaced (a value
+    that is not its time in microseconds, too far ahead, or a key of another type)."""
+    expected = f"a time in microseconds at most {MAX_RATE_AHEAD_US} us ahead"
+    return _damaged("rate", key, "(value)", expected, found)
 
 
 def _json(value: bytes | str) -> Any:

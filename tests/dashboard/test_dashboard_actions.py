@@ -40,6 +40,7 @@ Web = httpx.Client
 ACTIONS = [
     "/topic/stop", "/topic/resume", "/topic/dead-letters/replay",
     "/topic/dead-letters/replay-all", "/topic/dead-letters/purge", "/topic/terminate",
+    "/topic/pause", "/topic/unpause",
 ]  # fmt: skip
 
 
@@ -49,22 +50,24 @@ def action_form(stream: str, entry_id: str, letter_id: str, path: str) -> dict[s
         "/topic/resume": entry_id,
         "/topic/dead-letters/replay": letter_id,
     }
-    return {"stream": stream, "id": ids.get(path, ""), "confirm": stream}
+    return {"stream": stream, "id": ids.get(path, ""), "confirm": stream, "group": "g"}
 
 
 @pytest.fixture
 def victim(r: redis.Redis, redis_url: str, stream: str) -> tuple[str, str]:
-    """A topic with an entry, a stopped entry and a dead letter: (entry ID, letter ID)."""
+    """A topic with an entry, a stopped entry, a dead letter and a type paused in group
+    ``g``: (entry ID, letter ID)."""
     make_dead_letters(redis_url, stream, [1])
     entry_id = publish(redis_url, stream, 1)[0]
     r.hset(Keys(stream).stopped, entry_id, "")
+    r.hset(Keys(stream).paused("g"), "job", "1700000000000")
     return entry_id, r.xrange(Keys(stream).dead_letters)[0][0].decode()
 
 
 def snapshot(r: redis.Redis, stream: str) -> tuple[object, ...]:
     keys = Keys(stream)
     return (r.xlen(stream), r.xrange(keys.dead_letters), r.hgetall(keys.stopped),
-            r.xinfo_groups(stream))  # fmt: skip
+            r.xinfo_groups(stream), r.hgetall(keys.paused("g")))  # fmt: skip
 
 
 @pytest.mark.parametrize("path", ACTIONS)

@@ -296,3 +296,31 @@ def test_the_access_badge_says_read_only_only_without_a_token(
     for name in ("read-only", "not-logged-in", "logged-in"):
         shot = tmp_path / f"{name}.png"
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"not a PNG: {shot}"
+
+
+def test_pause_and_resume_a_group_and_a_type_with_the_token(
+    page: Page, site: str, redis_url: str, stream: str
+) -> None:
+    publish(redis_url, stream, 1)
+    r = sync_client(redis_url, stream)
+    r.xgroup_create(stream, "billing", id="0")
+    page.goto(f"{site}/topic?stream={stream}")
+    groups = page.locator("#groups")
+    expect(groups.get_by_role("button", name="Pause", exact=True)).to_have_count(0)
+    page.get_by_role("link", name="Log in with the write token").click()
+    page.get_by_label("Write token").fill(TOKEN)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator("h1")).to_have_text(stream)
+    groups.get_by_role("button", name="Pause", exact=True).click()
+    expect(page.locator(".flash.ok")).to_contain_text("paused group 'billing'")
+    expect(groups.locator("td.paused")).to_contain_text("whole group")
+    assert r.hkeys(Keys(stream).paused("billing")) == [b"*"]
+    form = page.locator("#pause-type form")
+    form.get_by_label("Type").fill("invoice")
+    form.get_by_role("button", name="Pause", exact=True).click()
+    expect(page.locator(".flash.ok")).to_contain_text("paused type 'invoice' in group 'billing'")
+    groups.get_by_role("button", name="Resume").first.click()  # the whole group's
+    expect(page.locator(".flash.ok")).to_contain_text("resumed group 'billing'")
+    expect(groups.locator("td.paused")).to_contain_text("invoice")
+    assert r.hkeys(Keys(stream).paused("billing")) == [b"invoice"]
+    r.close()

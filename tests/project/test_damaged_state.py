@@ -157,6 +157,27 @@ def _periodic(t: Topic) -> str:
     return Keys(t.streams[TICK_PARTITION]).periodic
 
 
+def _paused(t: Topic) -> str:
+    return Keys(t.name).paused(t.group)  # on the topic's own slot, for every partition
+
+
+def _set(key_of: Callable[[Topic], str], value: str) -> Write:
+    def write(client: redis.Redis, topic: Topic) -> str:
+        key = key_of(topic)
+        client.set(key, value)
+        return key
+
+    return write
+
+
+def _throttled_type(t: Topic) -> str:
+    return Keys(t.name).throttle(t.group, "job")
+
+
+def _rate_of_type(t: Topic) -> str:
+    return Keys(t.name).rate(t.group, "job")
+
+
 DAMAGES = [
     Damage("partition count past the maximum", _hset(_partitions, "count", "20000"),
            CONSUMERS | LISTINGS),
@@ -188,6 +209,13 @@ DAMAGES = [
     Damage("periodic ticks pre-claimed by a ghost",
            _pre_claimed(f"lease {10**14} ghost", None), CONSUMERS),
     Damage("periodic ticks pre-claimed as done", _pre_claimed("done 1-1", None), CONSUMERS),
+    # flow control: what a listing reads (topic_info's paused groups) logs the damage; a
+    # consumer obeys none of these (it would pause or hold back genuine messages)
+    Damage("pause field not a message type", _hset(_paused, "not a type!", "1"), LISTINGS),
+    Damage("pause time not a number", _hset(_paused, "job", "yesterday"), LISTINGS),
+    Damage("pause record not a hash", _set(_paused, "paused"), LISTINGS),
+    Damage("throttle without expiry", _set(_throttled_type, "forever"), NONE),
+    Damage("rate limiter state not a time", _set(_rate_of_type, "soon"), NONE),
 ]  # fmt: skip
 
 

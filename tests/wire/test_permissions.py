@@ -20,11 +20,15 @@ from streamq import (
     Message,
     MessageQueue,
     PermissionDeniedError,
+    RateLimit,
     RedisFailure,
     Reject,
     Retry,
     StartFrom,
+    Throttle,
 )
+from streamq.flow.gate import FlowGate
+from streamq.flow.settings import FlowConfig
 from streamq.publish.periodic_runner import tick_time
 from streamq.publish.ticks import claim_tick
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
@@ -473,3 +477,35 @@ async def test_a_periodic_publisher_runs_as_the_documented_service_user(
         await wait_for(lambda: len(seen) >= 3, what="three ticks, one of them taken over")
     assert tick_time(ghost_tick) in seen
     assert await refusals(client, service) == []
+
+
+async def test_flow_control_runs_as_the_documented_service_and_operator(
+    redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser, newer: bool
+) -> None:
+    """A service's flow gate (the pause record and its notices, rate-limit permits,
+    throttles, damaged records replaced) and an operator's pause, resume, topic_info and
+    terminate: the server refuses neither a single command."""
+    service = await acl_user(acl_rules(stream, password=PASSWORD, newer=newer))
+    operator = await acl_user(acl_rules(stream, operator=True, password=PASSWORD, newer=newer))
+    config = FlowConfig.of({"job": RateLimit(10, by="key")})
+    as_service = connect(user_url(redis_url, service))
+    ops = MessageQueue(user_url(redis_url, operator), stream=stream, group="g", consumer="ops")
+    gate = FlowGate(as_service.client_for(stream), stream, "g", config)
+    await client.set(Keys(stream).rate("g", "job", per_key=True, key="k"), "damaged")
+    try:
+        async with ops, anyio.create_task_group() as tg:
+            await ops.publish("job", 1)
+            await tg.start(gate.run)
+            await anyio.sleep(0.2)  # subscribed to the flow channel
+            await ops.pause("job")
+            await wait_for(lambda: gate.paused("job"), what="the pause, through its notice")
+            assert (await gate.take("job", "k", 3)).granted == 1
+            await gate.throttle("job", "k", Throttle(5))
+            assert (await gate.throttled("job", ["k"]))["k"] > 4
+            assert (await ops.topic_info()).paused == {"g": ["job"]}
+            assert await ops.resume("job")
+            await ops.terminate_topic()
+            tg.cancel_scope.cancel()
+    finally:
+        await as_service.aclose()
+    assert await refusals(client, service, operator) == []

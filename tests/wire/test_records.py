@@ -105,3 +105,51 @@ def test_the_partition_names_give_the_count_only_when_whole() -> None:
     assert records.partition_names(KEY, "orders", names.encode()) == 4
     for value in (b'["x"]', b"[]", b"{not json", names.replace("orders", "other").encode(), None):
         assert isinstance(records.partition_names(KEY, "orders", value), DamagedRecord)
+
+
+def test_a_pause_field_parses_into_what_is_paused_and_since_when() -> None:
+    assert records.paused(KEY, b"*", b"1700", NOW) == records.PausedRecord("*", 1700)
+    found = records.paused(KEY, b"email.v2:x", str(NOW).encode(), NOW)
+    assert isinstance(found, records.PausedRecord) and found.target == "email.v2:x"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        (b"bad type", b"1700", "'*' or a message type"),
+        (b"", b"1700", "'*' or a message type"),
+        (b"x" * 129, b"1700", "'*' or a message type"),
+        (b"\xff", b"1700", "'*' or a message type"),
+        (b"email", b"yes", "the pause's time in Unix ms"),
+        (b"email", b"-1", "the pause's time in Unix ms"),
+        (b"*", str(NOW + records.MAX_PAUSE_AHEAD_MS + 1).encode(), "at most 3600000 ms ahead"),
+    ],
+)
+def test_a_pause_field_that_names_no_type_or_no_time_is_damaged(
+    field: bytes, value: bytes, expected: str
+) -> None:
+    found = records.paused(KEY, field, value, NOW)
+    assert isinstance(found, DamagedRecord)
+    assert found.kind == "paused" and found.key == KEY and expected in found.expected
+
+
+def test_a_pause_record_of_another_type_is_damaged() -> None:
+    assert records.paused_kind(KEY, b"hash") is None and records.paused_kind(KEY, "none") is None
+    found = records.paused_kind(KEY, b"string")
+    assert isinstance(found, DamagedRecord) and found.found == "a string"
+
+
+def test_a_throttle_expiry_without_expiry_or_too_far_ahead_is_damaged() -> None:
+    assert records.throttle_expiry(KEY, -2) == 0  # no record: not throttled
+    assert records.throttle_expiry(KEY, 1500) == 1500
+    assert records.throttle_expiry(KEY, records.MAX_THROTTLE_MS) == records.MAX_THROTTLE_MS
+    for pttl in (-1, records.MAX_THROTTLE_MS + 1):
+        found = records.throttle_expiry(KEY, pttl)
+        assert isinstance(found, DamagedRecord) and found.kind == "throttle"
+    # the same damage reads as the same record whatever the expiry: logged once
+    assert records.throttle_expiry(KEY, 10**10) == records.throttle_expiry(KEY, 10**11)
+
+
+def test_a_damaged_rate_state_names_its_key_and_what_was_found() -> None:
+    found = records.damaged_rate(KEY, b"garbage")
+    assert (found.kind, found.key, found.found) == ("rate", KEY, "'garbage'")

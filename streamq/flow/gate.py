@@ -1,0 +1,105 @@
+""":class:`FlowGate`: everything the consumer engine asks of flow control, in one object.
+
+Before an entry takes a handler slot the engine asks, in this order (each answer says how
+long to wait; a waiting entry holds no slot and counts no delivery):
+
+1. :meth:`FlowGate.paused` — no round trip; :meth:`FlowGate.wait_unpaused` waits.
+2. :meth:`FlowGate.throttled` — one round trip for any number of keys of a type.
+3. :meth:`FlowGate.take` — one round trip per take (a batch takes one permit per entry),
+   none for a type without a limit.
+
+and when a handler raises :class:`~streamq.Throttle`, it calls :meth:`FlowGate.throttle`
+and runs the entry again once the throttle ends. :meth:`FlowGate.run` keeps the pause
+view current (start it with ``tg.start``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
+import anyio.abc
+import redis.asyncio as aioredis
+
+from ..message import Message
+from ..signals import Throttle
+from .limiter import Grant, RateLimiter
+from .settings import FlowConfig
+from .throttle import throttle, throttled_keys
+from .watch import POLL_INTERVAL, PauseWatch
+
+
+class FlowGate:
+    """Flow control of ``group`` on the topic ``stream`` (its own name, for a partitioned
+    topic too), through ``client`` (the client of the topic's own keys:
+    ``TopicHandle.client``), under the limits of ``config``."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        group: str,
+        config: FlowConfig,
+        *,
+        poll_interval: float = POLL_INTERVAL,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self._client, self._stream, self._group = client, stream, group
+        self.config = config
+        self.pauses = PauseWatch(client, stream, group, interval=poll_interval, on_change=on_change)
+        self._limiters = {t: RateLimiter(r) for t, r in config.rate_limits.items()}
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep the pause view current until cancelled (ready once first read)."""
+        await self.pauses.run(task_status=task_status)
+
+    # -- pause ----------------------------------------------------------------------
+    def paused(self, type_name: str) -> bool:
+        """Whether entries of ``type_name`` must wait (no round trip)."""
+        return self.pauses.paused(type_name)
+
+    async def wait_unpaused(self, type_name: str) -> None:
+        """Return once entries of ``type_name`` may run again."""
+        await self.pauses.wait_unpaused(type_name)
+
+    # -- rate limits ----------------------------------------------------------------
+    def limited(self, type_name: str) -> bool:
+        """Whether ``type_name`` has a rate limit (no round trip)."""
+        return type_name in self._limiters
+
+    def key_of(self, message: Message[Any]) -> str | None:
+        """The key ``message`` is limited under (its type's ``RateLimit.key_of``; None
+        for a type without limit). Whatever a ``by=`` function raises propagates: the
+        engine treats it as the entry's failure."""
+        limiter = self._limiters.get(message.type)
+        return None if limiter is None else limiter.rate.key_of(message)
+
+    async def take(self, type_name: str, key: str | None, count: int = 1) -> Grant:
+        """Up to ``count`` permits for entries of ``type_name`` under ``key``
+        (:meth:`key_of`); all of them at once, without a round trip, for a type without
+        limit. Short of permits, sleep ``wait_seconds`` before asking again."""
+        limiter = self._limiters.get(type_name)
+        if limiter is None:
+            return Grant(count, 0.0)
+        return await limiter.take(self._client, self._stream, self._group, type_name, key, count)
+
+    # -- throttles ------------------------------------------------------------------
+    async def throttled(
+        self, type_name: str, keys: Iterable[str | None]
+    ) -> dict[str | None, float]:
+        """Publish key -> seconds its entries of ``type_name`` must still wait (0.0: they
+        may run), for every key of ``keys``, in one round trip."""
+        return await throttled_keys(self._client, self._stream, self._group, type_name, keys)
+
+    async def throttle(self, type_name: str, key: str | None, signal: Throttle) -> float:
+        """A handler raised ``signal`` for an entry of ``type_name`` with publish key
+        ``key``: hold back that key (or the type, by the signal's scope) for every
+        consumer of the group. Returns the seconds it is now held back (the longer of
+        this and a throttle in force)."""
+        return await throttle(
+            self._client, self._stream, self._group, type_name, key, signal.retry_after,
+            scope=signal.scope,
+        )  # fmt: skip

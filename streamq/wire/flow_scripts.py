@@ -1,0 +1,72 @@
+"""Server-side scripts of flow control (:mod:`streamq.flow`): each runs on the slot of the
+topic's own keys and keeps its record readable whatever it finds there.
+
+Times are the server's (``TIME``), so every consumer of a group, on any machine, counts
+against the same clock.
+"""
+
+from __future__ import annotations
+
+# Take up to ``count`` permits of a rate limiter (GCRA, the generic cell rate algorithm).
+# Its state is one number: the theoretical arrival time (TAT, in microseconds) of the next
+# permit if permits were taken exactly at the rate. Permit i (from 0) of a take at ``now``
+# conforms when max(TAT, now) + i * interval - tolerance <= now; taking k moves the TAT by
+# k intervals. The key expires at the TAT: past it, no key and an old one mean the same.
+# A value that is not a time, lies further ahead than ``bound``, or a key of another type
+# is replaced (and returned, for the caller to report); a valid time further ahead than
+# this limit writes (a limit made faster) is brought back to the furthest it writes.
+# KEYS: the limiter. ARGV: interval (us), tolerance (us), count, bound (us).
+# Returns {granted, microseconds until the next permit conforms, the damaged value or nil}.
+RATE_TAKE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local interval, tolerance = tonumber(ARGV[1]), tonumber(ARGV[2])
+local wanted, bound = tonumber(ARGV[3]), tonumber(ARGV[4])
+local found = redis.pcall('GET', KEYS[1])
+local tat, damaged = now, false
+if type(found) == 'table' then
+  damaged = 'a ' .. redis.call('TYPE', KEYS[1])['ok']
+elseif found then
+  local stored = string.match(found, '^%d+$') and tonumber(found)
+  if stored and stored <= now + bound then
+    tat = math.min(math.max(stored, now), now + tolerance + interval)
+  else
+    damaged = found
+  end
+end
+local granted = 0
+local room = now + tolerance - tat
+if room >= 0 then granted = math.min(wanted, math.floor(room / interval + 1e-6) + 1) end
+tat = tat + granted * interval
+if granted > 0 then
+  local ttl = math.max(math.ceil((tat - now) / 1000), 1)
+  redis.call('SET', KEYS[1], string.format('%.0f', math.ceil(tat)), 'PX', ttl)
+end
+return {granted, math.max(math.ceil(tat - tolerance - now), 0), damaged}
+"""
+
+# Throttle a type or a key: the record's expiry becomes ``ms`` from now unless it is
+# further already (two consumers throttling at once keep the longer wait). A record
+# without expiry (not streamq's) is replaced. KEYS: the throttle. ARGV: ms, value.
+# Returns the milliseconds the record now lasts.
+THROTTLE = """
+local ttl = redis.call('PTTL', KEYS[1])
+local ms = tonumber(ARGV[1])
+if ttl >= ms then return ttl end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ms)
+return ms
+"""
+
+# Read pause records and the server's clock, whatever the keys hold.
+# KEYS: pause records (of one topic's groups). Returns {{sec, usec}, {type, {field, value,
+# ...}} for each key}.
+READ_PAUSED = """
+local found = {redis.call('TIME')}
+for i, key in ipairs(KEYS) do
+  local kind = redis.call('TYPE', key)['ok']
+  local fields = {}
+  if kind == 'hash' then fields = redis.call('HGETALL', key) end
+  found[i + 1] = {kind, fields}
+end
+return found
+"""
