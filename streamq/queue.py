@@ -303,7 +303,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
         router = bind(router, self._topic.codec.keyring, self.on_newer_version)
-        policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy)
+        policies = Policies(
+            self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config
+        )
         if self.group is None:
             return build_fanout(topic, self._client_for, router, policies, self._positions)
         if self.ordered:

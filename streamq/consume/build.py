@@ -18,14 +18,16 @@ ordered    the owned partitions, fenced (:mod:`.ordered`)   :class:`GroupOutcome
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import redis.asyncio as aioredis
 
 from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
+from ..flow.gate import FlowGate
+from ..flow.settings import FlowConfig
 from ..topic.cleanup import Cleaner
 from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters
@@ -36,6 +38,7 @@ from .claiming import Claimer
 from .consumer import Consumer, Parts
 from .context import Place
 from .dispatch import Dispatcher
+from .flow_stage import FlowStage
 from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
 from .partitioned import PartitionedConsumer
@@ -63,6 +66,7 @@ class Policies:
     retry: RetryPolicy
     batch: BatchConfig
     cleanup: CleanupPolicy
+    flow: FlowConfig = field(default_factory=FlowConfig)
 
 
 ClientFor = Callable[[str], aioredis.Redis]
@@ -79,8 +83,14 @@ def build_consumer(
 ) -> Consumer | PartitionedConsumer:
     """Shared mode: the group's consumer."""
 
+    gate, stages = _gate(topic, client_for, policies)
+
     def one(index: int, limits: SharedLimits | None) -> Consumer:
-        return _shared(topic, index, client_for, router, policies, stopped[index], limits)
+        consumer = _shared(topic, index, client_for, router, policies, stopped[index], limits,
+                           gate)  # fmt: skip
+        if consumer.flow is not None:
+            stages.append(consumer.flow)
+        return consumer
 
     return _assembled(topic, policies, one, claimers=True)
 
@@ -117,7 +127,25 @@ def build_ordered(
         topic.name, topic.streams, topic.group, topic.consumer, client_for=client_for,
         router=router, config=policies.config, retry=policies.retry, batch=policies.batch,
         cleanup=policies.cleanup, on_poison=on_poison, stopped=stopped,
+        gate=_gate(topic, client_for, policies)[0],
     )  # fmt: skip
+
+
+def _gate(
+    topic: Topic, client_for: ClientFor, policies: Policies
+) -> tuple[FlowGate, list[FlowStage]]:
+    """The group's flow control (pauses, rate limits, throttles), on the topic's own slot,
+    and the stages it wakes when what is paused changes."""
+    stages: list[FlowStage] = []
+
+    def changed() -> None:
+        for stage in stages:
+            stage.wake()
+
+    gate = FlowGate(
+        client_for(topic.name), topic.name, topic.group, policies.flow, on_change=changed
+    )
+    return gate, stages
 
 
 def _assembled(
@@ -168,18 +196,22 @@ def _shared(
     policies: Policies,
     stopped: StoppedView,
     limits: SharedLimits | None,
+    gate: FlowGate,
 ) -> Consumer:
     stream = topic.streams[index]
     client = client_for(stream)
-    background = []
+    background: list[Callable[[], Coroutine[Any, Any, Any]]] = []
     if policies.cleanup.enabled:
         background.append(Cleaner(client, stream, policies.cleanup).run_periodically)
     place = _place(topic, index, limits)
     consumer = Consumer(
         client, Identity(stream, topic.group, topic.consumer), router=router,
         config=policies.config, stopped=stopped,
-        wiring=lambda consumer: _shared_parts(consumer, client, place, policies, stopped, limits),
+        wiring=lambda consumer: _shared_parts(
+            consumer, client, place, policies, stopped, limits, gate
+        ),
         background=background,
+        first=[gate.run] if index == 0 else [],  # the group's pauses read before any entry
     )  # fmt: skip
     # every running consumer delivers its stream's scheduled messages when due
     background.append(Mover(client, stream, topic.consumer, consumer.stats).run)
@@ -193,6 +225,7 @@ def _shared_parts(
     policies: Policies,
     stopped: StoppedView,
     limits: SharedLimits | None,
+    gate: FlowGate,
 ) -> Parts:
     """The parts of ``consumer``: one in-flight table (in the Capacity) and one Acker,
     handed to the parts that need them; the parts call back into the consumer."""
@@ -220,12 +253,14 @@ def _shared_parts(
         dead_letters=DeadLetters(client, identity.stream, summary=summary),
         unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
         retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
+        throttled=lambda entry, signal: flow.requeue(entry, signal),
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect)
+    flow = FlowStage(gate, consumer.released, consumer.router, dispatcher.message, summary)
     pool = limits.pool.entrance(consumer) if limits else None
     slots = limits.handlers if limits else None
     batcher = _batcher(consumer, policies, limits)
-    return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots, pool)
+    return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots, pool, flow)
 
 
 # -- fan-out mode ---------------------------------------------------------------------

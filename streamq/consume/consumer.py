@@ -51,6 +51,7 @@ from .capacity import Capacity
 from .claiming import Claimer
 from .dispatch import Dispatcher
 from .failures import describe
+from .flow_stage import FlowStage
 from .gone import confirmed_gone
 from .inflight import Running
 from .lifecycle import Lifecycle
@@ -89,6 +90,7 @@ class Parts:
     listener: ControlListener
     handler_slots: Slots | None  # a partition's: shared with the topic's other partitions
     pool: PoolEntrance | None = None  # a partition's way into the topic's one worker pool
+    flow: FlowStage | None = None  # where entries wait for flow control (a group's)
 
 
 class Consumer(Lifecycle):
@@ -105,6 +107,7 @@ class Consumer(Lifecycle):
         stopped: StoppedView,
         wiring: Callable[[Consumer], Parts],
         background: Sequence[Callable[[], Coroutine[Any, Any, Any]]] = (),
+        first: Sequence[Callable[..., Coroutine[Any, Any, Any]]] = (),
     ) -> None:
         """``wiring``: builds the parts, which call back into this consumer."""
         kind = "consumer" if identity.group else "fan-out subscriber"
@@ -120,13 +123,15 @@ class Consumer(Lifecycle):
         self._config = config
         self._stopped = stopped
         self._background = background
+        self._first = first  # ready (``task_status.started()``) before reading starts
         self._queue: WorkQueue[tuple[RawEntry, Route | None]] = WorkQueue()
         self._claim_scope = anyio.CancelScope()
         parts = wiring(self)
         self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
         self.claimer, self.dispatcher, self.batcher = parts.claimer, parts.dispatcher, parts.batcher
         self.listener, self._handler_slots = parts.listener, parts.handler_slots
-        self._pool = parts.pool
+        self._pool, self.flow = parts.pool, parts.flow
+        self._requeued = parts.flow.requeued if parts.flow else frozenset()
         self._intake: WorkQueue[tuple[RawEntry, Route | None]] | PoolEntrance = (
             parts.pool or self._queue
         )
@@ -154,6 +159,34 @@ class Consumer(Lifecycle):
                 same_type[1].append(entry)
             else:
                 ready.append((entry, route))
+        flow = self.flow
+        if flow is not None and flow.active():  # some may have to wait: see .flow_stage
+            ready = flow.admit(ready)
+            for type_name, (route, group) in list(batched.items()):
+                kept = [entry for entry, _ in flow.admit([(e, route) for e in group])]
+                if kept:
+                    batched[type_name] = (route, kept)
+                else:
+                    del batched[type_name]
+        self._hand_off(ready, batched, now)
+
+    def released(self, items: list[tuple[RawEntry, Route | None]]) -> None:
+        """Entries the flow stage let go, to the workers (or their batcher)."""
+        ready: list[tuple[RawEntry, Route | None]] = []
+        batched: dict[str, tuple[Route, list[RawEntry]]] = {}
+        for entry, route in items:
+            if route is not None and route.batch is not None:
+                batched.setdefault(route.type_name, (route, []))[1].append(entry)
+            else:
+                ready.append((entry, route))
+        self._hand_off(ready, batched, anyio.current_time())
+
+    def _hand_off(
+        self,
+        ready: list[tuple[RawEntry, Route | None]],
+        batched: dict[str, tuple[Route, list[RawEntry]]],
+        now: float,
+    ) -> None:
         for route, group in batched.values():
             self.batcher.add(route, group, now)  # batches skip the worker hand-off
             self.stats.received += len(group)
@@ -161,7 +194,7 @@ class Consumer(Lifecycle):
         try:
             self._intake.put_many(ready)
         except anyio.ClosedResourceError:  # shutting down: they stay pending
-            capacity.finish_many([entry.id for entry, _ in ready])
+            self.capacity.finish_many([entry.id for entry, _ in ready])
 
     async def _hold(self, entry_id: str) -> bool:
         held = await hold_message(self._client, self.id.stream, self.id.group, entry_id)
@@ -182,6 +215,8 @@ class Consumer(Lifecycle):
             batch_size=stats.batch_size.snapshot(),
             scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),
         )
+        if self.flow is not None:  # entries waiting for flow control, by reason
+            report.update({f"waiting_{why}": n for why, n in self.flow.waiting.items()})
         return report
 
     # -- stopping -------------------------------------------------------------------
@@ -226,6 +261,10 @@ class Consumer(Lifecycle):
                 services.start_soon(self._run_claimer, self.claimer)
                 services.start_soon(self.claimer.renew_leases_forever)
             services.start_soon(self.summary.run)
+            for job in self._first:
+                await services.start(job)
+            if self.flow is not None:
+                services.start_soon(self.flow.run)
             for job in self._background:
                 services.start_soon(job)
             task_status.started()
@@ -335,7 +374,9 @@ class Consumer(Lifecycle):
             await self._escaped([entry], e)
         finally:
             running.entry_id = None
-            self.capacity.finish(entry_id)
+            requeued = self._requeued
+            if not requeued or entry_id not in requeued:  # else throttled: it waits, held
+                self.capacity.finish(entry_id)
 
     async def flush_batch(self, route: Route, entries: list[RawEntry]) -> None:
         stopped = self._stopped.ids
@@ -351,7 +392,8 @@ class Consumer(Lifecycle):
         except Exception as e:  # tracing, a span processor, a bug: the entries' failure
             await self._escaped(live, e)
         finally:
-            self.capacity.finish_many([entry.id for entry in entries])
+            requeued = self._requeued
+            self.capacity.finish_many([e.id for e in entries if e.id not in requeued])
 
     async def _escaped(self, entries: list[RawEntry], error: Exception) -> None:
         """Count ``error``, raised outside the handler, as the failure of ``entries`` (dead

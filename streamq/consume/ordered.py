@@ -30,6 +30,8 @@ from ..errors import (
     ServerUnavailableError,
     StreamNotFoundError,
 )
+from ..flow.gate import FlowGate
+from ..flow.settings import FlowConfig
 from ..topic.cleanup import Cleaner
 from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters
@@ -87,6 +89,7 @@ class OrderedConsumer(Lifecycle):
         cleanup: CleanupPolicy,
         on_poison: OnPoison,
         stopped: Sequence[StoppedView] | None = None,
+        gate: FlowGate | None = None,
         clock: Callable[[], float] = time.monotonic,  # the event loop's clock, read directly
     ) -> None:
         super().__init__(f"ordered consumer {me}")
@@ -107,6 +110,7 @@ class OrderedConsumer(Lifecycle):
             router, config, retry, Slots(config.concurrency),
             Budget(config.max_in_flight, config.read_count, low_water=per_key_share(config)),
             self.ownership.valid, self._gone, self._stopped,
+            gate or FlowGate(client_for(topic), topic, group, FlowConfig()),
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
         self._acked_before = self._claimed_before = 0  # of the workers that ended
@@ -123,6 +127,7 @@ class OrderedConsumer(Lifecycle):
         self._gone_seen = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_gone)
+            await tg.start(self._shared.gate.run)  # pauses are known before any entry runs
             for stream in self.streams:
                 client = self._client_for(stream)
                 if self._cleanup.enabled:  # acked entries go, whoever owns their partition
@@ -283,7 +288,7 @@ class OrderedConsumer(Lifecycle):
             retry=self._retry, dead_letters=DeadLetters(client, stream),
             unrouted=UnroutedDeliveries(client, stream, self.group),
             retry_later=verdicts.later, stats=self.stats, summary=summary,
-            halt=verdicts.halt if self._halt else None,
+            halt=verdicts.halt if self._halt else None, throttled=verdicts.throttle,
         )  # fmt: skip
         return Dispatcher(
             router=self.router, group=self.group, retry=self._retry, outcomes=outcomes,

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
 from ..config import ConsumerConfig, RetryPolicy
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
+from ..flow.gate import FlowGate
 from ..message import RawEntry
+from ..signals import Throttle
 from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from .acks import Acker
@@ -89,12 +91,22 @@ class LaneVerdicts:
     delay a ``Retry(delay)`` asked for (its lane retries in place after it), or, with
     ``on_poison="halt"``, that its key halts (instead of a dead letter at the limit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: FlowGate, types: set[str]) -> None:
+        self._gate, self.types = gate, types  # types: every throttled type of the consumer
         self.delays: dict[str, float] = {}  # entry ID -> the delay its handler asked for
         self.halted: dict[str, str] = {}  # entry ID -> why its key halts
+        self.throttled: dict[str, float] = {}  # entry ID -> seconds its key is held back
 
     def later(self, entry: RawEntry, delay: float) -> None:
         self.delays[entry.id] = delay
+
+    async def throttle(self, entry: RawEntry, signal: Throttle) -> None:
+        """Its handler raised ``signal``: its key (or type) is held back in the group, and
+        the entry runs again after that in its lane, its delivery not counted."""
+        raw_key = entry.fields.get(b"key")
+        key = None if raw_key is None else raw_key.decode("utf-8", "replace")
+        self.throttled[entry.id] = await self._gate.throttle(entry.type or "", key, signal)
+        self.types.add(entry.type or "")
 
     def halt(self, entry: RawEntry, reason: str, error: BaseException | None) -> None:
         self.halted[entry.id] = reason
@@ -114,3 +126,5 @@ class Shared:
     valid: Callable[[int], bool]  # whether the lease of a partition still holds (local)
     on_gone: Callable[[GroupNotFoundError | StreamNotFoundError], None]
     stopped: Sequence[StoppedView]  # per partition: the stopped IDs the control channel told
+    gate: FlowGate  # the group's pauses, rate limits and throttles
+    throttled_types: set[str] = field(default_factory=set)  # types throttled here: checked

@@ -39,7 +39,7 @@ from .holding import StoppedHolds
 from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
 from .ordering import KeyedLanes, Later, per_key_share
 from .refill import PendingRefill
-from .timing import ACK_FLUSH_TIMEOUT, READ_ERROR_BACKOFF
+from .timing import ACK_FLUSH_TIMEOUT, POLL_INTERVAL, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class PartitionWorker:
         self._client, self._shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
         self._connection = resp.OwnConnection(client)  # the read loop's, for its life
-        self.verdicts = LaneVerdicts()
+        self.verdicts = LaneVerdicts(shared.gate, shared.throttled_types)
         self.dispatcher = make_dispatcher(self.acker, token, self.verdicts)
         self.halted = HaltedKeys(client, stream, group)
         self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
@@ -303,6 +303,9 @@ class PartitionWorker:
             decided = await self._operator_action(entry)
             if decided is not None:
                 return decided
+        wait = await self._flow_wait(entry)
+        if wait > 0:  # paused, throttled or over its rate limit: its key waits, in order
+            return Later(wait)
         while not self.draining and self._may_act():
             try:
                 outcome = await self._attempt(entry)
@@ -359,8 +362,46 @@ class PartitionWorker:
         if halted is not None:
             await self.halted.halt(entry, halted)
             return False
+        throttled = self.verdicts.throttled.pop(entry.id, None)
+        if throttled is not None:  # runs again after it, as it is: no delivery counted
+            return Later(max(throttled, 0.001))
         self._again.add(entry.id)
         return Later(self._backoff(entry))
+
+    async def _flow_wait(self, entry: RawEntry) -> float:
+        """Seconds ``entry`` must wait for flow control (0: it may run now, and took its
+        rate-limit permit): its type paused, its key throttled, its limit used up. Without
+        the server the key waits a moment and asks again (never the entry's failure)."""
+        gate, type_name = self._shared.gate, entry.type
+        if type_name is None:
+            return 0.0
+        if gate.paused(type_name):
+            return POLL_INTERVAL
+        if not gate.limited(type_name) and type_name not in self._shared.throttled_types:
+            return 0.0
+        raw_key = entry.fields.get(b"key")
+        key = None if raw_key is None else raw_key.decode("utf-8", "replace")
+        try:
+            held = (await gate.throttled(type_name, [key]))[key]
+            if held > 0:
+                return held
+            return await self._permit(type_name, entry)
+        except RedisFailure as e:
+            log.warning("partition %s: flow control not checked, %s waits: %s",
+                        self.stream, entry.id, e)  # fmt: skip
+            return READ_ERROR_BACKOFF
+
+    async def _permit(self, type_name: str, entry: RawEntry) -> float:
+        gate = self._shared.gate
+        if not gate.limited(type_name):
+            return 0.0
+        route = self._shared.router.by_type_field.get(entry.fields.get(b"type", b""))
+        try:
+            rate_key = None if route is None else gate.key_of(self.dispatcher.message(route, entry))
+        except Exception:  # a bad payload or a failing by=: the dispatcher decides
+            rate_key = None
+        grant = await gate.take(type_name, rate_key)
+        return 0.0 if grant.granted else max(grant.wait_seconds, 0.001)
 
     async def _deliver(self, entry: RawEntry) -> None:
         route = self._shared.router.by_type_field.get(entry.fields.get(b"type", b""))

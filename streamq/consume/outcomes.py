@@ -9,6 +9,9 @@ below, chosen when the consumer is built (:mod:`streamq.consume.build`)::
     failed, deliveries left   left pending:          retried in place after       logged, counted
                               redelivered by a claim the backoff (its key waits)
     Retry(delay)              re-claimed after delay retried in place after delay logged, counted
+    Throttle(retry_after)     waits in the flow      retried in place after it    logged, counted
+                              stage, then runs       (its key waits), no          (an error: no
+                              again, no delivery     delivery counted             group)
     Reject / bad payload      dead letter + ack      dead letter + fenced ack     logged, counted
     past max_deliveries       dead letter + ack      dead letter, or halt the key logged, counted
     no handler for its type   left for a consumer    left for a consumer          skipped, counted
@@ -22,7 +25,7 @@ The two group policies are one class (:class:`GroupOutcomes`) wired differently:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Protocol
@@ -31,7 +34,7 @@ from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
 from ..errors import MessageFormatError
 from ..message import RawEntry
-from ..signals import HandlerSignal, Reject, Retry
+from ..signals import HandlerSignal, Reject, Retry, Throttle
 from ..topic.deadletter import DeadLetters
 from .failures import describe
 from .stats import Stats
@@ -43,6 +46,8 @@ log = logging.getLogger(__name__)
 RetryLater = Callable[[RawEntry, float], None]
 # ordered mode with on_poison="halt": the entry's key halts (entry, reason, last error)
 Halt = Callable[[RawEntry, str, BaseException | None], None]
+# the handler raised Throttle: its key (or type) is held back, the entry runs after it
+Throttled = Callable[[RawEntry, Throttle], Awaitable[None]]
 
 
 class Outcomes(Protocol):
@@ -97,11 +102,13 @@ class GroupOutcomes:
         stats: Stats,
         summary: LogSummary,
         halt: Halt | None = None,
+        throttled: Throttled | None = None,
     ) -> None:
         self.ack, self.ack_many = ack, ack_many  # bound methods of the acker: the hot path
         self._group, self._consumer, self._retry = group, consumer, retry
         self._dead_letters, self._unrouted, self._retry_later = dead_letters, unrouted, retry_later
         self.stats, self._summary, self._halt = stats, summary, halt
+        self._throttled = throttled
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """Drop the unrouted-delivery records of redelivered entries (rare)."""
@@ -151,6 +158,8 @@ class GroupOutcomes:
             await self.dead_letter(entry, f"rejected: {error.reason}", error)
         elif isinstance(error, Retry):
             self._retry_later(entry, error.delay)
+        elif isinstance(error, Throttle) and self._throttled is not None:
+            await self._throttled(entry, error)  # no failure, no delivery counted
         else:
             await self.failed(entry, error, outside=False)
 
@@ -262,7 +271,12 @@ class FanoutOutcomes:
         await self.failed(entry, error, outside=False)  # Reject and Retry(delay) alike
 
     async def failed(self, entry: RawEntry, error: BaseException, *, outside: bool) -> None:
-        if isinstance(error, HandlerSignal):  # Reject, Retry: not retried in process
+        if isinstance(error, Throttle):
+            reason = (
+                f"the handler raised {describe(error)}, which needs a consumer group: a "
+                "fan-out subscriber holds nothing back and does not handle the entry again"
+            )
+        elif isinstance(error, HandlerSignal):  # Reject, Retry: not retried in process
             reason = f"the handler raised {describe(error)} (no redelivery without a group)"
         else:
             reason = f"failed after {self._attempts} attempt(s): {describe(error)}"

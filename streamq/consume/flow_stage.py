@@ -1,0 +1,248 @@
+"""Flow control in shared mode: entries that may not run yet wait here, between the source
+and the workers (:mod:`streamq.flow` holds the limits, pauses and throttles themselves).
+
+An entry of a paused type, of a type over its rate limit, or of a throttled key or type
+waits in this stage. It holds its unit of ``max_in_flight`` (it is fetched, and its lease
+is kept fresh like every entry in flight) but no worker and no handler slot, and no
+delivery is counted while it waits; entries of one type go on in the order they came.
+One task releases them: when a pause ends (the :class:`~streamq.flow.gate.FlowGate`'s
+``on_change``), when permits are granted (it sleeps until the next permit, never polls
+faster), when a throttle ends.
+
+A handler that raises :class:`~streamq.Throttle` holds back its key (or type) in the group
+(the record on the server) and here; the entry waits in this stage and runs again after
+it, its delivery not counted. The other consumers of the group see the throttle record
+when they next ask for entries of that type (:meth:`FlowStage.admit` reads the records of
+a type it knows to be throttled, or that it has limits for).
+
+With nothing paused, limited or throttled, :meth:`FlowStage.admit` returns its input: one
+check per read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .._log_summary import LogSummary
+from ..errors import RedisFailure
+from ..flow.gate import FlowGate
+from ..message import Message, RawEntry
+from ..signals import Throttle
+from .routes import Route, Routes
+from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
+
+log = logging.getLogger(__name__)
+
+Item = tuple[RawEntry, "Route | None"]
+WAITING_REASONS = ("pause", "rate_limit", "throttle")
+
+
+@dataclass(slots=True)
+class _Waiting:
+    entry: RawEntry
+    route: Route
+    publish_key: str | None
+    rate_key: str | None
+    not_before: float = 0.0  # this entry's own throttle (it raised Throttle)
+
+
+class FlowStage:
+    """The waiting entries of one consumer (a partition's), released to ``hand_off``."""
+
+    def __init__(
+        self,
+        gate: FlowGate,
+        hand_off: Callable[[list[Item]], None],
+        routes: Routes,
+        message: Callable[[Route, RawEntry], Message[Any]],
+        summary: LogSummary,
+    ) -> None:
+        self._gate, self._hand_off, self._routes = gate, hand_off, routes
+        self._message, self._summary = message, summary
+        self._limited = frozenset(gate.config.rate_limits)
+        self._parked: dict[str, deque[_Waiting]] = {}  # type -> its waiting entries, in order
+        self._type_until: dict[str, float] = {}  # type -> throttled until (event loop clock)
+        self._key_until: dict[tuple[str, str | None], float] = {}  # (type, key) -> until
+        self._known_throttled: set[str] = set()  # types whose throttle records are read
+        self._wake = anyio.Event()
+        self.requeued: set[str] = set()  # entries a Throttle sent back here: not finished
+        self.waiting = dict.fromkeys(WAITING_REASONS, 0)  # entries waiting, by reason
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def active(self) -> bool:
+        """Whether some entry may have to wait (else :meth:`admit` is not needed)."""
+        return bool(
+            self._parked or self._limited or self._known_throttled or self._gate.pauses.targets
+        )
+
+    # -- entering -------------------------------------------------------------------
+    def admit(self, items: list[Item]) -> list[Item]:
+        """The items that may go to the workers now; the others wait here."""
+        go: list[Item] = []
+        parked = False
+        for item in items:
+            entry, route = item
+            if route is None or not self._may_wait(route.type_name):
+                go.append(item)
+                continue
+            self._park(entry, route)
+            parked = True
+        if parked:
+            self._wake.set()
+        return go
+
+    def _may_wait(self, type_name: str) -> bool:
+        return (
+            type_name in self._parked
+            or type_name in self._limited
+            or type_name in self._known_throttled
+            or self._gate.paused(type_name)
+        )
+
+    def _park(self, entry: RawEntry, route: Route, not_before: float = 0.0) -> None:
+        publish_key = entry.fields.get(b"key")
+        key = None if publish_key is None else publish_key.decode("utf-8", "replace")
+        rate_key = None
+        if route.type_name in self._limited:
+            try:
+                rate_key = self._gate.key_of(self._message(route, entry))
+            except Exception:  # a bad payload or a failing by=: the dispatcher decides
+                rate_key = None
+        waiting = _Waiting(entry, route, key, rate_key, not_before)
+        self._parked.setdefault(route.type_name, deque()).append(waiting)
+
+    async def requeue(self, entry: RawEntry, signal: Throttle) -> None:
+        """A handler raised ``signal`` for ``entry``: hold back its key (or type) in the
+        group and here, and let the entry wait until the throttle is over."""
+        route = self._routes.by_type_field.get(entry.fields.get(b"type", b""))
+        assert route is not None  # its handler raised the signal
+        key = entry.fields.get(b"key")
+        publish_key = None if key is None else key.decode("utf-8", "replace")
+        seconds = await self._gate.throttle(route.type_name, publish_key, signal)
+        until = anyio.current_time() + seconds
+        self._note_throttle(route.type_name, publish_key, signal.scope, until)
+        self.requeued.add(entry.id)
+        self._park(entry, route, not_before=until)
+        self._wake.set()
+
+    def _note_throttle(self, type_name: str, key: str | None, scope: str, until: float) -> None:
+        self._known_throttled.add(type_name)
+        if scope == "type":
+            self._type_until[type_name] = max(until, self._type_until.get(type_name, 0.0))
+        else:
+            self._key_until[type_name, key] = max(until, self._key_until.get((type_name, key), 0.0))
+
+    # -- releasing ------------------------------------------------------------------
+    async def run(self) -> None:
+        """Release waiting entries as they may go, until cancelled."""
+        while True:
+            next_look = math.inf
+            for type_name in list(self._parked):
+                try:
+                    next_look = min(next_look, await self._release(type_name))
+                except RedisFailure as e:
+                    self._summary.log(
+                        log, "flow-control checks failed", logging.WARNING,
+                        "flow control could not be checked (entries wait): %s", e,
+                    )  # fmt: skip
+                    next_look = min(next_look, READ_ERROR_BACKOFF)
+                if not self._parked.get(type_name, True):
+                    del self._parked[type_name]
+            self._count_waiting()
+            if self._wake.is_set():
+                self._wake = anyio.Event()
+                continue
+            with anyio.move_on_after(next_look if next_look < math.inf else POLL_INTERVAL * 20):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    async def _release(self, type_name: str) -> float:
+        """Hand off what of ``type_name`` may go now; seconds until more may."""
+        queue = self._parked[type_name]
+        if self._gate.paused(type_name):
+            return POLL_INTERVAL  # the gate's on_change wakes the stage at once as well
+        now = anyio.current_time()
+        await self._read_throttles(type_name, queue, now)
+        type_until = self._type_until.get(type_name, 0.0)
+        if type_until > now:
+            return type_until - now
+        ready, wait = self._unthrottled(type_name, queue, now)
+        if type_name in self._limited and ready:
+            ready, rate_wait = await self._granted(type_name, ready)
+            wait = min(wait, rate_wait)
+        if ready:
+            chosen = {id(w) for w in ready}
+            kept = deque(w for w in queue if id(w) not in chosen)
+            self._parked[type_name] = kept
+            for waiting in ready:
+                self.requeued.discard(waiting.entry.id)
+            self._hand_off([(w.entry, w.route) for w in ready])
+        return wait
+
+    async def _read_throttles(self, type_name: str, queue: deque[_Waiting], now: float) -> None:
+        """Learn the group's throttles of the waiting keys (set by any consumer)."""
+        if type_name not in self._known_throttled and type_name not in self._limited:
+            return
+        keys = {w.publish_key for w in queue}
+        found = await self._gate.throttled(type_name, keys)
+        for key, seconds in found.items():
+            if seconds > 0:
+                self._note_throttle(type_name, key, "key", now + seconds)
+
+    def _unthrottled(
+        self, type_name: str, queue: deque[_Waiting], now: float
+    ) -> tuple[list[_Waiting], float]:
+        """The waiting entries whose key (and own throttle) lets them go, in order, and
+        the seconds until the next throttled one may."""
+        ready, wait = [], math.inf
+        for waiting in queue:
+            until = max(
+                waiting.not_before, self._key_until.get((type_name, waiting.publish_key), 0.0)
+            )
+            if until > now:
+                wait = min(wait, until - now)
+            else:
+                ready.append(waiting)
+        return ready, wait
+
+    async def _granted(self, type_name: str, ready: list[_Waiting]) -> tuple[list[_Waiting], float]:
+        """Of ``ready``, those the rate limit lets go now (per rate key, in order), and the
+        seconds until its next permit."""
+        counts: dict[str | None, int] = {}
+        for waiting in ready:
+            counts[waiting.rate_key] = counts.get(waiting.rate_key, 0) + 1
+        allowed, wait = {}, math.inf
+        for rate_key, count in counts.items():
+            grant = await self._gate.take(type_name, rate_key, count)
+            allowed[rate_key] = grant.granted
+            if grant.granted < count:
+                wait = min(wait, max(grant.wait_seconds, 0.001))
+        granted = []
+        for waiting in ready:
+            if allowed[waiting.rate_key] > 0:
+                allowed[waiting.rate_key] -= 1
+                granted.append(waiting)
+        return granted, wait
+
+    def _count_waiting(self) -> None:
+        """The gauge of waiting entries by reason (``mq.stats()["waiting"]``)."""
+        counts = dict.fromkeys(WAITING_REASONS, 0)
+        now = anyio.current_time()
+        for type_name, queue in self._parked.items():
+            if self._gate.paused(type_name):
+                counts["pause"] += len(queue)
+                continue
+            for waiting in queue:
+                key_until = self._key_until.get((type_name, waiting.publish_key), 0.0)
+                throttled = max(waiting.not_before, key_until, self._type_until.get(type_name, 0.0))
+                counts["throttle" if throttled > now else "rate_limit"] += 1
+        self.waiting = counts

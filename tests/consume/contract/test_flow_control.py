@@ -1,0 +1,125 @@
+"""Flow control in every mode with a group (DESIGN.md "Flow control", docs/guides/
+flow-control.md): a paused type's entries wait and run after the resume, holding no
+handler slot; a rate limit shared by the group is never exceeded; a handler's Throttle
+holds its key back and the entry runs again after it, counted as no failure and no
+delivery. Fan-out has no group to pause, limit or throttle in (the guide says so)."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from streamq import Message, RateLimit, Throttle
+from tests.consume.contract.modes import Mode, all_acked, keys
+from tests.helpers.waiting import wait_for
+
+pytestmark = pytest.mark.anyio
+
+FLOW_DOC = "docs/guides/flow-control.md (flow control needs a consumer group)"
+
+
+def grouped_only(mode: Mode) -> None:
+    mode.skip_unless("shared", "ordered", does_not="pause, limit or throttle", where=FLOW_DOC)
+
+
+async def test_a_paused_type_waits_without_a_handler_slot_and_runs_after_the_resume(
+    mode: Mode,
+) -> None:
+    grouped_only(mode)
+    mq = mode.queue(concurrency=1)
+    handled: list[str] = []
+
+    @mq.handler("report")
+    async def report(msg: Message[int]) -> None:
+        handled.append(f"report-{msg.data}")
+
+    @mq.handler("email")
+    async def email(msg: Message[int]) -> None:
+        handled.append(f"email-{msg.data}")
+
+    async with mq:
+        await mq.pause("report")
+        async with mq.running():
+            # keys of their own: in ordered mode an email behind a report of its key waits
+            await mq.publish_many("report", [0, 1, 2], key=lambda n: f"report-{n}")
+            await mq.publish_many("email", [0, 1, 2], key=lambda n: f"email-{n}")
+            # with one handler slot, the emails run although the reports wait before them
+            await wait_for(lambda: len(handled) == 3, what="the three emails handled")
+            await anyio.sleep(0.7)
+            assert sorted(handled) == ["email-0", "email-1", "email-2"], handled
+            assert (await mq.topic_info()).paused == {mq.group: ["report"]}
+            await mq.resume("report")
+            await wait_for(lambda: len(handled) == 6, what="the reports handled after resume")
+            await all_acked(mq)
+        stats = mq.stats()
+    assert stats["failed"] == 0 and stats["dead_lettered"] == 0
+
+
+async def test_a_paused_group_takes_no_new_entry_until_resumed(mode: Mode) -> None:
+    grouped_only(mode)
+    mq = mode.queue()
+    handled: list[int] = []
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        handled.append(msg.data)
+
+    async with mq:
+        async with mq.running():
+            await mq.publish("job", 0, key="a")
+            await wait_for(lambda: handled == [0], what="the first entry handled")
+            await mq.pause()
+            await anyio.sleep(1.0)  # every consumer sees a pause within a second
+            await mq.publish_many("job", [1, 2, 3], key=lambda n: keys(4)[n])
+            await anyio.sleep(1.0)
+            assert handled == [0], f"handled while the group was paused: {handled}"
+            await mq.resume()
+            await wait_for(lambda: sorted(handled) == [0, 1, 2, 3], what="handled after resume")
+
+
+async def test_a_rate_limit_is_never_exceeded_and_every_entry_runs(mode: Mode) -> None:
+    grouped_only(mode)
+    mq = mode.queue(rate_limits={"job": RateLimit(10, per=1.0, burst=1)}, concurrency=8)
+    started: list[float] = []
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        started.append(time.monotonic())
+
+    async with mq:
+        await mq.publish_many("job", list(range(25)), key=lambda n: keys(25)[n])
+        async with mq.running():
+            await wait_for(lambda: len(started) == 25, what="all 25 handled", timeout=15)
+            await all_acked(mq)
+        stats = mq.stats()
+    started.sort()
+    most = max(sum(1 for t in started if s <= t < s + 1.0) for s in started)
+    assert most <= 10, f"{most} entries started within one second under RateLimit(10)"
+    assert started[-1] - started[0] >= 1.5, "25 entries at 10/s took under 1.5 s"
+    assert stats["failed"] == 0
+
+
+async def test_a_throttled_entry_runs_again_after_its_wait_as_no_failure(mode: Mode) -> None:
+    grouped_only(mode)
+    mq = mode.queue()
+    calls: list[tuple[float, int]] = []
+
+    @mq.handler("call")
+    async def call(msg: Message[str]) -> None:
+        calls.append((time.monotonic(), msg.delivery_count))
+        if len(calls) == 1:
+            raise Throttle(retry_after=0.6)  # the API answered 429
+
+    async with mq:
+        async with mq.running():
+            await mq.publish("call", "first", key="tenant-a")
+            await wait_for(lambda: len(calls) == 2, what="the throttled entry run again")
+            await all_acked(mq)
+            assert await mq.dead_letters() == []
+        stats = mq.stats()
+    (first, first_count), (second, second_count) = calls
+    assert second - first >= 0.55, f"ran again after {second - first:.2f} s, not 0.6"
+    assert second_count == first_count, "a throttled attempt counted as a delivery"
+    assert stats["failed"] == 0 and stats["retried"] == 0
