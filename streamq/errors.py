@@ -14,6 +14,8 @@ Every error streamq raises derives from :class:`StreamqError`::
     ├── QueueStateError (RuntimeError)    an operation the queue's state does not allow
     ├── ConsumerError                     the consumer stopped on an error it cannot recover
     ├── DataLossError                     entries trimmed before a pipeline read them
+    ├── RequestTimeout (TimeoutError)     no reply to ``mq.request`` within its timeout
+    ├── RemoteError                       the handler of a request failed past its limit
     ├── HandlerCrashError                 a handler raised a BaseException streamq did not
     │                                     ask for (a foreign CancelledError, SystemExit)
     └── RedisFailure                      a Redis reply translated at the boundary
@@ -98,6 +100,20 @@ class ConsumerError(StreamqError):
 
 class DataLossError(StreamqError):
     """Entries were removed from the stream before a pipeline (Spark) read them."""
+
+
+class RequestTimeout(StreamqError, TimeoutError):
+    """``mq.request(...)`` got no reply within its ``timeout`` (the request may still be
+    handled later: its reply is then dropped)."""
+
+
+class RemoteError(StreamqError):
+    """The handler of a ``mq.request(...)`` failed past its delivery limit (or rejected
+    it): ``reason`` is the dead letter's reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class HandlerCrashError(StreamqError):

@@ -116,6 +116,12 @@ class Keys:
         group comes last, so no two groups share it."""
         return f"{self.prefix}paused:{group}"
 
+    def replies(self, requester: str) -> str:
+        """Stream: the replies to the requests of one requesting process (``requester``,
+        random per MessageQueue) sent into this stream; it expires once unused (see
+        :mod:`streamq.wire.replying`)."""
+        return f"{self.prefix}reply:{requester}"
+
     @property
     def flow_notices(self) -> str:
         """Sharded pub/sub channel: the group's pause record changed (a hint to read it)."""
