@@ -18,6 +18,8 @@ Every error streamq raises derives from :class:`StreamqError`::
     ├── RemoteError                       the handler of a request failed past its limit
     ├── HandlerCrashError                 a handler raised a BaseException streamq did not
     │                                     ask for (a foreign CancelledError, SystemExit)
+    ├── StaleFencingTokenError            a sink refused the write of a partition's former
+    │                                     owner (ordered mode; :mod:`streamq.effects`)
     └── RedisFailure                      a Redis reply translated at the boundary
         ├── ServerUnavailableError (ConnectionError)
         ├── AuthenticationFailedError     the server refused the URL's credentials
@@ -120,6 +122,19 @@ class HandlerCrashError(StreamqError):
     """A handler raised a ``BaseException`` that is not streamq's own cancellation (e.g. a
     ``CancelledError`` from a future cancelled elsewhere); recorded as a failure, with the
     original as ``__cause__``."""
+
+
+class StaleFencingTokenError(StreamqError):
+    """An effects sink (:func:`streamq.effects.postgres.once`) refused a write: the
+    message's fencing token is older than the last one the sink saw for its partition, so
+    another consumer owns the partition now. Raised in the handler, before any effect is
+    applied: the handler fails, the entry is not acked by this stale owner, and the new
+    owner handles it. ``token`` is the message's, ``latest`` the newer one the sink holds,
+    ``scope`` names the partition (``"<stream>/<group>/<partition>"``)."""
+
+    def __init__(self, message: str, *, token: int, latest: int, scope: str) -> None:
+        super().__init__(message)
+        self.token, self.latest, self.scope = token, latest, scope
 
 
 class RedisFailure(StreamqError):

@@ -68,12 +68,26 @@ class Message(Generic[T]):
         self.group = group
 
     @property
+    def idempotency_key(self) -> str:
+        """A stable name of this entry for this group, for a sink that applies each entry
+        once (:mod:`streamq.effects.postgres`, or a unique key of your own):
+        ``"<stream>/<group>/<id>"``, the same on every delivery of the entry and distinct
+        for every other entry or group. ``%`` and ``/`` in the stream and group names are
+        written ``%25`` and ``%2F``, so that two names never give one key."""
+        return f"{_escaped(self.stream)}/{_escaped(self.group)}/{self.id}"
+
+    @property
     def published_at(self) -> datetime:
         """When the entry was added to the stream (from its ID), in UTC."""
         return StreamId.parse(self.id.rpartition(":")[2]).timestamp
 
     def __repr__(self) -> str:
         return f"Message(id={self.id!r}, type={self.type!r}, data={self.data!r})"
+
+
+def _escaped(name: str) -> str:
+    """``name`` with ``%`` and ``/`` percent-escaped (one part of an idempotency key)."""
+    return name.replace("%", "%25").replace("/", "%2F")
 
 
 def validate_type_name(name: str) -> str:
