@@ -12,7 +12,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: setup docs demo run build dist test test-fast test-contract test-batch test-pending test-terminate test-cleanup \
         test-errors test-auto-stop test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak test-soak-ordered bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
-        demo-dashboard browser-deps demo-service demo-cluster
+        demo-dashboard browser-deps postgres-deps demo-service demo-cluster
 
 setup: $(STAMP)
 
@@ -65,6 +65,19 @@ browser-deps: setup
 	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet playwright || \
 	  echo "make: could not install playwright: the dashboard's browser tests will skip"
 
+# The PostgreSQL effects tests (tests/effects) start their own server from Debian's
+# postgresql (initdb and pg_ctl in a temporary folder, no system service): installed when
+# missing; where that is impossible those tests skip, saying why. Log in .cache/.
+PG_APT_LOG := .cache/apt-postgresql.log
+postgres-deps: setup
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  (echo "make: installing Debian's postgresql with apt-get for the PostgreSQL effects tests" \
+	    "(once; log in $(PG_APT_LOG))" && mkdir -p $(dir $(PG_APT_LOG)) && \
+	   { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq postgresql; } >$(PG_APT_LOG) 2>&1) || \
+	  { tail -n 5 $(PG_APT_LOG) 2>/dev/null; \
+	    echo "make: could not install postgresql: the PostgreSQL effects tests will skip"; }
+
 # `streamq run` with 2 workers, metrics and health; a worker SIGKILLed and back; SIGTERM drains
 demo-service: setup
 	$(PY) -m demos.service
@@ -85,7 +98,7 @@ docs: setup
 # see each other's keys.
 XDIST := $(if $(STREAMQ_REDIS_URL),,-n 2 --dist loadgroup)
 
-test: setup browser-deps docs
+test: setup browser-deps postgres-deps docs
 	$(PYTEST) -q $(XDIST)
 
 test-fast: setup
@@ -155,7 +168,7 @@ endef
 # three masters (tools/on_cluster.py gives the URL of one node; streamq finds the others).
 # Tests of what is single-node by nature (ACL users per node, a non-cluster server) skip,
 # saying why.
-test-cluster: setup browser-deps
+test-cluster: setup browser-deps postgres-deps
 	$(PY) tools/on_cluster.py -- $(PYTEST) -q
 
 # The whole suite against Debian's redis-server 7.0.

@@ -6,6 +6,9 @@ server, and must exit 0. An HTML comment on the line before its fence changes ho
 
 - ``<!-- readme-test: pytest -->``: a test file, run with pytest (the shipped plugin);
 - ``<!-- readme-test: spark -->``: a Spark job, run as a script under the ``spark`` marker;
+- ``<!-- readme-test: postgres -->``: a script given ``$DATABASE_URL``, a PostgreSQL server
+  the test starts (tests/helpers/postgres.py; skipped, saying why, where Debian's
+  postgresql is not installed);
 - ``<!-- readme-test: module NAME.py -->``: a module other blocks import: written as
   ``NAME.py`` beside every block, and imported on its own.
 
@@ -23,19 +26,21 @@ import re
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from streamq.testing import delete_stream_keys
+from tests.helpers.postgres import postgres_bin, postgres_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 MARK = re.compile(r"^<!--\s*readme-test:\s*(?P<kind>[\w-]+)(?:\s+(?P<arg>\S+))?\s*-->$")
-KINDS = {"script", "pytest", "spark", "module"}
+KINDS = {"script", "pytest", "spark", "module", "postgres"}
 STREAM_NAME = re.compile(r"""(\bstream=|["']stream["'],\s*)(["'])([A-Za-z0-9_.:-]+)\2""")
 
 
@@ -147,12 +152,27 @@ def test_the_collector_reads_marks_and_fences() -> None:
         readme_blocks("<!-- readme-test: skip -->\n```python\npass\n```")
 
 
+@pytest.fixture(scope="module")
+def database_url() -> Iterator[str]:
+    """A PostgreSQL server for the ``postgres`` blocks."""
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip("Debian's postgresql is not installed (make test installs it: "
+                    "apt-get install postgresql)")  # fmt: skip
+    with postgres_server(bin_dir) as url:
+        yield url
+
+
 @pytest.mark.parametrize("block", [_param(b) for b in BLOCKS])
-def test_block_runs(block: Block, redis_url: str, tmp_path: Path) -> None:
+def test_block_runs(
+    block: Block, redis_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     code, streams = fresh_stream_names(block.code)
     for module in MODULES:
         (tmp_path / str(module.module)).write_text(module.code)
     env = {**os.environ, "STREAMQ_REDIS_URL": redis_url, "METRICS_PORT": "0"}
+    if block.kind == "postgres":
+        env["DATABASE_URL"] = request.getfixturevalue("database_url")
     if block.kind == "module":
         command = [sys.executable, "-c", f"import {Path(str(block.module)).stem}"]
     elif block.kind == "pytest":
