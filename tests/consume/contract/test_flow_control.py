@@ -66,17 +66,16 @@ async def test_a_paused_group_takes_no_new_entry_until_resumed(mode: Mode) -> No
     async def job(msg: Message[int]) -> None:
         handled.append(msg.data)
 
-    async with mq:
-        async with mq.running():
-            await mq.publish("job", 0, key="a")
-            await wait_for(lambda: handled == [0], what="the first entry handled")
-            await mq.pause()
-            await anyio.sleep(1.0)  # every consumer sees a pause within a second
-            await mq.publish_many("job", [1, 2, 3], key=lambda n: keys(4)[n])
-            await anyio.sleep(1.0)
-            assert handled == [0], f"handled while the group was paused: {handled}"
-            await mq.resume()
-            await wait_for(lambda: sorted(handled) == [0, 1, 2, 3], what="handled after resume")
+    async with mq, mq.running():
+        await mq.publish("job", 0, key="a")
+        await wait_for(lambda: handled == [0], what="the first entry handled")
+        await mq.pause()
+        await anyio.sleep(1.0)  # every consumer sees a pause within a second
+        await mq.publish_many("job", [1, 2, 3], key=lambda n: keys(4)[n])
+        await anyio.sleep(1.0)
+        assert handled == [0], f"handled while the group was paused: {handled}"
+        await mq.resume()
+        await wait_for(lambda: sorted(handled) == [0, 1, 2, 3], what="handled after resume")
 
 
 async def test_a_rate_limit_is_never_exceeded_and_every_entry_runs(mode: Mode) -> None:
