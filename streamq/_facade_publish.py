@@ -16,6 +16,7 @@ from .publish.operations import Publishing
 from .publish.options import PublishOptions
 from .publish.periodic_runner import run_periodics
 from .publish.plan import Key
+from .publish.requests import Requests
 from .publish.typed import TypedPublisher
 from .topic.handle import TopicHandle
 
@@ -28,6 +29,7 @@ class PublishFacade:
     consumer: str
     _topic: TopicHandle  # the parts the queue holds
     _checked: CheckedPublishing
+    _requests: Requests
     _registry: Registry
 
     async def publish(
@@ -62,6 +64,29 @@ class PublishFacade:
     ) -> list[str]:
         return await self._checked.publish_many(
             message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
+        )
+
+    async def request(
+        self,
+        message_type: str,
+        data: Any,
+        meta: Mapping[str, str] | None = None,
+        *,
+        timeout: Duration = 5.0,  # noqa: ASYNC109  # the request's own deadline
+        reply_model: Any = None,
+        key: Key | None = None,
+    ) -> Any:
+        """Publish a request and return its reply: the return value of the handler that
+        handles it (a consumer of this queue's group, in any process), validated as
+        ``reply_model`` (plain JSON without one).
+
+        The reply is written with the request's ack; requests of one process share one
+        reader of their replies. Raises RequestTimeout when no reply comes within
+        ``timeout`` seconds (a consumer may still handle it later), and RemoteError with
+        the reason when the handler failed past its delivery limit or rejected it.
+        """
+        return await self._requests.request(
+            message_type, data, timeout=timeout, reply_model=reply_model, key=key, meta=meta
         )
 
     def publisher(

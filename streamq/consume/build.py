@@ -43,6 +43,7 @@ from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
 from .partitioned import PartitionedConsumer
 from .reader import Identity, Reader
+from .replies import Replier
 from .routes import Routes
 from .unrouted import UnroutedDeliveries
 
@@ -254,6 +255,7 @@ def _shared_parts(
         unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
         retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
         throttled=lambda entry, signal: flow.requeue(entry, signal),
+        replier=Replier(client, identity.stream, identity.group, with_ack=True),
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect)
     flow = FlowStage(gate, consumer.released, consumer.router, dispatcher.message, summary)

@@ -7,8 +7,7 @@ The one dispatcher of every mode: shared, ordered and fan-out differ only in tha
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..message import Message, RawEntry, decode_key
 from ..payload.reading import read_payload, waits_for_newer_consumer
 from ..payload.wire import ENC, KID, VER
 from ..signals import HandlerSignal
+from ..wire.replying import REQUEST
 from .batch_calls import BatchCalls
 from .context import Place
 from .failures import describe, reraise_unless_failure
@@ -153,34 +153,48 @@ class Dispatcher:
         failure: Exception | None = None
         try:
             if route.single_is_async and self.handler_timeout is None:
-                await func(message)  # type: ignore[misc]  # async: checked at registration
+                result = await func(message)  # type: ignore[misc]  # async: checked at registration
             else:
-                await self._call_once(func, route.single_is_async, message)
+                result = await self._call_once(func, route.single_is_async, message)
         except Exception as e:
             failure = e
         except BaseException as escaped:  # the hot path calls the handler directly
             failure = reraise_unless_failure(escaped)
         self.stats.handler_seconds.observe(perf_counter() - started)
-        # retried outside the `except` clauses: a retry's error is not chained to the first
-        error = None if failure is None else await self._after_failure(route, message, failure)
-        if error is not None:
-            await self.outcomes.settle(entry, error)
-            return
+        if failure is not None:
+            # retried outside the `except` clauses: a retry's error is not chained to the first
+            error, result = await self._after_failure(route, message, failure)
+            if error is not None:
+                await self.outcomes.settle(entry, error)
+                return
         self.stats.handled += 1
-        self._ack(entry.id)
+        meta = message.meta
+        if meta and REQUEST in meta:  # mq.request: the return value is the reply
+            await self.outcomes.replied(entry, meta, result)
+        else:
+            self._ack(entry.id)
         if entry.delivery_count > 1:
             await self.outcomes.settled([entry])
 
     async def _after_failure(
         self, route: Route, message: Message[Any], first: Exception
-    ) -> BaseException | None:
+    ) -> tuple[BaseException | None, Any]:
+        """The in-process retries: (None, the handler's result) if one succeeded, else
+        (the error, None)."""
         if isinstance(first, HandlerSignal):
-            return first
-        assert route.single is not None
-        return await self._retry(route.single, route.single_is_async, message, first)
+            return first, None
+        func, is_async = route.single, route.single_is_async
+        assert func is not None
+        results: list[Any] = []
+
+        async def call() -> None:
+            results.append(await self._call_once(func, is_async, message))
+
+        error = await self._retry(call, first)
+        return error, (results[-1] if error is None and results else None)
 
     async def _retry(
-        self, func: Callable[[Any], Any], is_async: bool, arg: Any, first: Exception
+        self, call: Callable[[], Awaitable[Any]], first: Exception
     ) -> BaseException | None:
         """In-process retries after a first failure; None if one succeeded, else the error."""
         if self.retry.attempts <= 1:
@@ -190,7 +204,7 @@ class Dispatcher:
             "handler raised %s; retrying in process", shortened(describe(first)),
         )  # fmt: skip
         self.stats.retried += 1
-        return await last_failure(self._retrying, partial(self._call_once, func, is_async, arg))
+        return await last_failure(self._retrying, call)
 
     # -- batches --------------------------------------------------------------------
     async def handle_batch(self, route: Route, entries: list[RawEntry]) -> None:
@@ -222,6 +236,11 @@ class Dispatcher:
         done = [by_message_id[m.id] for m in messages if m.id not in failed]
         self.stats.handled += len(done)
         outcomes = self.outcomes
+        requests = [m for m in messages if m.meta and REQUEST in m.meta and m.id not in failed]
+        for request in requests:  # handled by a batch handler: answered with None
+            entry = by_message_id[request.id]
+            done.remove(entry)
+            await outcomes.replied(entry, request.meta, None)
         outcomes.ack_many([entry.id for entry in done])
         await outcomes.settled(done)
         for message_id, error in failed.items():

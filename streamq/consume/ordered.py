@@ -48,6 +48,7 @@ from .ordered_partition import PartitionWorker
 from .ordering import per_key_share
 from .outcomes import GroupOutcomes
 from .ownership import Changes, Ownership, RedisLeases
+from .replies import Replier
 from .routes import Routes
 from .stats import Stats
 from .traced import traced
@@ -289,6 +290,7 @@ class OrderedConsumer(Lifecycle):
             unrouted=UnroutedDeliveries(client, stream, self.group),
             retry_later=verdicts.later, stats=self.stats, summary=summary,
             halt=verdicts.halt if self._halt else None, throttled=verdicts.throttle,
+            replier=Replier(client, stream, self.group, with_ack=False),  # then the fenced ack
         )  # fmt: skip
         return Dispatcher(
             router=self.router, group=self.group, retry=self._retry, outcomes=outcomes,

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Any, Protocol
 
 from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
@@ -36,7 +36,9 @@ from ..errors import MessageFormatError
 from ..message import RawEntry
 from ..signals import HandlerSignal, Reject, Retry, Throttle
 from ..topic.deadletter import DeadLetters
+from ..wire.replying import is_request
 from .failures import describe
+from .replies import Replier
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
 
@@ -62,6 +64,9 @@ class Outcomes(Protocol):
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """After ``entries`` were handled (some may have been delivered before)."""
+
+    async def replied(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
+        """A request (``mq.request``) handled: its reply, and its ack."""
 
     async def past_limit(self, entry: RawEntry) -> bool:
         """Before a call: whether ``entry`` is past ``max_deliveries`` (its limit outcome
@@ -103,18 +108,38 @@ class GroupOutcomes:
         summary: LogSummary,
         halt: Halt | None = None,
         throttled: Throttled | None = None,
+        replier: Replier | None = None,
     ) -> None:
         self.ack, self.ack_many = ack, ack_many  # bound methods of the acker: the hot path
         self._group, self._consumer, self._retry = group, consumer, retry
         self._dead_letters, self._unrouted, self._retry_later = dead_letters, unrouted, retry_later
         self.stats, self._summary, self._halt = stats, summary, halt
-        self._throttled = throttled
+        self._throttled, self._replier = throttled, replier
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """Drop the unrouted-delivery records of redelivered entries (rare)."""
         redelivered = [e.id for e in entries if e.delivery_count > 1]
         if redelivered:
             await self._unrouted.forget(redelivered)
+
+    async def replied(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
+        replier = self._replier
+        if replier is not None:
+            await replier.handled(entry, meta, result)
+            if replier.with_ack:
+                return
+        self.ack(entry.id)
+
+    async def _reply_failure(self, entry: RawEntry, reason: str) -> None:
+        """A dead-lettered request is answered with why (``mq.request`` raises it)."""
+        if self._replier is None or b"meta" not in entry.fields:
+            return
+        try:
+            meta = entry.decode_meta()
+        except MessageFormatError:
+            return
+        if is_request(meta):
+            await self._replier.failed(entry, meta, reason)
 
     async def attempts(self, entry: RawEntry) -> int:
         """Deliveries of ``entry`` to a consumer with its handler, as far as they matter:
@@ -152,6 +177,7 @@ class GroupOutcomes:
         self.ack(entry.id)  # once the letter is written: a crash in between redelivers
         if entry.delivery_count > 1:
             await self._unrouted.forget([entry.id])
+        await self._reply_failure(entry, reason)
 
     async def settle(self, entry: RawEntry, error: BaseException) -> None:
         if isinstance(error, Reject):
@@ -240,6 +266,9 @@ class FanoutOutcomes:
 
     async def settled(self, entries: list[RawEntry]) -> None:
         return None
+
+    async def replied(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
+        return None  # a request needs a group: a fan-out subscriber does not answer it
 
     async def past_limit(self, entry: RawEntry) -> bool:
         return False  # every entry is delivered once

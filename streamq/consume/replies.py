@@ -1,0 +1,44 @@
+"""The replies a consumer writes to the requests it handles (``mq.request``; the wire side
+is :mod:`streamq.wire.replying`).
+
+A handled request's reply is its handler's return value; a request dead-lettered (failed
+past its delivery limit, rejected, a bad payload) is answered with the reason, which
+``mq.request`` raises as :class:`~streamq.RemoteError`. In shared mode the reply and the
+request's ack are one script on the request's slot: a reply exists exactly when the request
+is acknowledged. In ordered mode the reply is written first and the fenced ack follows (a
+crash in between runs the handler again, whose second reply the requester ignores).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from ..message import RawEntry
+from ..wire.keys import Keys
+from ..wire.replying import REPLY, REPLY_MAXLEN, REPLY_TO, REPLY_TTL_MS, REQUEST, reply_fields
+
+
+class Replier:
+    """Writes the replies of one stream's requests (with their ack when ``with_ack``)."""
+
+    def __init__(self, client: aioredis.Redis, stream: str, group: str, *, with_ack: bool) -> None:
+        self._script = client.register_script(REPLY)
+        self._keys, self._stream, self._group = Keys(stream), stream, group
+        self.with_ack = with_ack
+
+    async def handled(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
+        """The request ``entry`` was handled: its reply (and, ``with_ack``, its ack)."""
+        await self._write(entry, meta, reply_fields(meta[REQUEST], result), ack=self.with_ack)
+
+    async def failed(self, entry: RawEntry, meta: dict[str, str], reason: str) -> None:
+        """The request ``entry`` was dead-lettered (and acked with its letter)."""
+        await self._write(entry, meta, reply_fields(meta[REQUEST], error=reason), ack=False)
+
+    async def _write(
+        self, entry: RawEntry, meta: dict[str, str], fields: list[str], *, ack: bool
+    ) -> None:
+        reply_key = self._keys.replies(meta[REPLY_TO])
+        args = [REPLY_TTL_MS, REPLY_MAXLEN, self._group if ack else "", entry.id, *fields]
+        await self._script(keys=[reply_key, self._stream], args=args)
