@@ -229,7 +229,10 @@ class ConsumerConfig:
     heartbeat last (a dead member's partitions move within about this time; at most an
     hour). ``claim_idle``: pending entries idle this long are taken over; leases of running
     handlers are renewed well before that. ``grace``: how long ``stop()`` waits for running
-    handlers. Durations in seconds (a ``timedelta`` is accepted too and normalised).
+    handlers. ``max_per_key``: in shared and fan-out mode, at most this many entries of one
+    publish key run at once, and the keys of waiting entries take turns for the handler
+    slots (None: entries run in the order they were read). Durations in seconds (a
+    ``timedelta`` is accepted too and normalised).
     """
 
     concurrency: int = 32
@@ -244,9 +247,12 @@ class ConsumerConfig:
     dead_consumer_idle: float = 3600.0
     stopped_resync: float = 30.0
     ownership_lease: float = 10.0
+    max_per_key: int | None = None
 
     def __post_init__(self) -> None:
         _check_counts(self, "concurrency", "max_in_flight", "read_count", "claim_count")
+        if self.max_per_key is not None:
+            _check_counts(self, "max_per_key")
         _set_seconds(
             self, "block", "claim_idle", "claim_interval", "stopped_resync", "ownership_lease",
             allow_zero=False,

@@ -134,6 +134,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         dead_consumer_idle: Duration | None = None,
         stopped_resync: Duration | None = None,
         ownership_lease: Duration | None = None,
+        max_per_key: int | None = None,
         cluster: bool | None = None,
         partitions: int = 1,
         ordered: bool = False,
@@ -151,12 +152,17 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             block=block, claim_idle=claim_idle, claim_interval=claim_interval,
             claim_count=claim_count, grace=grace, handler_timeout=handler_timeout,
             dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
-            ownership_lease=ownership_lease,
+            ownership_lease=ownership_lease, max_per_key=max_per_key,
         )  # fmt: skip
         self.config = consumer_config(config, settings, unknown)
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
         check_identity(group, consumer, cluster, start)
         self.ordered, self.on_poison = check_ordered(ordered, on_poison, group)
+        if self.ordered and self.config.max_per_key is not None:
+            raise ConfigError(
+                "max_per_key caps the entries of one key running at once in shared mode; "
+                "ordered=True runs one entry of a key at a time already: remove max_per_key"
+            )
         if url is not None:
             check_url(url)  # a bad URL is refused here, without quoting it
         self._url, self._cluster = url, cluster

@@ -33,7 +33,7 @@ class SharedLimits:
         cls, config: ConsumerConfig, partitions: int, *, claimers: bool = True
     ) -> SharedLimits:
         budget = Budget(config.max_in_flight, config.read_count, partitions, claimers=claimers)
-        pool = SharedPool(config.concurrency, partitions)
+        pool = SharedPool(config.concurrency, partitions, config.max_per_key)
         return cls(budget, Slots(config.concurrency), pool)
 
 

@@ -61,9 +61,14 @@ from .routes import Route, Routes
 from .stats import Stats
 from .timing import ACK_FLUSH_TIMEOUT, GONE_CHECK_BACKOFF
 from .traced import traced
-from .workqueue import WorkQueue
+from .workqueue import FairWorkQueue, WorkQueue
 
 log = logging.getLogger(__name__)
+
+
+def _key(item: tuple[RawEntry, Route | None]) -> object:
+    """The publish key of a work item (entries without one share the key None)."""
+    return item[0].fields.get(b"key")
 
 
 class Source(Protocol):
@@ -124,7 +129,9 @@ class Consumer(Lifecycle):
         self._stopped = stopped
         self._background = background
         self._first = first  # ready (``task_status.started()``) before reading starts
-        self._queue: WorkQueue[tuple[RawEntry, Route | None]] = WorkQueue()
+        self._queue: WorkQueue[tuple[RawEntry, Route | None]] = (
+            WorkQueue() if config.max_per_key is None else FairWorkQueue(config.max_per_key, _key)
+        )
         self._claim_scope = anyio.CancelScope()
         parts = wiring(self)
         self.capacity, self.acker, self.reader = parts.capacity, parts.acker, parts.reader
@@ -337,13 +344,16 @@ class Consumer(Lifecycle):
             self.died("a worker", ConsumerError("a worker returned while reading went on"))
 
     async def _work(self, running: Running) -> None:
-        get = self._queue.get
+        queue = self._queue
+        get, fair = queue.get, queue if isinstance(queue, FairWorkQueue) else None
         while True:
             try:
                 entry, route = await get()
             except anyio.EndOfStream:
                 return
             await self.process(entry, route, running)
+            if fair is not None:
+                fair.done(entry.fields.get(b"key"))
 
     async def process(self, entry: RawEntry, route: Route | None, running: Running) -> None:
         """Handle one entry in a worker (this consumer's own, or the topic's shared pool)."""

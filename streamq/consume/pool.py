@@ -24,7 +24,7 @@ from .context import inside_handler
 from .failures import cancelled_by_streamq
 from .inflight import InFlight, Running, Workers
 from .routes import Route
-from .workqueue import WorkQueue
+from .workqueue import FairWorkQueue, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +72,17 @@ class Partition(Protocol):
     async def process(self, entry: RawEntry, route: Route | None, running: Running) -> None: ...
 
 
+def _key(item: tuple[Partition, RawEntry, Route | None]) -> object:
+    return item[1].fields.get(b"key")
+
+
 class SharedPool:
     """``concurrency`` workers processing the entries of every partition of a topic."""
 
-    def __init__(self, concurrency: int, partitions: int) -> None:
-        self.queue: WorkQueue[tuple[Partition, RawEntry, Route | None]] = WorkQueue()
+    def __init__(self, concurrency: int, partitions: int, max_per_key: int | None = None) -> None:
+        self.queue: WorkQueue[tuple[Partition, RawEntry, Route | None]] = (
+            WorkQueue() if max_per_key is None else FairWorkQueue(max_per_key, _key)
+        )
         self.workers = Workers()  # shared with each partition's in-flight table
         self._concurrency = concurrency
         self._open = partitions  # entrances not closed yet
@@ -105,7 +111,8 @@ class SharedPool:
             self.done.set()
 
     async def _work(self, running: Running) -> None:
-        get = self.queue.get
+        queue = self.queue
+        get, fair = queue.get, queue if isinstance(queue, FairWorkQueue) else None
         while True:
             try:
                 partition, entry, route = await get()
@@ -113,6 +120,8 @@ class SharedPool:
                 return
             running.table = partition.capacity.in_flight  # where a stop notice looks
             await partition.process(entry, route, running)
+            if fair is not None:
+                fair.done(entry.fields.get(b"key"))
 
     async def wait_done(self) -> None:
         """Until every worker has ended; if cancelled (a partition's grace is over), the
