@@ -26,16 +26,22 @@ def check_identity(group: object, consumer: object, cluster: object, start: obje
 
 
 def check_ordered(
-    ordered: object, on_poison: object, group: object = "group"
+    ordered: object, on_poison: object, group: object = "group", max_per_key: object = None
 ) -> tuple[bool, OnPoison]:
     """The ordered-mode settings of a queue, or ConfigError naming the valid choices (and
-    for ordered mode without a consumer group: a fan-out queue has no owners)."""
+    for ordered mode without a consumer group: a fan-out queue has no owners; or with
+    ``max_per_key``: one entry of a key runs at a time there already)."""
     if ordered not in (True, False):
         raise ConfigError(f"ordered must be True or False, got {ordered!r}")
     if on_poison not in ("dead_letter", "halt"):
         raise ConfigError(f"on_poison must be 'dead_letter' or 'halt', got {on_poison!r}")
     if ordered and group is None:
         raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
+    if ordered and max_per_key is not None:
+        raise ConfigError(
+            "max_per_key caps the entries of one key running at once in shared mode; "
+            "ordered=True runs one entry of a key at a time already: remove max_per_key"
+        )
     return bool(ordered), on_poison
 
 

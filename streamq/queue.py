@@ -34,7 +34,7 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consume.build import Policies, Topic, build_consumer, build_fanout, build_ordered
+from .consume.build import Mode, Policies, Topic, build_engine
 from .consume.context import NO_GROUP, inside_handler
 from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
@@ -157,12 +157,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self.config = consumer_config(config, settings, unknown)
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
         check_identity(group, consumer, cluster, start)
-        self.ordered, self.on_poison = check_ordered(ordered, on_poison, group)
-        if self.ordered and self.config.max_per_key is not None:
-            raise ConfigError(
-                "max_per_key caps the entries of one key running at once in shared mode; "
-                "ordered=True runs one entry of a key at a time already: remove max_per_key"
-            )
+        self.ordered, self.on_poison = check_ordered(
+            ordered, on_poison, group, self.config.max_per_key
+        )
         if url is not None:
             check_url(url)  # a bad URL is refused here, without quoting it
         self._url, self._cluster = url, cluster
@@ -318,13 +315,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         policies = Policies(
             self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config
         )
-        if self.group is None:
-            return build_fanout(topic, self._client_for, router, policies, self._positions)
-        if self.ordered:
-            return build_ordered(
-                topic, self._client_for, router, policies, self.on_poison, self._topic.stopped
-            )
-        return build_consumer(topic, self._client_for, router, policies, self._topic.stopped)
+        mode = Mode(self.group is None, self.ordered, self.on_poison)
+        return build_engine(topic, self._client_for, router, policies, mode,
+                            self._topic.stopped, self._positions)  # fmt: skip
 
     async def run(
         self,

@@ -35,13 +35,15 @@ from .acks import Acker
 from .batching import Batcher
 from .capacity import Capacity, SharedLimits
 from .claiming import Claimer
-from .consumer import Consumer, Parts
+from .consumer import Consumer
 from .context import Place
 from .dispatch import Dispatcher
 from .flow_stage import FlowStage
+from .lifecycle import Engine
 from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
 from .partitioned import PartitionedConsumer
+from .parts import Parts
 from .reader import Identity, Reader
 from .replies import Replier
 from .routes import Routes
@@ -70,7 +72,35 @@ class Policies:
     flow: FlowConfig = field(default_factory=FlowConfig)
 
 
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """Which engine a queue runs: fan-out (no group), ordered, or shared."""
+
+    fanout: bool
+    ordered: bool
+    on_poison: OnPoison
+
+
 ClientFor = Callable[[str], aioredis.Redis]
+
+
+def build_engine(
+    topic: Topic,
+    client_for: ClientFor,
+    router: Routes,
+    policies: Policies,
+    mode: Mode,
+    stopped: Sequence[StoppedView],
+    positions: MutableMapping[str, str],
+) -> Engine:
+    """The consumer of a queue in ``mode`` (``positions``: fan-out's read cursors)."""
+    if mode.fanout:
+        return build_fanout(topic, client_for, router, policies, positions)
+    if mode.ordered:
+        return build_ordered(topic, client_for, router, policies, mode.on_poison, stopped)
+    return build_consumer(topic, client_for, router, policies, stopped)
+
+
 # one partition's consumer: (its index, the limits its partitions share, or None)
 OnePartition = Callable[[int, SharedLimits | None], Consumer]
 

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -43,18 +42,13 @@ from ..errors import (
 )
 from ..logs import ENTRY
 from ..message import RawEntry
-from ..topic.control import ControlListener, StoppedView, hold_message
-from .acks import Acker
-from .batching import Batcher
-from .budget import Slots
-from .capacity import Capacity
+from ..topic.control import StoppedView, hold_message
 from .claiming import Claimer
-from .dispatch import Dispatcher
 from .failures import describe
-from .flow_stage import FlowStage
 from .gone import confirmed_gone
 from .inflight import Running
 from .lifecycle import Lifecycle
+from .parts import Parts
 from .pool import WORKER_TASK, PoolEntrance, run_worker
 from .reader import Identity
 from .routes import Route, Routes
@@ -69,33 +63,6 @@ log = logging.getLogger(__name__)
 def _key(item: tuple[RawEntry, Route | None]) -> object:
     """The publish key of a work item (entries without one share the key None)."""
     return item[0].fields.get(b"key")
-
-
-class Source(Protocol):
-    """What a consumer reads from: it enqueues what it reads until the consumer stops."""
-
-    claimed_total: int  # entries it took over from other consumers (a read with CLAIM)
-
-    async def run(self) -> None: ...
-
-    def cancel(self) -> None:
-        """Wake a blocked read at once (stop)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Parts:
-    """The collaborators of one consumer, wired by :mod:`streamq.consume.build`."""
-
-    capacity: Capacity  # owns the in-flight table
-    acker: Acker | None  # every XACK of the consumer's entries (None: fan-out)
-    reader: Source
-    claimer: Claimer | None  # None: fan-out
-    dispatcher: Dispatcher
-    batcher: Batcher
-    listener: ControlListener
-    handler_slots: Slots | None  # a partition's: shared with the topic's other partitions
-    pool: PoolEntrance | None = None  # a partition's way into the topic's one worker pool
-    flow: FlowStage | None = None  # where entries wait for flow control (a group's)
 
 
 class Consumer(Lifecycle):

@@ -133,6 +133,16 @@ class Dispatcher:
         except BaseException as e:  # a CancelledError streamq did not ask for, SystemExit...
             raise reraise_unless_failure(e) from e
 
+    async def handle_one(self, route: Route | None, entry: RawEntry) -> None:
+        """Handle ``entry`` alone, whatever its type's handler: a type with only a batch
+        handler runs as a batch of one (ordered mode: its key's order is kept)."""
+        if route is None:
+            await self.no_route(entry)
+        elif route.single is not None:
+            await self.handle_entry(route, entry)
+        else:
+            await self.handle_batch(route, [entry])
+
     # -- single entries -------------------------------------------------------------
     async def handle_single(self, route: Route, entry: RawEntry) -> None:
         """Handle one entry in its log context, set and reset around it."""

@@ -100,6 +100,14 @@ class LaneVerdicts:
     def later(self, entry: RawEntry, delay: float) -> None:
         self.delays[entry.id] = delay
 
+    def next_delay(self, entry: RawEntry, retry: RetryPolicy) -> float:
+        """How long ``entry``'s key waits after its failure: the delay its handler asked
+        for (``Retry(delay)``), else the policy's exponential backoff."""
+        asked = self.delays.pop(entry.id, None)
+        if asked is not None:
+            return asked
+        return float(min(retry.max_backoff, retry.backoff * 2 ** max(0, entry.delivery_count)))
+
     async def throttle(self, entry: RawEntry, signal: Throttle) -> None:
         """Its handler raised ``signal``: its key (or type) is held back in the group, and
         the entry runs again after that in its lane, its delivery not counted."""

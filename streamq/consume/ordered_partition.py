@@ -36,10 +36,11 @@ from .gone import xread_block
 from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
+from .lane_flow import lane_wait
 from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
 from .ordering import KeyedLanes, Later, per_key_share
 from .refill import PendingRefill
-from .timing import ACK_FLUSH_TIMEOUT, POLL_INTERVAL, READ_ERROR_BACKOFF
+from .timing import ACK_FLUSH_TIMEOUT, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +304,7 @@ class PartitionWorker:
             decided = await self._operator_action(entry)
             if decided is not None:
                 return decided
-        wait = await self._flow_wait(entry)
+        wait = await lane_wait(self._shared, self.dispatcher, entry, self.stream)
         if wait > 0:  # paused, throttled or over its rate limit: its key waits, in order
             return Later(wait)
         while not self.draining and self._may_act():
@@ -366,66 +367,18 @@ class PartitionWorker:
         if throttled is not None:  # runs again after it, as it is: no delivery counted
             return Later(max(throttled, 0.001))
         self._again.add(entry.id)
-        return Later(self._backoff(entry))
-
-    async def _flow_wait(self, entry: RawEntry) -> float:
-        """Seconds ``entry`` must wait for flow control (0: it may run now, and took its
-        rate-limit permit): its type paused, its key throttled, its limit used up. Without
-        the server the key waits a moment and asks again (never the entry's failure)."""
-        gate, type_name = self._shared.gate, entry.type
-        if type_name is None:
-            return 0.0
-        if gate.paused(type_name):
-            return POLL_INTERVAL
-        if not gate.limited(type_name) and type_name not in self._shared.throttled_types:
-            return 0.0
-        raw_key = entry.fields.get(b"key")
-        key = None if raw_key is None else raw_key.decode("utf-8", "replace")
-        try:
-            held = (await gate.throttled(type_name, [key]))[key]
-            if held > 0:
-                return held
-            return await self._permit(type_name, entry)
-        except RedisFailure as e:
-            log.warning("partition %s: flow control not checked, %s waits: %s",
-                        self.stream, entry.id, e)  # fmt: skip
-            return READ_ERROR_BACKOFF
-
-    async def _permit(self, type_name: str, entry: RawEntry) -> float:
-        gate = self._shared.gate
-        if not gate.limited(type_name):
-            return 0.0
-        route = self._shared.router.by_type_field.get(entry.fields.get(b"type", b""))
-        try:
-            rate_key = None if route is None else gate.key_of(self.dispatcher.message(route, entry))
-        except Exception:  # a bad payload or a failing by=: the dispatcher decides
-            rate_key = None
-        grant = await gate.take(type_name, rate_key)
-        return 0.0 if grant.granted else max(grant.wait_seconds, 0.001)
+        return Later(self.verdicts.next_delay(entry, self._shared.retry))
 
     async def _deliver(self, entry: RawEntry) -> None:
         route = self._shared.router.by_type_field.get(entry.fields.get(b"type", b""))
-        ENTRY.set(entry)
-        dispatcher = self.dispatcher
+        ENTRY.set(entry)  # the log context of handle_one
         try:
-            if route is None:
-                await dispatcher.no_route(entry)
-            elif route.single is not None:
-                await dispatcher.handle_entry(route, entry)  # the log context is set above
-            else:  # a type with only a batch handler: batches of one keep the order
-                await dispatcher.handle_batch(route, [entry])
+            await self.dispatcher.handle_one(route, entry)
         except RedisFailure as e:
             log.error("could not record the outcome of %s (retried in place): %s", entry.id, e)
         except Exception as e:  # a bug in streamq: the entry is retried, the lane lives
             log.error("processing %s failed (retried in place): %s", entry.id, describe(e),
                       exc_info=e)  # fmt: skip
-
-    def _backoff(self, entry: RawEntry) -> float:
-        asked = self.verdicts.delays.pop(entry.id, None)
-        if asked is not None:
-            return asked
-        retry = self._shared.retry
-        return float(min(retry.max_backoff, retry.backoff * 2 ** max(0, entry.delivery_count)))
 
     async def redeliver(self, entry: RawEntry, *, fresh: bool) -> bool:
         """Deliver ``entry`` again to this consumer (counted by Redis; ``fresh``: the count

@@ -1,0 +1,52 @@
+"""Flow control in ordered mode: before an entry runs in its key's lane, whether it must
+wait (its type paused, its key throttled, its type's rate limit used up). A waiting entry
+stops its lane, holding no handler slot; the lane goes on from it after the wait, so its
+key keeps its order (shared mode's entries wait in :mod:`.flow_stage` instead)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import RedisFailure
+from ..message import RawEntry
+from .dispatch import Dispatcher
+from .ordered_dispatch import Shared
+from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
+
+log = logging.getLogger(__name__)
+
+
+async def lane_wait(shared: Shared, dispatcher: Dispatcher, entry: RawEntry, stream: str) -> float:
+    """Seconds ``entry`` must wait (0: it may run now, and took its rate-limit permit).
+    Without the server the key waits a moment and asks again: never the entry's failure."""
+    gate, type_name = shared.gate, entry.type
+    if type_name is None:
+        return 0.0
+    if gate.paused(type_name):
+        return POLL_INTERVAL
+    if not gate.limited(type_name) and type_name not in shared.throttled_types:
+        return 0.0
+    raw_key = entry.fields.get(b"key")
+    key = None if raw_key is None else raw_key.decode("utf-8", "replace")
+    try:
+        held = (await gate.throttled(type_name, [key]))[key]
+        if held > 0:
+            return held
+        return await _permit(shared, dispatcher, type_name, entry)
+    except RedisFailure as e:
+        log.warning("partition %s: flow control not checked, %s waits: %s", stream, entry.id, e)
+        return READ_ERROR_BACKOFF
+
+
+async def _permit(shared: Shared, dispatcher: Dispatcher, type_name: str, entry: RawEntry) -> float:
+    """Take the entry's rate-limit permit: 0 when granted, else the seconds to the next."""
+    gate = shared.gate
+    if not gate.limited(type_name):
+        return 0.0
+    route = shared.router.by_type_field.get(entry.fields.get(b"type", b""))
+    try:
+        rate_key = None if route is None else gate.key_of(dispatcher.message(route, entry))
+    except Exception:  # a bad payload or a failing by=: the dispatcher decides
+        rate_key = None
+    grant = await gate.take(type_name, rate_key)
+    return 0.0 if grant.granted else max(grant.wait_seconds, 0.001)
