@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Never
+from typing import Any, Never
 
 import anyio
 import redis.asyncio as aioredis
@@ -20,6 +20,7 @@ from ._facade_topic import TopicFacade
 from ._health import health_report
 from ._opening import open_until_ready, try_open
 from ._payload_routes import WrittenVersions, bind
+from ._preparing import Preparation, prepare
 from ._queue_args import check_identity, check_ordered, default_consumer_name
 from ._registration import Registry
 from ._stop_signals import owns_signals, watch_stop_signals
@@ -39,7 +40,6 @@ from .consume.context import NO_GROUP, inside_handler
 from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
-from .consume.positions import prepare_reading
 from .errors import ConfigError, QueueStateError
 from .flow.rate import RateLimit
 from .flow.settings import queue_rate_limits
@@ -54,16 +54,11 @@ from .publish.requests import Requests
 from .publish.scheduled import ScheduledMessages
 from .topic.handle import TopicHandle
 from .topic.operations import TopicAdmin
-from .topic.ownership import check_mode
 from .topic.partitions import recorded_partitions, validate_partitions
 from .wire.client import connect, ride_through
 from .wire.keys import require_stream
-from .wire.permission_check import check_permissions
 from .wire.routing import Deployment
 from .wire.urls import check_url
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -275,26 +270,11 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self._state = State.OPEN
 
     async def _prepare(self) -> None:
-        if self.partitions > 1:  # the topic's own record of its partitions
-            await check_permissions(self.client, self.stream, consuming=False, partitioned=True)
-        await self._topic.check_shape()
-        for stream in self.streams:
-            client = self._client_for(stream)
-            grouped = self.group is not None  # fan-out: only XREAD, which opening checks
-            consuming, cleanup = (
-                grouped and bool(len(self.route_table)),
-                self.cleanup_policy.enabled,
-            )
-            await check_permissions(client, stream, consuming=consuming, cleanup=cleanup,
-                                    ordered=self.ordered)  # fmt: skip
-            await prepare_reading(client, stream, self.group, self.start, self._positions)
-        if self.group is not None and len(self.route_table):  # a consumer (fan-out has no group)
-            await self._name.take(self.client, self.consumer)
-        if self.group is not None:
-            await check_mode(
-                self._client_for, self.stream, self.streams, self.group, self.consumer,
-                ordered=self.ordered, active_within=self.config.ownership_lease,
-            )  # fmt: skip
+        settings = Preparation(
+            self.group, self.consumer, self.start, bool(len(self.route_table)),
+            self.cleanup_policy.enabled, self.ordered, self.config.ownership_lease,
+        )  # fmt: skip
+        await prepare(self._topic, self._client_for, self._name, settings, self._positions)
 
     async def aclose(self) -> None:
         """Stop (if running) and close the connections. ``open()`` may follow."""
