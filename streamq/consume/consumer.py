@@ -146,6 +146,9 @@ class Consumer(Lifecycle):
 
     def released(self, items: list[tuple[RawEntry, Route | None]]) -> None:
         """Entries the flow stage let go, to the workers (or their batcher)."""
+        if self.stopping():  # shutting down: they stay pending, for the next consumer
+            self.capacity.finish_many([entry.id for entry, _ in items])
+            return
         ready: list[tuple[RawEntry, Route | None]] = []
         batched: dict[str, tuple[Route, list[RawEntry]]] = {}
         for entry, route in items:
