@@ -250,6 +250,11 @@ class Routes:
         return self._by_bytes.get(type_field)
 
     @property
+    def by_name(self) -> Mapping[str, Route]:
+        """Type name -> route, live (for a lookup per publish: no copy)."""
+        return self._routes
+
+    @property
     def by_type_field(self) -> Mapping[bytes, Route]:
         """Raw ``type`` field -> route, for loops that look up every entry read."""
         return self._by_bytes
