@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._facade_docs import adopt_docstrings
 from ._registration import Registry
@@ -16,9 +16,11 @@ from .publish.operations import Publishing
 from .publish.options import PublishOptions
 from .publish.periodic_runner import run_periodics
 from .publish.plan import Key
-from .publish.requests import Requests
 from .publish.typed import TypedPublisher
 from .topic.handle import TopicHandle
+
+if TYPE_CHECKING:
+    from .publish.requests import Requests
 
 M = TypeVar("M")
 
@@ -29,7 +31,7 @@ class PublishFacade:
     consumer: str
     _topic: TopicHandle  # the parts the queue holds
     _checked: CheckedPublishing
-    _requests: Requests
+    _requests: Requests | None  # made by the first request
     _registry: Registry
 
     async def publish(
@@ -85,6 +87,13 @@ class PublishFacade:
         ``timeout`` seconds (a consumer may still handle it later), and RemoteError with
         the reason when the handler failed past its delivery limit or rejected it.
         """
+        if self._requests is None:  # loaded on first use: most queues never request
+            from .publish.requests import Requests
+
+            self._requests = Requests(
+                lambda t, d, m, k: self._checked.publish(t, d, m, PublishOptions(k)),
+                self._topic.client_for, lambda: self._topic.streams,
+            )  # fmt: skip
         return await self._requests.request(
             message_type, data, timeout=timeout, reply_model=reply_model, key=key, meta=meta
         )

@@ -49,8 +49,6 @@ from .payload.keyring import Keyring
 from .payload.reading import OnNewerVersion, check_on_newer_version
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
-from .publish.options import PublishOptions
-from .publish.requests import Requests
 from .publish.scheduled import ScheduledMessages
 from .topic.handle import TopicHandle
 from .topic.operations import TopicAdmin
@@ -173,10 +171,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self._checked = CheckedPublishing(
             Publishing(self._topic), registered.routes, registered.publish_middlewares, stream
         )
-        self._requests = Requests(
-            lambda t, data, meta, key: self._checked.publish(t, data, meta, PublishOptions(key)),
-            self._topic.client_for, lambda: self._topic.streams,
-        )  # fmt: skip
+        self._requests = None  # mq.request's reply readers, made by the first request
         self._typed_publishers = self._checked.typed_publishers  # for the AsyncAPI document
         self.written_versions = WrittenVersions(registered.routes, self._checked.typed_versions)
         self._topic.codec = PayloadCodec(

@@ -34,7 +34,6 @@ from .._log_summary import LogSummary, shortened
 from ..errors import MessageNotFoundError
 from ..message import WIRE_FIELDS, RawEntry
 from ..payload.keyring import Keyring
-from ..payload.rotation import reencrypted
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts
 from ..wire.keys import Keys
@@ -333,6 +332,9 @@ class DeadLetters:
         for letter_id, fields in rows:
             message = _replayed_message(fields)
             if self._keyring is not None:
+                # loaded on first use: only a replay with a keyring re-encrypts
+                from ..payload.rotation import reencrypted
+
                 message = reencrypted(message, self._keyring)
             args = [item for pair in message.items() for item in pair]
             pipe.eval(_REPLAY, 2, self.key, self._stream, letter_id, *args)
