@@ -222,7 +222,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         """The asyncio Redis client for this stream's keys (on a cluster: its slot's master)."""
         return self._topic.client
 
-    def _client_for(self, stream: str) -> aioredis.Redis:
+    def client_for(self, stream: str) -> aioredis.Redis:
+        """The asyncio Redis client for one of the topic's streams (``mq.streams``) and its
+        ``streamq:{<stream>}:`` keys: on a cluster, the master serving its slot."""
         return self._topic.client_for(stream)
 
     async def _discover_partitions(self) -> int:
@@ -269,7 +271,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             self.group, self.consumer, self.start, bool(len(self.route_table)),
             self.cleanup_policy.enabled, self.ordered, self.config.ownership_lease,
         )  # fmt: skip
-        await prepare(self._topic, self._client_for, self._name, settings, self._positions)
+        await prepare(self._topic, self.client_for, self._name, settings, self._positions)
 
     async def aclose(self) -> None:
         """Stop (if running) and close the connections. ``open()`` may follow."""
@@ -291,7 +293,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config
         )
         mode = Mode(self.group is None, self.ordered, self.on_poison)
-        return build_engine(topic, self._client_for, router, policies, mode,
+        return build_engine(topic, self.client_for, router, policies, mode,
                             self._topic.stopped, self._positions)  # fmt: skip
 
     async def run(
@@ -410,7 +412,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         consumer = self._consumer
         running = self._state is State.RUNNING and consumer is not None and consumer.reading
         closed = self._state is State.CLOSED
-        parts = [] if closed else [(self._client_for(s), s) for s in self.streams]
+        parts = [] if closed else [(self.client_for(s), s) for s in self.streams]
         return await health_report(
             parts, self.group, state=self._state.value, consuming=running,
             stop_reason=self.stop_reason,

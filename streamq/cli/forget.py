@@ -29,7 +29,7 @@ async def forget_command(mq: MessageQueue, args: argparse.Namespace) -> str:
         raise StreamNotFoundError(f"stream {topic!r} does not exist")
     if group not in {g.name for g in info.groups}:
         raise CliError(f"consumer group {group!r} does not exist in {topic!r}")
-    client = mq._client_for(topic)
+    client = mq.client_for(topic)
     live = await held_by_live_processes(client, topic, group, [consumer])
     if consumer in live:
         raise CliError(_live(consumer, group, topic, live[consumer]))
@@ -39,7 +39,7 @@ async def forget_command(mq: MessageQueue, args: argparse.Namespace) -> str:
     except ConsumerNameTakenError:  # a process took the name meanwhile
         raise CliError(_live(consumer, group, topic, "another process")) from None
     try:
-        parts = [(s, mq._client_for(s)) for s in mq.streams]
+        parts = [(s, mq.client_for(s)) for s in mq.streams]
         done = await forget_consumer(client, topic, parts, group, consumer)
     finally:
         await claim.release()

@@ -75,7 +75,7 @@ async def _print_listing(mq: MessageQueue, group: str, *, limit: int, as_json: b
     server's order within one), at most ``limit``; return what to print last."""
     shown = more = 0
     for partition, stream in enumerate(mq.streams):
-        client = mq._client_for(stream)
+        client = mq.client_for(stream)
         async for found in each_halted(client, stream, partition, SCAN_COUNT):
             rows = [row for of_group, row in found if of_group == group]
             printed = rows[: max(limit - shown, 0)]

@@ -37,7 +37,7 @@ async def tail(
     """Print entries after ``start`` (``$``: new ones only) until ``count`` were printed
     or ``seconds`` passed (0: no limit). ``still_there`` raises once the topic is gone."""
     begin = StartFrom.LATEST if start == "$" else StartFrom(start)
-    cursors = {s: await start_position(mq._client_for(s), s, begin) for s in mq.streams}
+    cursors = {s: await start_position(mq.client_for(s), s, begin) for s in mq.streams}
     partitioned = mq.partitions > 1
     block = None if partitioned else BLOCK_MS
     shown = 0
@@ -45,7 +45,7 @@ async def tail(
     while deadline is None or time.monotonic() < deadline:
         found = 0
         for index, stream in enumerate(mq.streams):
-            reply = await mq._client_for(stream).xread(
+            reply = await mq.client_for(stream).xread(
                 {stream: cursors[stream]}, count=READ_COUNT, block=block
             )
             for entry_id, fields in stream_rows(reply):

@@ -33,7 +33,7 @@ async def _read_by(mq: MessageQueue, names: set[str]) -> bool:
     """Whether each of ``names`` is a consumer of one of ``mq``'s partition streams."""
     seen: set[str] = set()
     for stream in mq.streams:
-        for info in await mq._client_for(stream).xinfo_consumers(stream, mq.group):
+        for info in await mq.client_for(stream).xinfo_consumers(stream, mq.group):
             seen.add(info["name"].decode())
     return names <= seen
 

@@ -308,7 +308,7 @@ async def test_a_partitioned_topic_keeps_one_pause_record_on_its_own_slot(
         await mq.pause("job")
         assert await mq.client.hkeys(Keys(topic).paused("g")) == [b"job"]
         for stream in mq.streams if partitions > 1 else ():  # nothing on the partitions
-            assert not await mq._client_for(stream).exists(Keys(stream).paused("g"))
+            assert not await mq.client_for(stream).exists(Keys(stream).paused("g"))
         assert (await mq.topic_info()).paused == {"g": ["job"]}
         await mq.terminate_topic()
         assert not await mq.client.exists(Keys(topic).paused("g"))

@@ -116,6 +116,6 @@ async def test_terminate_removes_ordered_keys_on_every_node(
             await _tokens_once_owned(mq)
         keys = [(topic, wire.members_key(topic, "g"))]
         keys += [(stream, wire.lease_key(stream, "g")) for stream in mq.streams]
-        assert all([await mq._client_for(at).exists(key) for at, key in keys])
+        assert all([await mq.client_for(at).exists(key) for at, key in keys])
         await mq.terminate_topic()
-        assert not any([await mq._client_for(at).exists(key) for at, key in keys])
+        assert not any([await mq.client_for(at).exists(key) for at, key in keys])
