@@ -58,11 +58,11 @@ RUNNING, PAUSED = 1.0, 3.0  # seconds of each pause cycle before the pause, and 
 
 
 def start(url: str, stream: str, limit: str) -> list[subprocess.Popen[str]]:
+    command = [sys.executable, "-m", "bench.flow_consumer", url, stream]
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.flow_consumer", url, stream, f"proc-{k}", limit],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [*command, f"proc-{k}", limit], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         for k in range(PROCESSES)
     ]
     for child in children:
@@ -184,7 +184,7 @@ async def pause_latency(url: str, cycles: int) -> list[float]:
     for paused_at in pauses:
         for proc in starts:
             if not any(paused_at - 0.2 <= t < paused_at for t, _ in proc):
-                raise RuntimeError("a consumer was idle before a pause (backlog gone?): not measured")
+                raise RuntimeError("a consumer idled before a pause (backlog gone?): not measured")
             after = [t for t, _ in proc if paused_at <= t < paused_at + PAUSED]
             samples.append(max(after, default=paused_at) - paused_at)
     await discard(aioredis.Redis.from_url(url), stream)
