@@ -1,6 +1,8 @@
 """Prometheus export (extra ``[metrics]``): the consumer's counters and histograms, plus
 queue gauges read from Redis at scrape time, so a stalled queue shows even when no message
-flows: stream length, dead letters, and per group pending, lag and oldest pending age.
+flows: stream length, dead letters, and per group pending, lag and oldest pending age; and
+of a consumer of a group in shared mode, the entries it holds back for flow control, by
+reason (``streamq_waiting_entries{reason="pause|rate_limit|throttle"}``).
 
     from streamq.metrics import serve_metrics
     server = serve_metrics(mq, port=9108)     # http://127.0.0.1:9108/metrics
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX = "streamq"
+WAITING_REASONS = ("pause", "rate_limit", "throttle")  # mq.stats()'s waiting_<reason> gauges
 
 
 def _prometheus() -> Any:
@@ -105,6 +108,7 @@ class QueueCollector:
         yield from counters.values()
         yield from (in_flight, duration, batch, lateness)
         yield from self._ordered_metrics(core, labels)
+        yield from self._waiting_metrics(core, labels)
         yield _damaged_records(core)
         yield from self._queue_gauges(core)
 
@@ -131,6 +135,26 @@ class QueueCollector:
             halted.add_metric(values, stats["halted_keys"])
         if found:
             yield from (owned, rebalances, halted)
+
+    def _waiting_metrics(self, core: Any, labels: list[str]) -> Iterator[Any]:
+        """Of consumers that hold entries back for flow control (shared mode, with a
+        group): the entries waiting now, by reason."""
+        waiting = core.GaugeMetricFamily(
+            f"{PREFIX}_waiting_entries",
+            "entries fetched and held back for flow control (paused, over a rate limit, "
+            "throttled), by reason",
+            labels=[*labels, "reason"],
+        )  # fmt: skip
+        found = False
+        for mq in self.queues:
+            stats = mq.stats()
+            if "waiting_pause" not in stats:
+                continue
+            found, values = True, [mq.stream, mq.group or "", mq.consumer]
+            for reason in WAITING_REASONS:
+                waiting.add_metric([*values, reason], stats[f"waiting_{reason}"])
+        if found:
+            yield waiting
 
     def _queue_gauges(self, core: Any) -> Iterator[Any]:
         length = core.GaugeMetricFamily(

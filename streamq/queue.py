@@ -400,7 +400,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         Counters: received, handled, failed, retried, dead_lettered, skipped (a fan-out
         subscriber's entries of a type it has no handler for), claimed, acked,
         scheduled_moved; gauge: in_flight; histograms: handler_seconds, batch_size,
-        scheduled_lateness_seconds (how late each scheduled message was moved).
+        scheduled_lateness_seconds (how late each scheduled message was moved). A consumer
+        of a group in shared mode adds the gauges of the entries it holds back for flow
+        control: waiting_pause, waiting_rate_limit, waiting_throttle.
         """
         return {} if self._consumer is None else self._consumer.stats_report()
 

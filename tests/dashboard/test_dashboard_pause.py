@@ -93,3 +93,11 @@ def test_the_pause_form_needs_the_csrf_token_of_the_session(
     assert csrf == csrf_of(web.get("/topic", params={"stream": stream}).text)
     refused = web.post("/topic/pause", data={"stream": stream, "group": "billing"})
     assert refused.status_code == 403 and not r.exists(Keys(stream).paused("billing"))
+
+
+def test_the_topic_page_says_where_the_entries_consumers_hold_back_are_counted(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    topic_with_pending(redis_url, r, stream)
+    text = visible_text(web.get("/topic", params={"stream": stream}).text)
+    assert "counted by its own process" in text and "streamq_waiting_entries" in text

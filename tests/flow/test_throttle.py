@@ -12,11 +12,13 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import ConfigError, Throttle
+from streamq import ConfigError, Message, StartFrom, Throttle
 from streamq.flow.throttle import throttle, throttle_key, throttled_for, throttled_keys
 from streamq.signals import HandlerSignal
 from streamq.wire.client import connect
 from streamq.wire.damage import damaged_counts
+from tests.helpers.queues import QueueFactory
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +156,25 @@ async def test_throttles_work_on_the_topic_slot_of_a_node_and_of_a_cluster(
         assert await throttled_for(client, topic, "g", "sms", "anything") > 9
     finally:
         await deployment.aclose()
+
+
+# -- where a throttle cannot be -------------------------------------------------------
+async def test_a_throttle_from_a_fan_out_handler_is_a_failure_saying_it_needs_a_group(
+    make_queue: QueueFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    mq = make_queue(group=None, start=StartFrom.EARLIEST)
+    calls: list[int] = []
+
+    @mq.handler("call")
+    async def call(msg: Message[int]) -> None:
+        calls.append(msg.data)
+        raise Throttle(retry_after=30)
+
+    async with mq:
+        await mq.publish("call", 1)
+        async with mq.running():
+            await wait_for(lambda: mq.stats().get("failed") == 1, what="the failure counted")
+        stats = mq.stats()
+    assert calls == [1], "a fan-out subscriber handled a throttled entry again"
+    assert stats["handled"] == 0
+    assert "which needs a consumer group" in caplog.text
