@@ -135,9 +135,9 @@ class Consumer(Lifecycle):
                 ready.append((entry, route))
         flow = self.flow
         if flow is not None and flow.active():  # some may have to wait: see .flow_stage
-            ready = flow.admit(ready)
+            ready = await flow.admit(ready)
             for type_name, (route, group) in list(batched.items()):
-                kept = [entry for entry, _ in flow.admit([(e, route) for e in group])]
+                kept = [entry for entry, _ in await flow.admit([(e, route) for e in group])]
                 if kept:
                     batched[type_name] = (route, kept)
                 else:

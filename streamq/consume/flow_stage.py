@@ -41,6 +41,8 @@ from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 log = logging.getLogger(__name__)
 
 Item = tuple[RawEntry, "Route | None"]
+# what the entries of a type need, decided once per read (FlowStage.admit)
+_GO, _PARK, _LIMITED, _LIMITED_BY_KEY = range(4)
 WAITING_REASONS = ("pause", "rate_limit", "throttle")
 
 
@@ -85,40 +87,73 @@ class FlowStage:
         )
 
     # -- entering -------------------------------------------------------------------
-    def admit(self, items: list[Item]) -> list[Item]:
-        """The items that may go to the workers now; the others wait here."""
+    async def admit(self, items: list[Item]) -> list[Item]:
+        """The items that may go to the workers now; the others wait here. Entries of a
+        limited type that nothing else holds back take their permits here, one take per
+        rate key of the read: under a limit that does not bind they go on at once. What
+        an entry's type needs is decided once per type and read (a read is mostly one
+        type): a few operations per entry."""
         go: list[Item] = []
-        parked = False
+        asking: dict[tuple[str, str | None], list[Item]] = {}
+        decided: dict[str, int] = {}
+        last: Route | None = None  # the route of the item before: most items are its type's
+        how, bucket = _GO, go
         for item in items:
             entry, route = item
-            if route is None or not self._may_wait(route.type_name):
+            if route is None:
                 go.append(item)
                 continue
-            self._park(entry, route)
-            parked = True
-        if parked:
-            self._wake.set()
+            if route is not last:
+                last, type_name = route, route.type_name
+                how = decided.get(type_name, -1)
+                if how < 0:
+                    how = decided[type_name] = self._decide(type_name)
+                bucket = asking.setdefault((type_name, None), []) if how == _LIMITED else go
+            if how in (_GO, _LIMITED):
+                bucket.append(item)
+            elif how == _PARK:
+                self._park(entry, route)
+                self._wake.set()
+            else:
+                key = entry.fields.get(b"key")
+                publish_key = None if key is None else key.decode("utf-8", "replace")
+                rate_key = self._rate_key(route, entry, publish_key)
+                asking.setdefault((route.type_name, rate_key), []).append(item)
+        for (type_name, rate_key), group in asking.items():
+            granted = await self._granted_now(type_name, rate_key, len(group))
+            go.extend(group[:granted])
+            for entry, route in group[granted:]:  # the rest wait for their permits
+                assert route is not None  # a limited type's
+                self._park(entry, route)
+                self._wake.set()
         return go
 
-    def _may_wait(self, type_name: str) -> bool:
-        return (
-            type_name in self._parked
-            or type_name in self._limited
-            or type_name in self._known_throttled
-            or self._gate.paused(type_name)
-        )
+    def _decide(self, type_name: str) -> int:
+        """What the entries of ``type_name`` need now: go, wait here, or permits."""
+        if type_name in self._parked or type_name in self._known_throttled:
+            return _PARK  # behind the type's waiting entries, or throttled
+        if self._gate.paused(type_name):
+            return _PARK
+        limit = self._gate.config.rate_limits.get(type_name)
+        if limit is None:
+            return _GO
+        return _LIMITED if limit.by is None else _LIMITED_BY_KEY
+
+    async def _granted_now(self, type_name: str, rate_key: str | None, count: int) -> int:
+        try:
+            return (await self._gate.take(type_name, rate_key, count)).granted
+        except RedisFailure:  # the server away: they wait, and the stage asks again
+            return 0
 
     def _park(self, entry: RawEntry, route: Route, not_before: float = 0.0) -> None:
         publish_key = entry.fields.get(b"key")
         key = None if publish_key is None else publish_key.decode("utf-8", "replace")
-        rate_key = None
-        if route.type_name in self._limited:
-            try:
-                rate_key = self._gate.key_of(self._message(route, entry))
-            except Exception:  # a bad payload or a failing by=: the dispatcher decides
-                rate_key = None
-        waiting = _Waiting(entry, route, key, rate_key, not_before)
+        waiting = _Waiting(entry, route, key, self._rate_key(route, entry, key), not_before)
         self._parked.setdefault(route.type_name, deque()).append(waiting)
+
+    def _rate_key(self, route: Route, entry: RawEntry, publish_key: str | None) -> str | None:
+        """The key ``entry`` is limited under (see :func:`rate_key_of`)."""
+        return rate_key_of(self._gate, route, entry, publish_key, self._message, self._summary)
 
     async def requeue(self, entry: RawEntry, signal: Throttle) -> None:
         """A handler raised ``signal`` for ``entry``: hold back its key (or type) in the
@@ -190,7 +225,7 @@ class FlowStage:
 
     async def _read_throttles(self, type_name: str, queue: deque[_Waiting], now: float) -> None:
         """Learn the group's throttles of the waiting keys (set by any consumer)."""
-        if type_name not in self._known_throttled and type_name not in self._limited:
+        if type_name not in self._known_throttled:  # no throttle of it seen: nothing to read
             return
         keys = {w.publish_key for w in queue}
         found = await self._gate.throttled(type_name, keys)
@@ -246,3 +281,36 @@ class FlowStage:
                 throttled = max(waiting.not_before, key_until, self._type_until.get(type_name, 0.0))
                 counts["throttle" if throttled > now else "rate_limit"] += 1
         self.waiting = counts
+
+
+def rate_key_of(
+    gate: FlowGate,
+    route: Route,
+    entry: RawEntry,
+    publish_key: str | None,
+    message: Callable[[Route, RawEntry], Message[Any]],
+    summary: LogSummary,
+) -> str | None:
+    """The key ``entry`` is limited under: None for a limit of the whole type (no decoding),
+    its publish key for ``by="key"``, else what the limit's function says of its Message.
+    An entry whose payload does not decode is limited as keyless (the dispatcher
+    dead-letters it); a ``by`` function that raises is logged (ERROR, summarised) and its
+    entry limited as keyless too: a bug in the function never stops the entries."""
+    rate = gate.config.rate_limits.get(route.type_name)
+    if rate is None or rate.by is None:
+        return None
+    if rate.by == "key":
+        return publish_key
+    try:
+        decoded = message(route, entry)
+    except Exception:  # a bad payload: the dispatcher dead-letters it
+        return None
+    try:
+        return gate.key_of(decoded)
+    except Exception as e:
+        summary.log(
+            log, f"failing rate-limit key functions of type {route.type_name!r}", logging.ERROR,
+            "the rate limit's by= function of type %r raised on %s (limited with the entries "
+            "without a key): %r", route.type_name, entry.id, e, exc_info=e,
+        )  # fmt: skip
+        return None

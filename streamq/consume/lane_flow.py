@@ -10,6 +10,7 @@ import logging
 from ..errors import RedisFailure
 from ..message import RawEntry
 from .dispatch import Dispatcher
+from .flow_stage import rate_key_of
 from .ordered_dispatch import Shared
 from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 
@@ -26,12 +27,13 @@ async def lane_wait(shared: Shared, dispatcher: Dispatcher, entry: RawEntry, str
         return POLL_INTERVAL
     if not gate.limited(type_name) and type_name not in shared.throttled_types:
         return 0.0
-    raw_key = entry.fields.get(b"key")
-    key = None if raw_key is None else raw_key.decode("utf-8", "replace")
     try:
-        held = (await gate.throttled(type_name, [key]))[key]
-        if held > 0:
-            return held
+        if type_name in shared.throttled_types:  # a throttle of it was seen: read its records
+            raw_key = entry.fields.get(b"key")
+            key = None if raw_key is None else raw_key.decode("utf-8", "replace")
+            held = (await gate.throttled(type_name, [key]))[key]
+            if held > 0:
+                return held
         return await _permit(shared, dispatcher, type_name, entry)
     except RedisFailure as e:
         log.warning("partition %s: flow control not checked, %s waits: %s", stream, entry.id, e)
@@ -44,9 +46,12 @@ async def _permit(shared: Shared, dispatcher: Dispatcher, type_name: str, entry:
     if not gate.limited(type_name):
         return 0.0
     route = shared.router.by_type_field.get(entry.fields.get(b"type", b""))
-    try:
-        rate_key = None if route is None else gate.key_of(dispatcher.message(route, entry))
-    except Exception:  # a bad payload or a failing by=: the dispatcher decides
-        rate_key = None
+    raw_key = entry.fields.get(b"key")
+    publish_key = None if raw_key is None else raw_key.decode("utf-8", "replace")
+    rate_key = (
+        None
+        if route is None
+        else rate_key_of(gate, route, entry, publish_key, dispatcher.message, dispatcher.summary)
+    )
     grant = await gate.take(type_name, rate_key)
     return 0.0 if grant.granted else max(grant.wait_seconds, 0.001)

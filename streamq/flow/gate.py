@@ -73,7 +73,7 @@ class FlowGate:
     def key_of(self, message: Message[Any]) -> str | None:
         """The key ``message`` is limited under (its type's ``RateLimit.key_of``; None
         for a type without limit). Whatever a ``by=`` function raises propagates: the
-        engine treats it as the entry's failure."""
+        engine logs it and limits the entry with those without a key."""
         limiter = self._limiters.get(message.type)
         return None if limiter is None else limiter.rate.key_of(message)
 
