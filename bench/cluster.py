@@ -49,7 +49,7 @@ async def all_acked(mq: MessageQueue, done: set[str]) -> bool:
     for stream in mq.streams:
         if stream in done:
             continue
-        client: aioredis.Redis = mq._client_for(stream)
+        client: aioredis.Redis = mq.client_for(stream)
         (group,) = [g for g in await client.xinfo_groups(stream) if g["name"] == b"bench"]
         if group["lag"] != 0 or group["pending"] != 0:
             return False

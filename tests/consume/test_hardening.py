@@ -107,7 +107,7 @@ async def test_a_dead_worker_stops_the_consumer_with_reason_error(
     async def broken(self: Consumer, *args: Any) -> None:
         raise asyncio.CancelledError()
 
-    monkeypatch.setattr(Consumer, "_process", broken)
+    monkeypatch.setattr(Consumer, "process", broken)
     async with mq:
         await mq.publish("item", Item(n=1))
         with anyio.fail_after(10):

@@ -240,7 +240,9 @@ async def test_the_tracing_middleware_is_outermost(
 async def test_without_a_tracer_provider_the_routes_are_the_registered_ones(
     make_queue: QueueFactory,
 ) -> None:
-    """No tracer provider: nothing wraps the handlers (no cost per message)."""
+    """No tracer provider: nothing wraps the handlers (no cost per message). The consumer's
+    routes are the registered ones, given the queue's payload settings (their parser),
+    each calling the registered handler itself."""
     mq = make_queue()
     handled: list[int] = []
 
@@ -252,7 +254,9 @@ async def test_without_a_tracer_provider_the_routes_are_the_registered_ones(
     async with mq, anyio.create_task_group() as tg:
         await tg.start(mq.run)
         consumer: Any = mq._consumer
-        assert consumer.router.routes["job"] is route and route.single is job
+        running = consumer.router.routes["job"]
+        assert running.single is job and route.single is job, "a wrapper around the handler"
+        assert running.middlewares == route.middlewares
         await mq.publish("job", 1)
         await wait_for(lambda: handled == [1], what="the job handled")
         await mq.stop()

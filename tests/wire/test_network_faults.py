@@ -220,16 +220,16 @@ async def test_every_subscription_is_made_again_after_its_connection_went_half_o
         await wait_for(lambda: len(handled) == 1, what="the consumer running")
         before: set[str] = set()
 
-        async def both_subscribed() -> bool:  # the control channel and the scheduler's wake
+        async def all_subscribed() -> bool:  # control channel, scheduler's wake, flow control
             before.update(await subscriptions(client, proxy))
-            return len(before) == 2
+            return len(before) == 3
 
-        await wait_for(both_subscribed, what="both subscriptions")
+        await wait_for(all_subscribed, what="the three subscriptions")
         proxy.half_open(0.0)
 
         async def made_again() -> bool:
             now = await subscriptions(client, proxy)
-            return len(now) == 2 and not now & before
+            return len(now) == 3 and not now & before
 
-        await wait_for(made_again, 4 * SOCKET_TIMEOUT, "both subscriptions on new connections")
+        await wait_for(made_again, 4 * SOCKET_TIMEOUT, "all three on new connections")
         tg.cancel_scope.cancel()
