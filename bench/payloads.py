@@ -14,6 +14,10 @@ with the plain case (no compression, no encryption) of the same round.
   ``compression="zstd"``, as ratios of the plain case (``ratio_to_plain``).
 * ``payload_publish_aesgcm`` / ``payload_consume_aesgcm``: ``encryption=Keyring(...)``
   alone; ``payload_*_zstd_aesgcm``: both.
+* Each throughput figure also gives the CPU time both processes (this one and the
+  server) spent per message (``cpu_us_per_msg``) and ``cpu_ratio_to_plain``, the plain
+  case's CPU time over this one's (above 1 is better, as for throughput): on a shared
+  machine the wall clock swings with the neighbours' load, CPU time much less.
 * ``payload_consume_upcast``: the workload's 100-byte ``email`` entries written as version
   1 and read by a handler of version 2 with one upcast step (a renamed field), as a ratio
   of the same handler reading entries of version 2 (``ratio_to_no_upcast``), and of the
@@ -178,22 +182,48 @@ def _stop_after(mq: MessageQueue, total: int) -> None:
             await mq.stop()
 
 
+async def server_cpu(client: Any) -> float:
+    """Seconds of CPU the server has spent (user and system), from ``INFO cpu``."""
+    info = await client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+class Clock:
+    """Wall-clock time and CPU time, this process's and the server's, over a block: on a
+    shared machine the wall clock swings with the neighbours' load, CPU time much less."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def start(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        self.server = await server_cpu(self.client)
+
+    async def rates(self, n: int) -> tuple[float, float]:
+        """Messages per second, and microseconds of CPU (both processes) per message."""
+        wall = time.perf_counter() - self.wall
+        cpu = time.process_time() - self.cpu + await server_cpu(self.client) - self.server
+        return n / wall, cpu / n * 1e6
+
+
 async def one_case(url: str, orders: list[Order], settings: dict[str, Any]) -> dict[str, float]:
     """Publish ``orders`` (timed), the stream's memory, then consume them all (timed)."""
     n = len(orders)
     mq = queue(url, fresh_stream("payload"), **settings)
     _stop_after(mq, n)
     async with mq:
-        t0 = time.perf_counter()
+        clock = Clock(mq.client)
+        await clock.start()
         await mq.publish_many("order", orders)
-        publish = n / (time.perf_counter() - t0)
+        publish, publish_cpu = await clock.rates(n)
         memory = await mq.client.memory_usage(mq.stream, samples=0)
-        t0 = time.perf_counter()
+        await clock.start()
         await mq.run(handle_signals=False)  # returns after the final ack flush
-        consume = n / (time.perf_counter() - t0)
+        consume, consume_cpu = await clock.rates(n)
         assert (await mq.topic_info()).pending == 0, "bench consumer left entries pending"
         await mq.client.delete(mq.stream)
-    return {"publish": publish, "consume": consume, "memory": float(memory or 0)}
+    return {"publish": publish, "consume": consume, "memory": float(memory or 0),
+            "publish_cpu": publish_cpu, "consume_cpu": consume_cpu}  # fmt: skip
 
 
 def v1_email(i: int) -> dict[str, Any]:
@@ -208,7 +238,7 @@ def v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-async def consume_versions(url: str, n: int, written: int, handler: int) -> float:
+async def consume_versions(url: str, n: int, written: int, handler: int) -> tuple[float, float]:
     """Entries of version ``written`` read by a handler of version ``handler``."""
     old = written < handler  # written by version 1, where ``to`` was ``address``
     rows = [encode_entry("email", v1_email(i) if old else payload(i)) for i in range(n)]
@@ -229,13 +259,14 @@ async def consume_versions(url: str, n: int, written: int, handler: int) -> floa
             await mq.stop()
 
     async with mq:
-        t0 = time.perf_counter()
+        clock = Clock(mq.client)
+        await clock.start()
         with anyio.fail_after(300):  # an entry dead-lettered would leave the count short
             await mq.run(handle_signals=False)
-        elapsed = time.perf_counter() - t0
+        rates = await clock.rates(n)
         assert count == n and (await mq.topic_info()).pending == 0
         await mq.client.delete(mq.stream)
-    return n / elapsed
+    return rates
 
 
 def _ratio(rates: list[float], yardstick: list[float]) -> float:
@@ -247,6 +278,8 @@ async def codec_figures(url: str, quick: bool, rounds: int, emit: Emit) -> None:
     orders = [order(i) for i in range(n)]
     size = statistics.mean(len(o.model_dump_json()) for o in orders[:100])
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in CASES}
+    for settings in CASES.values():  # not timed: what the first use of each loads or builds
+        await one_case(url, orders[:200], settings)
     for _ in range(rounds):  # interleaved: the machine's drift hits every case alike
         for name, settings in CASES.items():
             runs[name].append(await one_case(url, orders, settings))
@@ -254,8 +287,12 @@ async def codec_figures(url: str, quick: bool, rounds: int, emit: Emit) -> None:
     for name in CASES:
         for what in ("publish", "consume"):
             rates, yardstick = [run[what] for run in runs[name]], [p[what] for p in plain]
+            cpu = [run[f"{what}_cpu"] for run in runs[name]]
+            # CPU: the plain case's time over this one's, so that above 1 is better too
+            cpu_ratio = _ratio([p[f"{what}_cpu"] for p in plain], cpu)
             emit(bench=f"payload_{what}_{name}", msgs=n, payload_bytes=round(size),
                  msgs_per_s=round(max(rates)), ratio_to_plain=_ratio(rates, yardstick),
+                 cpu_us_per_msg=round(statistics.median(cpu), 1), cpu_ratio_to_plain=cpu_ratio,
                  runs=[round(r) for r in rates])  # fmt: skip
         memory = [run["memory"] for run in runs[name]]
         emit(bench=f"payload_memory_{name}", msgs=n, payload_bytes=round(size),
@@ -267,12 +304,20 @@ async def upcast_figures(url: str, quick: bool, rounds: int, emit: Emit) -> None
     n = 10_000 if quick else 50_000
     cases = {"unversioned": (1, 1), "no_upcast": (2, 2), "upcast": (1, 2)}
     rates: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+    for written, handler in cases.values():  # not timed: warming up
+        await consume_versions(url, 1000, written, handler)
     for _ in range(rounds):
         for name, (written, handler) in cases.items():
-            rates[name].append(await consume_versions(url, n, written, handler))
+            rate, cpu_us = await consume_versions(url, n, written, handler)
+            rates[name].append(rate)
+            cpu[name].append(cpu_us)
     emit(bench="payload_consume_upcast", msgs=n, msgs_per_s=round(max(rates["upcast"])),
          ratio_to_no_upcast=_ratio(rates["upcast"], rates["no_upcast"]),
          ratio_to_unversioned=_ratio(rates["upcast"], rates["unversioned"]),
+         cpu_us_per_msg=round(statistics.median(cpu["upcast"]), 1),
+         cpu_ratio_to_no_upcast=_ratio(cpu["no_upcast"], cpu["upcast"]),
+         cpu_ratio_to_unversioned=_ratio(cpu["unversioned"], cpu["upcast"]),
          runs=[round(r) for r in rates["upcast"]],
          runs_no_upcast=[round(r) for r in rates["no_upcast"]],
          runs_unversioned=[round(r) for r in rates["unversioned"]])  # fmt: skip
