@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..message import TYPE_PATTERN
+from ..payload.keyring import KEYRING_SHAPE, Keyring
 from .outcome import EXIT_USAGE
 from .render import one_line
 
@@ -28,6 +29,23 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def add_keyring_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--keyring-env VAR``: the name of an environment variable holding the keyring, so
+    that keys never show in ``ps`` or a shell's history."""
+    parser.add_argument(
+        "--keyring-env", metavar="VAR",
+        help=f"{what}: the keyring is read from the environment variable VAR, as JSON "
+        f"{KEYRING_SHAPE.replace('%', '%%')} (never give keys on the command line)",
+    )  # fmt: skip
+
+
+def keyring_of(args: argparse.Namespace) -> Keyring | None:
+    """The keyring ``--keyring-env`` names (None without the option); ConfigError, naming
+    the variable and never its value, when it holds none."""
+    variable: str | None = getattr(args, "keyring_env", None)
+    return None if variable is None else Keyring.from_env(variable)
 
 
 def count(minimum: int) -> Callable[[str], int]:

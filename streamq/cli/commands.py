@@ -11,12 +11,14 @@ from datetime import datetime
 from .._ids import StreamId
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import GroupNotFoundError, StreamNotFoundError
+from ..payload.keyring import Keyring
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
 from ..topic.cleanup import Cleaner
 from ..wire.keys import Keys
 from ..wire.replies import pending_rows
 from ..wire.urls import redact
+from .arguments import keyring_of
 from .forget import forget_command
 from .halted import halted_command
 from .outcome import EXIT_USAGE, CliError
@@ -26,7 +28,11 @@ from .scheduled import scheduled_command
 from .tail import tail
 
 
-def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue:
+def _queue(
+    args: argparse.Namespace, group: str = "streamq-cli", keyring: Keyring | None = None
+) -> MessageQueue:
+    """The queue a command works through; with ``keyring`` (``--keyring-env``) it
+    decrypts, and a replay encrypts again with its current key."""
     url = args.url or env_url() or running_shared_url()  # a one-shot command starts no server
     if not url:
         raise CliError(
@@ -35,7 +41,9 @@ def _queue(args: argparse.Namespace, group: str = "streamq-cli") -> MessageQueue
             EXIT_USAGE,
         )
     try:
-        mq = MessageQueue(url, stream=args.stream, group=group, consumer="streamq-cli")
+        mq = MessageQueue(
+            url, stream=args.stream, group=group, consumer="streamq-cli", encryption=keyring
+        )
         mq.client  # noqa: B018  # parses the URL (without connecting)
     except ValueError as e:  # ConfigError names what is wrong, never the URL
         raise CliError(redact(str(e)), EXIT_USAGE) from e
@@ -122,16 +130,19 @@ async def cmd_pending(args: argparse.Namespace) -> str:
 async def cmd_tail(args: argparse.Namespace) -> str:
     if args.start != "$":
         StreamId.parse(args.start)
-    async with _closing(_queue(args)) as mq:
+    keyring = keyring_of(args)
+    async with _closing(_queue(args, keyring=keyring)) as mq:
         await _require_stream(mq)
         await tail(
-            mq, args.start, count=args.count, seconds=args.seconds, still_there=_require_stream
-        )
+            mq, args.start, count=args.count, seconds=args.seconds, still_there=_require_stream,
+            keyring=keyring,
+        )  # fmt: skip
         return ""
 
 
 async def cmd_dlq(args: argparse.Namespace) -> str:
-    async with _closing(_queue(args)) as mq:
+    keyring = keyring_of(args)
+    async with _closing(_queue(args, keyring=keyring)) as mq:
         # the stream may be gone while its dead letters were kept (terminate --keep-...)
         if not await mq.client.exists(mq.stream, Keys(mq.stream).dead_letters):
             raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
@@ -139,7 +150,7 @@ async def cmd_dlq(args: argparse.Namespace) -> str:
             letters = await mq.dead_letters(count=args.count)
             if not letters:
                 return "no dead letters"
-            return render_dead_letters(letters, full_traceback=args.full)
+            return render_dead_letters(letters, full_traceback=args.full, keyring=keyring)
         if args.action == "replay":
             new_ids = await mq.replay_dead_letter(args.id)
             return f"replayed {len(new_ids)}: {' '.join(new_ids)}"

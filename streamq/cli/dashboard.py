@@ -6,6 +6,9 @@ stopped under it. It prints the address on stdout once it listens, and on stderr
 server it watches (without the URL's password) and, when no token was given, the random
 write token it made (like Jupyter's). ``--token`` is visible to other users in ``ps``:
 prefer ``$STREAMQ_DASHBOARD_TOKEN``. ``--read-only`` refuses every change.
+``--keyring-env VAR``: the dashboard decrypts encrypted payloads with the keyring held by
+the environment variable ``VAR`` (``Keyring.from_env``), and a replay encrypts again with
+its current key; without it, an encrypted payload is shown as such.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from ..config import ENV_URL, env_url
 from ..errors import ConfigError
 from ..server.shared import running_shared_url
 from ..wire.urls import redact
-from .arguments import port_number
+from .arguments import add_keyring_argument, keyring_of, port_number
 
 ENV_TOKEN = "STREAMQ_DASHBOARD_TOKEN"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8700
@@ -40,6 +43,7 @@ def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
         "--asyncapi", metavar="MODULE:ATTR",
         help="a queue or App whose AsyncAPI document the dashboard serves and links",
     )  # fmt: skip
+    add_keyring_argument(parser, "decrypt payloads on the dead-letter page (replays re-encrypt)")
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -58,12 +62,13 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     loopback = is_loopback(args.host)
     try:
         document = _asyncapi_of(args.asyncapi)
+        keyring = keyring_of(args)
     except ConfigError as e:
         return _fail(str(e), EXIT_USAGE)
     try:
         app = create_app(
             url, token=token, allowed_hosts=_loopback_names() if loopback else None,
-            asyncapi=document,
+            asyncapi=document, keyring=keyring,
         )  # fmt: skip
         sock = bind(args.host, args.port)
     except ValueError as e:  # ConfigError names what is wrong, never the URL
@@ -71,6 +76,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except OSError as e:
         return _fail(f"cannot listen on {args.host}:{args.port}: {e}", EXIT_FAILED)
     _announce(app.state.server_url, token, made, loopback, args.host)
+    if keyring is not None:  # the key IDs only, never a key
+        kids = ", ".join(keyring.kids)
+        print(f"decrypting with the keyring of ${args.keyring_env} (key IDs {kids}; "
+              f"current {keyring.current})", file=sys.stderr)  # fmt: skip
     print(url_of(sock), flush=True)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again for
     # the handlers it found: these make that a clean exit 0, as for `streamq server`.

@@ -25,7 +25,7 @@ import anyio
 from .._version import __version__
 from ..config import ENV_URL
 from ..errors import StreamqError
-from .arguments import Parser, count, duration
+from .arguments import Parser, add_keyring_argument, count, duration
 from .asyncapi import add_asyncapi_arguments, cmd_asyncapi
 from .commands import (
     cmd_cleanup,
@@ -155,12 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--count", type=count(0), default=0, help="stop after this many entries (0: never)"
     )
     p.add_argument("--seconds", type=duration, default=0, help="stop after this long")
+    add_keyring_argument(p, "decrypt encrypted payloads")
     p = command("dlq", cmd_dlq, "dead letters: dlq list|replay|purge STREAM [ID]", stream=False)
     p.add_argument("action", choices=["list", "replay", "purge"])
     p.add_argument("stream")
     p.add_argument("id", nargs="?", help="replay: one dead letter ID (default: all)")
     p.add_argument("--count", type=count(1), default=100, help="list: at most this many (100)")
     p.add_argument("--full", action="store_true", help="list: whole tracebacks")
+    add_keyring_argument(p, "list: check that encrypted letters decrypt; replay: encrypt again "
+                         "with its current key what an older key encrypted")  # fmt: skip
     p = command("stop-message", cmd_stop_message, "stop one entry ID for every consumer")
     p.add_argument("id")
     p = command("resume-message", cmd_resume_message, "resume a stopped entry ID")

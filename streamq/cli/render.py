@@ -18,7 +18,8 @@ from typing import Any
 from .._text import age as age
 from .._text import one_line as one_line
 from .._text import terminal_safe as terminal_safe
-from ..payload.display import shown_data
+from ..payload.display import shown_data, shown_meta
+from ..payload.keyring import Keyring
 from ..topic.admin import TopicInfo
 from ..topic.deadletter import DeadLetter, keep_start
 from ..wire.replies import Pending, text
@@ -107,13 +108,16 @@ def render_pending(rows: Iterable[Pending]) -> str:
     return "\n".join(lines)
 
 
-def render_dead_letters(letters: Iterable[DeadLetter], *, full_traceback: bool = False) -> str:
-    """One block per letter: a header line, the full reason, the error type, and the last
-    lines of the traceback (all of it with ``full_traceback``)."""
-    return "\n".join(_dead_letter(d, full_traceback) for d in letters)
+def render_dead_letters(
+    letters: Iterable[DeadLetter], *, full_traceback: bool = False, keyring: Keyring | None = None
+) -> str:
+    """One block per letter: a header line, the full reason, how its payload is stored
+    when it is encoded (and, with ``keyring``, whether it decodes), the error type, and the
+    last lines of the traceback (all of it with ``full_traceback``)."""
+    return "\n".join(_dead_letter(d, full_traceback, keyring) for d in letters)
 
 
-def _dead_letter(d: DeadLetter, full_traceback: bool) -> str:
+def _dead_letter(d: DeadLetter, full_traceback: bool, keyring: Keyring | None) -> str:
     dead_at = (
         datetime.fromtimestamp(d.dead_at_ms / 1000, tz=UTC).isoformat(timespec="seconds")
         if d.dead_at_ms > 0
@@ -127,11 +131,29 @@ def _dead_letter(d: DeadLetter, full_traceback: bool) -> str:
         f"dead at {dead_at}"
     )
     lines = [header, f"  error: {one_line(keep_start(d.error, MAX_REASON_CHARS)) or '-'}"]
+    if d.enc is not None or d.kid is not None:
+        lines.append(f"  payload: {_payload_text(d, keyring)}")
     if d.error_type:
         lines.append(f"  error type: {one_line(d.error_type)}")
     if d.traceback:
         lines.extend(_traceback_lines(d.traceback, full_traceback))
     return "\n".join(lines)
+
+
+def _payload_text(d: DeadLetter, keyring: Keyring | None) -> str:
+    """How an encoded letter's payload is stored, and whether it decodes here."""
+    stored = d.enc or "plain data, encrypted meta values"
+    stored += f" with key {d.kid!r}" if d.kid is not None else ""
+    stored += f", version {d.ver}" if d.ver is not None else ""
+    if d.enc is None:
+        return one_line(stored)
+    fields = {b"type": d.type, b"data": d.data, b"enc": d.enc, b"kid": d.kid}
+    _, said = shown_data({k: v.encode() for k, v in fields.items() if v is not None}, keyring)
+    if "encrypted" in said:
+        return one_line(f"{stored} (encrypted: give --keyring-env to check that it decrypts)")
+    if "data_error" in said:
+        return one_line(f"{stored}: {said['data_error']}")
+    return one_line(f"{stored}: decodes{' with this keyring' if d.kid is not None else ''}")
 
 
 def _traceback_lines(traceback: str, full: bool) -> list[str]:
@@ -144,23 +166,25 @@ def _traceback_lines(traceback: str, full: bool) -> list[str]:
 
 
 # -- tail: one JSON object per line ------------------------------------------------
-def tail_line(entry_id: str, fields: Mapping[bytes, bytes]) -> str:
+def tail_line(entry_id: str, fields: Mapping[bytes, bytes], keyring: Keyring | None = None) -> str:
     """``{"id", "type", "data", "meta"}`` as one line of ASCII JSON: ``data`` and ``meta``
     decoded (raw text plus ``data_error``/``meta_error`` when they are not valid JSON; a
-    compressed ``data`` decompressed, an encrypted one ``null`` with ``encrypted``),
+    compressed ``data`` decompressed, an encrypted one decrypted with ``keyring``, else
+    ``null`` with ``encrypted``; encrypted ``meta`` values decrypted with ``keyring``),
     fields outside the wire format under ``other_fields``."""
     raw_type = fields.get(b"type")
     record: dict[str, Any] = {
         "id": entry_id,
         "type": decoded(raw_type) if raw_type is not None else None,
     }
-    data, said = shown_data(fields)  # decompressed; an encrypted payload shown as such
+    data, said = shown_data(fields, keyring)  # encrypted, without a keyring: shown as such
     if said:
         record.update(data=None, **said)
     else:
         record.update(_decoded_json("data", data))
-    raw_meta = fields.get(b"meta")
+    raw_meta, meta_said = shown_meta(fields, keyring)
     record.update(_decoded_json("meta", raw_meta) if raw_meta is not None else {"meta": {}})
+    record.update(meta_said)
     if raw_meta is not None and "meta_error" not in record and not isinstance(record["meta"], dict):
         record.update(meta=decoded(raw_meta), meta_error="not a JSON object")
     other = {decoded(k): decoded(v) for k, v in fields.items() if k not in _COLUMNS}

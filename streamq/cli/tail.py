@@ -17,6 +17,7 @@ import anyio
 
 from ..config import StartFrom
 from ..consume.positions import start_position
+from ..payload.keyring import Keyring
 from ..queue import MessageQueue
 from ..wire.replies import stream_rows
 from .render import tail_line
@@ -33,9 +34,11 @@ async def tail(
     count: int,
     seconds: float,
     still_there: Callable[[MessageQueue], Awaitable[None]],
+    keyring: Keyring | None = None,
 ) -> None:
     """Print entries after ``start`` (``$``: new ones only) until ``count`` were printed
-    or ``seconds`` passed (0: no limit). ``still_there`` raises once the topic is gone."""
+    or ``seconds`` passed (0: no limit). ``still_there`` raises once the topic is gone.
+    ``keyring``: decrypts encrypted payloads (without it they are shown as such)."""
     begin = StartFrom.LATEST if start == "$" else StartFrom(start)
     cursors = {s: await start_position(mq.client_for(s), s, begin) for s in mq.streams}
     partitioned = mq.partitions > 1
@@ -51,7 +54,7 @@ async def tail(
             for entry_id, fields in stream_rows(reply):
                 cursors[stream] = entry_id.decode()
                 shown_id = f"{index}:{cursors[stream]}" if partitioned else cursors[stream]
-                print(tail_line(shown_id, fields), flush=True)
+                print(tail_line(shown_id, fields, keyring), flush=True)
                 shown, found = shown + 1, found + 1
                 if count and shown >= count:
                     return

@@ -8,7 +8,8 @@ Parts: :mod:`.app` (routes, headers, error pages), :mod:`.pages` (what is read),
 CSRF: why it is done this way), :mod:`.throttle` (wrong tokens per client address),
 :mod:`.view` (a topic, plain or partitioned, and its operations), :mod:`.topics` (listing
 topics), :mod:`.paging` (pending entries and dead letters over the partitions),
-:mod:`.samples` (the live chart's ring of samples), :mod:`.render` (templates and
+:mod:`.samples` (the live chart's ring of samples), :mod:`.payloads` (a dead letter's
+encoded payload as shown, decrypted only with a keyring), :mod:`.render` (templates and
 escaping), :mod:`.server` (uvicorn on a bound socket). Shipped front-end files: htmx 2.0.11 (0BSD)
 and uPlot 1.6.32 (MIT), in ``static/vendor`` with their licences.
 """

@@ -31,6 +31,7 @@ from ..errors import (
     StreamNotFoundError,
     StreamqError,
 )
+from ..payload.keyring import Keyring
 from ..wire.client import connect
 from ..wire.urls import check_url, public_url, redact
 from . import actions, downloads, pages
@@ -58,6 +59,7 @@ def create_app(
     token: str | None,
     allowed_hosts: Sequence[str] | None = None,
     asyncapi: Mapping[str, Any] | None = None,
+    keyring: Keyring | None = None,
 ) -> Starlette:
     """The dashboard over the Redis server at ``url``.
 
@@ -66,6 +68,8 @@ def create_app(
     loopback names, so that a web page cannot reach it through DNS rebinding.
     ``asyncapi``: the AsyncAPI document of the service it watches (``streamq dashboard
     --asyncapi module:attr``), served at ``/asyncapi.json`` and linked from every page.
+    ``keyring``: decrypts encrypted payloads on the dead-letter page, and a replay
+    encrypts again with its current key (without one, they are shown as encrypted).
     A URL a client would misread, or of a scheme streamq does not take, raises
     :class:`~streamq.ConfigError` here, before serving.
     """
@@ -97,6 +101,7 @@ def create_app(
     app.state.templates = build_templates()
     app.state.server_url = public_url(url)
     app.state.asyncapi = asyncapi
+    app.state.keyring = keyring
     return app
 
 

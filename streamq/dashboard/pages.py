@@ -25,6 +25,7 @@ from .paging import (
     parse_halted_cursor,
     pending_page,
 )
+from .payloads import shown_payload
 from .render import page
 from .samples import SampleStore, chart_series
 from .security import safe_next
@@ -48,7 +49,7 @@ def stream_param(request: Request) -> str:
 
 async def view_of(request: Request, stream: str) -> TopicView:
     """The topic ``stream`` (plain, or partitioned as recorded) to read or operate."""
-    return await open_view(deployment_of(request), stream)
+    return await open_view(deployment_of(request), stream, request.app.state.keyring)
 
 
 async def existing_topic(request: Request) -> tuple[TopicView, TopicInfo]:
@@ -110,7 +111,10 @@ async def dead_letters(request: Request) -> Response:
     view, info = await existing_topic(request)
     after = parse_cursor(view, request.query_params.get("after"))
     letters = await dead_letter_page(view, after=after)
-    context = {"info": info, "view": view, "letters": letters, "after": after}
+    keyring = request.app.state.keyring
+    shown = {d.id: shown_payload(d, keyring) for d in letters.rows}
+    context = {"info": info, "view": view, "letters": letters, "after": after, "shown": shown,
+               "decrypting": keyring is not None}  # fmt: skip
     return page(request, "dead_letters.html", context)
 
 

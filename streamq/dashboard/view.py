@@ -16,6 +16,8 @@ from functools import partial
 import redis.asyncio as aioredis
 
 from ..flow import pause as flow_pause
+from ..payload.encoding import PayloadCodec
+from ..payload.keyring import Keyring
 from ..publish.scheduled import ScheduledMessages
 from ..topic import ownership
 from ..topic.deadletter import DeadLetter
@@ -30,10 +32,19 @@ from ..wire.routing import Deployment
 class TopicView:
     """The topic ``stream`` (``partitions`` as recorded) through ``deployment``; no
     consumer group of its own (``seek`` is not offered here): ``admin`` operates it,
-    ``schedule`` lists and cancels its scheduled messages."""
+    ``schedule`` lists and cancels its scheduled messages. ``keyring``: the dashboard's,
+    with which a replay encrypts again what an older key encrypted (as a queue's does)."""
 
-    def __init__(self, deployment: Deployment, stream: str, partitions: int = 1) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        stream: str,
+        partitions: int = 1,
+        keyring: Keyring | None = None,
+    ) -> None:
         self.topic = TopicHandle(stream, partitions, lambda: deployment)
+        if keyring is not None:
+            self.topic.codec = PayloadCodec(encryption=keyring)
         self.schedule = ScheduledMessages(self.topic)
         self.admin = TopicAdmin(self.topic, "", self.schedule.scheduled_summary)
 
@@ -93,7 +104,9 @@ class TopicView:
         return stream, self.topic.client_for(stream)
 
 
-async def open_view(deployment: Deployment, stream: str) -> TopicView:
+async def open_view(
+    deployment: Deployment, stream: str, keyring: Keyring | None = None
+) -> TopicView:
     """The view of ``stream`` with the partition count recorded for it."""
     partitions = await recorded_partitions(deployment.client_for(stream), stream)
-    return TopicView(deployment, stream, partitions)
+    return TopicView(deployment, stream, partitions, keyring)

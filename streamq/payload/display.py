@@ -1,15 +1,17 @@
-"""An entry's payload as the CLI shows it: decompressed, and decrypted only with a keyring
-(without one, an encrypted payload is shown as such: its steps and key ID, never its
-bytes)."""
+"""An entry's payload as the CLI and the dashboard show it: decompressed, and decrypted
+only with a keyring (without one, an encrypted payload is shown as such: its steps and key
+ID, never its bytes)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+import pydantic_core
+
 from .compression import StepFailed
 from .keyring import Keyring
-from .wire import AESGCM, ENC, KID, decoded_data
+from .wire import AESGCM, ENC, KID, decoded_data, decrypted_meta
 
 
 def shown_data(
@@ -28,3 +30,24 @@ def shown_data(
             kid = fields[KID].decode("utf-8", "replace")
             return None, {"encrypted": f"{enc} with key {kid!r}"}
         return None, {"data_error": f"cannot decode ({e.step}): {e}"}
+
+
+def shown_meta(
+    fields: Mapping[bytes, bytes], keyring: Keyring | None
+) -> tuple[bytes | None, dict[str, Any]]:
+    """The JSON of ``meta`` to show: its encrypted values (``aesgcm:...``) decrypted with
+    ``keyring``, else left as they are (their ciphertext); ``{"meta_error": ...}`` when
+    one does not decrypt. ``meta`` as stored when it is not a JSON object."""
+    raw = fields.get(b"meta")
+    if raw is None or keyring is None or KID not in fields:
+        return raw, {}
+    try:
+        meta = pydantic_core.from_json(raw)
+    except ValueError:
+        return raw, {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        return raw, {}
+    try:
+        return pydantic_core.to_json(decrypted_meta(dict(fields), meta, keyring)), {}
+    except StepFailed as e:
+        return raw, {"meta_error": f"cannot decrypt ({e.step}): {e}"}

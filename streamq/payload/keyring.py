@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -59,6 +61,34 @@ def _key_bytes(kid: str, key: object) -> bytes:
     return bytes(key)
 
 
+_NOT_JSON: Final = object()
+KEYRING_SHAPE: Final = '{"current": "k1", "keys": {"k1": "<base64 of 16, 24 or 32 bytes>"}}'
+
+
+def _keyring_json(variable: str, text: str | None) -> dict[str, Any]:
+    """The JSON object in ``text`` (the variable's value) when it has the keyring's shape;
+    ConfigError otherwise. The value is never quoted, nor kept in an exception's context."""
+    if not text:
+        raise ConfigError(f"environment variable {variable} is not set: it holds the keyring "
+                          f"as JSON, {KEYRING_SHAPE}")  # fmt: skip
+    parsed: object = _NOT_JSON
+    # raised below, not from here: the decoder's error holds the whole text
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(text)
+    keys = parsed.get("keys") if isinstance(parsed, dict) else None
+    current = parsed.get("current") if isinstance(parsed, dict) else None
+    if (
+        not isinstance(parsed, dict)
+        or set(parsed) != {"current", "keys"}
+        or not isinstance(current, str)
+        or not isinstance(keys, dict)
+    ):
+        what = "is not JSON" if parsed is _NOT_JSON else "does not hold a keyring"
+        raise ConfigError(f"environment variable {variable} {what}: it must hold a JSON "
+                          f"object {KEYRING_SHAPE}")  # fmt: skip
+    return parsed
+
+
 class Keyring:
     """AES-GCM keys by key ID; ``current`` names the one that encrypts.
 
@@ -83,6 +113,22 @@ class Keyring:
                 f"current={current!r} is not a key ID of the keyring ({', '.join(ciphers)})"
             )
         self._ciphers, self.current = ciphers, current
+
+    @classmethod
+    def from_env(cls, variable: str) -> Keyring:
+        """The keyring held by the environment variable ``variable``, as JSON:
+        ``{"current": "k2", "keys": {"k1": "<base64>", "k2": "<base64>"}}``.
+
+        For the command line, the dashboard and Spark, so that keys never appear in a
+        command's arguments (``ps``, shell history) nor in a Spark plan. Raises
+        ConfigError naming the variable and what is wrong, never quoting its value.
+        """
+        if not isinstance(variable, str) or not variable:
+            raise ConfigError(
+                f"the keyring's environment variable must be a name, got {variable!r}"
+            )
+        parsed = _keyring_json(variable, os.environ.get(variable))
+        return cls(parsed["keys"], current=parsed["current"])
 
     @staticmethod
     def generate_key() -> bytes:

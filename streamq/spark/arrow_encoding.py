@@ -32,6 +32,7 @@ class RowEncoder(Protocol):
     meta_index: int
     data_index: int
     fixed_type: bytes | None
+    compressing: bool
 
     def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]: ...
 
@@ -87,6 +88,8 @@ def _columnar(
     """The vectorised encoding, or None when this batch needs the per-row path (each row's
     number in ``numbers``, as in :func:`encode_batch`)."""
     if encoder.data_index >= 0 or encoder.meta_index >= 0 or batch.num_rows == 0:
+        return None
+    if encoder.compressing:  # each row's data compressed on its own: the per-row path
         return None
     type_values = _type_values(batch, encoder)
     if type_values is None:

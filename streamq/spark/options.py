@@ -12,6 +12,9 @@ from .._ids import StreamId
 from ..config import ENV_URL
 from ..errors import ConfigError, InvalidMessageIdError
 from ..message import validate_type_name
+from ..payload.compression import check_compression
+from ..payload.encoding import Compression
+from ..payload.keyring import Keyring
 from ..topic.partitions import validate_partitions
 from ..wire.keys import validate_stream_name
 
@@ -129,6 +132,10 @@ class ReadOptions:
     fail_on_data_loss: bool
     group: str | None
     topic_partitions: int | None = None  # the topic's partition count, if the job says it
+    # the environment variable holding the keyring (Keyring.from_env), read where rows are
+    # read: keys travel neither in the options (shown in plans and UIs) nor in the pickled
+    # reader
+    keyring_env: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], models: Mapping[str, str]) -> ReadOptions:
@@ -150,10 +157,35 @@ class ReadOptions:
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             group=options.get("group") or None,
             topic_partitions=_topic_partitions(options),
+            keyring_env=_keyring_env(options),
         )
 
     def model(self) -> Any:
         return load_model(self.model_path) if self.model_path else None
+
+    def keyring(self) -> Keyring | None:
+        """The keyring of option ``keyringEnv`` (None without it), read from this
+        process's environment: an executor's, where rows are read."""
+        if self.keyring_env is None:
+            return None
+        try:
+            return Keyring.from_env(self.keyring_env)
+        except ConfigError as e:
+            raise ConfigError(f"option 'keyringEnv': {e} (on the executors, which decrypt: "
+                              "set it in their environment)") from None  # fmt: skip
+
+
+def _keyring_env(options: Mapping[str, str]) -> str | None:
+    name = options.get("keyringEnv")
+    if name is None:
+        return None
+    if not name or not name.replace("_", "").isalnum():
+        raise ConfigError(
+            "option 'keyringEnv' takes the name of the environment variable that holds the "
+            "keyring (letters, digits, _), and this is not one (not shown: never give the "
+            "keys themselves as an option)"
+        )
+    return name
 
 
 def _position(raw: str, name: str) -> str:
@@ -177,6 +209,8 @@ class WriteOptions:
     key_column: str | None = None  # rows with the same key go to the same partition
     topic_partitions: int | None = None
     idempotent: str = "auto"  # "auto", "true", "false": see streamq.spark.idempotent
+    compression: Compression | None = None  # as MessageQueue(compression=...)
+    compress_over: int = 1024
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -194,7 +228,21 @@ class WriteOptions:
             key_column=options.get("keyColumn") or None,
             topic_partitions=_topic_partitions(options),
             idempotent=_idempotent(options),
+            compression=_compression(options),
+            compress_over=_int(options, "compressOver", 1024, minimum=0) or 0,
         )
+
+
+def _compression(options: Mapping[str, str]) -> Compression | None:
+    """Option ``compression``: ``zstd`` or ``gzip`` (checked as a queue checks it, the
+    package zstd needs included), or none."""
+    raw = options.get("compression")
+    if raw is None or raw.lower() == "none":
+        return None
+    try:
+        return check_compression(raw, 0)  # type: ignore[no-any-return]
+    except ConfigError as e:
+        raise ConfigError(f"option 'compression': {e}") from None
 
 
 def _idempotent(options: Mapping[str, str]) -> str:

@@ -12,8 +12,9 @@ from pydantic import BaseModel
 
 from ..errors import ConfigError
 
+# ver: the entry's schema version (1 when it has no ver field, null when it is not one)
 ENTRY_SCHEMA = (
-    "id string, type string, data string, meta map<string,string>, published_at timestamp"
+    "id string, type string, data string, meta map<string,string>, published_at timestamp, ver int"
 )
 # a partitioned topic's rows also say their partition (a plain stream's schema is unchanged)
 PARTITIONED_ENTRY_SCHEMA = ENTRY_SCHEMA + ", partition int"
@@ -63,11 +64,12 @@ def model_struct(model: type[BaseModel]) -> Any:
 
 
 def typed_schema(model: type[BaseModel], partitioned: bool = False) -> Any:
-    """id, type, the model's fields as columns, meta, published_at (and partition, on a
-    partitioned topic)."""
+    """id, type, the model's fields as columns, meta, published_at, ver (and partition, on
+    a partitioned topic)."""
     from pyspark.sql import types as T
 
-    reserved = {"id", "type", "meta", "published_at", *(["partition"] if partitioned else [])}
+    reserved = {"id", "type", "meta", "published_at", "ver",
+                *(["partition"] if partitioned else [])}  # fmt: skip
     clash = reserved & set(model.model_fields)
     if clash:
         raise ConfigError(f"model {model.__name__} has fields named like entry columns: {clash}")
@@ -78,6 +80,7 @@ def typed_schema(model: type[BaseModel], partitioned: bool = False) -> Any:
     fields.extend(model_struct(model).fields)
     fields.append(T.StructField("meta", T.MapType(T.StringType(), T.StringType()), True))
     fields.append(T.StructField("published_at", T.TimestampType(), True))
+    fields.append(T.StructField("ver", T.IntegerType(), True))
     if partitioned:
         fields.append(T.StructField("partition", T.IntegerType(), False))
     return T.StructType(fields)

@@ -7,7 +7,9 @@ values as strings and its null values left out.
 
 Writes use Spark's Arrow writers (batch writes on pyspark >= 4.0, streaming writes on
 >= 4.1): rows arrive as column batches and are encoded by Arrow kernels
-(``arrow_encoding.py``); streaming writes on pyspark 4.0 take rows one by one.
+(``arrow_encoding.py``); streaming writes on pyspark 4.0 take rows one by one. With option
+``compression`` (``zstd`` or ``gzip``, over ``compressOver`` bytes, 1024 by default) each
+row's ``data`` is compressed as a queue compresses it (per row: not by Arrow kernels).
 
 On a partitioned topic each row goes to one partition stream: by its key with option
 ``keyColumn``, else in turn (see ``routing.py``); chunks are packed per partition.
@@ -53,6 +55,7 @@ except ImportError:  # pyspark 4.0: rows
 
 from ..errors import ConfigError
 from ..message import validate_type_name
+from ..payload.encoding import PayloadCodec
 from ..wire import resp
 from .arrow_encoding import PRODUCER_ID, encode_batch
 from .idempotent import RowKeys, row_keys
@@ -100,6 +103,8 @@ class RowEncoder:
         self.meta_index = columns.index(opts.meta_column) if opts.meta_column in columns else -1
         self.data_index = columns.index(opts.data_column) if opts.data_column else -1
         self.fixed_type = validate_type_name(opts.type).encode() if opts.type else None
+        self.codec = PayloadCodec(opts.compression, opts.compress_over)
+        self.compressing = opts.compression is not None
 
     def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]:
         if self.fixed_type is not None:
@@ -115,7 +120,10 @@ class RowEncoder:
             )
         meta = _meta(row[self.meta_index]) if self.meta_index >= 0 else {}
         meta[PRODUCER_ID] = producer_id
-        return {b"type": type_field, b"data": data, b"meta": pydantic_core.to_json(meta)}
+        fields: dict[bytes | str, bytes | str] = {
+            b"type": type_field, b"data": data, b"meta": pydantic_core.to_json(meta)
+        }  # fmt: skip
+        return self.codec.encode(fields) if self.compressing else fields
 
 
 def _meta(column: Any) -> dict[str, str]:

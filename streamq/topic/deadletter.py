@@ -85,8 +85,11 @@ class DeadLetter:
     ``error_type`` (e.g. ``builtins.KeyError``) and ``traceback`` are set when the failure
     was an exception; ``attempts`` and ``dead_at_ms`` are 0 when the letter lacks them (or
     holds something else: letters written by hand are listed too). ``key``: the entry's
-    publish key (None when it had none). ``cut``: the full size in bytes of each field
-    listed cut short (:meth:`DeadLetters.list` with a ``limit``).
+    publish key (None when it had none). ``enc``, ``kid``, ``ver``: the entry's payload
+    fields (docs/reference/wire-format.md), None when it had none: ``data`` is then as
+    stored, compressed or encrypted (:func:`streamq.payload.display.shown_data` decodes
+    it). ``cut``: the full size in bytes of each field listed cut short
+    (:meth:`DeadLetters.list` with a ``limit``).
     """
 
     id: str
@@ -102,6 +105,9 @@ class DeadLetter:
     error_type: str | None = None
     traceback: str | None = None
     key: str | None = None
+    enc: str | None = None
+    kid: str | None = None
+    ver: str | None = None
     cut: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -131,6 +137,9 @@ class DeadLetter:
             error_type=value(b"error_type"),
             traceback=value(b"traceback"),
             key=value(b"key"),
+            enc=value(b"enc"),
+            kid=value(b"kid"),
+            ver=value(b"ver"),
             cut={_text(name): size for name, size in (cut or {}).items()},
         )
 

@@ -324,3 +324,30 @@ def test_pause_and_resume_a_group_and_a_type_with_the_token(
     expect(groups.locator("td.paused")).to_contain_text("invoice")
     assert r.hkeys(Keys(stream).paused("billing")) == [b"invoice"]
     r.close()
+
+
+def test_compressed_and_encrypted_dead_letters_as_shown_with_and_without_a_keyring(
+    page: Page, site: str, redis_url: str, stream: str
+) -> None:
+    pytest.importorskip("cryptography", reason="the payload tests need the [crypto] extra")
+    from streamq import Keyring
+    from tests.dashboard.test_dashboard_payloads import SECRETS, sealed_letters
+    from tests.payload.helpers import KEY1
+
+    sealed_letters(redis_url, stream)
+    page.goto(f"{site}/topic/dead-letters?stream={stream}")
+    letters = page.locator("article.letter")
+    expect(letters).to_have_count(2)
+    expect(letters.nth(0).locator(".stored")).to_have_text("stored zstd: shown decoded")
+    expect(letters.nth(0).locator("pre.data")).to_contain_text('"name":"customer 199"')
+    expect(letters.nth(1).locator(".stored")).to_have_text("stored aesgcm with key 'k1'")
+    expect(letters.nth(1).locator(".encrypted")).to_contain_text("this dashboard has no keyring")
+    expect(letters.nth(1).locator("pre.data")).to_have_count(0)
+    assert "4111" not in page.content()
+    with serving(create_app(redis_url, token=None, keyring=Keyring({"k1": KEY1}, "k1"))) as keyed:
+        page.goto(f"{keyed}/topic/dead-letters?stream={stream}")
+        sealed = page.locator("article.letter").nth(1)
+        expect(sealed.locator("pre.data")).to_have_text('{"card":"4111-1111"}')
+        expect(sealed.locator("pre.meta")).to_contain_text('"email":"ada@example.org"')
+        expect(sealed.locator(".encrypted")).to_have_count(0)
+        assert not any(secret in page.content() for secret in SECRETS)

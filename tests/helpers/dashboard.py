@@ -17,7 +17,7 @@ import httpx
 import redis
 from starlette.applications import Starlette
 
-from streamq import Message, MessageQueue, Publisher, Reject, RetryPolicy, StartFrom
+from streamq import Keyring, Message, MessageQueue, Publisher, Reject, RetryPolicy, StartFrom
 from streamq.dashboard import create_app
 from streamq.dashboard.app import LOOPBACK_HOSTS
 from streamq.dashboard.samples import SampleStore
@@ -52,10 +52,13 @@ def serving(app: Starlette) -> Iterator[str]:
 
 
 @contextmanager
-def dashboard_client(url: str, token: str | None = TOKEN) -> Iterator[httpx.Client]:
+def dashboard_client(
+    url: str, token: str | None = TOKEN, keyring: Keyring | None = None
+) -> Iterator[httpx.Client]:
     """An HTTP client of a dashboard over ``url`` (served by uvicorn on loopback, Host
-    checked), not logged in. Samples for the chart are taken at every poll."""
-    app = create_app(url, token=token, allowed_hosts=LOOPBACK_HOSTS)
+    checked), not logged in, decrypting with ``keyring`` if given. Samples for the chart
+    are taken at every poll."""
+    app = create_app(url, token=token, allowed_hosts=LOOPBACK_HOSTS, keyring=keyring)
     app.state.samples = SampleStore(min_interval=0)
     with serving(app) as base, httpx.Client(base_url=base, timeout=30) as client:
         yield client
@@ -93,18 +96,20 @@ def make_dead_letters(
     reject: bool = False,
     foreign: list[dict[str, str]] | None = None,
     partitions: int = 1,
+    **payloads: Any,
 ) -> None:
     """Publish ``items`` and let a real consumer of ``group`` fail on each once: every one
     ends as a dead letter (ValueError with its traceback, or Reject). ``foreign``: raw
     entries added first, as another client could write them; each must be dead-lettered
-    too (as malformed). ``partitions``: of a partitioned topic (items go round)."""
+    too (as malformed). ``partitions``: of a partitioned topic (items go round).
+    ``payloads``: the queue's payload settings (``compression=``, ``encryption=``...)."""
     foreign = foreign or []
 
     async def run() -> None:
         mq = MessageQueue(
             url, stream=stream, group=group, consumer="dead-letterer", start=StartFrom.EARLIEST,
             config=TEST_TIMINGS, retry=RetryPolicy(attempts=1, backoff=0, jitter=0, max_deliveries=1),
-            partitions=partitions,
+            partitions=partitions, **payloads,
         )  # fmt: skip
 
         @mq.handler(message_type)

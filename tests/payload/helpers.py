@@ -3,8 +3,11 @@ what it handles."""
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from streamq import Keyring, Message, MessageQueue, RetryPolicy
@@ -17,6 +20,13 @@ BIG = {"rows": [{"name": f"customer {i}", "city": "Lyon", "total": i * 3} for i 
 
 def keyring(current: str = "k1", **keys: bytes) -> Keyring:
     return Keyring(keys or {"k1": KEY1}, current=current)
+
+
+def keyring_variable(monkeypatch: pytest.MonkeyPatch, current: str = "k1", **keys: bytes) -> str:
+    """Set $SQ_TEST_KEYRING (which the `streamq` command inherits) to a keyring of ``keys``."""
+    text = {kid: base64.b64encode(key).decode() for kid, key in (keys or {"k1": KEY1}).items()}
+    monkeypatch.setenv("SQ_TEST_KEYRING", json.dumps({"current": current, "keys": text}))
+    return "SQ_TEST_KEYRING"
 
 
 class OrderV3(BaseModel):

@@ -3,6 +3,7 @@ keyring encrypts again with its current key, so that an old key can be retired."
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -10,10 +11,21 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, Reject
+from streamq.payload.wire import aad
+from tests.helpers.cli import streamq
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import wait_for
 
-from .helpers import BIG, KEY1, KEY2, ONE_DELIVERY, dead_letters, keeping, keyring
+from .helpers import (
+    BIG,
+    KEY1,
+    KEY2,
+    ONE_DELIVERY,
+    dead_letters,
+    keeping,
+    keyring,
+    keyring_variable,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -61,3 +73,38 @@ async def test_a_replay_reencrypts_with_the_current_key_and_keeps_the_rest(
         (letter_k1,) = await only_new.dead_letters()
     assert seen[0].data == BIG
     assert "key ID 'k1' is not in this keyring (k2)" in letter_k1.error
+
+
+async def test_the_cli_checks_and_replays_encrypted_dead_letters_with_a_keyring(
+    make_queue: QueueFactory,
+    client: aioredis.Redis,
+    redis_url: str,
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    old = make_queue(retry=ONE_DELIVERY, encryption=keyring("k1", k1=KEY1))
+
+    @old.handler("job")
+    async def refuse(msg: Message[Any]) -> None:
+        raise Reject("not now")
+
+    async with old:
+        await old.publish("job", {"card": "4111"})
+        async with old.running():
+            await dead_letters(old, 1)
+    listed = streamq("dlq", "list", stream, url=redis_url)
+    assert listed.returncode == 0, listed.stderr
+    assert "payload: aesgcm with key 'k1' (encrypted: give --keyring-env" in listed.stdout
+    variable = keyring_variable(monkeypatch, "k2", k2=KEY2, k1=KEY1)
+    listed = streamq("dlq", "list", stream, "--keyring-env", variable, url=redis_url)
+    assert "payload: aesgcm with key 'k1': decodes with this keyring" in listed.stdout
+    assert "4111" not in listed.stdout
+    replayed = streamq("dlq", "replay", stream, "--keyring-env", variable, url=redis_url)
+    assert replayed.returncode == 0 and replayed.stdout.startswith("replayed 1:"), replayed.stderr
+    new_id = replayed.stdout.split()[-1]
+    ((_id, fields),) = await client.xrange(stream, min=new_id, max=new_id)
+    assert fields[b"kid"] == b"k2"
+    sealed = base64.b64decode(fields[b"data"])
+    assert json.loads(keyring("k2", k2=KEY2).decrypt("k2", sealed, aad(b"job", "data"))) == {
+        "card": "4111"
+    }

@@ -4,6 +4,8 @@ material never shows in a repr, an error or a dead letter."""
 from __future__ import annotations
 
 import base64
+import json
+import traceback
 from typing import Any
 
 import pytest
@@ -73,3 +75,46 @@ def test_no_key_material_in_repr_str_or_attributes() -> None:
     for secret in (KEY1, KEY2, base64.b64encode(KEY1)):
         assert secret.decode() not in shown
     assert len(Keyring.generate_key()) == 32
+
+
+def _keyring_text(current: str = "k2") -> str:
+    keys = {"k1": base64.b64encode(KEY1).decode(), "k2": base64.b64encode(KEY2).decode()}
+    return json.dumps({"current": current, "keys": keys})
+
+
+def test_a_keyring_is_read_from_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_KEYRING", _keyring_text())
+    ring = Keyring.from_env("TEST_KEYRING")
+    assert ring.kids == ("k1", "k2") and ring.current == "k2"
+    sealed = Keyring({"k1": KEY1}, current="k1").encrypt(b"plain", b"aad")
+    assert ring.decrypt("k1", sealed, b"aad") == b"plain"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "environment variable TEST_KEYRING is not set: it holds the keyring as JSON"),
+        ("", "environment variable TEST_KEYRING is not set"),
+        ('{"current": "k1", "keys": {"k1": "' + "A" * 40, "TEST_KEYRING is not JSON"),
+        ("null", "TEST_KEYRING does not hold a keyring"),
+        ('{"k1": "' + base64.b64encode(KEY1).decode() + '"}', "does not hold a keyring"),
+        ('{"current": "k1", "keys": ["k1"]}', "does not hold a keyring"),
+        (
+            '{"current": "k1", "keys": {"k1": "' + base64.b64encode(b"x" * 20).decode() + '"}}',
+            "key 'k1' is 20 bytes long",
+        ),
+        (_keyring_text(current="k3"), r"current='k3' is not a key ID of the keyring \(k1, k2\)"),
+    ],
+)
+def test_a_keyring_variable_that_cannot_be_is_refused_without_showing_it(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, message: str
+) -> None:
+    if value is None:
+        monkeypatch.delenv("TEST_KEYRING", raising=False)
+    else:
+        monkeypatch.setenv("TEST_KEYRING", value)
+    with pytest.raises(ConfigError, match=message) as raised:
+        Keyring.from_env("TEST_KEYRING")
+    shown = "".join(traceback.format_exception(raised.value))
+    assert base64.b64encode(KEY1).decode() not in shown and "A" * 40 not in shown
+    assert base64.b64encode(b"x" * 20).decode() not in shown

@@ -142,3 +142,37 @@ def test_entries_become_arrow_columns_whatever_their_field_layout() -> None:
     assert only_email.column("id").to_pylist() == [
         "1700000000123-0", "1700000000125-0", "1700000000126-0"
     ]  # fmt: skip
+
+
+def test_encoded_entries_are_decoded_and_say_their_version() -> None:
+    from streamq.payload.encoding import PayloadCodec
+    from streamq.spark.rows import arrow_batch
+    from tests.payload.helpers import keyring
+
+    ring = keyring()
+    zipped = PayloadCodec("zstd", compress_over=10).entry("order", {"n": "x" * 50})
+    sealed = PayloadCodec(encryption=ring, encrypt_meta=["email"]).entry(
+        "order", {"n": 2}, meta={"email": "ada@example.org"}
+    )
+    sealed[b"ver"] = "2"
+
+    def flat(fields: dict[Any, Any]) -> list[bytes]:
+        return [v if isinstance(v, bytes) else v.encode() for pair in fields.items() for v in pair]
+
+    rows = [
+        [b"1700000000123-0", flat(zipped)],
+        [b"1700000000124-0", flat(sealed)],
+        [b"1700000000125-0", [b"type", b"order", b"data", b"eA==", b"enc", b"lz4"]],
+        [b"1700000000126-0", [b"type", b"order", b"data", b"1", b"ver", b"two"]],
+    ]
+    batch = arrow_batch(rows, None, keyring=ring)
+    assert batch.column("data").to_pylist() == ['{"n":"' + "x" * 50 + '"}', '{"n":2}', None, "1"]
+    assert batch.column("ver").to_pylist() == [1, 2, 1, None]
+    metas = batch.column("meta").to_pylist()
+    assert metas[1] == [("email", "ada@example.org")]
+    assert metas[2] == [("streamq_data_error", "cannot decode (enc): unknown encoding 'lz4' in "
+                                               "enc 'lz4' (known: zstd, gzip, aesgcm)")]  # fmt: skip
+    without = arrow_batch(rows[1:2], None)
+    assert without.column("data").to_pylist() == [None]
+    (error,) = [v for k, v in without.column("meta").to_pylist()[0] if k == "streamq_data_error"]
+    assert error == "cannot decode (aesgcm): encrypted with key 'k1', and no keyring was given here"

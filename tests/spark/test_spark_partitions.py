@@ -104,7 +104,7 @@ async def test_batch_read_has_an_input_partition_per_topic_partition(
     published = await publish_orders(redis_url, topic, 28)
     used = {PartitionedId.parse(i, PARTS).partition for i in published}
     df = spark.read.format("streamq").option("url", redis_url).option("stream", topic).load()
-    assert df.columns == ["id", "type", "data", "meta", "published_at", "partition"]
+    assert df.columns == ["id", "type", "data", "meta", "published_at", "ver", "partition"]
     assert df.rdd.getNumPartitions() == len(used), "one input partition per topic partition"
     check_rows_name_their_partitions(df.collect(), published)
 
@@ -120,7 +120,7 @@ async def test_batch_read_has_an_input_partition_per_topic_partition(
         spark.read.format("streamq").option("url", redis_url).option("stream", topic)
         .option("type", "order").load()
     )  # fmt: skip
-    assert typed.columns[-2:] == ["published_at", "partition"]
+    assert typed.columns[-3:] == ["published_at", "ver", "partition"]
     rows = typed.collect()
     check_rows_name_their_partitions(rows, published)
     assert all(published[row.id] == row.customer for row in rows)

@@ -103,6 +103,7 @@ def test_typed_columns_from_a_registered_model(
         "items",
         "meta",
         "published_at",
+        "ver",
     ]
     assert dict(df.dtypes)["amount"].startswith("decimal")
     rows = df.orderBy("order_id").collect()
