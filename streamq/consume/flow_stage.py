@@ -41,6 +41,7 @@ from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 log = logging.getLogger(__name__)
 
 Item = tuple[RawEntry, "Route | None"]
+THROTTLES_LOOKED_UP_EVERY = 1.0  # seconds: a throttle reaches every consumer within it
 # what the entries of a type need, decided once per read (FlowStage.admit)
 _GO, _PARK, _LIMITED, _LIMITED_BY_KEY = range(4)
 WAITING_REASONS = ("pause", "rate_limit", "throttle")
@@ -179,8 +180,12 @@ class FlowStage:
     # -- releasing ------------------------------------------------------------------
     async def run(self) -> None:
         """Release waiting entries as they may go, until cancelled."""
+        next_throttles = 0.0
         while True:
             next_look = math.inf
+            if anyio.current_time() >= next_throttles:  # throttles set by other consumers
+                await self.learn_throttles()
+                next_throttles = anyio.current_time() + THROTTLES_LOOKED_UP_EVERY
             for type_name in list(self._parked):
                 try:
                     next_look = min(next_look, await self._release(type_name))
@@ -196,9 +201,24 @@ class FlowStage:
             if self._wake.is_set():
                 self._wake = anyio.Event()
                 continue
-            with anyio.move_on_after(next_look if next_look < math.inf else POLL_INTERVAL * 20):
+            wait = max(0.0, min(next_look, next_throttles - anyio.current_time()))
+            with anyio.move_on_after(wait):
                 await self._wake.wait()
             self._wake = anyio.Event()
+
+    async def learn_throttles(self) -> None:
+        """Look up which of this consumer's types some consumer of the group throttled:
+        their entries are then checked against the throttle records (one round trip a
+        second, whatever the types)."""
+        try:
+            found = await self._gate.throttled_types(self._routes.by_name)
+        except RedisFailure as e:
+            self._summary.log(
+                log, "flow-control checks failed", logging.WARNING,
+                "flow control could not be checked (entries wait): %s", e,
+            )  # fmt: skip
+            return
+        self._known_throttled.update(found)
 
     async def _release(self, type_name: str) -> float:
         """Hand off what of ``type_name`` may go now; seconds until more may."""

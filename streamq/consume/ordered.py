@@ -40,6 +40,7 @@ from .budget import Budget, Slots
 from .context import Place
 from .dispatch import Dispatcher
 from .failures import describe
+from .flow_stage import THROTTLES_LOOKED_UP_EVERY
 from .gone import confirmed_any_gone
 from .lifecycle import Lifecycle
 from .mover import Mover
@@ -129,6 +130,7 @@ class OrderedConsumer(Lifecycle):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_gone)
             await tg.start(self._shared.gate.run)  # pauses are known before any entry runs
+            tg.start_soon(self._learn_throttles)
             for stream in self.streams:
                 client = self._client_for(stream)
                 if self._cleanup.enabled:  # acked entries go, whoever owns their partition
@@ -214,6 +216,18 @@ class OrderedConsumer(Lifecycle):
             log.error("partition %s of ordered consumer %s died: %s", worker.stream,
                       self.me, describe(error), exc_info=error)  # fmt: skip
         self.fail(error)
+
+    async def _learn_throttles(self) -> None:
+        """Every second: which types some consumer of the group throttled (their keys
+        then wait in their lanes, see :mod:`.lane_flow`)."""
+        shared = self._shared
+        while True:
+            try:
+                found = await shared.gate.throttled_types(self.router.by_name)
+                shared.throttled_types.update(found)
+            except RedisFailure as e:
+                log.warning("ordered consumer %s: throttles not looked up: %s", self.me, e)
+            await anyio.sleep(THROTTLES_LOOKED_UP_EVERY)
 
     async def _release(self, partition: int) -> None:
         """Drain ``partition`` (its running entries finish), then give its lease up."""

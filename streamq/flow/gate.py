@@ -26,7 +26,7 @@ from ..message import Message
 from ..signals import Throttle
 from .limiter import Grant, RateLimiter
 from .settings import FlowConfig
-from .throttle import throttle, throttled_keys
+from .throttle import throttle, throttled_keys, throttled_types
 from .watch import POLL_INTERVAL, PauseWatch
 
 
@@ -93,6 +93,11 @@ class FlowGate:
         """Publish key -> seconds its entries of ``type_name`` must still wait (0.0: they
         may run), for every key of ``keys``, in one round trip."""
         return await throttled_keys(self._client, self._stream, self._group, type_name, keys)
+
+    async def throttled_types(self, types: Iterable[str]) -> set[str]:
+        """Of ``types``, those with a throttle in force in the group (set by any consumer),
+        in one round trip."""
+        return await throttled_types(self._client, self._stream, self._group, types)
 
     async def throttle(self, type_name: str, key: str | None, signal: Throttle) -> float:
         """A handler raised ``signal`` for an entry of ``type_name`` with publish key

@@ -49,8 +49,29 @@ async def throttle(
     serves the topic's own keys. One round trip."""
     ms = max(round(seconds * 1000), 1)
     name = throttle_key(stream, group, type_name, key, scope)
-    lasts = await client.register_script(THROTTLE)(keys=[name], args=[ms, ms])
+    keys = [name] if scope == "type" else [name, Keys(stream).throttled_keys_of(group, type_name)]
+    lasts = await client.register_script(THROTTLE)(keys=keys, args=[ms, ms])
     return int(lasts) / 1000
+
+
+async def throttled_types(
+    client: aioredis.Redis, stream: str, group: str, types: Iterable[str]
+) -> set[str]:
+    """Of ``types``, those with a throttle in force in ``group`` (of the type, or of some
+    of its keys), in one round trip: a consumer then looks up its entries' keys."""
+    wanted = sorted(set(types))
+    if not wanted:
+        return set()
+    keys = Keys(stream)
+    names = []
+    for type_name in wanted:
+        names += [throttle_key(stream, group, type_name, None, "type"),
+                  keys.throttled_keys_of(group, type_name)]  # fmt: skip
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.pttl(name)
+    remaining = _checked(names, await pipe.execute())
+    return {t for i, t in enumerate(wanted) if remaining[2 * i] > 0 or remaining[2 * i + 1] > 0}
 
 
 async def throttled_for(

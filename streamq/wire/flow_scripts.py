@@ -52,9 +52,14 @@ return {granted, math.max(math.ceil(tat - tolerance - now), 0), damaged}
 THROTTLE = """
 local ttl = redis.call('PTTL', KEYS[1])
 local ms = tonumber(ARGV[1])
-if ttl >= ms then return ttl end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ms)
-return ms
+if ttl < ms then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ms)
+  ttl = ms
+end
+if KEYS[2] and redis.call('PTTL', KEYS[2]) < ttl then
+  redis.call('SET', KEYS[2], '1', 'PX', ttl)
+end
+return ttl
 """
 
 # Read pause records and the server's clock, whatever the keys hold.

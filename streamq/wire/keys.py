@@ -144,6 +144,12 @@ class Keys:
         with type ``c`` is ``2:...``, not group ``a`` with type ``b:c``."""
         return self.prefix + "throttle:" + _flow_suffix(group, type_name, per_key, key)
 
+    def throttled_keys_of(self, group: str, type_name: str) -> str:
+        """String with an expiry: some key of ``type_name`` is throttled in ``group`` (as
+        long as the longest of them), so that every consumer learns that the type has
+        throttled keys to look up (``...:<type>:any``: no key record ends so)."""
+        return self.prefix + "throttle:" + _flow_suffix(group, type_name, False, None) + ":any"
+
     def own_keys(self) -> list[str]:
         """streamq's keys for this stream except the dead letters."""
         return [

@@ -122,3 +122,35 @@ async def test_a_throttled_entry_runs_again_after_its_wait_as_no_failure(mode: M
     assert second - first >= 0.55, f"ran again after {second - first:.2f} s, not 0.6"
     assert second_count == first_count, "a throttled attempt counted as a delivery"
     assert stats["failed"] == 0 and stats["retried"] == 0
+
+
+async def test_a_throttle_holds_the_key_back_on_the_groups_other_consumers(mode: Mode) -> None:
+    mode.skip_unless("shared", does_not="run a key on two consumers", where=FLOW_DOC)
+    first = mode.queue(consumer="first")
+    other = mode.queue(consumer="other")
+    throttled_at: list[float] = []
+    started: dict[str, float] = {}
+
+    @first.handler("call")
+    async def call(msg: Message[str]) -> None:
+        if not throttled_at:
+            throttled_at.append(time.monotonic())
+            raise Throttle(retry_after=1.5)  # the API answered 429 for this tenant
+        started.setdefault(msg.data, time.monotonic())
+
+    @other.handler("call")
+    async def other_call(msg: Message[str]) -> None:
+        started.setdefault(msg.data, time.monotonic())
+
+    async with first.running():
+        await first.publish("call", "throttled", key="tenant-a")
+        await wait_for(lambda: bool(throttled_at), what="the first call throttled")
+    # the one consumer that saw the 429 is gone; the other never saw it
+    async with other.running():
+        await other.publish("call", "later", key="tenant-a")
+        await other.publish("call", "another tenant", key="tenant-b")
+        await wait_for(lambda: {"later", "another tenant"} <= set(started),
+                       what="both handled by the other consumer", timeout=15)  # fmt: skip
+    assert started["another tenant"] - throttled_at[0] < 1.3, "another key was held back"
+    waited = started["later"] - throttled_at[0]
+    assert waited >= 1.3, f"the throttled key ran on another consumer after {waited:.2f} s"
