@@ -240,8 +240,8 @@ class Consumer(Lifecycle):
             services.start_soon(self.summary.run)
             for job in self._first:
                 await services.start(job)
-            if self.flow is not None:
-                services.start_soon(self.flow.run)
+            if self.flow is not None:  # throttles looked up before the first read
+                await services.start(self.flow.run)
             for job in self._background:
                 services.start_soon(job)
             task_status.started()

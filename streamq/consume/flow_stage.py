@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 
 from .._log_summary import LogSummary
 from ..errors import RedisFailure
@@ -178,9 +179,12 @@ class FlowStage:
             self._key_until[type_name, key] = max(until, self._key_until.get((type_name, key), 0.0))
 
     # -- releasing ------------------------------------------------------------------
-    async def run(self) -> None:
-        """Release waiting entries as they may go, until cancelled."""
-        next_throttles = 0.0
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Release waiting entries as they may go, until cancelled (ready once the group's
+        throttles were first looked up: the consumer reads nothing before)."""
+        await self.learn_throttles()
+        next_throttles = anyio.current_time() + THROTTLES_LOOKED_UP_EVERY
+        task_status.started()
         while True:
             next_look = math.inf
             if anyio.current_time() >= next_throttles:  # throttles set by other consumers
@@ -209,7 +213,8 @@ class FlowStage:
     async def learn_throttles(self) -> None:
         """Look up which of this consumer's types some consumer of the group throttled:
         their entries are then checked against the throttle records (one round trip a
-        second, whatever the types)."""
+        second, whatever the types). A type whose throttles all ended goes back to the
+        fast path, and ended throttles are forgotten."""
         try:
             found = await self._gate.throttled_types(self._routes.by_name)
         except RedisFailure as e:
@@ -218,7 +223,11 @@ class FlowStage:
                 "flow control could not be checked (entries wait): %s", e,
             )  # fmt: skip
             return
-        self._known_throttled.update(found)
+        now = anyio.current_time()  # what ended is forgotten: its type is fast again
+        self._key_until = {k: until for k, until in self._key_until.items() if until > now}
+        self._type_until = {t: until for t, until in self._type_until.items() if until > now}
+        ours = {t for t, _ in self._key_until} | set(self._type_until)
+        self._known_throttled = set(found) | ours
 
     async def _release(self, type_name: str) -> float:
         """Hand off what of ``type_name`` may go now; seconds until more may."""

@@ -130,7 +130,7 @@ class OrderedConsumer(Lifecycle):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_gone)
             await tg.start(self._shared.gate.run)  # pauses are known before any entry runs
-            tg.start_soon(self._learn_throttles)
+            await tg.start(self._learn_throttles)  # before any entry runs, as the pauses
             for stream in self.streams:
                 client = self._client_for(stream)
                 if self._cleanup.enabled:  # acked entries go, whoever owns their partition
@@ -217,16 +217,23 @@ class OrderedConsumer(Lifecycle):
                       self.me, describe(error), exc_info=error)  # fmt: skip
         self.fail(error)
 
-    async def _learn_throttles(self) -> None:
+    async def _learn_throttles(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Every second: which types some consumer of the group throttled (their keys
         then wait in their lanes, see :mod:`.lane_flow`)."""
         shared = self._shared
+        started = False
         while True:
             try:
                 found = await shared.gate.throttled_types(self.router.by_name)
+                shared.throttled_types.clear()  # a type whose throttles ended is fast again
                 shared.throttled_types.update(found)
             except RedisFailure as e:
                 log.warning("ordered consumer %s: throttles not looked up: %s", self.me, e)
+            if not started:
+                started = True
+                task_status.started()
             await anyio.sleep(THROTTLES_LOOKED_UP_EVERY)
 
     async def _release(self, partition: int) -> None:
