@@ -39,9 +39,9 @@ from streamq.message import encode_entry
 from .consuming import tell
 from .workload import (
     discard,
+    drain_rate,
     figures_cli,
     fresh_stream,
-    noop_consumer,
     payload,
     prefill,
     queue,
@@ -149,17 +149,9 @@ def sliding_max(times: list[float], window: float = 1.0) -> int:
 
 
 async def consume_one_by_one(url: str, n: int, limited: bool) -> float:
-    stream = fresh_stream("limited" if limited else "unlimited")
-    await prefill(url, stream, n)
-    mq = queue(url, stream, rate_limits={"email": GENEROUS} if limited else None)
-    noop_consumer(mq, n)
-    async with mq:
-        t0 = time.perf_counter()
-        await mq.run(handle_signals=False)  # returns after the final ack flush
-        elapsed = time.perf_counter() - t0
-        assert (await mq.topic_info()).pending == 0, "bench consumer left entries pending"
-        await mq.client.delete(stream)
-    return n / elapsed
+    if limited:
+        return await drain_rate(url, "limited", n, rate_limits={"email": GENEROUS})
+    return await drain_rate(url, "unlimited", n)
 
 
 async def pause_latency(url: str, cycles: int) -> list[float]:

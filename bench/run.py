@@ -28,9 +28,9 @@ from .workload import (
     Email,
     discard,
     discard_queue,
+    drain_rate,
     entries,
     fresh_stream,
-    noop_consumer,
     payload,
     prefill,
     queue,
@@ -83,17 +83,7 @@ async def publish_many(url: str, n: int) -> float:
 
 
 async def consume_single(url: str, n: int) -> float:
-    stream = fresh_stream("cons")
-    await prefill(url, stream, n)
-    mq = queue(url, stream)
-    noop_consumer(mq, n)
-    async with mq:
-        t0 = time.perf_counter()
-        await mq.run(handle_signals=False)  # returns after the final ack flush
-        elapsed = time.perf_counter() - t0
-        assert (await mq.topic_info()).pending == 0, "bench consumer left entries pending"
-        await mq.client.delete(stream)
-    return n / elapsed
+    return await drain_rate(url, "cons", n)
 
 
 async def consume_batch(url: str, n: int, size: int = 100) -> float:

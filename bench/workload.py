@@ -4,6 +4,7 @@ do alike around their timed part (queues, plain pipelines, consumer processes, c
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -137,3 +138,19 @@ async def ready_then_go() -> None:
     then wait for the word to go (a line on stdin)."""
     print("ready", flush=True)
     await anyio.to_thread.run_sync(sys.stdin.readline)
+
+
+async def drain_rate(url: str, name: str, n: int, **settings: Any) -> float:
+    """Entries per second one consumer (a no-op handler, ``settings`` given to its queue)
+    takes to drain ``n`` entries prefilled here, until its final ack flush."""
+    stream = fresh_stream(name)
+    await prefill(url, stream, n)
+    mq = queue(url, stream, **settings)
+    noop_consumer(mq, n)
+    async with mq:
+        t0 = time.perf_counter()
+        await mq.run(handle_signals=False)  # returns after the final ack flush
+        elapsed = time.perf_counter() - t0
+        assert (await mq.topic_info()).pending == 0, "bench consumer left entries pending"
+        await mq.client.delete(stream)
+    return n / elapsed
