@@ -27,6 +27,11 @@ _FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY = b"type", b"data", b"meta", b
 # Every field of the wire format, in the order written: what a dead letter keeps of its
 # entry and a replay writes back (``ver``, ``enc``, ``kid`` only when an entry has them).
 WIRE_FIELDS = (_FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY, b"ver", b"enc", b"kid")
+# ``pub``: "<producer>.<sequence>", written by streamq's publishers so that a publish sent
+# again after an unknown outcome finds its first write (streamq.publish.resend). Not part
+# of the message: consumers ignore it, a dead letter does not keep it (a replay is a new
+# publish).
+PUBLISH_MARKER = b"pub"
 
 
 class Message(Generic[T]):

@@ -18,6 +18,7 @@ from typing import Any
 from .._text import age as age
 from .._text import one_line as one_line
 from .._text import terminal_safe as terminal_safe
+from ..message import PUBLISH_MARKER
 from ..payload.display import shown_data, shown_meta
 from ..payload.keyring import Keyring
 from ..topic.admin import TopicInfo
@@ -29,6 +30,8 @@ from ..wire.replies import Pending, text
 MAX_REASON_CHARS = 4000
 TRACEBACK_TAIL_LINES = 3
 _COLUMNS = (b"type", b"data", b"meta")
+# not a field of the message: the publisher's marker (streamq.publish.resend)
+_NOT_OTHER = (*_COLUMNS, PUBLISH_MARKER)
 
 
 decoded = text  # a reply value as text; bytes that are not UTF-8 as ``\\x..`` escapes
@@ -171,7 +174,7 @@ def tail_line(entry_id: str, fields: Mapping[bytes, bytes], keyring: Keyring | N
     decoded (raw text plus ``data_error``/``meta_error`` when they are not valid JSON; a
     compressed ``data`` decompressed, an encrypted one decrypted with ``keyring``, else
     ``null`` with ``encrypted``; encrypted ``meta`` values decrypted with ``keyring``),
-    fields outside the wire format under ``other_fields``."""
+    fields outside the wire format under ``other_fields`` (but the publisher's marker)."""
     raw_type = fields.get(b"type")
     record: dict[str, Any] = {
         "id": entry_id,
@@ -187,7 +190,7 @@ def tail_line(entry_id: str, fields: Mapping[bytes, bytes], keyring: Keyring | N
     record.update(meta_said)
     if raw_meta is not None and "meta_error" not in record and not isinstance(record["meta"], dict):
         record.update(meta=decoded(raw_meta), meta_error="not a JSON object")
-    other = {decoded(k): decoded(v) for k, v in fields.items() if k not in _COLUMNS}
+    other = {decoded(k): decoded(v) for k, v in fields.items() if k not in _NOT_OTHER}
     if other:
         record["other_fields"] = other
     return json.dumps(record, ensure_ascii=True)

@@ -15,6 +15,7 @@ import redis
 
 from ..config import Duration
 from ..errors import ConfigError
+from ..message import PUBLISH_MARKER
 from ..payload.encoding import Compression, PayloadCodec, written_versions
 from ..payload.keyring import Keyring
 from ..topic.partitions import (
@@ -28,12 +29,13 @@ from ..wire import resp
 from ..wire.client import connect_sync, ride_through_sync
 from ..wire.features import Features, probe_sync
 from ..wire.keys import require_stream
-from ..wire.replies import StreamMissing
+from ..wire.replies import StreamMissing, added_id
 from . import idempotency
 from .coalesce_blocking import SyncCoalescer
 from .delayed_sync import BlockingScheduler, PublishedTopic
 from .options import PublishOptions
 from .plan import (
+    Chunk,
     Durability,
     Fields,
     Key,
@@ -44,6 +46,7 @@ from .plan import (
     stream_options,
     xadd_command,
 )
+from .resend import Producer, Sends, resend_command, resend_one, send_until_known_sync
 
 
 class Publisher:
@@ -99,6 +102,9 @@ class Publisher:
         self._features: Features | None = None
         self._lock = threading.Lock()  # the topic and the features are asked once
         self._next_turn: Callable[[], int] = itertools.count().__next__  # atomic
+        # marks each publish, for a send after an unknown outcome (.resend)
+        self._producer = Producer()
+        self._markers = self._producer.markers
         self._scheduler = BlockingScheduler(
             self._deployment,
             lambda: self._topic or self._resolve_topic(),
@@ -125,7 +131,9 @@ class Publisher:
         topic). ``key``, ``replicas``, ``timeout``, ``fsync`` and ``idempotency_key`` as
         for :meth:`streamq.MessageQueue.publish`: the same partitions, the same errors
         (MessageFormatError, ConfigError, NotReplicatedError). ``delay``/``at``/
-        ``schedule_id``: schedule it, as ``MessageQueue.publish`` does (a ScheduledId)."""
+        ``schedule_id``: schedule it, as ``MessageQueue.publish`` does (a ScheduledId).
+        Sent again by itself after an unknown outcome, checked so that the entry is added
+        once, as ``MessageQueue.publish`` is (:mod:`streamq.publish.resend`)."""
         return self._publish(message_type, data, meta, PublishOptions(
             key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
         ))  # fmt: skip
@@ -139,22 +147,27 @@ class Publisher:
             return self._scheduler.schedule(message_type, data, meta, key, delay, at, schedule_id)
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = self._codec.entry(message_type, data, meta, key)
+        fields[PUBLISH_MARKER] = next(self._markers)  # streamq's own: never encoded by the codec
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
         # without a key, the idempotency key picks the partition (as MessageQueue.publish)
         key = once if key is None else key
         topic = self._topic or self._resolve_topic()
         partition = choose_partition(key, topic.partitions, self._next_turn)
-        started = time.monotonic()
+        started, sends = time.monotonic(), Sends()
         try:
-            return self._publish_to(topic, partition, fields, durability, once, make_stream=False)
+            return self._publish_to(
+                topic, partition, fields, durability, once, sends, make_stream=False
+            )
         except StreamMissing:  # see streamq.publish.plan: the topic is new, or was terminated
             before, topic = topic, self._resolve_again(time.monotonic())
             if topic.partitions != before.partitions:
                 partition = choose_partition(key, topic.partitions, self._next_turn)
             if durability is not None:  # its first WAIT took some of the timeout
                 durability = durability.left_since(started)
-            return self._publish_to(topic, partition, fields, durability, once, make_stream=True)
+            return self._publish_to(  # a known outcome: nothing was added, a first send
+                topic, partition, fields, durability, once, Sends(), make_stream=True
+            )
 
     def _publish_to(
         self,
@@ -163,23 +176,30 @@ class Publisher:
         fields: Fields,
         durability: Durability | None,
         once: str | None,
+        sends: Sends,
         *,
         make_stream: bool,
     ) -> str:
         stream, client = topic.streams[partition], topic.clients[partition]
         if durability is not None:
             entry_id, reached = self._publish_durably(
-                client, stream, fields, durability, once, make_stream
+                client, stream, fields, durability, once, make_stream, sends
             )
             return durability.confirm(named(topic.partitions, partition, entry_id), reached)
         options = stream_options(make_stream)
 
         def xadd() -> str:
-            if once is not None:
+            if once is not None:  # its key deduplicates every send
                 return self._xadd_once(client, stream, fields, once, make_stream)
+            if sends.first_sent is not None:
+                resend = resend_one(stream, fields, sends.first_sent, make_stream=make_stream)
+                (ids,) = resp.execute_sync(client, resp.pack_command(resend), 1)
+                return added_id(ids[0])
+            sends.sending()
             return self._coalescer.xadd(client, stream, fields, options)
 
-        return named(topic.partitions, partition, ride_through_sync(self._deployment, xadd))
+        entry_id = send_until_known_sync(self._deployment, xadd, sends)
+        return named(topic.partitions, partition, entry_id)
 
     def publish_many(
         self,
@@ -206,7 +226,7 @@ class Publisher:
         entry = self._codec.entry
         encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
         topic = self._topic or self._resolve_topic()
-        plan = ManyPlan(items, key, topic.partitions, self._chooser(topic))
+        plan = ManyPlan(items, key, topic.partitions, self._chooser(topic), self._producer.marker)
         self._send_pass(topic, plan, encoded, chunk, make_stream=False)
         if plan.found_missing:  # see streamq.publish.plan: the topic is new, or was terminated
             topic = self._resolve_again(time.monotonic())
@@ -231,9 +251,10 @@ class Publisher:
     ) -> None:
         for send in plan.sends(topic.streams, encoded, chunk, make_stream=make_stream):
             client = topic.clients[send.partition]
-            for packed, count in send:
-                execute = partial(resp.execute_sync, client, packed, count)
-                send.take(ride_through_sync(self._deployment, execute))
+            for pipeline in send:
+                sends = Sends()
+                execute = partial(_send_chunk, client, send.stream, pipeline, sends, make_stream)
+                send.take(send_until_known_sync(self._deployment, execute, sends))
 
     def _xadd_once(
         self, client: redis.Redis, stream: str, fields: Fields, key: str, make_stream: bool
@@ -251,17 +272,27 @@ class Publisher:
         durability: Durability,
         key: str | None,
         make_stream: bool,
+        sends: Sends,
     ) -> tuple[str, int]:
-        """The entry's ID and how many replicas confirmed it (``key``: idempotently)."""
+        """The entry's ID and how many replicas confirmed it (``key``: idempotently; else
+        checked when sent again, :mod:`.resend`)."""
         xadd_idmp = key is not None and self._server_features().xadd_idmp
         xadd = xadd_command(stream, fields, key, xadd_idmp=xadd_idmp, make_stream=make_stream)
-        packed = durability.pack(xadd)
 
         def xadd_and_wait() -> tuple[str, int]:
-            replies = resp.execute_sync(client, packed, 2, held=durability.wait)
+            checked = key is None and sends.first_sent is not None
+            if checked:
+                assert sends.first_sent is not None
+                command = resend_one(stream, fields, sends.first_sent, make_stream=make_stream)
+            else:
+                command = xadd
+                sends.sending()
+            replies = resp.execute_sync(client, durability.pack(command), 2, held=durability.wait)
+            if checked:  # the script's reply is the list of IDs
+                replies[0] = replies[0][0]
             return durability.read(replies)
 
-        return ride_through_sync(self._deployment, xadd_and_wait)
+        return send_until_known_sync(self._deployment, xadd_and_wait, sends)
 
     def _resolve_topic(self) -> PublishedTopic:
         """The topic's partitions, asked of the server once (by the first publish)."""
@@ -318,3 +349,22 @@ class Publisher:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _send_chunk(
+    client: redis.Redis,
+    stream: str,
+    chunk: Chunk,
+    sends: Sends,
+    make_stream: bool,
+) -> list[Any]:
+    """The replies of a chunk of ``publish_many``: its pipelined XADDs the first time, the
+    checked resend (:mod:`.resend`) of the whole chunk after an unknown outcome."""
+    if sends.first_sent is not None and chunk.marker is not None:
+        resend = resend_command(
+            stream, chunk.entries, chunk.marker, sends.first_sent, make_stream=make_stream
+        )
+        (ids,) = resp.execute_sync(client, resp.pack_command(resend), 1)
+        return list(ids)
+    sends.sending()
+    return resp.execute_sync(client, chunk.packed, chunk.count)

@@ -1,7 +1,9 @@
 """Publishing to a queue's stream: one message, many (pipelined), or durably (``WAIT``).
 
-:class:`MessageQueue` holds them in a :class:`Publishing`. On a cluster each
-publish rides through a failover or a slot migration (:func:`~streamq.wire.client.ride_through`).
+:class:`MessageQueue` holds them in a :class:`Publishing`. A publish whose outcome is
+unknown (its connection lost, its reply late) is sent again, checked so that its entry is
+added once (:mod:`.resend`): once on a single node, and on a cluster for as long as a
+failover or a slot migration lasts (:func:`~streamq.wire.client.ride_through`).
 """
 
 from __future__ import annotations
@@ -12,16 +14,16 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import redis.asyncio as aioredis
 
 from ..config import Duration
 from ..errors import ServerUnavailableError
+from ..message import PUBLISH_MARKER
 from ..payload.encoding import PayloadCodec
 from ..wire import resp
-from ..wire.client import ride_through, worth_waiting
+from ..wire.client import ride_through
 from ..wire.features import Features, probe
-from ..wire.replies import StreamMissing
+from ..wire.replies import StreamMissing, added_id
 from ..wire.routing import Deployment
 from . import idempotency, ticks
 from .coalesce import Coalescer
@@ -29,6 +31,7 @@ from .delayed import DelayedPublishing
 from .options import PublishOptions
 from .plan import (
     NOMKSTREAM,
+    Chunk,
     Durability,
     Fields,
     Key,
@@ -38,11 +41,10 @@ from .plan import (
     stream_options,
     xadd_command,
 )
+from .resend import Producer, Sends, resend_command, resend_one, send_until_known
 
 if TYPE_CHECKING:
     from ..topic.handle import TopicHandle
-
-FIRST_RETRY_DELAY = 0.05  # as ride_through's first backoff
 
 
 class Publishing:
@@ -53,6 +55,9 @@ class Publishing:
         self._delayed = DelayedPublishing(topic)
         self._features_of: tuple[Deployment, Features] | None = None  # made on first use
         self._coalescer_of: tuple[Deployment, Coalescer] | None = None
+        # marks each publish, for a send after an unknown outcome (.resend)
+        self._producer = Producer()
+        self._markers = self._producer.markers
 
     @property
     def codec(self) -> PayloadCodec:
@@ -88,6 +93,11 @@ class Publishing:
         waiting message (time and payload). See :mod:`streamq.publish.scheduling`.
         Raises ConfigError for a naive datetime, a negative delay, or ``replicas`` /
         ``idempotency_key`` given with them.
+
+        A publish whose connection was lost or whose reply was late is sent again by
+        itself, checked so that its entry is added once (:mod:`streamq.publish.resend`);
+        ServerUnavailableError is raised only when that failed too (the entry may or may
+        not be in the stream then).
         """
         key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id = options
         if options.scheduled:
@@ -97,6 +107,7 @@ class Publishing:
             )
         topic = self._topic
         fields = topic.codec.entry(message_type, data, meta, key)
+        fields[PUBLISH_MARKER] = next(self._markers)  # streamq's own: never encoded by the codec
         deployment = topic.deployment
         if topic.shape_checked_on is not deployment:  # inline: the hot path
             await topic.check_shape_once()
@@ -106,7 +117,7 @@ class Publishing:
         partition = topic.partition(once if key is None else key)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
         if durability is None and once is None:
-            stream = topic.streams[partition]
+            stream, sent = topic.streams[partition], time.monotonic()
             try:  # the usual case, without the wrappers below (a fifth of a publish's CPU)
                 entry_id = await self._coalescer_on(deployment).xadd(
                     topic.client_for(stream), stream, fields, NOMKSTREAM
@@ -114,10 +125,8 @@ class Publishing:
                 return named(topic.partitions, partition, entry_id)
             except StreamMissing:
                 return await self._add(partition, fields, None, None, found_missing=True)
-            except ServerUnavailableError as e:
-                if not worth_waiting(deployment, e):
-                    raise
-                await anyio.sleep(FIRST_RETRY_DELAY)  # then ride through (failover, LOADING)
+            except ServerUnavailableError:  # it may have been added: sent again, checked
+                return await self._add(partition, fields, None, None, sends=Sends(sent))
         return await self._add(partition, fields, durability, once)
 
     async def _add(
@@ -128,11 +137,12 @@ class Publishing:
         once: str | None,
         *,
         found_missing: bool = False,
+        sends: Sends | None = None,
     ) -> str:
-        """A publish past the usual case: durable, idempotent, riding through a failover,
-        or to a stream found missing (the topic's shape is checked again, then the stream
-        is created)."""
-        make_stream, started = False, time.monotonic()
+        """A publish past the usual case: durable, idempotent, sent again after an unknown
+        outcome (``sends``: the first send's), riding through a failover, or to a stream
+        found missing (the topic's shape is checked again, then the stream is created)."""
+        make_stream, started, sends = False, time.monotonic(), sends or Sends()
         while True:
             if found_missing:
                 await self._topic.check_shape_again()
@@ -140,11 +150,11 @@ class Publishing:
                 if durability is not None:  # its first WAIT took some of the timeout
                     durability = durability.left_since(started)
             try:
-                return await self._add_to(partition, fields, durability, once, make_stream)
+                return await self._add_to(partition, fields, durability, once, make_stream, sends)
             except StreamMissing:
                 if make_stream:  # not reached: such an XADD creates its stream
                     raise
-                found_missing = True
+                found_missing, sends = True, Sends()  # a known outcome: nothing was added
 
     async def _add_to(
         self,
@@ -153,26 +163,31 @@ class Publishing:
         durability: Durability | None,
         once: str | None,
         make_stream: bool,
+        sends: Sends,
     ) -> str:
         stream = self._topic.streams[partition]
         client = self._topic.client_for(stream)
         if durability is not None:
             entry_id, reached = await self._publish_durably(
-                client, stream, fields, durability, once, make_stream
+                client, stream, fields, durability, once, make_stream, sends
             )
             return durability.confirm(named(self._topic.partitions, partition, entry_id), reached)
         options = stream_options(make_stream)
 
         async def xadd() -> str:
-            if once is not None:
+            if once is not None:  # its key deduplicates every send
                 return await self._xadd_once(client, stream, fields, once, make_stream)
+            if sends.first_sent is not None:
+                resend = resend_one(stream, fields, sends.first_sent, make_stream=make_stream)
+                (ids,) = await resp.execute(client, resp.pack_command(resend), 1)
+                return added_id(ids[0])
+            sends.sending()
             return await self._coalescer_on(self._topic.deployment).xadd(
                 client, stream, fields, options
             )
 
-        return named(
-            self._topic.partitions, partition, await ride_through(self._topic.deployment, xadd)
-        )
+        entry_id = await send_until_known(self._topic.deployment, xadd, sends)
+        return named(self._topic.partitions, partition, entry_id)
 
     async def add_tick(
         self, name: str, partition: int, tick_ms: int, fields: Fields
@@ -230,17 +245,27 @@ class Publishing:
         durability: Durability,
         key: str | None,
         make_stream: bool,
+        sends: Sends,
     ) -> tuple[str, int]:
-        """The entry's ID and how many replicas confirmed it (``key``: idempotently)."""
+        """The entry's ID and how many replicas confirmed it (``key``: idempotently; else
+        checked when sent again, :mod:`.resend`)."""
         xadd_idmp = key is not None and (await self._server_features()).xadd_idmp
         xadd = xadd_command(stream, fields, key, xadd_idmp=xadd_idmp, make_stream=make_stream)
 
         async def xadd_and_wait() -> tuple[str, int]:
-            packed = durability.pack(xadd)
-            replies = await resp.execute(client, packed, 2, held=durability.wait)
+            checked = key is None and sends.first_sent is not None
+            if checked:
+                assert sends.first_sent is not None
+                command = resend_one(stream, fields, sends.first_sent, make_stream=make_stream)
+            else:
+                command = xadd
+                sends.sending()
+            replies = await resp.execute(client, durability.pack(command), 2, held=durability.wait)
+            if checked:  # the script's reply is the list of IDs
+                replies[0] = replies[0][0]
             return durability.read(replies)
 
-        return await ride_through(self._topic.deployment, xadd_and_wait)
+        return await send_until_known(self._topic.deployment, xadd_and_wait, sends)
 
     async def publish_many(
         self,
@@ -270,7 +295,7 @@ class Publishing:
         encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
         if topic.shape_unchecked:
             await topic.check_shape_once()
-        plan = ManyPlan(items, key, topic.partitions, topic.partition)
+        plan = ManyPlan(items, key, topic.partitions, topic.partition, self._producer.marker)
         await self._send_pass(plan, encoded, chunk, make_stream=False)
         if plan.found_missing:  # see streamq.publish.plan: the topic is new, or was terminated
             await topic.check_shape_again()  # a count that no longer fits raises ConfigError
@@ -283,6 +308,26 @@ class Publishing:
     ) -> None:
         for send in plan.sends(self._topic.streams, encoded, chunk, make_stream=make_stream):
             client = self._topic.client_for(send.stream)
-            for packed, count in send:
-                execute = partial(resp.execute, client, packed, count)
-                send.take(await ride_through(self._topic.deployment, execute))
+            for pipeline in send:
+                sends = Sends()
+                execute = partial(_send_chunk, client, send.stream, pipeline, sends, make_stream)
+                send.take(await send_until_known(self._topic.deployment, execute, sends))
+
+
+async def _send_chunk(
+    client: aioredis.Redis,
+    stream: str,
+    chunk: Chunk,
+    sends: Sends,
+    make_stream: bool,
+) -> list[Any]:
+    """The replies of a chunk of ``publish_many``: its pipelined XADDs the first time, the
+    checked resend (:mod:`.resend`) of the whole chunk after an unknown outcome."""
+    if sends.first_sent is not None and chunk.marker is not None:
+        resend = resend_command(
+            stream, chunk.entries, chunk.marker, sends.first_sent, make_stream=make_stream
+        )
+        (ids,) = await resp.execute(client, resp.pack_command(resend), 1)
+        return list(ids)
+    sends.sending()
+    return await resp.execute(client, chunk.packed, chunk.count)

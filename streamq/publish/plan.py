@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from ..config import Duration, positive, seconds
 from ..errors import NotReplicatedError
+from ..message import PUBLISH_MARKER
 from ..payload.encoding import PayloadCodec
 from ..wire import resp
 from ..wire.partition_names import choose_partition as choose_partition
@@ -73,8 +74,10 @@ class ManyPlan:
         key: Key | Callable[[Any], Key] | None,
         partitions: int,
         choose: Callable[[Key | None], int],
+        marker: Callable[[], bytes] | None = None,
     ) -> None:
         self.partitions = partitions
+        self.marker = marker  # a new marker per chunk (streamq.publish.resend), if given
         self._keys = [key(item) for item in items] if callable(key) else [key] * len(items)
         self._partition_of = [choose(one_key) for one_key in self._keys]
         self._ids: list[str | None] = [None] * len(self._keys)
@@ -127,9 +130,20 @@ class ManyPlan:
                 ids[position] = prefix + reply.decode()
 
 
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One pipeline of ``publish_many``: its packed XADDs, how many, their entries, and
+    the marker they all carry (``pub``; None when the plan has no markers)."""
+
+    packed: bytes
+    count: int
+    entries: list[Fields]
+    marker: bytes | None
+
+
 class PartitionSend:
-    """The chunks of one partition in a pass of :class:`ManyPlan`: iterate over the packed
-    pipelines (and how many XADDs each holds), hand each one's replies to :meth:`take`; the
+    """The chunks of one partition in a pass of :class:`ManyPlan`: iterate over its
+    :class:`Chunk` s, hand each one's replies to :meth:`take`; the
     chunks stop at the first that found the stream missing (so would the rest)."""
 
     def __init__(
@@ -147,13 +161,16 @@ class PartitionSend:
         self._chunk, self._options = chunk, stream_options(make_stream)
         self._taken = 0
 
-    def __iter__(self) -> Iterator[tuple[bytes, int]]:
-        positions = self._positions
+    def __iter__(self) -> Iterator[Chunk]:
+        positions, new_marker = self._positions, self._plan.marker
         for start in range(0, len(positions), self._chunk):
             if self._plan.found_missing:
                 return
             mine = [self._entries[i] for i in positions[start : start + self._chunk]]
-            yield resp.pack_xadds(self.stream, mine, self._options)
+            marker = None if new_marker is None else new_marker()
+            common = () if marker is None else (PUBLISH_MARKER, marker)
+            packed, count = resp.pack_xadds(self.stream, mine, self._options, common)
+            yield Chunk(packed, count, mine, marker)
 
     def take(self, replies: Sequence[Any]) -> None:
         """The replies of the chunk last given."""

@@ -29,7 +29,7 @@ from ..payload.keyring import Keyring
 from ..payload.versions import entry_version
 from ..payload.wire import ENC, KID, VER, decoded_data
 from ..wire import resp
-from ..wire.replies import standard_fields
+from ..wire.replies import standard_fields, usual_length
 from ..wire.replies import text as _text
 from .offsets import connect
 from .options import ReadOptions
@@ -109,10 +109,12 @@ class Entry:
 
 
 def _usual_layout(flat: list[bytes]) -> bool:
-    """Whether the fields are ``type``, ``data`` and maybe ``meta``, in that order."""
-    if len(flat) not in (4, 6) or flat[0] != b"type" or flat[2] != b"data":
+    """Whether the fields are ``type``, ``data`` and maybe ``meta``, in that order (then
+    maybe the publisher's marker, which a row does not show)."""
+    n = usual_length(flat)
+    if n not in (4, 6) or flat[0] != b"type" or flat[2] != b"data":
         return False
-    return len(flat) == 4 or flat[4] == b"meta"
+    return n == 4 or flat[4] == b"meta"
 
 
 def _meta_of(entry: Entry) -> list[tuple[str, str]] | None:

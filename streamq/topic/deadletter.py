@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from .._ids import StreamId
 from .._log_summary import LogSummary, shortened
 from ..errors import MessageNotFoundError
-from ..message import WIRE_FIELDS, RawEntry
+from ..message import PUBLISH_MARKER, WIRE_FIELDS, RawEntry
 from ..payload.keyring import Keyring
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts
@@ -196,7 +196,11 @@ def dead_letter_fields(
     fields: dict[bytes | str, bytes | str] = {
         name: entry.fields[name] for name in WIRE_FIELDS if name in entry.fields
     }
-    extra = sorted(k.decode("utf-8", "replace") for k in entry.fields if k not in WIRE_FIELDS)
+    extra = sorted(
+        k.decode("utf-8", "replace")
+        for k in entry.fields
+        if k not in WIRE_FIELDS and k != PUBLISH_MARKER
+    )
     if extra:
         error = f"{error} (other fields not kept: {', '.join(extra)})"
     fields.update(

@@ -95,7 +95,8 @@ async def ride_through(
     refreshed, the master looked up again, in between). A server that answers ``LOADING``
     (it is starting: reading its data) is waited for so on any deployment.
     An operation that was sent but whose reply was lost (a connection cut) may have been
-    applied: a retried publish can then add its entry twice (at-least-once).
+    applied: publishes are therefore sent again checked (:mod:`streamq.publish.resend`);
+    other callers retry only what is safe to repeat.
     """
     deadline, delay = time.monotonic() + patience, 0.05
     while True:

@@ -45,16 +45,20 @@ def pack_xadds(
     stream: str,
     entries: Iterable[Mapping[bytes | str, bytes | str]],
     options: tuple[str, ...] = (),
+    common: tuple[bytes | str, ...] = (),
 ) -> tuple[bytes, int]:
-    """``XADD stream [options] * field value ...`` for each entry; returns (bytes, command
-    count)."""
+    """``XADD stream [options] * field value ... [common]`` for each entry (``common``:
+    field-value pairs every entry ends with, packed once, as ``publish`` writes its marker
+    last); returns (bytes, command count)."""
     head = b"".join(bulk(word) for word in ("XADD", stream, *options, "*"))
-    parts, count = [], 0
-    for fields in entries:
-        parts.append(b"*%d\r\n" % (3 + len(options) + 2 * len(fields)))
+    tail = b"".join(bulk(word) for word in common)
+    parts, count, fixed, before = [], 0, 3 + len(options) + len(common), b""
+    for fields in entries:  # an entry's tail goes with the next one's count: no more calls
+        parts.append(before + b"*%d\r\n" % (fixed + 2 * len(fields)))
         parts.append(head)
         parts.extend(bulk(k) + bulk(v) for k, v in fields.items())
-        count += 1
+        count, before = count + 1, tail
+    parts.append(before)
     return b"".join(parts), count
 
 

@@ -224,21 +224,21 @@ def test_the_plan_of_publish_many_keeps_partitions_unless_the_count_changed() ->
     plan = ManyPlan(items, None, 2, lambda key: choose_partition(key, 2, turns))
     entries: list[Fields] = [{"data": item} for item in items]
     for send in plan.sends(("s0", "s1"), entries, 1, make_stream=False):
-        for _packed, count in send:
-            send.take([None] * count if send.partition == 1 else [b"1-1"] * count)
+        for pipeline in send:
+            send.take([None] * pipeline.count if send.partition == 1 else [b"1-1"] * pipeline.count)
     assert plan.found_missing
     plan.again(2, lambda key: 0)  # the same count: nobody is placed anew
-    sent = [(send.partition, sum(n for _p, n in send)) for send in plan.sends(
+    sent = [(send.partition, sum(p.count for p in send)) for send in plan.sends(
         ("s0", "s1"), entries, 10, make_stream=True
     )]  # fmt: skip
     assert sent == [(1, 2)], sent
     plan = ManyPlan(items, None, 2, lambda key: choose_partition(key, 2, turns))
     for send in plan.sends(("s0", "s1"), entries, 10, make_stream=False):
-        for _packed, count in send:
-            send.take([None] * count)
+        for pipeline in send:
+            send.take([None] * pipeline.count)
     plan.again(3, lambda key: 2)  # another count: every item left is placed anew
     for send in plan.sends(("s0", "s1", "s2"), entries, 10, make_stream=True):
         assert send.partition == 2
-        for _packed, count in send:
-            send.take([b"2-%d" % n for n in range(count)])
+        for pipeline in send:
+            send.take([b"2-%d" % n for n in range(pipeline.count)])
     assert plan.ids() == ["2:2-0", "2:2-1", "2:2-2", "2:2-3"]

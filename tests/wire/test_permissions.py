@@ -212,9 +212,11 @@ async def test_a_publisher_needs_only_what_opening_and_publishing_take(
 ) -> None:
     probe = [f"+{c}" for c in PROBE_COMMANDS]
     own = f"~streamq:{{{stream}}}:*"  # opening reads the topic's partition record (HGET)
+    resend = ["+eval", "+time", "+xrevrange"]  # a publish sent again, checked (script)
     user = await acl_user(
-        ["on", f">{PASSWORD}", f"~{stream}", own, "+xgroup|create", "+xadd", "+hget", *probe]
-    )
+        ["on", f">{PASSWORD}", f"~{stream}", own, "+xgroup|create", "+xadd", "+hget", *resend,
+         *probe]
+    )  # fmt: skip
     await check_as(redis_url, user, stream, consuming=False)
     with pytest.raises(ConfigError, match="xreadgroup on"):
         await check_as(redis_url, user, stream)
