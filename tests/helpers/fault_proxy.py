@@ -12,7 +12,10 @@ streamq's clients and a real server. Its faults, set while it runs:
   and the proxy never closes them (nor does it tell the client the server went away);
   the client has to notice by its own timeouts and drop them;
 - ``slow``: bytes per second at which the proxy reads from either side (a slow reader:
-  replies trickle in, the server's output buffer fills); ``None`` for full speed.
+  replies trickle in, the server's output buffer fills); ``None`` for full speed;
+- :meth:`FaultProxy.fail_next_reply`: the next reply on any connection, and only that one,
+  is cut midway (``"cut"``) or swallowed, its connection left half-open (``"swallow"``):
+  the command was carried out, its client cannot know.
 
 :meth:`FaultProxy.serve` runs it in a task group (``await tg.start(proxy.serve)``).
 """
@@ -54,6 +57,7 @@ class FaultProxy:
         self.counts: Counter[str] = Counter()  # accepted, refused, cut, half_open
         self._links: set[Link] = set()
         self._dead_until = -math.inf  # new links are half-open before this (loop time)
+        self._next_reply: str | None = None  # "cut" or "swallow": the next reply's fate
 
     @property
     def url(self) -> str:
@@ -73,6 +77,12 @@ class FaultProxy:
         for link in self._links:
             link.cut = True
         return len(self._links)
+
+    def fail_next_reply(self, how: str = "cut") -> None:
+        """The next reply on any connection is cut midway (``"cut"``) or swallowed with its
+        connection left half-open (``"swallow"``); the others pass."""
+        assert how in ("cut", "swallow"), how
+        self._next_reply = how
 
     def half_open(self, seconds: float) -> int:
         """Make the open connections and those opened within ``seconds`` stop answering;
@@ -158,6 +168,10 @@ class FaultProxy:
         async with receive:
             async for due, data in receive:
                 await anyio.sleep_until(due)
+                if replies and self._next_reply is not None:
+                    how, self._next_reply = self._next_reply, None
+                    link.cut, link.dead = how == "cut", how == "swallow"
+                    self.counts["swallowed" if link.dead else "armed"] += 1
                 if link.dead:
                     continue
                 try:
