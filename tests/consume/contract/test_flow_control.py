@@ -154,3 +154,44 @@ async def test_a_throttle_holds_the_key_back_on_the_groups_other_consumers(mode:
     assert started["another tenant"] - throttled_at[0] < 1.3, "another key was held back"
     waited = started["later"] - throttled_at[0]
     assert waited >= 1.3, f"the throttled key ran on another consumer after {waited:.2f} s"
+
+
+WAITING = {"pause": 2, "rate_limit": 3, "throttle": 1}
+
+
+async def test_what_waits_is_counted_by_reason_until_it_runs(mode: Mode) -> None:
+    """``mq.stats()``'s ``waiting_<reason>`` gauges: in shared mode the entries held back,
+    in ordered mode the keys waiting at an entry (one entry per key here: the same count)."""
+    grouped_only(mode)
+    mq = mode.queue(rate_limits={"email": RateLimit(1, per=60)})
+    handled: list[str] = []
+
+    def waiting() -> dict[str, int]:
+        stats = mq.stats()
+        return {reason: stats.get(f"waiting_{reason}", -1) for reason in WAITING}
+
+    @mq.handler("email")  # one a minute: the first runs, the other three wait
+    async def email(msg: Message[int]) -> None:
+        handled.append(f"email-{msg.data}")
+
+    @mq.handler("report")  # paused: both wait
+    async def report(msg: Message[int]) -> None:
+        handled.append(f"report-{msg.data}")
+
+    @mq.handler("call")  # the API answers 429: it waits out its throttle
+    async def call(msg: Message[int]) -> None:
+        handled.append(f"call-{msg.data}")
+        raise Throttle(retry_after=60)
+
+    async with mq:
+        await mq.pause("report")
+        async with mq.running():
+            await mq.publish_many("email", [0, 1, 2, 3], key=lambda n: f"email-{n}")
+            await mq.publish_many("report", [0, 1], key=lambda n: f"report-{n}")
+            await mq.publish("call", 0, key="tenant-a")
+            await wait_for(lambda: waiting() == WAITING, what=f"waiting {WAITING}")
+            assert sorted(handled) == ["call-0", "email-0"], handled
+            await mq.resume("report")
+            await wait_for(lambda: waiting()["pause"] == 0, what="the reports released")
+            await wait_for(lambda: len(handled) == 4, what="the reports handled")
+            assert waiting() == {**WAITING, "pause": 0}
