@@ -195,3 +195,70 @@ async def test_what_waits_is_counted_by_reason_until_it_runs(mode: Mode) -> None
             await wait_for(lambda: waiting()["pause"] == 0, what="the reports released")
             await wait_for(lambda: len(handled) == 4, what="the reports handled")
             assert waiting() == {**WAITING, "pause": 0}
+
+
+@pytest.mark.parametrize("held_back", ["paused", "rate_limited"])
+async def test_a_type_held_back_does_not_starve_the_others_however_many_wait(
+    mode: Mode, held_back: str
+) -> None:
+    """Ten times ``max_in_flight`` e-mails wait (paused, or over their rate limit) before
+    the SMS: the SMS run at once all the same, and every e-mail runs once when it may (in
+    shared mode most of them were kept as IDs only and are read again)."""
+    grouped_only(mode)
+    limits = {"email": RateLimit(50, per=1.0)} if held_back == "rate_limited" else None
+    mq = mode.queue(max_in_flight=16, concurrency=4, read_count=8, rate_limits=limits)
+    emails: list[int] = []
+    sms: list[int] = []
+
+    @mq.handler("email")
+    async def email(msg: Message[int]) -> None:
+        emails.append(msg.data)
+
+    @mq.handler("sms")
+    async def text(msg: Message[int]) -> None:
+        sms.append(msg.data)
+
+    async with mq:
+        if held_back == "paused":
+            await mq.pause("email")
+        await mq.publish_many("email", list(range(160)), key=lambda n: f"user-{n % 40}")
+        await mq.publish_many("sms", list(range(10)), key=lambda n: f"phone-{n}")
+        async with mq.running():
+            await wait_for(lambda: len(sms) == 10, what="the SMS handled past the e-mails",
+                           timeout=2.5)  # fmt: skip
+            if held_back == "paused":
+                assert emails == [], "a paused type ran"
+                await mq.resume("email")
+            await wait_for(lambda: len(emails) == 160, what="every e-mail handled", timeout=15)
+            await all_acked(mq)
+        stats = mq.stats()
+    assert sorted(emails) == list(range(160)), "an e-mail ran twice or not at all"
+    assert stats["failed"] == 0 and stats["dead_lettered"] == 0
+
+
+async def test_entries_deleted_while_they_wait_leave_nothing_pending(mode: Mode) -> None:
+    """Waiting e-mails deleted meanwhile: the others run once each, and none stays
+    pending (one whose fields the consumer kept may still run, as any entry read before its
+    deletion; one kept as an ID only is acknowledged without a run)."""
+    grouped_only(mode)
+    mq = mode.queue(max_in_flight=8, concurrency=4, read_count=8)
+    emails: list[int] = []
+
+    @mq.handler("email")
+    async def email(msg: Message[int]) -> None:
+        emails.append(msg.data)
+
+    async with mq:
+        await mq.pause("email")
+        await mq.publish_many("email", list(range(40)), key=lambda n: f"user-{n}")
+        async with mq.running():
+            await anyio.sleep(1.5)  # every e-mail read, waiting
+            for stream in mq.streams:  # the even ones deleted meanwhile
+                client = mq.client_for(stream)
+                rows = await client.xrange(stream)
+                even = [i for i, fields in rows if int(fields[b"data"]) % 2 == 0]
+                await client.xdel(stream, *even)
+            await mq.resume("email")
+            await wait_for(lambda: set(range(1, 40, 2)) <= set(emails), what="the rest handled")
+            await all_acked(mq)
+    assert len(emails) == len(set(emails)), f"an e-mail ran twice: {sorted(emails)}"
