@@ -147,7 +147,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
             ownership_lease=ownership_lease, max_per_key=max_per_key,
         )  # fmt: skip
-        self.config = consumer_config(config, settings, unknown)
+        self.config = consumer_config(config, settings, unknown, MessageQueue)
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
         check_identity(group, consumer, cluster, start)
         self.ordered, self.on_poison = check_ordered(

@@ -6,6 +6,7 @@ delivery. Fan-out has no group to pause, limit or throttle in (the guide says so
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
@@ -122,6 +123,34 @@ async def test_a_throttled_entry_runs_again_after_its_wait_as_no_failure(mode: M
     assert second - first >= 0.55, f"ran again after {second - first:.2f} s, not 0.6"
     assert second_count == first_count, "a throttled attempt counted as a delivery"
     assert stats["failed"] == 0 and stats["retried"] == 0
+
+
+async def test_a_batch_handlers_throttle_runs_the_batch_again_and_logs_no_failure(
+    mode: Mode, caplog: pytest.LogCaptureFixture
+) -> None:
+    grouped_only(mode)
+    mq = mode.queue()
+    batches: list[list[int]] = []
+
+    @mq.batch_handler("call", size=5, timeout=0.1)
+    async def call(msgs: list[Message[int]]) -> None:
+        batches.append([msg.data for msg in msgs])
+        if len(batches) == 1:
+            raise Throttle(retry_after=0.3, scope="type")  # the API answered 429
+
+    def all_ran_and_the_first_again() -> bool:
+        calls = [n for batch in batches for n in batch]
+        return set(calls) == set(range(5)) and all(calls.count(n) == 2 for n in batches[0])
+
+    caplog.set_level(logging.INFO, logger="streamq")
+    async with mq:
+        async with mq.running():
+            await mq.publish_many("call", list(range(5)), key="k")
+            await wait_for(all_ran_and_the_first_again, what="the throttled batch run again")
+            await all_acked(mq)
+        stats = mq.stats()
+    assert stats["failed"] == 0 and stats["retried"] == 0
+    assert [r.getMessage() for r in caplog.records if "failed" in r.getMessage()] == []
 
 
 async def test_a_throttle_holds_the_key_back_on_the_groups_other_consumers(mode: Mode) -> None:
