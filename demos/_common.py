@@ -88,7 +88,10 @@ def run(main: Callable[..., Any], *args: Any) -> None:
     signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: the clean-up still runs
     code: Any = 0
     try:
-        code = anyio.run(main, *args) if inspect.iscoroutinefunction(main) else main(*args)
+        if inspect.iscoroutinefunction(main):
+            code = anyio.run(_cancelled_on_signal, main, args)
+        else:
+            code = main(*args)
     except KeyboardInterrupt:
         print("interrupted: removing the demo's topics", file=sys.stderr)
         code = 130
@@ -98,6 +101,37 @@ def run(main: Callable[..., Any], *args: Any) -> None:
         end_children()  # no child of the demo writes its keys after they are removed
         remove_created()
     sys.exit(code)
+
+
+async def _cancelled_on_signal(main: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Run the async ``main``, cancelled when SIGINT or SIGTERM comes. The event loop hears
+    the signal (no ``KeyboardInterrupt`` raised wherever the loop happened to be: one that
+    lands in the loop's own code can be lost, or leave tasks no one cancels); ``main``
+    ends as any cancelled code does, its ``finally`` clauses and ``async with`` exits
+    run. Raises ``KeyboardInterrupt`` after it, as Ctrl-C would."""
+    interrupted = False
+    result: Any = None
+    async with anyio.create_task_group() as tg:
+
+        async def listen(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            nonlocal interrupted
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                task_status.started()
+                async for _ in signals:
+                    interrupted = True
+                    tg.cancel_scope.cancel()
+                    return
+
+        await tg.start(listen)  # listening before main starts: no signal falls between
+        result = await main(*args)
+        tg.cancel_scope.cancel()
+    # the loop no longer listens (SIGTERM is back to its default): a second signal waits
+    # for the clean-up, as run() has it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -15,7 +15,6 @@ import argparse
 import logging
 import os
 import random
-import signal
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -101,7 +100,7 @@ async def main(seconds: float | None, port: int) -> None:
         await queues[0].stop_message(stopped)
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce, queues[0], queues[2])
-            tg.start_soon(stop_on_signal_or_time, server, seconds)
+            tg.start_soon(stop_after, server, seconds)
             await server.serve(sockets=[sock])
             tg.cancel_scope.cancel()
     await summary_and_cleanup(queues[0], queues[2])
@@ -114,11 +113,12 @@ def listen(port: int) -> Any:
         return bind("127.0.0.1", 0)
 
 
-async def stop_on_signal_or_time(server: Any, seconds: float | None) -> None:
-    with anyio.move_on_after(seconds if seconds is not None else float("inf")):
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                break
+async def stop_after(server: Any, seconds: float | None) -> None:
+    """Stop the server after ``seconds`` (Ctrl-C or SIGTERM cancel the whole demo: see
+    ``demos._common.run``)."""
+    if seconds is None:
+        return
+    await anyio.sleep(seconds)
     server.should_exit = True
 
 

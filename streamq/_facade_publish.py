@@ -85,7 +85,9 @@ class PublishFacade:
         The reply is written with the request's ack; requests of one process share one
         reader of their replies. Raises RequestTimeout when no reply comes within
         ``timeout`` seconds (a consumer may still handle it later), and RemoteError with
-        the reason when the handler failed past its delivery limit or rejected it.
+        the reason when the handler failed past its delivery limit or rejected it, and
+        MessageFormatError (the ValidationError its cause) when the reply does not fit
+        ``reply_model``.
         """
         if self._requests is None:  # loaded on first use: most queues never request
             from .publish.requests import Requests

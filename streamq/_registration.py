@@ -176,6 +176,8 @@ class Registry:
         if version is None and upcast is None:
             return None
         where = f"handler of {message_type!r}"
+        if version is None and isinstance(upcast, Mapping) and upcast:
+            raise ConfigError(f"{where}: {_upcast_without_version(upcast)}")
         versions = Versions.checked(1 if version is None else version, upcast, where)
         known = self._versions.get(message_type)
         if known is not None and known != versions:
@@ -295,3 +297,14 @@ def _with_outer(route: Route, outer: tuple[HandlerMiddleware, ...]) -> Route:
     if not outer:
         return route
     return dataclasses.replace(route, middlewares=(*outer, *route.middlewares))
+
+
+def _upcast_without_version(upcast: Mapping[Any, Any]) -> str:
+    """Why ``upcast=`` without ``version=`` is refused (the version would be 1, below
+    every upcast key), and the ``version=`` the keys call for."""
+    text = "upcast needs version=, the handler's current version (greater than every upcast key)"
+    keys = list(upcast)
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
+        return text
+    steps = ", ".join(f"{k}: ..." for k in sorted(keys))
+    return f"{text}: version={max(keys) + 1} for upcast={{{steps}}}"

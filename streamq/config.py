@@ -275,23 +275,30 @@ CONSUMER_SETTINGS = tuple(f.name for f in dataclasses.fields(ConsumerConfig))
 
 
 def consumer_config(
-    base: ConsumerConfig | None, overrides: Mapping[str, Any], unknown: Mapping[str, Any]
+    base: ConsumerConfig | None,
+    overrides: Mapping[str, Any],
+    unknown: Mapping[str, Any],
+    owner: type,
 ) -> ConsumerConfig:
     """``base`` (or the defaults) with the settings given as keyword arguments; an unknown
-    name is a ConfigError that names the closest valid one."""
+    name is a ConfigError that names the closest of the arguments of ``owner`` (the class
+    given them)."""
     if unknown:
-        raise ConfigError(_unknown_message(next(iter(unknown))))
+        raise ConfigError(_unknown_message(next(iter(unknown)), owner))
     given = {name: value for name, value in overrides.items() if value is not None}
     return dataclasses.replace(base or ConsumerConfig(), **given)
 
 
-def _unknown_message(name: str) -> str:
+def _unknown_message(name: str, owner: type) -> str:
+    import inspect  # only for this message: not loaded by every consumer
+
+    kind = owner.__name__
     for policy, argument in ((RetryPolicy, "retry"), (BatchConfig, "batch"),
                              (CleanupPolicy, "cleanup")):  # fmt: skip
         if name in {f.name for f in dataclasses.fields(policy)}:  # a policy's field
-            kind = policy.__name__
-            return (f"unknown MessageQueue argument {name!r}: it is a field of {kind}, "
-                    f"given as {argument}={kind}({name}=...)")  # fmt: skip
-    valid = ("url", "stream", "group", "consumer", "start", "retry", "batch", "cleanup",
-             "config", "cluster", "partitions", *CONSUMER_SETTINGS)  # fmt: skip
-    return _unknown_field("MessageQueue", name, valid)
+            return (f"unknown {kind} argument {name!r}: it is a field of {policy.__name__}, "
+                    f"given as {argument}={policy.__name__}({name}=...)")  # fmt: skip
+    # read from the signature, so that the list cannot miss an argument added later
+    parameters = inspect.signature(owner).parameters.values()
+    valid = tuple(p.name for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD)
+    return _unknown_field(kind, name, valid)

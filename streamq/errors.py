@@ -46,7 +46,8 @@ class ConfigError(StreamqError, ValueError):
 
 
 class MessageFormatError(StreamqError, ValueError):
-    """An entry or payload does not follow wire format v1."""
+    """An entry or payload does not follow wire format v1, or does not fit its model (data
+    given a typed publisher, a request's reply and its ``reply_model``)."""
 
 
 class PayloadError(MessageFormatError):

@@ -147,7 +147,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             dead_consumer_idle=dead_consumer_idle, stopped_resync=stopped_resync,
             ownership_lease=ownership_lease, max_per_key=max_per_key,
         )  # fmt: skip
-        self.config = consumer_config(config, settings, unknown)
+        self.config = consumer_config(config, settings, unknown, MessageQueue)
         stream = require_stream(stream, "MessageQueue")  # after the names: `steam=` is a typo
         check_identity(group, consumer, cluster, start)
         self.ordered, self.on_poison = check_ordered(
@@ -401,8 +401,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         subscriber's entries of a type it has no handler for), claimed, acked,
         scheduled_moved; gauge: in_flight; histograms: handler_seconds, batch_size,
         scheduled_lateness_seconds (how late each scheduled message was moved). A consumer
-        of a group in shared mode adds the gauges of the entries it holds back for flow
-        control: waiting_pause, waiting_rate_limit, waiting_throttle.
+        of a group adds the gauges of what it holds back for flow control: waiting_pause,
+        waiting_rate_limit, waiting_throttle (entries; in ordered mode keys waiting at an
+        entry).
         """
         return {} if self._consumer is None else self._consumer.stats_report()
 

@@ -13,7 +13,7 @@ from typing import Any
 from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
 from ..message import Message
-from ..signals import HandlerSignal, PartialFailure, Reject, Retry
+from ..signals import HandlerSignal, PartialFailure
 from .failures import describe
 from .retrying import retrying
 from .routes import Route
@@ -29,7 +29,7 @@ class _BatchFailed(Exception):
 
 
 def _signalled(errors: dict[str, BaseException]) -> bool:
-    """The handler steered delivery (Retry, Reject): no in-process retry."""
+    """The handler steered delivery (Retry, Reject, Throttle): no in-process retry."""
     return any(isinstance(e, HandlerSignal) for e in errors.values())
 
 
@@ -113,7 +113,7 @@ class BatchCalls:
             result = await self._call_once(route.batch, route.batch_is_async, messages)
         except PartialFailure as partial:
             result = partial
-        except (Reject, Retry) as signal:
+        except HandlerSignal as signal:  # Retry, Reject, Throttle: steering, not a failure
             return {m.id: signal for m in messages}, False
         except Exception as e:
             self._summary.log(

@@ -38,7 +38,7 @@ from .claiming import Claimer
 from .consumer import Consumer
 from .context import Place
 from .dispatch import Dispatcher
-from .flow_stage import FlowStage
+from .flow_stage import FlowStage, entries_by_id
 from .lifecycle import Engine
 from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
@@ -288,7 +288,10 @@ def _shared_parts(
         replier=Replier(client, identity.stream, identity.group, with_ack=True),
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect)
-    flow = FlowStage(gate, consumer.released, consumer.router, dispatcher.message, summary)
+    flow = FlowStage(
+        gate, consumer.released, consumer.router, dispatcher.message, summary,
+        capacity, entries_by_id(client, identity.stream), acker.ack,
+    )  # fmt: skip
     pool = limits.pool.entrance(consumer) if limits else None
     slots = limits.handlers if limits else None
     batcher = _batcher(consumer, policies, limits)

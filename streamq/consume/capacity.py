@@ -17,6 +17,10 @@ from .budget import Budget, Slots
 from .inflight import InFlight, Workers
 from .pool import SharedPool
 
+# A consumer sets aside at most this many waiting entries per unit of max_in_flight
+# (4,096 by default): past that a waiting entry holds its unit, and reading slows down.
+ASIDE_PER_UNIT = 16
+
 
 @dataclass(frozen=True, slots=True)
 class SharedLimits:
@@ -55,6 +59,10 @@ class Capacity:
         self.budget = budget or Budget(max_in_flight, read_count, claimers=claimers)
         self.read_limit = self.budget.read_limit
         self.busy = False  # the last read came back full: more entries are waiting
+        # fetched entries waiting for flow control: in flight (their leases kept fresh)
+        # but holding no unit of the budget, so that the reads go on for other types
+        self.aside: set[str] = set()
+        self.aside_limit = ASIDE_PER_UNIT * self.budget.max
 
     def room(self) -> int:
         """Entries that may still be fetched."""
@@ -94,14 +102,47 @@ class Capacity:
 
     def finish(self, entry_id: str) -> None:
         budget = self.budget
-        budget.used -= self.in_flight.remove(entry_id)
+        removed = self.in_flight.remove(entry_id)
+        if self.aside and entry_id in self.aside:
+            self.aside.discard(entry_id)
+            removed = 0
+        budget.used -= removed
         if budget.waiting:
             budget.wake()
 
     def finish_many(self, entry_ids: Iterable[str]) -> None:
-        remove = self.in_flight.remove
-        self.budget.used -= sum(remove(entry_id) for entry_id in entry_ids)
+        remove, aside = self.in_flight.remove, self.aside
+        if aside:
+            used = 0
+            for entry_id in entry_ids:
+                removed = remove(entry_id)
+                if entry_id in aside:
+                    aside.discard(entry_id)
+                else:
+                    used += removed
+            self.budget.used -= used
+        else:
+            self.budget.used -= sum(remove(entry_id) for entry_id in entry_ids)
         self.budget.wake()
+
+    def set_aside(self, entry_id: str) -> bool:
+        """``entry_id`` waits for flow control: it stays in flight but gives its unit of
+        the budget back (at most ``aside_limit`` at once: past it, a waiting entry holds
+        its unit as a handled one does). Whether it was set aside."""
+        aside = self.aside
+        if entry_id in aside or len(aside) >= self.aside_limit or entry_id not in self.in_flight:
+            return False
+        aside.add(entry_id)
+        self.budget.give(1)
+        return True
+
+    def take_back(self, entry_ids: Iterable[str]) -> None:
+        """Entries set aside go to the handlers: they hold their units again."""
+        aside = self.aside
+        for entry_id in entry_ids:
+            if entry_id in aside:
+                aside.discard(entry_id)
+                self.budget.take(1)
 
     def wake(self) -> None:
         """Let a waiting reader re-check (cheap when nobody waits)."""

@@ -100,7 +100,7 @@ class Dispatcher:
         """Any error raised while decoding or validating (a validator's KeyError too) is
         that entry's failure: dead-lettered with the reason."""
         if waits_for_newer_consumer(error, entry, self.retry):  # a newer schema version
-            await self.no_route(entry)
+            await self.outcomes.left_for_newer(entry)
             return
         reason = f"invalid payload for {route.type_name!r}: {describe(error, limit=None)}"
         await self.outcomes.dead_letter(entry, reason, error, bad_input=True)

@@ -2,12 +2,18 @@
 and the workers (:mod:`streamq.flow` holds the limits, pauses and throttles themselves).
 
 An entry of a paused type, of a type over its rate limit, or of a throttled key or type
-waits in this stage. It holds its unit of ``max_in_flight`` (it is fetched, and its lease
-is kept fresh like every entry in flight) but no worker and no handler slot, and no
-delivery is counted while it waits; entries of one type go on in the order they came.
-One task releases them: when a pause ends (the :class:`~streamq.flow.gate.FlowGate`'s
+waits in this stage. It stays in flight (fetched, its lease kept fresh like every entry in
+flight) but holds no worker, no handler slot and no unit of ``max_in_flight``: it is *set
+aside* (:meth:`~.capacity.Capacity.set_aside`), so the reads go on and the other types
+run while a paused or limited one waits. The stage keeps the fields of at most
+``max_in_flight`` waiting entries; of the others it keeps the ID and reads the entry again
+(``XRANGE``) when it may go. No delivery is counted while an entry waits; entries of one
+type go on in the order they came. One task releases them, as many as there is room for
+in ``max_in_flight``: when a pause ends (the :class:`~streamq.flow.gate.FlowGate`'s
 ``on_change``), when permits are granted (it sleeps until the next permit, never polls
-faster), when a throttle ends.
+faster), when a throttle ends. Past ``aside_limit`` waiting entries
+(:data:`~.capacity.ASIDE_PER_UNIT` per unit of ``max_in_flight``) a waiting entry holds
+its unit again, and the reads slow down.
 
 A handler that raises :class:`~streamq.Throttle` holds back its key (or type) in the group
 (the record on the server) and here; the entry waits in this stage and runs again after
@@ -24,11 +30,12 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
 from .._log_summary import LogSummary
@@ -36,12 +43,17 @@ from ..errors import RedisFailure
 from ..flow.gate import FlowGate
 from ..message import Message, RawEntry
 from ..signals import Throttle
+from ..wire.replies import text
+from .capacity import Capacity
 from .routes import Route, Routes
 from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
 
 Item = tuple[RawEntry, "Route | None"]
+# entries read again by ID (those whose fields the stage let go): ID -> entry, None if deleted
+Fetch = Callable[[list[str]], Awaitable[dict[str, "RawEntry | None"]]]
+ROOM_LOOKED_AT_EVERY = 0.05  # seconds: entries free to go wait for room in max_in_flight
 THROTTLES_LOOKED_UP_EVERY = 1.0  # seconds: a throttle reaches every consumer within it
 # what the entries of a type need, decided once per read (FlowStage.admit)
 _GO, _PARK, _LIMITED, _LIMITED_BY_KEY = range(4)
@@ -55,6 +67,7 @@ class _Waiting:
     publish_key: str | None
     rate_key: str | None
     not_before: float = 0.0  # this entry's own throttle (it raised Throttle)
+    spilled: bool = False  # its fields let go: read again when it may go
 
 
 class FlowStage:
@@ -67,9 +80,15 @@ class FlowStage:
         routes: Routes,
         message: Callable[[Route, RawEntry], Message[Any]],
         summary: LogSummary,
+        capacity: Capacity,
+        fetch: Fetch,
+        forget: Callable[[str], None],
     ) -> None:
+        """``forget(id)``: an entry deleted while it waited (acked, as a handled one)."""
         self._gate, self._hand_off, self._routes = gate, hand_off, routes
         self._message, self._summary = message, summary
+        self._capacity, self._fetch, self._forget = capacity, fetch, forget
+        self._kept = 0  # waiting entries whose fields are kept (at most max_in_flight)
         self._limited = frozenset(gate.config.rate_limits)
         self._parked: dict[str, deque[_Waiting]] = {}  # type -> its waiting entries, in order
         self._type_until: dict[str, float] = {}  # type -> throttled until (event loop clock)
@@ -151,6 +170,12 @@ class FlowStage:
         publish_key = entry.fields.get(b"key")
         key = None if publish_key is None else publish_key.decode("utf-8", "replace")
         waiting = _Waiting(entry, route, key, self._rate_key(route, entry, key), not_before)
+        self._capacity.set_aside(entry.id)
+        if self._kept < self._capacity.budget.max:
+            self._kept += 1
+        else:  # its ID is enough until it may go
+            waiting.entry = RawEntry(entry.id, {}, entry.delivery_count)
+            waiting.spilled = True
         self._parked.setdefault(route.type_name, deque()).append(waiting)
 
     def _rate_key(self, route: Route, entry: RawEntry, publish_key: str | None) -> str | None:
@@ -240,17 +265,39 @@ class FlowStage:
         if type_until > now:
             return type_until - now
         ready, wait = self._unthrottled(type_name, queue, now)
+        room = self._capacity.room()
+        if len(ready) > room:  # the rest go as the handlers finish entries
+            del ready[max(room, 0) :]
+            wait = min(wait, ROOM_LOOKED_AT_EVERY)
         if type_name in self._limited and ready:
             ready, rate_wait = await self._granted(type_name, ready)
             wait = min(wait, rate_wait)
         if ready:
+            await self._go(ready)  # the server away: they stay here, and go later
             chosen = {id(w) for w in ready}
-            kept = deque(w for w in queue if id(w) not in chosen)
-            self._parked[type_name] = kept
-            for waiting in ready:
-                self.requeued.discard(waiting.entry.id)
-            self._hand_off([(w.entry, w.route) for w in ready])
+            self._parked[type_name] = deque(w for w in queue if id(w) not in chosen)
         return wait
+
+    async def _go(self, ready: list[_Waiting]) -> None:
+        """Hand ``ready`` to the workers (read again where only its ID was kept); they hold
+        their units of ``max_in_flight`` again."""
+        spilled = [w.entry.id for w in ready if w.spilled]
+        fetched = await self._fetch(spilled) if spilled else {}
+        self._kept -= len(ready) - len(spilled)
+        items: list[Item] = []
+        for waiting in ready:
+            entry = waiting.entry
+            self.requeued.discard(entry.id)
+            if waiting.spilled:
+                found = fetched.get(entry.id)
+                if found is None:  # deleted while it waited: nothing to run
+                    self._capacity.finish(entry.id)
+                    self._forget(entry.id)
+                    continue
+                found.delivery_count, entry = entry.delivery_count, found
+            items.append((entry, waiting.route))
+        self._capacity.take_back(entry.id for entry, _ in items)
+        self._hand_off(items)
 
     async def _read_throttles(self, type_name: str, queue: deque[_Waiting], now: float) -> None:
         """Learn the group's throttles of the waiting keys (set by any consumer)."""
@@ -310,6 +357,24 @@ class FlowStage:
                 throttled = max(waiting.not_before, key_until, self._type_until.get(type_name, 0.0))
                 counts["throttle" if throttled > now else "rate_limit"] += 1
         self.waiting = counts
+
+
+def entries_by_id(client: aioredis.Redis, stream: str) -> Fetch:
+    """How the stage reads waiting entries again by ID: one pipeline of ``XRANGE id id``."""
+
+    async def fetch(entry_ids: list[str]) -> dict[str, RawEntry | None]:
+        async with client.pipeline(transaction=False) as pipe:
+            for entry_id in entry_ids:
+                pipe.xrange(stream, min=entry_id, max=entry_id, count=1)
+            replies = await pipe.execute()
+        found: dict[str, RawEntry | None] = dict.fromkeys(entry_ids)
+        for rows in replies:  # redis-py's parsed XRANGE: [(id, {field: value})]
+            for raw_id, fields in rows:
+                entry_id = text(raw_id)
+                found[entry_id] = RawEntry(entry_id, dict(fields))
+        return found
+
+    return fetch
 
 
 def rate_key_of(

@@ -12,32 +12,37 @@ from ..message import RawEntry
 from .dispatch import Dispatcher
 from .flow_stage import rate_key_of
 from .ordered_dispatch import Shared
+from .ordering import Later
 from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
 
 
-async def lane_wait(shared: Shared, dispatcher: Dispatcher, entry: RawEntry, stream: str) -> float:
-    """Seconds ``entry`` must wait (0: it may run now, and took its rate-limit permit).
-    Without the server the key waits a moment and asks again: never the entry's failure."""
+async def lane_wait(
+    shared: Shared, dispatcher: Dispatcher, entry: RawEntry, stream: str
+) -> Later | None:
+    """How long ``entry`` must wait, and for what (None: it may run now, and took its
+    rate-limit permit). Without the server the key waits a moment and asks again, counted
+    as waiting for its rate limit: never the entry's failure."""
     gate, type_name = shared.gate, entry.type
     if type_name is None:
-        return 0.0
+        return None
     if gate.paused(type_name):
-        return POLL_INTERVAL
+        return Later(POLL_INTERVAL, "pause")
     if not gate.limited(type_name) and type_name not in shared.throttled_types:
-        return 0.0
+        return None
     try:
         if type_name in shared.throttled_types:  # a throttle of it was seen: read its records
             raw_key = entry.fields.get(b"key")
             key = None if raw_key is None else raw_key.decode("utf-8", "replace")
             held = (await gate.throttled(type_name, [key]))[key]
             if held > 0:
-                return held
-        return await _permit(shared, dispatcher, type_name, entry)
+                return Later(held, "throttle")
+        wait = await _permit(shared, dispatcher, type_name, entry)
     except RedisFailure as e:
         log.warning("partition %s: flow control not checked, %s waits: %s", stream, entry.id, e)
-        return READ_ERROR_BACKOFF
+        return Later(READ_ERROR_BACKOFF, "rate_limit")
+    return None if wait == 0 else Later(wait, "rate_limit")
 
 
 async def _permit(shared: Shared, dispatcher: Dispatcher, type_name: str, entry: RawEntry) -> float:

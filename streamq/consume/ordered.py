@@ -40,7 +40,7 @@ from .budget import Budget, Slots
 from .context import Place
 from .dispatch import Dispatcher
 from .failures import describe
-from .flow_stage import THROTTLES_LOOKED_UP_EVERY
+from .flow_stage import THROTTLES_LOOKED_UP_EVERY, WAITING_REASONS
 from .gone import confirmed_any_gone
 from .lifecycle import Lifecycle
 from .mover import Mover
@@ -322,8 +322,10 @@ class OrderedConsumer(Lifecycle):
 
     # -- observing ------------------------------------------------------------------
     def stats_report(self) -> dict[str, Any]:
-        """The shared counters plus ``owned_partitions``, ``rebalances`` and
-        ``halted_keys``."""
+        """The shared counters plus ``owned_partitions``, ``rebalances``, ``halted_keys``
+        and, by flow-control reason, the keys waiting at an entry (``waiting_pause``,
+        ``waiting_rate_limit``, ``waiting_throttle``: each key's later entries wait behind
+        it, for their order, and are not counted)."""
         stats = self.stats
         report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
         workers = list(self.workers.values())
@@ -339,4 +341,6 @@ class OrderedConsumer(Lifecycle):
             rebalances=self.ownership.rebalances,
             halted_keys=sum(w.halted.count for w in workers),
         )
+        for reason in WAITING_REASONS:  # keys waiting for flow control, in every partition
+            report[f"waiting_{reason}"] = sum(w.waiting().get(reason, 0) for w in workers)
         return report

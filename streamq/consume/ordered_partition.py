@@ -267,6 +267,10 @@ class PartitionWorker:
         return reply
 
     # -- handling -------------------------------------------------------------------
+    def waiting(self) -> dict[str, int]:
+        """This partition's keys waiting for flow control, by reason."""
+        return {} if self._lanes is None else self._lanes.waiting()
+
     def cancel_running(self, entry_id: str) -> None:
         """A stop notice: cancel the handler running ``entry_id``, if one is."""
         if self._lanes is not None and self._lanes.cancel(entry_id):
@@ -304,9 +308,9 @@ class PartitionWorker:
             decided = await self._operator_action(entry)
             if decided is not None:
                 return decided
-        wait = await lane_wait(self._shared, self.dispatcher, entry, self.stream)
-        if wait > 0:  # paused, throttled or over its rate limit: its key waits, in order
-            return Later(wait)
+        waits = await lane_wait(self._shared, self.dispatcher, entry, self.stream)
+        if waits is not None:  # paused, throttled or over its rate limit: its key waits, in order
+            return waits
         while not self.draining and self._may_act():
             try:
                 outcome = await self._attempt(entry)
@@ -365,7 +369,7 @@ class PartitionWorker:
             return False
         throttled = self.verdicts.throttled.pop(entry.id, None)
         if throttled is not None:  # runs again after it, as it is: no delivery counted
-            return Later(max(throttled, 0.001))
+            return Later(max(throttled, 0.001), "throttle")
         self._again.add(entry.id)
         return Later(self.verdicts.next_delay(entry, self._shared.retry))
 

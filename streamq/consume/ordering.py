@@ -31,10 +31,20 @@ LaneKey = bytes | None
 
 @dataclass(frozen=True, slots=True)
 class Later:
-    """``run_entry``'s answer for an entry to run again after ``delay`` seconds (a retry's
-    backoff): its key waits, holding no handler slot and no room."""
+    """``run_entry``'s answer for an entry to run again after ``delay`` seconds: its key
+    waits, holding no handler slot and no room. ``waits_for``: the flow-control reason it
+    waits for (``"pause"``, ``"rate_limit"``, ``"throttle"``), counted by
+    :meth:`KeyedLanes.waiting`; None for a retry's backoff."""
 
     delay: float
+    waits_for: str | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _WakeUp:
+    """A key's wake-up to come (compared by identity: a newer one replaces it)."""
+
+    waits_for: str | None
 
 
 RunEntry = Callable[[RawEntry], Awaitable[bool | Later]]
@@ -102,7 +112,7 @@ class KeyedLanes:
         self._per_key = max(1, per_key) if refill is not None else sys.maxsize
         self._spill_stopped = self.stopped_keys if refill is not None else frozenset()
         self._spilled: dict[LaneKey, str] = {}  # key -> its first entry left pending
-        self._later: dict[LaneKey, object] = {}  # key -> the token of its wake-up to come
+        self._later: dict[LaneKey, _WakeUp] = {}  # key -> its wake-up to come
         self._runners_at_work: list[Runner] = []
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
         self._ready: deque[LaneKey] = deque()  # lanes with entries that no runner holds
@@ -262,7 +272,7 @@ class KeyedLanes:
                     if self._lanes.get(key) is lane:  # not dropped meanwhile
                         self._stop(key, lane)
                         if go_on is not False:
-                            self._resume_later(key, go_on.delay)
+                            self._resume_later(key, go_on)
                     return
                 lane.popleft()
                 if self._lanes.get(key) is lane:  # not dropped meanwhile (drop_all gave it)
@@ -291,14 +301,23 @@ class KeyedLanes:
         self._room.take(len(entries))
         return bool(lane) or key in self._spilled
 
-    def _resume_later(self, key: LaneKey, delay: float) -> None:
-        self._later[key] = token = object()
-        self._tg.start_soon(self._wake_up, key, token, delay)
+    def _resume_later(self, key: LaneKey, later: Later) -> None:
+        self._later[key] = token = _WakeUp(later.waits_for)
+        self._tg.start_soon(self._wake_up, key, token, later.delay)
 
-    async def _wake_up(self, key: LaneKey, token: object, delay: float) -> None:
+    async def _wake_up(self, key: LaneKey, token: _WakeUp, delay: float) -> None:
         await anyio.sleep(delay)
         if self._later.get(key) is token:  # not resumed, dropped or stopped again meanwhile
             self.resume(key)
+
+    def waiting(self) -> dict[str, int]:
+        """The keys waiting for flow control, by reason (each waits at the entry it stopped
+        at; the key's later entries wait behind it, for their order)."""
+        counts: dict[str, int] = {}
+        for wake_up in self._later.values():
+            if wake_up.waits_for is not None:
+                counts[wake_up.waits_for] = counts.get(wake_up.waits_for, 0) + 1
+        return counts
 
     def _running(self) -> bool:
         # every stopped key has a lane (it stopped with entries left; drop_all clears both)

@@ -16,6 +16,8 @@ below, chosen when the consumer is built (:mod:`streamq.consume.build`)::
     past max_deliveries       dead letter + ack      dead letter, or halt the key logged, counted
     no handler for its type   left for a consumer    left for a consumer          skipped, counted
                               that has one           that has one
+    a newer schema version    left for a consumer    left for a consumer          skipped, counted
+                              that knows it          that knows it
 
 The two group policies are one class (:class:`GroupOutcomes`) wired differently: the acker
 (plain or fenced), what ``Retry(delay)`` does (a re-claim, or the lane's backoff) and, with
@@ -85,6 +87,10 @@ class Outcomes(Protocol):
 
     async def no_route(self, entry: RawEntry) -> None:
         """No handler here for ``entry``'s type (or no valid type)."""
+
+    async def left_for_newer(self, entry: RawEntry) -> None:
+        """``entry``'s schema version is newer than its handler's here: left for a consumer
+        that knows it (the payload reader has logged it, once per version)."""
 
     def batch(self, type_name: str) -> AbstractContextManager[None]:
         """Around the outcomes of one batch."""
@@ -235,6 +241,9 @@ class GroupOutcomes:
             type_name, entry.id,
         )  # fmt: skip
 
+    async def left_for_newer(self, entry: RawEntry) -> None:
+        await self._unrouted.record(entry.id)  # not a delivery to a handler that knows it
+
     @contextmanager
     def batch(self, type_name: str) -> Iterator[None]:
         yield
@@ -313,6 +322,9 @@ class FanoutOutcomes:
 
     async def no_route(self, entry: RawEntry) -> None:
         self.skip(entry)  # (the subscriber skips them before its workers)
+
+    async def left_for_newer(self, entry: RawEntry) -> None:
+        self.stats.skipped += 1
 
     def skip(self, entry: RawEntry) -> None:
         """A type this subscriber does not handle is skipped (counted in ``skipped``, logged

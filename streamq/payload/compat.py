@@ -10,6 +10,10 @@ A change breaks when it is one of these, for a message type present in OLD:
   the old model refuse what new publishers write), a field changes its type, or a field
   is required by the new model without a default (entries written before lack it).
 
+Fields are compared down nested models, named by their path (``order.address.zip``,
+``order.lines[].qty``); a nested model is compared by its shape, not its class name. A
+payload that is not an object is compared by its type.
+
 A version bump *with* an upcast from the old version is the way to change the fields: the
 upcast turns old entries into the new model, and consumers of the old version leave
 entries of the new one for a consumer that knows it.
@@ -35,8 +39,10 @@ class Breaking:
     why: str
 
     def __str__(self) -> str:
-        where = self.type if self.field is None else f"{self.type}.{self.field}"
-        return f"{where}: {self.why}"
+        if self.field is None:
+            return f"{self.type}: {self.why}"
+        where = self.field if self.field.startswith("[") else f".{self.field}"
+        return f"{self.type}{where}: {self.why}"
 
 
 def breaking_changes(old: Document, new: Document) -> list[Breaking]:
@@ -74,13 +80,18 @@ def _message_changes(
             return []
         return [Breaking(name, None, f"version {before} -> {after} without an upcast from "
                          f"version {before}: give upcast={{{before}: ...}}")]  # fmt: skip
-    return _field_changes(name, _object(old, was.get("payload")), _object(new, now.get("payload")))
+    compare = _Comparison(name, old, new)
+    return compare.schemas(None, was.get("payload"), now.get("payload"), ())
 
 
 def _resolve(doc: Document, schema: Any) -> Mapping[str, Any]:
     for _ in range(32):  # a chain of references, not a cycle
         if not isinstance(schema, Mapping):
             return {}
+        all_of = schema.get("allOf")
+        if "$ref" not in schema and isinstance(all_of, list) and len(all_of) == 1:
+            schema = all_of[0]  # a reference with siblings, as some generators write it
+            continue
         ref = schema.get("$ref")
         if not isinstance(ref, str) or not ref.startswith(_REF):
             return schema
@@ -88,40 +99,109 @@ def _resolve(doc: Document, schema: Any) -> Mapping[str, Any]:
     return {}
 
 
-def _object(doc: Document, schema: Any) -> tuple[Document, Mapping[str, Any]]:
-    return doc, _resolve(doc, schema)
+def _within(path: str | None, step: str) -> str:
+    """The path of a field (``.zip``) or of an array's items (``[]``) within ``path``."""
+    if path is None:
+        return step.removeprefix(".")
+    return f"{path}{step}"
 
 
-def _field_changes(
-    name: str, old: tuple[Document, Mapping[str, Any]], new: tuple[Document, Mapping[str, Any]]
-) -> list[Breaking]:
-    (old_doc, was), (new_doc, now) = old, new
-    before, after = was.get("properties", {}), now.get("properties", {})
-    required_before, required_after = set(was.get("required", [])), set(now.get("required", []))
-    found = []
-    for field, schema in before.items():
-        if field not in after:
-            if field in required_before:
-                found.append(Breaking(name, field, "removed, and the old model requires it"))
-            continue
-        kind_before, kind_after = _kind(old_doc, schema), _kind(new_doc, after[field])
-        if kind_before != kind_after:
-            found.append(Breaking(name, field, f"retyped from {kind_before} to {kind_after}"))
-    for field, schema in after.items():
-        newly = field in required_after and (field not in before or field not in required_before)
-        if newly and "default" not in _resolve(new_doc, schema):
-            why = "new required field without a default" if field not in before else (
-                "now required, without a default"
+@dataclass(frozen=True, slots=True)
+class _Comparison:
+    """The schemas of one message type in OLD and NEW, compared from its payload down.
+
+    A nested model is compared by its shape, not its name: references are followed, so a
+    class renamed with the same fields is no change. ``seen`` holds the pairs of schemas
+    already being compared above, so a recursive model is compared once per level."""
+
+    name: str
+    old: Document
+    new: Document
+
+    def schemas(
+        self, path: str | None, was: Any, now: Any, seen: tuple[tuple[int, int], ...]
+    ) -> list[Breaking]:
+        was, now = _resolve(self.old, was), _resolve(self.new, now)
+        pair = (id(was), id(now))
+        if pair in seen:
+            return []
+        seen = (*seen, pair)
+        before, after = _kind(self.old, was), _kind(self.new, now)
+        if before != after:
+            why = f"retyped from {before} to {after}"
+            return [Breaking(self.name, path, why if path else f"payload {why}")]
+        if _is_object(was):
+            return self._fields(path, was, now, seen)
+        if was.get("type") == "array":
+            return self.schemas(_within(path, "[]"), was.get("items"), now.get("items"), seen)
+        return self._members(path, was, now, seen)
+
+    def _members(
+        self, path: str | None, was: Mapping[str, Any], now: Mapping[str, Any],
+        seen: tuple[tuple[int, int], ...],
+    ) -> list[Breaking]:  # fmt: skip
+        """A union's members of the same kind (the ``Address`` of ``Address | None``),
+        compared where each side has one of that kind."""
+        found = []
+        for union in ("anyOf", "oneOf"):
+            before = _by_kind(self.old, was.get(union))
+            after = _by_kind(self.new, now.get(union))
+            for kind, members in before.items():
+                if len(members) == 1 and len(after.get(kind, [])) == 1:
+                    found += self.schemas(path, members[0], after[kind][0], seen)
+        return found
+
+    def _fields(
+        self, path: str | None, was: Mapping[str, Any], now: Mapping[str, Any],
+        seen: tuple[tuple[int, int], ...],
+    ) -> list[Breaking]:  # fmt: skip
+        before, after = was.get("properties", {}), now.get("properties", {})
+        found = []
+        for field, schema in before.items():
+            where = _within(path, f".{field}")
+            if field in after:
+                found += self.schemas(where, schema, after[field], seen)
+            elif field in was.get("required", []):
+                found.append(Breaking(self.name, where, "removed, and the old model requires it"))
+        found += self._newly_required(path, was, now)
+        extra_before, extra_after = was.get("additionalProperties"), now.get("additionalProperties")
+        if isinstance(extra_before, Mapping) and isinstance(extra_after, Mapping):
+            found += self.schemas(_within(path, "[*]"), extra_before, extra_after, seen)
+        return found
+
+    def _newly_required(
+        self, path: str | None, was: Mapping[str, Any], now: Mapping[str, Any]
+    ) -> list[Breaking]:
+        before, required_before = was.get("properties", {}), set(was.get("required", []))
+        found = []
+        for field, schema in now.get("properties", {}).items():
+            if field not in now.get("required", []) or field in required_before:
+                continue
+            if "default" in schema or "default" in _resolve(self.new, schema):
+                continue
+            why = "now required, without a default" if field in before else (
+                "new required field without a default"
             )  # fmt: skip
-            found.append(Breaking(name, field, f"{why}: entries written before lack it"))
-    return found
+            where = _within(path, f".{field}")
+            found.append(Breaking(self.name, where, f"{why}: entries written before lack it"))
+        return found
+
+
+def _is_object(schema: Mapping[str, Any]) -> bool:
+    return schema.get("type") == "object"
+
+
+def _by_kind(doc: Document, members: Any) -> dict[str, list[Any]]:
+    kinds: dict[str, list[Any]] = {}
+    for member in members if isinstance(members, list) else []:
+        kinds.setdefault(_kind(doc, member), []).append(member)
+    return kinds
 
 
 def _kind(doc: Document, schema: Any) -> str:
-    """A field's type as text (``integer``, ``array of string``, ``Address``,
-    ``integer|null``), what a retype changes."""
-    if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
-        return str(schema["$ref"]).rpartition("/")[2]
+    """A schema's type as text (``integer``, ``array of string``, ``object``,
+    ``integer|null``), what a retype changes. A model is an ``object`` whatever its name:
+    its fields are compared one by one."""
     schema = _resolve(doc, schema)
     for union in ("anyOf", "oneOf"):
         if isinstance(schema.get(union), list):

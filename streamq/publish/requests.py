@@ -19,10 +19,10 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from ..config import Duration, seconds
-from ..errors import RemoteError, RequestTimeout
+from ..errors import MessageFormatError, RemoteError, RequestTimeout
 from ..wire import replies as wire_replies
 from ..wire import resp
 from ..wire.keys import Keys
@@ -127,8 +127,7 @@ class Requests:
             )
         if b"error" in reply:
             raise RemoteError(reply[b"error"].decode("utf-8", "replace"))
-        raw = reply.get(b"data", b"null")
-        return TypeAdapter(reply_model if reply_model is not None else Any).validate_json(raw)
+        return _validated(message_type, reply.get(b"data", b"null"), reply_model)
 
     def _reader(self, entry_id: str) -> ReplyReader:
         """The reader of the reply stream of the partition ``entry_id`` went to."""
@@ -142,3 +141,21 @@ class Requests:
                 self._client_for(stream), key, self._waiting
             )
         return reader
+
+
+def _validated(message_type: str, raw: bytes, reply_model: Any) -> Any:
+    """The reply's JSON as ``reply_model`` (as it is without one). A reply it refuses is a
+    MessageFormatError, so that a caller catching StreamqError catches it too."""
+    try:
+        return TypeAdapter(reply_model if reply_model is not None else Any).validate_json(raw)
+    except ValidationError as e:
+        model = reply_model.__name__ if isinstance(reply_model, type) else repr(reply_model)
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or 'reply'}: {error['msg']}"
+            for error in e.errors()[:3]
+        )
+        more = f" (and {e.error_count() - 3} more)" if e.error_count() > 3 else ""
+        raise MessageFormatError(
+            f"the reply to the {message_type!r} request does not fit reply_model={model}: "
+            f"{problems}{more}"
+        ) from e

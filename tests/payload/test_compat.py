@@ -86,6 +86,104 @@ def test_each_breaking_change_is_named_with_its_type_field_and_why() -> None:
     ]
 
 
+class Address(BaseModel):
+    zip: int
+    city: str
+
+
+class ShippingAddress(BaseModel):  # Address's shape under another name
+    zip: int
+    city: str
+
+
+class Line(BaseModel):
+    sku: str
+    qty: int
+
+
+class Tree(BaseModel):  # a recursive model
+    name: str
+    children: list[Tree] = []
+
+
+def shipped(address: type[BaseModel], line: type[BaseModel] = Line) -> type[BaseModel]:
+    class Shipped(BaseModel):
+        id: int
+        address: address  # type: ignore[valid-type]
+        billing: address | None = None  # type: ignore[valid-type]
+        lines: list[line]  # type: ignore[valid-type]
+        tree: Tree | None = None
+
+    return Shipped
+
+
+def test_fields_of_nested_models_are_compared_by_their_dotted_path() -> None:
+    class NewAddress(BaseModel):
+        zip: str  # retyped
+        country: str  # new, required, no default
+        city: str
+
+    class NewLine(BaseModel):
+        sku: str
+        qty: float  # retyped
+
+    assert changes(document(shipped(Address)), document(shipped(NewAddress, NewLine))) == [
+        "order.address.zip: retyped from integer to string",
+        "order.address.country: new required field without a default: entries written "
+        "before lack it",
+        "order.billing.zip: retyped from integer to string",
+        "order.billing.country: new required field without a default: entries written "
+        "before lack it",
+        "order.lines[].qty: retyped from integer to number",
+    ]
+
+
+def test_a_nested_model_renamed_with_the_same_shape_is_no_breaking_change() -> None:
+    assert changes(document(shipped(Address)), document(shipped(ShippingAddress))) == []
+
+
+def test_a_recursive_model_is_compared_once_per_level() -> None:
+    class Node(BaseModel):
+        name: int  # Tree.name retyped
+        children: list[Node] = []
+
+    class Rooted(BaseModel):
+        tree: Tree
+
+    class Renode(BaseModel):
+        tree: Node
+
+    assert changes(document(Rooted), document(Renode)) == [
+        "order.tree.name: retyped from string to integer"
+    ]
+
+
+def test_a_payload_that_is_not_an_object_is_compared_by_its_type() -> None:
+    def counts(payload: Any) -> dict[str, Any]:
+        mq = MessageQueue(stream="orders", group="billing")
+
+        @mq.handler("count")
+        async def handle(msg: Message[payload]) -> None: ...
+
+        return asyncapi_document(App(mq, name="shop"))
+
+    assert changes(counts(int), counts(int)) == []
+    assert changes(counts(int), counts(str)) == ["count: payload retyped from integer to string"]
+    assert changes(counts(list[int]), counts(list[str])) == [
+        "count: payload retyped from array of integer to array of string"
+    ]
+    assert changes(counts(list[Line]), counts(list[ShippingAddress])) == [
+        "count[].sku: removed, and the old model requires it",
+        "count[].qty: removed, and the old model requires it",
+        "count[].zip: new required field without a default: entries written before lack it",
+        "count[].city: new required field without a default: entries written before lack it",
+    ]
+    assert changes(counts(dict[str, Line]), counts(dict[str, ShippingAddress]))[0] == (
+        "count[*].sku: removed, and the old model requires it"
+    )
+    assert changes(counts(Line), counts(int)) == ["count: payload retyped from object to integer"]
+
+
 def test_a_version_bump_needs_an_upcast_from_the_old_version() -> None:
     class OrderV2(BaseModel):
         id: int

@@ -3,6 +3,8 @@ validation, newer ones waiting for a consumer that knows them (or dead-lettered)
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import pytest
 import redis.asyncio as aioredis
@@ -83,8 +85,9 @@ async def test_a_newer_version_dead_letters_when_so_configured(
 
 
 async def test_a_newer_version_waits_for_a_consumer_that_knows_it(
-    make_queue: QueueFactory, client: aioredis.Redis, stream: str
+    make_queue: QueueFactory, client: aioredis.Redis, stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="streamq")
     await client.xadd(stream, {"type": "order", "ver": "4", "data": '{"id": 1}'})
     retry = RetryPolicy(attempts=1, backoff=0.01, max_backoff=0.05, max_deliveries=1,
                         unknown_type_deliveries=50)  # fmt: skip
@@ -98,6 +101,10 @@ async def test_a_newer_version_waits_for_a_consumer_that_knows_it(
             await anyio.sleep(0.3)
         info = await old.topic_info()
     assert not old_handled and info.dead_letters == 0 and info.pending == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings  # the old consumer has a handler of the type
+    assert warnings[0].startswith("entry version 4 is newer than this handler's version 3")
+    assert warnings[0].endswith("left for a consumer that knows it")
     new = make_queue(retry=retry, claim_idle=0.05)
     new_handled = keeping(new, "order", version=4)
     async with new.running():
@@ -113,6 +120,11 @@ async def test_a_newer_version_waits_for_a_consumer_that_knows_it(
         ({"version": 2, "upcast": {2: v2_to_v3}}, "upcast key 2 must be a version from 1 to 1"),
         ({"version": 2, "upcast": {1: "not callable"}}, r"upcast\[1\] must be a function"),
         ({"upcast": [v1_to_v2]}, "upcast must be a dict"),
+        (
+            {"upcast": {1: v1_to_v2}},
+            r"upcast needs version=, the handler's current version \(greater than every upcast "
+            r"key\): version=2 for upcast=\{1: \.\.\.\}",
+        ),
     ],
 )
 async def test_versions_that_cannot_be_are_refused_at_registration(

@@ -3,6 +3,7 @@ typo names the closest valid setting (and fails type checking), strings are refu
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from datetime import timedelta
@@ -27,6 +28,27 @@ URL = "redis://127.0.0.1:1/0"
 def test_a_misspelt_setting_names_the_closest_valid_one() -> None:
     with pytest.raises(ConfigError, match=r"'concurency' \(did you mean 'concurrency'\?\)"):
         MessageQueue(URL, stream="s", concurency=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "meant"),
+    [
+        ("compresion", "compression"),
+        ("rate_limit", "rate_limits"),
+        ("encrypt_metas", "encrypt_meta"),
+        ("orderd", "ordered"),
+        ("encyption", "encryption"),
+        ("on_newer_versions", "on_newer_version"),
+    ],
+)
+def test_every_argument_of_the_queue_is_suggested_and_listed(wrong: str, meant: str) -> None:
+    with pytest.raises(ConfigError, match=rf"{wrong!r} \(did you mean {meant!r}\?\)") as e:
+        typo: dict[str, Any] = {wrong: None}
+        MessageQueue(URL, stream="s", **typo)
+    listed = str(e.value).partition("Valid: ")[2].split(", ")
+    assert listed == [
+        name for name in inspect.signature(MessageQueue).parameters if name != "unknown"
+    ]
 
 
 @pytest.mark.parametrize(

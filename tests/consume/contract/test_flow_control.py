@@ -6,6 +6,7 @@ delivery. Fan-out has no group to pause, limit or throttle in (the guide says so
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
@@ -124,6 +125,34 @@ async def test_a_throttled_entry_runs_again_after_its_wait_as_no_failure(mode: M
     assert stats["failed"] == 0 and stats["retried"] == 0
 
 
+async def test_a_batch_handlers_throttle_runs_the_batch_again_and_logs_no_failure(
+    mode: Mode, caplog: pytest.LogCaptureFixture
+) -> None:
+    grouped_only(mode)
+    mq = mode.queue()
+    batches: list[list[int]] = []
+
+    @mq.batch_handler("call", size=5, timeout=0.1)
+    async def call(msgs: list[Message[int]]) -> None:
+        batches.append([msg.data for msg in msgs])
+        if len(batches) == 1:
+            raise Throttle(retry_after=0.3, scope="type")  # the API answered 429
+
+    def all_ran_and_the_first_again() -> bool:
+        calls = [n for batch in batches for n in batch]
+        return set(calls) == set(range(5)) and all(calls.count(n) == 2 for n in batches[0])
+
+    caplog.set_level(logging.INFO, logger="streamq")
+    async with mq:
+        async with mq.running():
+            await mq.publish_many("call", list(range(5)), key="k")
+            await wait_for(all_ran_and_the_first_again, what="the throttled batch run again")
+            await all_acked(mq)
+        stats = mq.stats()
+    assert stats["failed"] == 0 and stats["retried"] == 0
+    assert [r.getMessage() for r in caplog.records if "failed" in r.getMessage()] == []
+
+
 async def test_a_throttle_holds_the_key_back_on_the_groups_other_consumers(mode: Mode) -> None:
     mode.skip_unless("shared", does_not="run a key on two consumers", where=FLOW_DOC)
     first = mode.queue(consumer="first")
@@ -154,3 +183,111 @@ async def test_a_throttle_holds_the_key_back_on_the_groups_other_consumers(mode:
     assert started["another tenant"] - throttled_at[0] < 1.3, "another key was held back"
     waited = started["later"] - throttled_at[0]
     assert waited >= 1.3, f"the throttled key ran on another consumer after {waited:.2f} s"
+
+
+WAITING = {"pause": 2, "rate_limit": 3, "throttle": 1}
+
+
+async def test_what_waits_is_counted_by_reason_until_it_runs(mode: Mode) -> None:
+    """``mq.stats()``'s ``waiting_<reason>`` gauges: in shared mode the entries held back,
+    in ordered mode the keys waiting at an entry (one entry per key here: the same count)."""
+    grouped_only(mode)
+    mq = mode.queue(rate_limits={"email": RateLimit(1, per=60)})
+    handled: list[str] = []
+
+    def waiting() -> dict[str, int]:
+        stats = mq.stats()
+        return {reason: stats.get(f"waiting_{reason}", -1) for reason in WAITING}
+
+    @mq.handler("email")  # one a minute: the first runs, the other three wait
+    async def email(msg: Message[int]) -> None:
+        handled.append(f"email-{msg.data}")
+
+    @mq.handler("report")  # paused: both wait
+    async def report(msg: Message[int]) -> None:
+        handled.append(f"report-{msg.data}")
+
+    @mq.handler("call")  # the API answers 429: it waits out its throttle
+    async def call(msg: Message[int]) -> None:
+        handled.append(f"call-{msg.data}")
+        raise Throttle(retry_after=60)
+
+    async with mq:
+        await mq.pause("report")
+        async with mq.running():
+            await mq.publish_many("email", [0, 1, 2, 3], key=lambda n: f"email-{n}")
+            await mq.publish_many("report", [0, 1], key=lambda n: f"report-{n}")
+            await mq.publish("call", 0, key="tenant-a")
+            await wait_for(lambda: waiting() == WAITING, what=f"waiting {WAITING}")
+            assert sorted(handled) == ["call-0", "email-0"], handled
+            await mq.resume("report")
+            await wait_for(lambda: waiting()["pause"] == 0, what="the reports released")
+            await wait_for(lambda: len(handled) == 4, what="the reports handled")
+            assert waiting() == {**WAITING, "pause": 0}
+
+
+@pytest.mark.parametrize("held_back", ["paused", "rate_limited"])
+async def test_a_type_held_back_does_not_starve_the_others_however_many_wait(
+    mode: Mode, held_back: str
+) -> None:
+    """Ten times ``max_in_flight`` e-mails wait (paused, or over their rate limit) before
+    the SMS: the SMS run at once all the same, and every e-mail runs once when it may (in
+    shared mode most of them were kept as IDs only and are read again)."""
+    grouped_only(mode)
+    limits = {"email": RateLimit(50, per=1.0)} if held_back == "rate_limited" else None
+    mq = mode.queue(max_in_flight=16, concurrency=4, read_count=8, rate_limits=limits)
+    emails: list[int] = []
+    sms: list[int] = []
+
+    @mq.handler("email")
+    async def email(msg: Message[int]) -> None:
+        emails.append(msg.data)
+
+    @mq.handler("sms")
+    async def text(msg: Message[int]) -> None:
+        sms.append(msg.data)
+
+    async with mq:
+        if held_back == "paused":
+            await mq.pause("email")
+        await mq.publish_many("email", list(range(160)), key=lambda n: f"user-{n % 40}")
+        await mq.publish_many("sms", list(range(10)), key=lambda n: f"phone-{n}")
+        async with mq.running():
+            await wait_for(lambda: len(sms) == 10, what="the SMS handled past the e-mails",
+                           timeout=2.5)  # fmt: skip
+            if held_back == "paused":
+                assert emails == [], "a paused type ran"
+                await mq.resume("email")
+            await wait_for(lambda: len(emails) == 160, what="every e-mail handled", timeout=15)
+            await all_acked(mq)
+        stats = mq.stats()
+    assert sorted(emails) == list(range(160)), "an e-mail ran twice or not at all"
+    assert stats["failed"] == 0 and stats["dead_lettered"] == 0
+
+
+async def test_entries_deleted_while_they_wait_leave_nothing_pending(mode: Mode) -> None:
+    """Waiting e-mails deleted meanwhile: the others run once each, and none stays
+    pending (one whose fields the consumer kept may still run, as any entry read before its
+    deletion; one kept as an ID only is acknowledged without a run)."""
+    grouped_only(mode)
+    mq = mode.queue(max_in_flight=8, concurrency=4, read_count=8)
+    emails: list[int] = []
+
+    @mq.handler("email")
+    async def email(msg: Message[int]) -> None:
+        emails.append(msg.data)
+
+    async with mq:
+        await mq.pause("email")
+        await mq.publish_many("email", list(range(40)), key=lambda n: f"user-{n}")
+        async with mq.running():
+            await anyio.sleep(1.5)  # every e-mail read, waiting
+            for stream in mq.streams:  # the even ones deleted meanwhile
+                client = mq.client_for(stream)
+                rows = await client.xrange(stream)
+                even = [i for i, fields in rows if int(fields[b"data"]) % 2 == 0]
+                await client.xdel(stream, *even)
+            await mq.resume("email")
+            await wait_for(lambda: set(range(1, 40, 2)) <= set(emails), what="the rest handled")
+            await all_acked(mq)
+    assert len(emails) == len(set(emails)), f"an e-mail ran twice: {sorted(emails)}"

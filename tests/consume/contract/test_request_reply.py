@@ -11,9 +11,16 @@ from collections.abc import Callable
 import anyio
 import pytest
 import redis.asyncio as aioredis
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from streamq import Message, RemoteError, RequestTimeout, RetryPolicy
+from streamq import (
+    Message,
+    MessageFormatError,
+    RemoteError,
+    RequestTimeout,
+    RetryPolicy,
+    StreamqError,
+)
 from streamq.wire.keys import Keys
 from tests.consume.contract.modes import Mode, all_acked
 
@@ -87,6 +94,28 @@ async def test_a_request_that_fails_past_its_limit_raises_remote_error(mode: Mod
         with pytest.raises(RemoteError, match="card declined"):
             await mq.request("charge", 12, key="c", timeout=10)
         assert len(await mq.dead_letters()) == 1  # the failure is dead-lettered as always
+
+
+async def test_a_reply_that_does_not_fit_the_reply_model_is_a_message_format_error(
+    mode: Mode,
+) -> None:
+    grouped_only(mode)
+    mq = mode.queue()
+
+    @mq.handler("quote")
+    async def quote(msg: Message[Quote]) -> dict[str, int]:
+        return {"amount": 3}  # a handler deployed with another reply shape
+
+    async with mq.running():
+        with pytest.raises(MessageFormatError) as caught:
+            await mq.request("quote", Quote(item="pen", count=1), reply_model=Price,
+                             key="c", timeout=10)  # fmt: skip
+        await all_acked(mq)  # the request was handled and answered: only its reply is refused
+    assert isinstance(caught.value, StreamqError)
+    assert isinstance(caught.value.__cause__, ValidationError)
+    assert str(caught.value).startswith(
+        "the reply to the 'quote' request does not fit reply_model=Price: item: Field required"
+    )
 
 
 async def test_no_reply_in_time_is_a_request_timeout(mode: Mode) -> None:
