@@ -8,12 +8,12 @@ aside* (:meth:`~.capacity.Capacity.set_aside`), so the reads go on and the other
 run while a paused or limited one waits. The stage keeps the fields of at most
 ``max_in_flight`` waiting entries; of the others it keeps the ID and reads the entry again
 (``XRANGE``) when it may go. No delivery is counted while an entry waits; entries of one
-type go on in the order they came. One task releases them, as many as there is room for
-in ``max_in_flight``: when a pause ends (the :class:`~streamq.flow.gate.FlowGate`'s
-``on_change``), when permits are granted (it sleeps until the next permit, never polls
-faster), when a throttle ends. Past ``aside_limit`` waiting entries
-(:data:`~.capacity.ASIDE_PER_UNIT` per unit of ``max_in_flight``) a waiting entry holds
-its unit again, and the reads slow down.
+type go on in the order they came. One task releases them (``max_in_flight`` at a time;
+they hold back the reads until the handlers have caught up): when a pause ends (the
+:class:`~streamq.flow.gate.FlowGate`'s ``on_change``), when permits are granted (it sleeps
+until the next permit, never polls faster), when a throttle ends. Past ``aside_limit``
+waiting entries (:data:`~.capacity.ASIDE_PER_UNIT` per unit of ``max_in_flight``) a
+waiting entry holds its unit again, and the reads slow down.
 
 A handler that raises :class:`~streamq.Throttle` holds back its key (or type) in the group
 (the record on the server) and here; the entry waits in this stage and runs again after
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 Item = tuple[RawEntry, "Route | None"]
 # entries read again by ID (those whose fields the stage let go): ID -> entry, None if deleted
 Fetch = Callable[[list[str]], Awaitable[dict[str, "RawEntry | None"]]]
-ROOM_LOOKED_AT_EVERY = 0.05  # seconds: entries free to go wait for room in max_in_flight
 THROTTLES_LOOKED_UP_EVERY = 1.0  # seconds: a throttle reaches every consumer within it
 # what the entries of a type need, decided once per read (FlowStage.admit)
 _GO, _PARK, _LIMITED, _LIMITED_BY_KEY = range(4)
@@ -265,10 +264,9 @@ class FlowStage:
         if type_until > now:
             return type_until - now
         ready, wait = self._unthrottled(type_name, queue, now)
-        room = self._capacity.room()
-        if len(ready) > room:  # the rest go as the handlers finish entries
-            del ready[max(room, 0) :]
-            wait = min(wait, ROOM_LOOKED_AT_EVERY)
+        if len(ready) > self._capacity.budget.max:  # read again max_in_flight at a time
+            del ready[self._capacity.budget.max :]
+            wait = 0.0
         if type_name in self._limited and ready:
             ready, rate_wait = await self._granted(type_name, ready)
             wait = min(wait, rate_wait)
