@@ -208,7 +208,8 @@ async def test_what_waits_is_counted_by_reason_until_it_runs(mode: Mode) -> None
             await mq.publish_many("report", [0, 1], key=lambda n: f"report-{n}")
             await mq.publish("call", 0, key="tenant-a")
             await wait_for(lambda: waiting() == WAITING, what=f"waiting {WAITING}")
-            assert sorted(handled) == ["call-0", "email-0"], handled
+            # one e-mail ran (with partitions, whichever was read first) and the call
+            assert sorted(h.split("-")[0] for h in handled) == ["call", "email"], handled
             await mq.resume("report")
             await wait_for(lambda: waiting()["pause"] == 0, what="the reports released")
             await wait_for(lambda: len(handled) == 4, what="the reports handled")
