@@ -36,11 +36,11 @@ class Output:
     __slots__ = ("count", "fields", "maxlen", "target", "ttl")
 
     def __init__(
-        self, target: str, fields: list[bytes | str], maxlen: str = "", ttl: str = ""
+        self, target: str, fields: dict[bytes | str, bytes | str], maxlen: str = "", ttl: str = ""
     ) -> None:
         self.target, self.maxlen, self.ttl = target, maxlen, ttl
-        self.fields = wire.bulks(fields)
-        self.count = len(fields)
+        self.fields = wire.field_bulks(fields)
+        self.count = 2 * len(fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class Staging:
             target = settings.streams[settings.partition(key)]
         else:
             target = self._targets.get(stream) or self._checked(stream)
-        return Output(target, [v for pair in fields.items() for v in pair])
+        return Output(target, fields)
 
     def _checked(self, stream: str) -> str:
         if len(self._targets) > 1000:  # names made per entry: checked each time

@@ -35,7 +35,8 @@ class Replier:
 
     def output(self, meta: dict[str, str], result: Any) -> Output:
         """The reply to a request handled with outputs: written with them and the ack."""
-        fields: list[bytes | str] = [*reply_fields(meta[REQUEST], result)]
+        flat = reply_fields(meta[REQUEST], result)
+        fields: dict[bytes | str, bytes | str] = dict(zip(flat[::2], flat[1::2], strict=True))
         return Output(self._keys.replies(meta[REPLY_TO]), fields, str(REPLY_MAXLEN),
                       str(REPLY_TTL_MS))  # fmt: skip
 

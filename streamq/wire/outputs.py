@@ -95,16 +95,34 @@ _SHAS = {script: hashlib.sha1(script.encode()).hexdigest() for script in (WRITE,
 
 # the RESP bulk strings of small numbers (key indexes, field counts, output counts)
 _NUMBERS = [b"$%d\r\n%d\r\n" % (len(str(n)), n) for n in range(1024)]
-_EMPTY = b"$0\r\n\r\n"
+_NO_OPTIONS = b"$0\r\n\r\n" * 2  # no MAXLEN, no TTL
 
 
 def bulks(values: list[bytes | str]) -> bytes:
     """``values`` as RESP bulk strings, joined (an output's fields, packed once when
     staged: the write then joins bytes)."""
-    parts = []
-    for value in values:
-        raw = value if isinstance(value, bytes) else value.encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(
+        [
+            b"$%d\r\n%s\r\n" % (len(raw), raw)
+            for raw in (v if v.__class__ is bytes else v.encode() for v in values)  # type: ignore[union-attr]
+        ]
+    )
+
+
+_NAMES: dict[bytes | str, bytes] = {}  # the bulk strings of field names (a few)
+
+
+def field_bulks(fields: dict[bytes | str, bytes | str]) -> bytes:
+    """An entry's fields (name, value pairs) as RESP bulk strings, joined."""
+    names, parts = _NAMES, []
+    for name, value in fields.items():
+        head = names.get(name)
+        if head is None:
+            head = bulks([name])
+            if len(names) < 64:  # streamq's own names, and a few of a foreign entry's
+                names[name] = head
+        raw = value if value.__class__ is bytes else value.encode()  # type: ignore[union-attr]
+        parts.append(head + b"$%d\r\n%s\r\n" % (len(raw), raw))
     return b"".join(parts)
 
 
@@ -123,15 +141,17 @@ class Packed:
         self.count = 0
 
     def entry(self, entry_id: str, outputs: int) -> None:
-        raw = entry_id.encode()
-        self.parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw) + number(outputs))
+        self.parts.append(b"$%d\r\n%s\r\n" % (len(entry_id), entry_id.encode()) + number(outputs))
         self.count += 2
 
     def output(self, key: int, maxlen: str, ttl: str, fields: int, packed: bytes) -> None:
         """One output: the index of its key, XADD's MAXLEN and a TTL ('' none), its
         fields' count and their bulk strings."""
-        options = _EMPTY + _EMPTY if not maxlen and not ttl else bulks([maxlen, ttl])
-        self.parts.append(number(key) + options + number(fields) + packed)
+        if maxlen or ttl:
+            self.parts.append(number(key) + bulks([maxlen, ttl]) + number(fields) + packed)
+        else:
+            numbers = _NUMBERS
+            self.parts.append(numbers[key] + _NO_OPTIONS + numbers[fields] + packed)
         self.count += 4 + fields
 
     def command(

@@ -75,7 +75,7 @@ async def test_a_write_sent_again_or_by_a_second_run_adds_nothing(
     entry_id = (await client.xadd(stream, {"type": "order", "data": "1"})).decode()
     await client.xreadgroup("g", "c", {stream: ">"})
     writer = OutputWriter(client, stream, "g", cluster=lambda: False)
-    staged = [(entry_id, [Output(target, ["type", "shipped", "data", "1"])])]
+    staged = [(entry_id, [Output(target, {"type": "shipped", "data": "1"})])]
     assert await writer.write(staged, None)
     assert await writer.write(staged, None)  # a lost reply's flush, or another run's
     assert await client.xlen(target) == 1
@@ -208,7 +208,7 @@ async def test_a_stale_owners_outputs_and_ack_are_refused(
         lease, mapping={"consumer": "new-owner", "token": "8", "expires": "1" + "0" * 14}
     )
     writer = OutputWriter(client, stream, "g", cluster=lambda: False)
-    staged = [(entry_id, [Output(target, ["type", "shipped", "data", "1"])])]
+    staged = [(entry_id, [Output(target, {"type": "shipped", "data": "1"})])]
     assert not await writer.write(staged, (lease, "old-owner", "7"))
     assert await client.exists(target) == 0
     assert (await client.xpending(stream, "g"))["pending"] == 1
