@@ -40,6 +40,7 @@ from .consume.context import NO_GROUP, inside_handler
 from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
+from .consume.outputs import OutputSettings
 from .errors import ConfigError, QueueStateError
 from .flow.rate import RateLimit
 from .flow.settings import queue_rate_limits
@@ -289,8 +290,11 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
         router = bind(router, self._topic.codec.keyring, self.on_newer_version)
+        handle = self._topic
+        outputs = OutputSettings(handle.codec, self.stream, self.streams, handle.partition,
+                                 lambda: bool(handle.deployment.cluster))  # fmt: skip
         policies = Policies(
-            self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config
+            self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config, outputs
         )
         mode = Mode(self.group is None, self.ordered, self.on_poison)
         return build_engine(topic, self.client_for, router, policies, mode,
@@ -399,11 +403,12 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
 
         Counters: received, handled, failed, retried, dead_lettered, skipped (a fan-out
         subscriber's entries of a type it has no handler for), claimed, acked,
-        scheduled_moved; gauge: in_flight; histograms: handler_seconds, batch_size,
-        scheduled_lateness_seconds (how late each scheduled message was moved). A consumer
-        of a group adds the gauges of what it holds back for flow control: waiting_pause,
-        waiting_rate_limit, waiting_throttle (entries; in ordered mode keys waiting at an
-        entry).
+        scheduled_moved, forwarded (outputs this consumer forwarded from an outbox to their
+        target on another slot of a cluster, see ``Message.publish``); gauge: in_flight;
+        histograms: handler_seconds, batch_size, scheduled_lateness_seconds (how late each
+        scheduled message was moved). A consumer of a group adds the gauges of what it
+        holds back for flow control: waiting_pause, waiting_rate_limit, waiting_throttle
+        (entries; in ordered mode keys waiting at an entry).
         """
         return {} if self._consumer is None else self._consumer.stats_report()
 
