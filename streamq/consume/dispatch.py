@@ -54,7 +54,7 @@ class Dispatcher:
         self.router = router
         self.group = group
         # what a Message says of where it comes from: the topic, and the partition if any
-        self._topic, self._partition = place.topic, place.partition or 0
+        self._topic, self._partition = place.topic, (place.partition or 0) % place.partitions
         self._id_prefix = None if place.partition is None else f"{place.partition}:"
         self._fencing_token = fencing_token  # ordered mode: the partition's lease
         self.retry = retry
