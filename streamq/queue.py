@@ -96,6 +96,10 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             its handler's does, ``"wait"`` for a consumer that knows it (as an entry of an
             unknown type does) or ``"dead_letter"``. Consumers decode whatever they read,
             whatever their own settings (docs/guides/payloads.md).
+        priorities: the topic's priority levels (1: none, at most 10); ``publish(...,
+            priority=0)`` is the most urgent, the default the middle level. Each level is a
+            stream of its own; consumers start higher levels first with a weighted share
+            for the lower ones (docs/guides/flow-control.md). Not with ``ordered=True``.
         rate_limits: message type -> :class:`~streamq.RateLimit`, held on the server and
             shared by every consumer of the group (or give one with the handler:
             ``@mq.handler("email", rate=RateLimit(100))``); docs/guides/flow-control.md.

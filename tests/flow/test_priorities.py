@@ -269,3 +269,21 @@ async def test_the_clients_of_a_level_stream_reach_it(where: str, topic: str) ->
         entry = await mq.publish("job", 1, priority=2)
         client: aioredis.Redis = mq.client_for(mq.streams[2])
         assert await client.xlen(mq.streams[2]) == 1 and entry.startswith("2:")
+
+
+async def test_the_dashboards_view_of_a_topic_covers_every_level(where: str, topic: str) -> None:
+    from streamq.dashboard.view import open_view  # the dashboard's own modules, not the app
+    from streamq.wire.client import connect
+
+    async with queue(where, topic) as mq:
+        high = await mq.publish("job", 1, priority=0)
+    deployment = connect(where)
+    try:
+        view = await open_view(deployment, topic)
+        assert view.topic.streams == mq.streams and view.partitioned
+        info = await view.admin.topic_info()
+        assert [row.length for row in info.partitions] == [1, 0, 0]
+        await view.admin.stop_message(high)
+        assert await view.admin.stopped_messages() == [high]
+    finally:
+        await deployment.aclose()
