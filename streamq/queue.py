@@ -21,7 +21,7 @@ from ._health import health_report
 from ._opening import open_until_ready, try_open
 from ._payload_routes import WrittenVersions, bind
 from ._preparing import Preparation, prepare
-from ._queue_args import check_identity, check_ordered, default_consumer_name
+from ._queue_args import check_identity, check_ordered, check_priorities, default_consumer_name
 from ._registration import Registry
 from ._stop_signals import owns_signals, watch_stop_signals
 from ._task_groups import task_group_around_block
@@ -53,7 +53,7 @@ from .publish.operations import Publishing
 from .publish.scheduled import ScheduledMessages
 from .topic.handle import TopicHandle
 from .topic.operations import TopicAdmin
-from .topic.partitions import recorded_partitions, validate_partitions
+from .topic.partitions import recorded_partitions, recorded_priorities, validate_partitions
 from .wire.client import connect, ride_through
 from .wire.keys import require_stream
 from .wire.routing import Deployment
@@ -97,6 +97,10 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             its handler's does, ``"wait"`` for a consumer that knows it (as an entry of an
             unknown type does) or ``"dead_letter"``. Consumers decode whatever they read,
             whatever their own settings (docs/guides/payloads.md).
+        priorities: the topic's priority levels (1: none, at most 10); ``publish(...,
+            priority=0)`` is the most urgent, the default the middle level. Each level is a
+            stream of its own; consumers start higher levels first with a weighted share
+            for the lower ones (docs/guides/flow-control.md). Not with ``ordered=True``.
         rate_limits: message type -> :class:`~streamq.RateLimit`, held on the server and
             shared by every consumer of the group (or give one with the handler:
             ``@mq.handler("email", rate=RateLimit(100))``); docs/guides/flow-control.md.
@@ -131,6 +135,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         max_per_key: int | None = None,
         cluster: bool | None = None,
         partitions: int = 1,
+        priorities: int = 1,
         ordered: bool = False,
         on_poison: OnPoison = "dead_letter",
         compression: Compression | None = None,
@@ -157,7 +162,10 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         if url is not None:
             check_url(url)  # a bad URL is refused here, without quoting it
         self._url, self._cluster = url, cluster
-        self._topic = TopicHandle(stream, validate_partitions(partitions), self._connect)
+        levels = check_priorities(priorities, self.ordered, self.config.max_per_key)
+        self._topic = TopicHandle(
+            stream, validate_partitions(partitions), self._connect, priorities=levels
+        )
         self._schedule = ScheduledMessages(self._topic)
         self._admin = TopicAdmin(self._topic, group, self._schedule.scheduled_summary)
         self.stream, self.group = stream, group
@@ -210,8 +218,14 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         return self._topic.partitions
 
     @property
+    def priorities(self) -> int:
+        """The topic's number of priority levels (1: none; 0 is the highest)."""
+        return self._topic.priorities
+
+    @property
     def streams(self) -> tuple[str, ...]:
-        """The topic's streams: the stream itself, or one per partition."""
+        """The topic's streams: the stream itself, or one per partition and priority
+        level (level ``L`` of partition ``i`` at index ``L * partitions + i``)."""
         return self._topic.streams
 
     @property
@@ -233,7 +247,10 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         topic, as the CLI does); return it. Only before the queue runs."""
         if self._state is State.RUNNING:
             raise QueueStateError("cannot change the partitions of a running queue")
-        self._topic.use_partitions(await recorded_partitions(self.client, self.stream))
+        self._topic.use_partitions(
+            await recorded_partitions(self.client, self.stream),
+            await recorded_priorities(self.client, self.stream),
+        )
         return self.partitions
 
     async def __aenter__(self) -> MessageQueue:
@@ -287,7 +304,8 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
 
     # -- consuming ------------------------------------------------------------------
     def _build_consumer(self) -> Engine:
-        topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
+        topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer,
+                      self.partitions, self.priorities)  # fmt: skip
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
         router = bind(router, self._topic.codec.keyring, self.on_newer_version)
         handle = self._topic

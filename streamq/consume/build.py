@@ -64,6 +64,8 @@ class Topic:
     streams: tuple[str, ...]
     group: str
     consumer: str
+    partitions: int = 1
+    priorities: int = 1  # stream ``i`` is of level ``i // partitions``
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,20 +192,35 @@ def _assembled(
     """One consumer for a plain stream; one per partition, run as one, for a topic."""
     if len(topic.streams) == 1:
         return one(0, None)
-    limits = SharedLimits.for_partitions(policies.config, len(topic.streams), claimers=claimers)
+    limits = SharedLimits.for_partitions(
+        policies.config, len(topic.streams), claimers=claimers, priorities=topic.priorities
+    )
     return PartitionedConsumer([one(i, limits) for i in range(len(topic.streams))], limits.pool)
 
 
 def _place(topic: Topic, index: int, limits: SharedLimits | None) -> Place:
     """What a Message says of where it comes from: the topic, and the partition if any."""
-    return Place(topic.streams[index]) if limits is None else Place(topic.name, index)
+    if limits is None:
+        return Place(topic.streams[index])
+    return Place(topic.name, index, topic.partitions)
 
 
-def _capacity(config: ConsumerConfig, limits: SharedLimits | None, *, claimers: bool) -> Capacity:
-    return Capacity(
+def _level(place: Place) -> int:
+    """The priority level of the stream a consumer reads (0 without priorities)."""
+    return (place.partition or 0) // place.partitions
+
+
+def _capacity(
+    config: ConsumerConfig, limits: SharedLimits | None, place: Place, *, claimers: bool
+) -> Capacity:
+    capacity = Capacity(
         config.max_in_flight, config.read_count, limits.budget if limits else None,
         limits.pool.workers if limits else None, claimers=claimers,
     )  # fmt: skip
+    if limits is not None and limits.levels is not None:
+        capacity.levels, capacity.level = limits.levels, _level(place)
+        limits.levels.join(capacity, capacity.level)
+    return capacity
 
 
 def _dispatcher(
@@ -277,7 +294,7 @@ def _shared_parts(
     """The parts of ``consumer``: one in-flight table (in the Capacity) and one Acker,
     handed to the parts that need them; the parts call back into the consumer."""
     config, identity, summary = policies.config, consumer.id, consumer.summary
-    capacity = _capacity(config, limits, claimers=True)
+    capacity = _capacity(config, limits, place, claimers=True)
     writer, staging = _outputs(client, identity.stream, identity.group, policies, forwarder)
     acker = Acker(client, identity.stream, identity.group, writer)
     claimer = Claimer(
@@ -310,7 +327,7 @@ def _shared_parts(
         gate, consumer.released, consumer.router, dispatcher.message, summary,
         capacity, entries_by_id(client, identity.stream), acker.ack,
     )  # fmt: skip
-    pool = limits.pool.entrance(consumer) if limits else None
+    pool = limits.pool.entrance(consumer, _level(place)) if limits else None
     slots = limits.handlers if limits else None
     batcher = _batcher(consumer, policies, limits)
     return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots, pool, flow)
@@ -372,7 +389,7 @@ def _fanout_parts(
     from .fanout import StreamReader
 
     config, stream = policies.config, consumer.id.stream
-    capacity = _capacity(config, limits, claimers=False)
+    capacity = _capacity(config, limits, place, claimers=False)
     reader = StreamReader(
         client, stream, config=config, capacity=capacity, positions=positions,
         enqueue=consumer.enqueue, stopping=consumer.stopping,
@@ -389,7 +406,7 @@ def _fanout_parts(
     # no redelivery: a batch is retried whole, never bisected
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=False,
                              staging=Refused())  # fmt: skip
-    pool = limits.pool.entrance(consumer) if limits else None
+    pool = limits.pool.entrance(consumer, _level(place)) if limits else None
     slots = limits.handlers if limits else None
     batcher = _batcher(consumer, policies, limits)
     return Parts(capacity, None, reader, None, dispatcher, batcher, listener, slots, pool)

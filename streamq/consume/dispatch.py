@@ -56,7 +56,7 @@ class Dispatcher:
         self._staging = staging  # what msg.publish stages outputs with
         self.group = group
         # what a Message says of where it comes from: the topic, and the partition if any
-        self._topic, self._partition = place.topic, place.partition or 0
+        self._topic, self._partition = place.topic, (place.partition or 0) % place.partitions
         self._id_prefix = None if place.partition is None else f"{place.partition}:"
         self._fencing_token = fencing_token  # ordered mode: the partition's lease
         self.retry = retry

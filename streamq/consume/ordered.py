@@ -320,7 +320,10 @@ class OrderedConsumer(Lifecycle):
         """The dispatcher of a partition held with ``token``: ordered outcomes (fenced
         acks, retries in place, and with ``on_poison="halt"`` halts at the limit)."""
         stream, summary = self.streams[partition], LogSummary()
-        place = Place(stream) if len(self.streams) == 1 else Place(self.topic, partition)
+        place = (
+            Place(stream) if len(self.streams) == 1
+            else Place(self.topic, partition, len(self.streams))
+        )  # fmt: skip
         outcomes = GroupOutcomes(
             ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with, group=self.group,
             consumer=self.me,

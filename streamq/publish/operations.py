@@ -21,6 +21,7 @@ from ..payload.encoding import PayloadCodec
 from ..wire import resp
 from ..wire.client import ride_through, worth_waiting
 from ..wire.features import Features, probe
+from ..wire.partition_names import check_priority
 from ..wire.replies import StreamMissing
 from ..wire.routing import Deployment
 from . import idempotency, ticks
@@ -89,13 +90,14 @@ class Publishing:
         Raises ConfigError for a naive datetime, a negative delay, or ``replicas`` /
         ``idempotency_key`` given with them.
         """
-        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id = options
+        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id, priority = options
+        topic = self._topic
+        level = None if priority is None else check_priority(priority, topic.priorities)
         if options.scheduled:
             options.check_scheduled()
             return await self._delayed.schedule(
-                message_type, data, meta, key, delay, at, schedule_id
+                message_type, data, meta, key, delay, at, schedule_id, level
             )
-        topic = self._topic
         fields = topic.codec.entry(message_type, data, meta, key)
         deployment = topic.deployment
         if topic.shape_checked_on is not deployment:  # inline: the hot path
@@ -103,7 +105,7 @@ class Publishing:
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         # without a key, the idempotency key picks the partition: a retry goes where the
         # first publish went (in turn, it would land on the next and be added again)
-        partition = topic.partition(once if key is None else key)
+        partition = topic.partition(once if key is None else key, level)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
         if durability is None and once is None:
             stream = topic.streams[partition]
@@ -111,7 +113,7 @@ class Publishing:
                 entry_id = await self._coalescer_on(deployment).xadd(
                     topic.client_for(stream), stream, fields, NOMKSTREAM
                 )
-                return named(topic.partitions, partition, entry_id)
+                return named(len(topic.streams), partition, entry_id)
             except StreamMissing:
                 return await self._add(partition, fields, None, None, found_missing=True)
             except ServerUnavailableError as e:
@@ -160,7 +162,7 @@ class Publishing:
             entry_id, reached = await self._publish_durably(
                 client, stream, fields, durability, once, make_stream
             )
-            return durability.confirm(named(self._topic.partitions, partition, entry_id), reached)
+            return durability.confirm(named(len(self._topic.streams), partition, entry_id), reached)
         options = stream_options(make_stream)
 
         async def xadd() -> str:
@@ -171,7 +173,7 @@ class Publishing:
             )
 
         return named(
-            self._topic.partitions, partition, await ride_through(self._topic.deployment, xadd)
+            len(self._topic.streams), partition, await ride_through(self._topic.deployment, xadd)
         )
 
     async def add_tick(
@@ -252,6 +254,7 @@ class Publishing:
         chunk: int = 1000,
         delay: Duration | None = None,
         at: datetime | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         """Add many messages of one type with pipelined XADD; return their IDs in order.
 
@@ -259,22 +262,24 @@ class Publishing:
         topic; see :meth:`publish`). Every item is encoded before anything is sent: a bad
         one raises MessageFormatError and nothing is published. ``delay``/``at``: schedule
         them all for that time (as :meth:`publish`), each under its own ScheduledId.
+        ``priority``: the level of every message (as :meth:`publish`).
         """
         items = list(items)
+        topic = self._topic
+        level = None if priority is None else check_priority(priority, topic.priorities)
         if delay is not None or at is not None:
             return list(
-                await self._delayed.schedule_many(message_type, items, meta, key, delay, at)
+                await self._delayed.schedule_many(message_type, items, meta, key, delay, at, level)
             )
-        topic = self._topic
         entry = topic.codec.entry
         encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
         if topic.shape_unchecked:
             await topic.check_shape_once()
-        plan = ManyPlan(items, key, topic.partitions, topic.partition)
+        plan = ManyPlan(items, key, len(topic.streams), partial(topic.partition, level=level))
         await self._send_pass(plan, encoded, chunk, make_stream=False)
         if plan.found_missing:  # see streamq.publish.plan: the topic is new, or was terminated
             await topic.check_shape_again()  # a count that no longer fits raises ConfigError
-            plan.again(topic.partitions, topic.partition)
+            plan.again(len(topic.streams), partial(topic.partition, level=level))
             await self._send_pass(plan, encoded, chunk, make_stream=True)
         return plan.ids()
 
