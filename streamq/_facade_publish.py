@@ -48,9 +48,10 @@ class PublishFacade:
         delay: Duration | None = None,
         at: datetime | None = None,
         schedule_id: str | None = None,
+        priority: int | None = None,
     ) -> str:
         return await self._checked.publish(message_type, data, meta, PublishOptions(
-            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id, priority
         ))  # fmt: skip
 
     async def publish_many(
@@ -63,10 +64,12 @@ class PublishFacade:
         chunk: int = 1000,
         delay: Duration | None = None,
         at: datetime | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         return await self._checked.publish_many(
-            message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
-        )
+            message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at,
+            priority=priority,
+        )  # fmt: skip
 
     async def request(
         self,

@@ -40,7 +40,7 @@ async def prepare(
 ) -> None:
     """Check and prepare the server for a queue about to publish or consume."""
     s = settings
-    if topic.partitions > 1:  # the topic's own record of its partitions
+    if len(topic.streams) > 1:  # the topic's own record of its partitions (and levels)
         await check_permissions(topic.client, topic.stream, consuming=False, partitioned=True)
     await topic.check_shape()
     grouped = s.group is not None  # fan-out: only XREAD, which opening checks

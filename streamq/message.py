@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel
@@ -34,6 +34,21 @@ WIRE_FIELDS = (_FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY, b"ver", b"enc"
 PUBLISH_MARKER = b"pub"
 
 
+class OutputStaging(Protocol):
+    """Where a Message's :meth:`Message.publish` stages its outputs: the consumer's part
+    that encodes them and knows their stream (a hand-built Message has none)."""
+
+    def output(
+        self,
+        type_name: str,
+        data: Any,
+        stream: str | None,
+        key: str | bytes | None,
+        meta: Mapping[str, str] | None,
+    ) -> Any:
+        """One output, encoded; raises ConfigError where outputs cannot be written."""
+
+
 class Message(Generic[T]):
     """One delivered entry: its ID, routing type, typed ``data`` and string ``meta``.
 
@@ -44,8 +59,8 @@ class Message(Generic[T]):
     owner of the partition, so a sink can refuse a write carrying an older one."""
 
     __slots__ = (
-        "data", "delivery_count", "fencing_token", "group", "id", "key", "meta", "partition",
-        "stream", "type",
+        "_outputs", "_staging", "data", "delivery_count", "fencing_token", "group", "id", "key",
+        "meta", "partition", "stream", "type",
     )  # fmt: skip
 
     def __init__(
@@ -60,7 +75,10 @@ class Message(Generic[T]):
         partition: int = 0,
         key: str | None = None,
         fencing_token: int | None = None,
+        staging: OutputStaging | None = None,
     ) -> None:
+        self._staging = staging
+        self._outputs: list[Any] | None = None  # staged by publish(), written with the ack
         self.id = id
         self.key = key
         self.fencing_token = fencing_token
@@ -80,6 +98,43 @@ class Message(Generic[T]):
         for every other entry or group. ``%`` and ``/`` in the stream and group names are
         written ``%25`` and ``%2F``, so that two names never give one key."""
         return f"{_escaped(self.stream)}/{_escaped(self.group)}/{self.id}"
+
+    def publish(
+        self,
+        type: str,
+        data: Any,
+        *,
+        stream: str | None = None,
+        key: str | bytes | None = None,
+        meta: Mapping[str, str] | None = None,
+    ) -> None:
+        """Stage an output of this entry's handler: a message written together with the
+        entry's acknowledgement, atomically, or not at all (docs/guides/effects.md).
+
+        ``type``, ``data``, ``key`` and ``meta`` are those of ``mq.publish``, encoded as it
+        encodes them (the handler's queue's payload settings). ``stream``: the stream the
+        output goes to (default: the handler's own topic, its partition chosen by ``key``
+        as ``publish`` chooses it; another name is written as a plain stream). A handler
+        that fails, raises a signal (Retry, Reject, Throttle) or times out writes none of
+        the outputs of that attempt; an entry handled twice writes each output once.
+
+        :raises ConfigError: outside a consumer group's handler (a fan-out subscriber has
+            no ack to write outputs with; a Message built by hand has no consumer).
+        :raises MessageFormatError: ``type``, ``data``, ``key`` or ``meta`` cannot be
+            written (as ``publish`` raises it).
+        """
+        staging = self._staging
+        if staging is None:
+            raise ConfigError(
+                "Message.publish stages an output written with the entry's ack: it works "
+                "inside a handler of a consumer group, not on a Message built by hand "
+                "(publish it with mq.publish instead)"
+            )
+        output = staging.output(type, data, stream, key, meta)
+        if self._outputs is None:
+            self._outputs = [output]
+        else:
+            self._outputs.append(output)
 
     @property
     def published_at(self) -> datetime:

@@ -69,7 +69,7 @@ class QueueCollector:
         core = _prometheus().core
         labels = ["stream", "group", "consumer"]
         names = ("received", "handled", "failed", "retried", "dead_lettered", "skipped",
-                 "claimed", "acked", "scheduled_moved")  # fmt: skip
+                 "claimed", "acked", "scheduled_moved", "forwarded")  # fmt: skip
         counters = {
             name: core.CounterMetricFamily(
                 f"{PREFIX}_{name}", f"entries {name.replace('_', ' ')}", labels=labels

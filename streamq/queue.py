@@ -21,7 +21,7 @@ from ._health import health_report
 from ._opening import open_until_ready, try_open
 from ._payload_routes import WrittenVersions, bind
 from ._preparing import Preparation, prepare
-from ._queue_args import check_identity, check_ordered, default_consumer_name
+from ._queue_args import check_identity, check_ordered, check_priorities, default_consumer_name
 from ._registration import Registry
 from ._stop_signals import owns_signals, watch_stop_signals
 from ._task_groups import task_group_around_block
@@ -40,6 +40,7 @@ from .consume.context import NO_GROUP, inside_handler
 from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
+from .consume.outputs import OutputSettings
 from .errors import ConfigError, QueueStateError
 from .flow.rate import RateLimit
 from .flow.settings import queue_rate_limits
@@ -52,7 +53,7 @@ from .publish.operations import Publishing
 from .publish.scheduled import ScheduledMessages
 from .topic.handle import TopicHandle
 from .topic.operations import TopicAdmin
-from .topic.partitions import recorded_partitions, validate_partitions
+from .topic.partitions import recorded_partitions, recorded_priorities, validate_partitions
 from .wire.client import connect, ride_through
 from .wire.keys import require_stream
 from .wire.routing import Deployment
@@ -96,6 +97,10 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             its handler's does, ``"wait"`` for a consumer that knows it (as an entry of an
             unknown type does) or ``"dead_letter"``. Consumers decode whatever they read,
             whatever their own settings (docs/guides/payloads.md).
+        priorities: the topic's priority levels (1: none, at most 10); ``publish(...,
+            priority=0)`` is the most urgent, the default the middle level. Each level is a
+            stream of its own; consumers start higher levels first with a weighted share
+            for the lower ones (docs/guides/flow-control.md). Not with ``ordered=True``.
         rate_limits: message type -> :class:`~streamq.RateLimit`, held on the server and
             shared by every consumer of the group (or give one with the handler:
             ``@mq.handler("email", rate=RateLimit(100))``); docs/guides/flow-control.md.
@@ -130,6 +135,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         max_per_key: int | None = None,
         cluster: bool | None = None,
         partitions: int = 1,
+        priorities: int = 1,
         ordered: bool = False,
         on_poison: OnPoison = "dead_letter",
         compression: Compression | None = None,
@@ -156,7 +162,10 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         if url is not None:
             check_url(url)  # a bad URL is refused here, without quoting it
         self._url, self._cluster = url, cluster
-        self._topic = TopicHandle(stream, validate_partitions(partitions), self._connect)
+        levels = check_priorities(priorities, self.ordered, self.config.max_per_key)
+        self._topic = TopicHandle(
+            stream, validate_partitions(partitions), self._connect, priorities=levels
+        )
         self._schedule = ScheduledMessages(self._topic)
         self._admin = TopicAdmin(self._topic, group, self._schedule.scheduled_summary)
         self.stream, self.group = stream, group
@@ -209,8 +218,14 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         return self._topic.partitions
 
     @property
+    def priorities(self) -> int:
+        """The topic's number of priority levels (1: none; 0 is the highest)."""
+        return self._topic.priorities
+
+    @property
     def streams(self) -> tuple[str, ...]:
-        """The topic's streams: the stream itself, or one per partition."""
+        """The topic's streams: the stream itself, or one per partition and priority
+        level (level ``L`` of partition ``i`` at index ``L * partitions + i``)."""
         return self._topic.streams
 
     @property
@@ -232,7 +247,10 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         topic, as the CLI does); return it. Only before the queue runs."""
         if self._state is State.RUNNING:
             raise QueueStateError("cannot change the partitions of a running queue")
-        self._topic.use_partitions(await recorded_partitions(self.client, self.stream))
+        self._topic.use_partitions(
+            await recorded_partitions(self.client, self.stream),
+            await recorded_priorities(self.client, self.stream),
+        )
         return self.partitions
 
     async def __aenter__(self) -> MessageQueue:
@@ -286,11 +304,15 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
 
     # -- consuming ------------------------------------------------------------------
     def _build_consumer(self) -> Engine:
-        topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer)
+        topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer,
+                      self.partitions, self.priorities)  # fmt: skip
         router = with_middlewares(self.route_table, self._registry.handler_middlewares)
         router = bind(router, self._topic.codec.keyring, self.on_newer_version)
+        handle = self._topic
+        outputs = OutputSettings(handle.codec, self.stream, self.streams, handle.partition,
+                                 lambda: bool(handle.deployment.cluster))  # fmt: skip
         policies = Policies(
-            self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config
+            self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config, outputs
         )
         mode = Mode(self.group is None, self.ordered, self.on_poison)
         return build_engine(topic, self.client_for, router, policies, mode,
@@ -399,11 +421,12 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
 
         Counters: received, handled, failed, retried, dead_lettered, skipped (a fan-out
         subscriber's entries of a type it has no handler for), claimed, acked,
-        scheduled_moved; gauge: in_flight; histograms: handler_seconds, batch_size,
-        scheduled_lateness_seconds (how late each scheduled message was moved). A consumer
-        of a group adds the gauges of what it holds back for flow control: waiting_pause,
-        waiting_rate_limit, waiting_throttle (entries; in ordered mode keys waiting at an
-        entry).
+        scheduled_moved, forwarded (outputs this consumer forwarded from an outbox to their
+        target on another slot of a cluster, see ``Message.publish``); gauge: in_flight;
+        histograms: handler_seconds, batch_size, scheduled_lateness_seconds (how late each
+        scheduled message was moved). A consumer of a group adds the gauges of what it
+        holds back for flow control: waiting_pause, waiting_rate_limit, waiting_throttle
+        (entries; in ordered mode keys waiting at an entry).
         """
         return {} if self._consumer is None else self._consumer.stats_report()
 

@@ -52,7 +52,7 @@ def _queue(
 
 async def _require_one_stream(mq: MessageQueue) -> None:
     """For commands that read one stream (pending): not a partitioned topic."""
-    if mq.partitions > 1:
+    if len(mq.streams) > 1:
         raise CliError(
             f"{mq.stream!r} is a partitioned topic: name one of its partition streams "
             f"({', '.join(mq.streams)})"
@@ -61,7 +61,7 @@ async def _require_one_stream(mq: MessageQueue) -> None:
 
 
 async def _require_stream(mq: MessageQueue) -> None:
-    if mq.partitions > 1:
+    if len(mq.streams) > 1:
         if not (await mq.topic_info()).exists:
             raise StreamNotFoundError(f"topic {mq.stream!r} does not exist")
         return

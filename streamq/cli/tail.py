@@ -41,7 +41,7 @@ async def tail(
     ``keyring``: decrypts encrypted payloads (without it they are shown as such)."""
     begin = StartFrom.LATEST if start == "$" else StartFrom(start)
     cursors = {s: await start_position(mq.client_for(s), s, begin) for s in mq.streams}
-    partitioned = mq.partitions > 1
+    partitioned = len(mq.streams) > 1
     block = None if partitioned else BLOCK_MS
     shown = 0
     deadline = time.monotonic() + seconds if seconds else None

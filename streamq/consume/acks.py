@@ -7,6 +7,11 @@ the same write as its next XREADGROUP (:meth:`Acker.send_along`), which saves
 a round trip per batch; the acker lingers ``ACK_LINGER`` before flushing on its own so the
 reader has the chance. A failed flush keeps its IDs and is retried (XACK is idempotent), so
 no ack is lost to a dropped connection.
+
+An entry whose handler staged outputs (``msg.publish``) is queued apart with them
+(:meth:`Acker.ack_with`): its flush writes the outputs and the ack in one script
+(:class:`~streamq.consume.outputs.OutputWriter`), which adds outputs only for an entry its
+ack takes out of the pending list, so a flush sent again writes nothing twice.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import redis.asyncio as aioredis
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..wire import resp
 from ..wire.translate import translate
+from .outputs import MAX_ENTRIES_PER_WRITE, Output, OutputWriter, Staged
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +36,19 @@ ACK_LINGER = 0.005
 
 
 class Acker:
-    def __init__(self, client: aioredis.Redis, stream: str, group: str) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        group: str,
+        writer: OutputWriter | None = None,
+    ) -> None:
         self._client = client
         self._stream = stream
         self._group = group
         self._pending: list[str] = []
+        self._staged: list[Staged] = []  # entries with outputs, acked by the writer
+        self._writer = writer
         self._wakeup = anyio.Event()
         self._closing = False
         self.acked = 0
@@ -54,9 +68,16 @@ class Acker:
         if not self._wakeup.is_set():
             self._wakeup.set()
 
+    def ack_with(self, entry_id: str, outputs: list[Output]) -> None:
+        """Queue ``entry_id`` for acknowledgement with the outputs its handler staged."""
+        staged = self._staged
+        staged.append((entry_id, outputs))
+        if len(staged) == 1:  # as ack(): the first since the queue was emptied wakes run()
+            self._wakeup.set()
+
     @property
     def backlog(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._staged)
 
     def take(self) -> list[str]:
         """Hand queued IDs to a caller that will send their XACK itself (the read loop)."""
@@ -94,21 +115,23 @@ class Acker:
         """Flush until :meth:`close` is called and the backlog is empty."""
         while True:
             # closed while a flush was under way: its wake-up was spent before the flush
-            if self._closing and not self._pending:
+            # (the queues looked at directly: a property call per flush shows per entry)
+            if self._closing and not self._pending and not self._staged:
                 return
             await self._wakeup.wait()
             self._wakeup = anyio.Event()
-            if not self._pending and self._closing:
+            if self._closing and not self._pending and not self._staged:
                 return
             if not self._closing and len(self._pending) < MAX_IDS_PER_XACK:
                 await anyio.sleep(ACK_LINGER)  # the read loop may carry them
-                if not self._pending:
+                if not self._pending and not self._staged:
                     continue
             try:
                 await self.flush()
             except (GroupNotFoundError, StreamNotFoundError) as e:
                 log.warning("ack dropped: group %r is gone (%s)", self._group, e)
                 self._pending.clear()
+                self._staged.clear()
                 self._wakeup.set()  # closing: run() returns now that the backlog is empty
             except RedisFailure as e:
                 log.warning("ack flush failed, retrying in %.1fs: %s", ACK_RETRY_BACKOFF, e)
@@ -126,6 +149,21 @@ class Acker:
                 self._pending[:0] = ids
                 raise
             self.acked += len(ids)
+        while self._staged:
+            staged = self._staged[:MAX_ENTRIES_PER_WRITE]
+            del self._staged[: len(staged)]
+            try:
+                done = await self._write(staged)
+            except BaseException:
+                self._staged[:0] = staged
+                raise
+            if done:
+                self.acked += len(staged)
+
+    async def _write(self, staged: list[Staged]) -> bool:
+        """Write ``staged`` entries' outputs with their acks (one script)."""
+        assert self._writer is not None  # only a consumer with a writer stages outputs
+        return await self._writer.write(staged, None)
 
     async def _xack(self, ids: list[str]) -> None:
         """XACK with the command packed here: redis-py's generic packing of ~100 IDs per

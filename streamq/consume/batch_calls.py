@@ -109,6 +109,9 @@ class BatchCalls:
         """One call of the batch handler: (ID -> error of the entries that failed, whether
         the batch failed as a whole with an ordinary error)."""
         assert route.batch is not None
+        for message in messages:  # outputs staged by an earlier attempt go with it
+            if message._outputs is not None:
+                message._outputs = None
         try:
             result = await self._call_once(route.batch, route.batch_is_async, messages)
         except PartialFailure as partial:

@@ -134,6 +134,13 @@ class Budget:
             self.waiting = True
             await self._room_event.wait()
 
+    async def next_wake(self) -> None:
+        """Until room is next given back or released (a level over its share waits so)."""
+        if self._room_event.is_set():
+            self._room_event = anyio.Event()
+        self.waiting = True
+        await self._room_event.wait()
+
     def wake(self) -> None:
         """Let a waiting reader look again (cheap when nobody waits)."""
         if self.waiting:

@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
 from ..flow.gate import FlowGate
 from ..flow.settings import FlowConfig
+from ..message import OutputStaging
 from ..topic.cleanup import Cleaner
 from ..topic.control import ControlListener, StoppedView
 from ..topic.deadletter import DeadLetters
@@ -39,9 +40,11 @@ from .consumer import Consumer
 from .context import Place
 from .dispatch import Dispatcher
 from .flow_stage import FlowStage, entries_by_id
+from .forwarding import Forwarder
 from .lifecycle import Engine
 from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
+from .outputs import OutputSettings, OutputWriter, Refused, Staging
 from .partitioned import PartitionedConsumer
 from .parts import Parts
 from .reader import Identity, Reader
@@ -61,6 +64,8 @@ class Topic:
     streams: tuple[str, ...]
     group: str
     consumer: str
+    partitions: int = 1
+    priorities: int = 1  # stream ``i`` is of level ``i // partitions``
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,8 @@ class Policies:
     batch: BatchConfig
     cleanup: CleanupPolicy
     flow: FlowConfig = field(default_factory=FlowConfig)
+    # what msg.publish needs (None: a consumer built without a queue stages no outputs)
+    outputs: OutputSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +165,7 @@ def build_ordered(
         topic.name, topic.streams, topic.group, topic.consumer, client_for=client_for,
         router=router, config=policies.config, retry=policies.retry, batch=policies.batch,
         cleanup=policies.cleanup, on_poison=on_poison, stopped=stopped,
-        gate=_gate(topic, client_for, policies)[0],
+        gate=_gate(topic, client_for, policies)[0], outputs=policies.outputs,
     )  # fmt: skip
 
 
@@ -185,31 +192,52 @@ def _assembled(
     """One consumer for a plain stream; one per partition, run as one, for a topic."""
     if len(topic.streams) == 1:
         return one(0, None)
-    limits = SharedLimits.for_partitions(policies.config, len(topic.streams), claimers=claimers)
+    limits = SharedLimits.for_partitions(
+        policies.config, len(topic.streams), claimers=claimers, priorities=topic.priorities
+    )
     return PartitionedConsumer([one(i, limits) for i in range(len(topic.streams))], limits.pool)
 
 
 def _place(topic: Topic, index: int, limits: SharedLimits | None) -> Place:
     """What a Message says of where it comes from: the topic, and the partition if any."""
-    return Place(topic.streams[index]) if limits is None else Place(topic.name, index)
+    if limits is None:
+        return Place(topic.streams[index])
+    return Place(topic.name, index, topic.partitions)
 
 
-def _capacity(config: ConsumerConfig, limits: SharedLimits | None, *, claimers: bool) -> Capacity:
-    return Capacity(
+def _level(place: Place) -> int:
+    """The priority level of the stream a consumer reads (0 without priorities)."""
+    return (place.partition or 0) // place.partitions
+
+
+def _capacity(
+    config: ConsumerConfig, limits: SharedLimits | None, place: Place, *, claimers: bool
+) -> Capacity:
+    capacity = Capacity(
         config.max_in_flight, config.read_count, limits.budget if limits else None,
         limits.pool.workers if limits else None, claimers=claimers,
     )  # fmt: skip
+    if limits is not None and limits.levels is not None:
+        capacity.levels, capacity.level = limits.levels, _level(place)
+        limits.levels.join(capacity, capacity.level)
+    return capacity
 
 
 def _dispatcher(
-    consumer: Consumer, place: Place, policies: Policies, outcomes: Outcomes, *, bisect: bool
+    consumer: Consumer,
+    place: Place,
+    policies: Policies,
+    outcomes: Outcomes,
+    *,
+    bisect: bool,
+    staging: OutputStaging | None,
 ) -> Dispatcher:
     config = policies.config
     return Dispatcher(
         router=consumer.router, group=consumer.id.group, retry=policies.retry,
         outcomes=outcomes, handler_timeout=config.handler_timeout,
         thread_limiter=anyio.CapacityLimiter(config.concurrency), stats=consumer.stats,
-        bisect_batches=bisect, place=place, summary=consumer.summary,
+        bisect_batches=bisect, place=place, summary=consumer.summary, staging=staging,
     )  # fmt: skip
 
 
@@ -235,17 +263,21 @@ def _shared(
     if policies.cleanup.enabled:
         background.append(Cleaner(client, stream, policies.cleanup).run_periodically)
     place = _place(topic, index, limits)
+    forwarder: list[Forwarder] = []  # on a cluster: this stream's outbox
     consumer = Consumer(
         client, Identity(stream, topic.group, topic.consumer), router=router,
         config=policies.config, stopped=stopped,
         wiring=lambda consumer: _shared_parts(
-            consumer, client, place, policies, stopped, limits, gate
+            consumer, client, place, policies, stopped, limits, gate, forwarder
         ),
         background=background,
         first=[gate.run] if index == 0 else [],  # the group's pauses read before any entry
     )  # fmt: skip
     # every running consumer delivers its stream's scheduled messages when due
     background.append(Mover(client, stream, topic.consumer, consumer.stats).run)
+    if policies.outputs is not None and policies.outputs.cluster():
+        forwarder.append(Forwarder(client_for, [stream], consumer.stats))
+        background.append(forwarder[0].run)  # every consumer forwards its stream's outbox
     return consumer
 
 
@@ -257,12 +289,14 @@ def _shared_parts(
     stopped: StoppedView,
     limits: SharedLimits | None,
     gate: FlowGate,
+    forwarder: list[Forwarder],
 ) -> Parts:
     """The parts of ``consumer``: one in-flight table (in the Capacity) and one Acker,
     handed to the parts that need them; the parts call back into the consumer."""
     config, identity, summary = policies.config, consumer.id, consumer.summary
-    capacity = _capacity(config, limits, claimers=True)
-    acker = Acker(client, identity.stream, identity.group)
+    capacity = _capacity(config, limits, place, claimers=True)
+    writer, staging = _outputs(client, identity.stream, identity.group, policies, forwarder)
+    acker = Acker(client, identity.stream, identity.group, writer)
     claimer = Claimer(
         client, stream=identity.stream, group=identity.group, consumer=identity.consumer,
         config=config, capacity=capacity, enqueue=consumer.enqueue,
@@ -279,7 +313,7 @@ def _shared_parts(
         on_terminate=consumer.on_terminate_notice,
     )  # fmt: skip
     outcomes = GroupOutcomes(
-        ack=acker.ack, ack_many=acker.ack_many, group=identity.group,
+        ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with, group=identity.group,
         consumer=identity.consumer, retry=policies.retry,
         dead_letters=DeadLetters(client, identity.stream, summary=summary),
         unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
@@ -287,15 +321,35 @@ def _shared_parts(
         throttled=lambda entry, signal: flow.requeue(entry, signal),
         replier=Replier(client, identity.stream, identity.group, with_ack=True),
     )  # fmt: skip
-    dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect)
+    dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect,
+                             staging=staging)  # fmt: skip
     flow = FlowStage(
         gate, consumer.released, consumer.router, dispatcher.message, summary,
         capacity, entries_by_id(client, identity.stream), acker.ack,
     )  # fmt: skip
-    pool = limits.pool.entrance(consumer) if limits else None
+    pool = limits.pool.entrance(consumer, _level(place)) if limits else None
     slots = limits.handlers if limits else None
     batcher = _batcher(consumer, policies, limits)
     return Parts(capacity, acker, reader, claimer, dispatcher, batcher, listener, slots, pool, flow)
+
+
+def _outputs(
+    client: aioredis.Redis,
+    stream: str,
+    group: str,
+    policies: Policies,
+    forwarder: list[Forwarder],
+) -> tuple[OutputWriter | None, Staging | None]:
+    """What writes the outputs of ``stream``'s handlers with their acks, and what stages
+    them (none for a consumer built without a queue)."""
+    settings = policies.outputs
+    if settings is None:
+        return None, None
+    writer = OutputWriter(
+        client, stream, group, cluster=settings.cluster,
+        outboxed=lambda: forwarder[0].wake() if forwarder else None,
+    )  # fmt: skip
+    return writer, Staging(settings)
 
 
 # -- fan-out mode ---------------------------------------------------------------------
@@ -335,7 +389,7 @@ def _fanout_parts(
     from .fanout import StreamReader
 
     config, stream = policies.config, consumer.id.stream
-    capacity = _capacity(config, limits, claimers=False)
+    capacity = _capacity(config, limits, place, claimers=False)
     reader = StreamReader(
         client, stream, config=config, capacity=capacity, positions=positions,
         enqueue=consumer.enqueue, stopping=consumer.stopping,
@@ -350,8 +404,9 @@ def _fanout_parts(
         stream, prefix, policies.retry.attempts, consumer.stats, consumer.summary
     )
     # no redelivery: a batch is retried whole, never bisected
-    dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=False)
-    pool = limits.pool.entrance(consumer) if limits else None
+    dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=False,
+                             staging=Refused())  # fmt: skip
+    pool = limits.pool.entrance(consumer, _level(place)) if limits else None
     slots = limits.handlers if limits else None
     batcher = _batcher(consumer, policies, limits)
     return Parts(capacity, None, reader, None, dispatcher, batcher, listener, slots, pool)

@@ -15,6 +15,7 @@ from ..config import ConsumerConfig
 from ..message import RawEntry
 from .budget import Budget, Slots
 from .inflight import InFlight, Workers
+from .levels import LevelShares
 from .pool import SharedPool
 
 # A consumer sets aside at most this many waiting entries per unit of max_in_flight
@@ -31,14 +32,16 @@ class SharedLimits:
     budget: Budget
     handlers: Slots
     pool: SharedPool
+    levels: LevelShares | None = None  # a topic with priorities: each level's share
 
     @classmethod
     def for_partitions(
-        cls, config: ConsumerConfig, partitions: int, *, claimers: bool = True
+        cls, config: ConsumerConfig, partitions: int, *, claimers: bool = True, priorities: int = 1
     ) -> SharedLimits:
         budget = Budget(config.max_in_flight, config.read_count, partitions, claimers=claimers)
-        pool = SharedPool(config.concurrency, partitions, config.max_per_key)
-        return cls(budget, Slots(config.concurrency), pool)
+        pool = SharedPool(config.concurrency, partitions, config.max_per_key, priorities)
+        levels = LevelShares(budget, priorities) if priorities > 1 else None
+        return cls(budget, Slots(config.concurrency), pool, levels)
 
 
 class Capacity:
@@ -63,6 +66,14 @@ class Capacity:
         # but holding no unit of the budget, so that the reads go on for other types
         self.aside: set[str] = set()
         self.aside_limit = ASIDE_PER_UNIT * self.budget.max
+        self.reading = 0  # room its fetches on the wire hold
+        self.waiting = False  # with priorities: its reader waits for room
+        self.levels: LevelShares | None = None  # with priorities: the levels' shares
+        self.level = 0
+
+    def held(self) -> int:
+        """Fetched entries that hold a unit of the budget."""
+        return len(self.in_flight) - len(self.aside)
 
     def room(self) -> int:
         """Entries that may still be fetched."""
@@ -76,13 +87,18 @@ class Capacity:
         blocks) as many as there is room for. A topic of 6 partitions sharing 256 would
         otherwise read 21 entries per round trip however many wait (half the throughput).
         """
-        return self.budget.max if self.busy else self.budget.read_limit
+        size = self.budget.max if self.busy else self.budget.read_limit
+        if self.levels is not None:  # its level's share (LevelShares)
+            return min(size, self.levels.room_for(self.level))
+        return size
 
     def reserve(self, n: int) -> None:
         """Hold room for a fetch in progress."""
+        self.reading += n
         self.budget.reserve(n)
 
     def release(self, n: int) -> None:
+        self.reading -= n
         self.budget.release(n)
 
     def release_read(self, n: int, got: int) -> None:
@@ -91,8 +107,19 @@ class Capacity:
         self.busy = got >= n
 
     async def wait_for_room(self, stopping: Callable[[], bool]) -> None:
-        """Until a worthwhile read fits, or ``stopping()``."""
-        await self.budget.wait_for_room(stopping)
+        """Until a worthwhile read fits (within its level's share), or ``stopping()``."""
+        levels = self.levels
+        if levels is None:
+            await self.budget.wait_for_room(stopping)
+            return
+        self.waiting = True  # its level wants room: the other levels leave it its share
+        try:
+            await self.budget.wait_for_room(stopping)
+            while levels.room_for(self.level) < 1 and not stopping():
+                await self.budget.next_wake()
+                await self.budget.wait_for_room(stopping)
+        finally:
+            self.waiting = False
 
     def admit(self, entries: Iterable[RawEntry], now: float) -> list[RawEntry]:
         """Count fetched ``entries`` in flight; return those that were not already."""

@@ -19,4 +19,5 @@ class Place:
     stream, whose IDs are bare)."""
 
     topic: str
-    partition: int | None = None
+    partition: int | None = None  # the stream's index: IDs name it
+    partitions: int = 1  # of the topic: a stream's partition is its index modulo this

@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
-from ..message import Message, RawEntry, decode_key
+from ..message import Message, OutputStaging, RawEntry, decode_key
 from ..payload.reading import read_payload, waits_for_newer_consumer
 from ..payload.wire import ENC, KID, VER
 from ..signals import HandlerSignal
@@ -50,11 +50,13 @@ class Dispatcher:
         place: Place,
         summary: LogSummary,
         fencing_token: int | None = None,
+        staging: OutputStaging | None = None,
     ) -> None:
         self.router = router
+        self._staging = staging  # what msg.publish stages outputs with
         self.group = group
         # what a Message says of where it comes from: the topic, and the partition if any
-        self._topic, self._partition = place.topic, place.partition or 0
+        self._topic, self._partition = place.topic, (place.partition or 0) % place.partitions
         self._id_prefix = None if place.partition is None else f"{place.partition}:"
         self._fencing_token = fencing_token  # ordered mode: the partition's lease
         self.retry = retry
@@ -94,6 +96,7 @@ class Dispatcher:
             self._partition,
             None if raw_key is None else decode_key(raw_key),
             self._fencing_token,
+            self._staging,
         )
 
     async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:
@@ -180,9 +183,11 @@ class Dispatcher:
         self.stats.handled += 1
         meta = message.meta
         if meta and REQUEST in meta:  # mq.request: the return value is the reply
-            await self.outcomes.replied(entry, meta, result)
-        else:
+            await self.outcomes.replied(entry, meta, result, message._outputs)
+        elif message._outputs is None:
             self._ack(entry.id)
+        else:  # msg.publish staged outputs: written with the ack
+            self.outcomes.ack_with(entry.id, message._outputs)
         if entry.delivery_count > 1:
             await self.outcomes.settled([entry])
 
@@ -198,6 +203,7 @@ class Dispatcher:
         results: list[Any] = []
 
         async def call() -> None:
+            message._outputs = None  # a failed attempt's outputs go with it
             results.append(await self._call_once(func, is_async, message))
 
         error = await self._retry(call, first)
@@ -250,7 +256,13 @@ class Dispatcher:
         for request in requests:  # handled by a batch handler: answered with None
             entry = by_message_id[request.id]
             done.remove(entry)
-            await outcomes.replied(entry, request.meta, None)
+            await outcomes.replied(entry, request.meta, None, request._outputs)
+        staged = [m for m in messages if m._outputs is not None and m.id not in failed]
+        for message in staged:  # each entry's outputs go with its own ack
+            if not (message.meta and REQUEST in message.meta):
+                entry = by_message_id[message.id]
+                done.remove(entry)
+                outcomes.ack_with(entry.id, message._outputs)  # type: ignore[arg-type]
         outcomes.ack_many([entry.id for entry in done])
         await outcomes.settled(done)
         for message_id, error in failed.items():

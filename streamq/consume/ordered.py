@@ -41,6 +41,7 @@ from .context import Place
 from .dispatch import Dispatcher
 from .failures import describe
 from .flow_stage import THROTTLES_LOOKED_UP_EVERY, WAITING_REASONS
+from .forwarding import Forwarder
 from .gone import confirmed_any_gone
 from .lifecycle import Lifecycle
 from .mover import Mover
@@ -48,6 +49,7 @@ from .ordered_dispatch import LaneVerdicts, Shared
 from .ordered_partition import PartitionWorker
 from .ordering import per_key_share
 from .outcomes import GroupOutcomes
+from .outputs import OutputSettings, OutputWriter, Staging
 from .ownership import Changes, Ownership, RedisLeases
 from .replies import Replier
 from .routes import Routes
@@ -93,6 +95,7 @@ class OrderedConsumer(Lifecycle):
         stopped: Sequence[StoppedView] | None = None,
         gate: FlowGate | None = None,
         clock: Callable[[], float] = time.monotonic,  # the event loop's clock, read directly
+        outputs: OutputSettings | None = None,
     ) -> None:
         super().__init__(f"ordered consumer {me}")
         self.topic, self.streams, self.group, self.me = topic, streams, group, me
@@ -116,6 +119,12 @@ class OrderedConsumer(Lifecycle):
         )  # fmt: skip
         self._threads = anyio.CapacityLimiter(config.concurrency)
         self._acked_before = self._claimed_before = 0  # of the workers that ended
+        # msg.publish: its outputs written with the fenced acks; on a cluster, the outboxes
+        # of every partition forwarded by every member
+        self._outputs = outputs
+        self._staging = None if outputs is None else Staging(outputs)
+        cluster = outputs is not None and outputs.cluster()
+        self._forwarder = Forwarder(client_for, streams, self.stats) if cluster else None
 
     def _gone(self, error: GroupNotFoundError | StreamNotFoundError) -> None:
         self._gone_error = error
@@ -138,6 +147,8 @@ class OrderedConsumer(Lifecycle):
                 # scheduled messages fall due into every partition, whoever owns it: a moved
                 # entry takes its place behind the entries of its key already in the stream
                 tg.start_soon(Mover(client, stream, self.me, self.stats).run)
+            if self._forwarder is not None:
+                tg.start_soon(self._forwarder.run)
             for partition, view in enumerate(self._stopped):
                 await tg.start(self._listener(partition, view).run)
             task_status.started()
@@ -294,8 +305,13 @@ class OrderedConsumer(Lifecycle):
         stream = self.streams[partition]
         client = self._client_for(stream)
         make = functools.partial(self._dispatcher, partition, client)
+        writer = None
+        if self._outputs is not None:
+            wake = self._forwarder.wake if self._forwarder else lambda: None
+            writer = OutputWriter(client, stream, self.group, cluster=self._outputs.cluster,
+                                  outboxed=wake)  # fmt: skip
         return PartitionWorker(partition, stream, self.group, self.me, token, client,
-                               self._shared, make)  # fmt: skip
+                               self._shared, make, writer)  # fmt: skip
 
     def _dispatcher(
         self, partition: int, client: aioredis.Redis, acker: Acker, token: int,
@@ -304,20 +320,25 @@ class OrderedConsumer(Lifecycle):
         """The dispatcher of a partition held with ``token``: ordered outcomes (fenced
         acks, retries in place, and with ``on_poison="halt"`` halts at the limit)."""
         stream, summary = self.streams[partition], LogSummary()
-        place = Place(stream) if len(self.streams) == 1 else Place(self.topic, partition)
+        place = (
+            Place(stream) if len(self.streams) == 1
+            else Place(self.topic, partition, len(self.streams))
+        )  # fmt: skip
         outcomes = GroupOutcomes(
-            ack=acker.ack, ack_many=acker.ack_many, group=self.group, consumer=self.me,
+            ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with, group=self.group,
+            consumer=self.me,
             retry=self._retry, dead_letters=DeadLetters(client, stream),
             unrouted=UnroutedDeliveries(client, stream, self.group),
             retry_later=verdicts.later, stats=self.stats, summary=summary,
             halt=verdicts.halt if self._halt else None, throttled=verdicts.throttle,
             replier=Replier(client, stream, self.group, with_ack=False),  # then the fenced ack
+            # (a request that staged outputs: its reply goes with them and the fenced ack)
         )  # fmt: skip
         return Dispatcher(
             router=self.router, group=self.group, retry=self._retry, outcomes=outcomes,
             handler_timeout=self._config.handler_timeout, thread_limiter=self._threads,
             stats=self.stats, bisect_batches=self._batch.bisect, place=place, summary=summary,
-            fencing_token=token,
+            fencing_token=token, staging=self._staging,
         )  # fmt: skip
 
     # -- observing ------------------------------------------------------------------

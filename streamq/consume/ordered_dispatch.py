@@ -28,6 +28,7 @@ from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from .acks import Acker
 from .budget import Budget, Slots
+from .outputs import Output, OutputWriter, Staged
 from .routes import Routes
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,9 @@ class FencedAcker(Acker):
         me: str,
         token: int,
         on_lost: Callable[[], None],
+        writer: OutputWriter | None = None,
     ) -> None:
-        super().__init__(client, stream, group)
+        super().__init__(client, stream, group, writer)
         self._me, self._token, self._on_lost = me, token, on_lost
         self.settled: set[str] = set()
 
@@ -60,10 +62,25 @@ class FencedAcker(Acker):
         self.settled.update(entry_ids)
         super().ack_many(entry_ids)
 
+    def ack_with(self, entry_id: str, outputs: list[Output]) -> None:
+        self.settled.add(entry_id)
+        super().ack_with(entry_id, outputs)
+
     async def ack_now(self, entry_id: str) -> None:
         """Send the ack of the settled ``entry_id`` now rather than with the next flush (an
         entry taken over from another owner: see :mod:`.handover`); on failure it stays
         queued."""
+        staged = [one for one in self._staged if one[0] == entry_id]
+        if staged:  # with its outputs: written with the ack, now
+            self._staged.remove(staged[0])
+            try:
+                if await self._write(staged):
+                    self.acked += 1
+            except RedisFailure as e:
+                log.warning("ack of %s on %s failed, queued again: %s", entry_id, self._stream, e)
+                self._staged.append(staged[0])
+                self._wakeup.set()
+            return
         queued = entry_id in self._pending
         if queued:
             self._pending.remove(entry_id)
@@ -76,6 +93,17 @@ class FencedAcker(Acker):
             return
         if queued:
             self.acked += 1
+
+    async def _write(self, staged: list[Staged]) -> bool:
+        """Outputs and acks in one script, with the fencing check."""
+        assert self._writer is not None
+        fence = (wire.lease_key(self._stream, self._group), self._me, str(self._token))
+        if await self._writer.write(staged, fence):
+            return True
+        log.warning("%d acks and their outputs refused on %s: the lease is lost", len(staged),
+                    self._stream)  # fmt: skip
+        self._on_lost()
+        return False
 
     async def _xack(self, ids: list[str]) -> None:
         reply = await wire.fenced(

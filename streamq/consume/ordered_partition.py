@@ -39,6 +39,7 @@ from .holding import StoppedHolds
 from .lane_flow import lane_wait
 from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
 from .ordering import KeyedLanes, Later, per_key_share
+from .outputs import OutputWriter
 from .refill import PendingRefill
 from .timing import ACK_FLUSH_TIMEOUT, READ_ERROR_BACKOFF
 
@@ -56,13 +57,14 @@ class PartitionWorker:
         client: aioredis.Redis,
         shared: Shared,
         make_dispatcher: Callable[[FencedAcker, int, LaneVerdicts], Dispatcher],
+        writer: OutputWriter | None = None,
     ) -> None:
         self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
         self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
         self._taken: set[str] = set()  # taken over from another owner, not yet settled
         self.claimed = 0  # pending entries taken over (mq.stats()["claimed"])
         self._client, self._shared = client, shared
-        self.acker = FencedAcker(client, stream, group, me, token, self.abandon)
+        self.acker = FencedAcker(client, stream, group, me, token, self.abandon, writer)
         self._connection = resp.OwnConnection(client)  # the read loop's, for its life
         self.verdicts = LaneVerdicts(shared.gate, shared.throttled_types)
         self.dispatcher = make_dispatcher(self.acker, token, self.verdicts)

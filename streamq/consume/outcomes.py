@@ -6,6 +6,8 @@ below, chosen when the consumer is built (:mod:`streamq.consume.build`)::
 
     outcome                   shared (group)         ordered (group, fenced)      fan-out (no group)
     handled                   ack                    fenced ack                   nothing
+    handled, with outputs     outputs + ack in one   outputs + fenced ack in one  (msg.publish
+                              script                 script                       raises)
     failed, deliveries left   left pending:          retried in place after       logged, counted
                               redelivered by a claim the backoff (its key waits)
     Retry(delay)              re-claimed after delay retried in place after delay logged, counted
@@ -40,6 +42,7 @@ from ..signals import HandlerSignal, Reject, Retry, Throttle
 from ..topic.deadletter import DeadLetters
 from ..wire.replying import is_request
 from .failures import describe
+from .outputs import Output
 from .replies import Replier
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
@@ -64,11 +67,16 @@ class Outcomes(Protocol):
 
     def ack_many(self, entry_ids: list[str]) -> None: ...
 
+    def ack_with(self, entry_id: str, outputs: list[Output]) -> None:
+        """Handled, with outputs its handler staged: written with the ack (no I/O here)."""
+
     async def settled(self, entries: list[RawEntry]) -> None:
         """After ``entries`` were handled (some may have been delivered before)."""
 
-    async def replied(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
-        """A request (``mq.request``) handled: its reply, and its ack."""
+    async def replied(
+        self, entry: RawEntry, meta: dict[str, str], result: Any, outputs: list[Output] | None
+    ) -> None:
+        """A request (``mq.request``) handled: its reply, its outputs if any, and its ack."""
 
     async def past_limit(self, entry: RawEntry) -> bool:
         """Before a call: whether ``entry`` is past ``max_deliveries`` (its limit outcome
@@ -104,6 +112,7 @@ class GroupOutcomes:
         *,
         ack: Callable[[str], None],
         ack_many: Callable[[list[str]], None],
+        ack_with: Callable[[str, list[Output]], None],
         group: str,
         consumer: str,
         retry: RetryPolicy,
@@ -117,6 +126,7 @@ class GroupOutcomes:
         replier: Replier | None = None,
     ) -> None:
         self.ack, self.ack_many = ack, ack_many  # bound methods of the acker: the hot path
+        self.ack_with = ack_with
         self._group, self._consumer, self._retry = group, consumer, retry
         self._dead_letters, self._unrouted, self._retry_later = dead_letters, unrouted, retry_later
         self.stats, self._summary, self._halt = stats, summary, halt
@@ -128,8 +138,15 @@ class GroupOutcomes:
         if redelivered:
             await self._unrouted.forget(redelivered)
 
-    async def replied(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
+    async def replied(
+        self, entry: RawEntry, meta: dict[str, str], result: Any, outputs: list[Output] | None
+    ) -> None:
         replier = self._replier
+        if outputs is not None:  # the reply is one more output: all written with the ack
+            if replier is not None:
+                outputs.append(replier.output(meta, result))
+            self.ack_with(entry.id, outputs)
+            return
         if replier is not None:
             await replier.handled(entry, meta, result)
             if replier.with_ack:
@@ -273,10 +290,15 @@ class FanoutOutcomes:
     def ack_many(self, entry_ids: list[str]) -> None:
         return None
 
+    def ack_with(self, entry_id: str, outputs: list[Output]) -> None:
+        return None  # never staged: msg.publish raises in a fan-out handler
+
     async def settled(self, entries: list[RawEntry]) -> None:
         return None
 
-    async def replied(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
+    async def replied(
+        self, entry: RawEntry, meta: dict[str, str], result: Any, outputs: list[Output] | None
+    ) -> None:
         return None  # a request needs a group: a fan-out subscriber does not answer it
 
     async def past_limit(self, entry: RawEntry) -> bool:

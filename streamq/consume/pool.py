@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Protocol
 
 import anyio
@@ -23,6 +24,7 @@ from ..message import RawEntry
 from .context import inside_handler
 from .failures import cancelled_by_streamq
 from .inflight import InFlight, Running, Workers
+from .levels import LevelQueue
 from .routes import Route
 from .workqueue import FairWorkQueue, WorkQueue
 
@@ -79,18 +81,22 @@ def _key(item: tuple[Partition, RawEntry, Route | None]) -> object:
 class SharedPool:
     """``concurrency`` workers processing the entries of every partition of a topic."""
 
-    def __init__(self, concurrency: int, partitions: int, max_per_key: int | None = None) -> None:
+    def __init__(
+        self, concurrency: int, partitions: int, max_per_key: int | None = None, priorities: int = 1
+    ) -> None:
         self.queue: WorkQueue[tuple[Partition, RawEntry, Route | None]] = (
-            WorkQueue() if max_per_key is None else FairWorkQueue(max_per_key, _key)
-        )
+            LevelQueue(priorities) if priorities > 1
+            else WorkQueue() if max_per_key is None else FairWorkQueue(max_per_key, _key)
+        )  # fmt: skip
         self.workers = Workers()  # shared with each partition's in-flight table
         self._concurrency = concurrency
         self._open = partitions  # entrances not closed yet
         self._scope = anyio.CancelScope()
         self.done = anyio.Event()  # every worker has ended
 
-    def entrance(self, partition: Partition) -> PoolEntrance:
-        return PoolEntrance(self, partition)
+    def entrance(self, partition: Partition, level: int = 0) -> PoolEntrance:
+        """Where ``partition`` (a stream's consumer, of priority ``level``) puts entries."""
+        return PoolEntrance(self, partition, level)
 
     def close_one(self) -> None:
         """One partition will put no more; the last one closes the queue."""
@@ -139,16 +145,20 @@ class PoolEntrance:
     """How one partition's consumer hands entries to the shared pool (it stands in for
     the consumer's own work queue: ``put_many`` and ``close``)."""
 
-    def __init__(self, pool: SharedPool, partition: Partition) -> None:
+    def __init__(self, pool: SharedPool, partition: Partition, level: int = 0) -> None:
         self.pool = pool
         self._partition = partition
         self._closed = False
+        queue = pool.queue
+        self._put = (
+            partial(queue.put_at, level) if isinstance(queue, LevelQueue) else queue.put_many
+        )
 
     def put_many(self, ready: list[tuple[RawEntry, Route | None]]) -> None:
         if self._closed:  # shutting down: the caller leaves them pending
             raise anyio.ClosedResourceError
         partition = self._partition
-        self.pool.queue.put_many([(partition, entry, route) for entry, route in ready])
+        self._put([(partition, entry, route) for entry, route in ready])
 
     def close(self) -> None:
         if not self._closed:

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from ..message import RawEntry
 from ..wire.keys import Keys
 from ..wire.replying import REPLY, REPLY_MAXLEN, REPLY_TO, REPLY_TTL_MS, REQUEST, reply_fields
+from .outputs import Output
 
 
 class Replier:
@@ -31,6 +32,13 @@ class Replier:
     async def handled(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
         """The request ``entry`` was handled: its reply (and, ``with_ack``, its ack)."""
         await self._write(entry, meta, reply_fields(meta[REQUEST], result), ack=self.with_ack)
+
+    def output(self, meta: dict[str, str], result: Any) -> Output:
+        """The reply to a request handled with outputs: written with them and the ack."""
+        flat = reply_fields(meta[REQUEST], result)
+        fields: dict[bytes | str, bytes | str] = dict(zip(flat[::2], flat[1::2], strict=True))
+        return Output(self._keys.replies(meta[REPLY_TO]), fields, str(REPLY_MAXLEN),
+                      str(REPLY_TTL_MS))  # fmt: skip
 
     async def failed(self, entry: RawEntry, meta: dict[str, str], reason: str) -> None:
         """The request ``entry`` was dead-lettered (and acked with its letter)."""

@@ -59,10 +59,12 @@ class Stats:
     handler_seconds: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
     batch_size: Histogram = field(default_factory=lambda: Histogram(SIZE_BUCKETS))
     scheduled_moved: int = 0  # scheduled messages this consumer added to its stream
+    forwarded: int = 0  # outputs this consumer forwarded from an outbox to their target
     # seconds after its due time each was added (streamq.consume.mover)
     scheduled_lateness: Histogram = field(default_factory=lambda: Histogram(SECONDS_BUCKETS))
 
     # "claimed" and "acked" are counted by the Claimer and the Acker that do the work
     COUNTERS = (
         "received", "handled", "failed", "retried", "dead_lettered", "skipped", "scheduled_moved",
+        "forwarded",
     )  # fmt: skip

@@ -23,7 +23,7 @@ from ..topic import ownership
 from ..topic.deadletter import DeadLetter
 from ..topic.handle import TopicHandle
 from ..topic.operations import TopicAdmin
-from ..topic.partitions import recorded_partitions
+from ..topic.partitions import recorded_partitions, recorded_priorities
 from ..wire.client import ride_through
 from ..wire.keys import Keys
 from ..wire.routing import Deployment
@@ -41,8 +41,9 @@ class TopicView:
         stream: str,
         partitions: int = 1,
         keyring: Keyring | None = None,
+        priorities: int = 1,
     ) -> None:
-        self.topic = TopicHandle(stream, partitions, lambda: deployment)
+        self.topic = TopicHandle(stream, partitions, lambda: deployment, priorities)
         if keyring is not None:
             self.topic.codec = PayloadCodec(encryption=keyring)
         self.schedule = ScheduledMessages(self.topic)
@@ -54,11 +55,12 @@ class TopicView:
 
     @property
     def partitions(self) -> int:
-        return self.topic.partitions
+        """The topic's streams: one per partition and priority level (IDs name them)."""
+        return len(self.topic.streams)
 
     @property
     def partitioned(self) -> bool:
-        return self.topic.partitions > 1
+        return len(self.topic.streams) > 1
 
     @property
     def client(self) -> aioredis.Redis:
@@ -107,6 +109,9 @@ class TopicView:
 async def open_view(
     deployment: Deployment, stream: str, keyring: Keyring | None = None
 ) -> TopicView:
-    """The view of ``stream`` with the partition count recorded for it."""
-    partitions = await recorded_partitions(deployment.client_for(stream), stream)
-    return TopicView(deployment, stream, partitions, keyring)
+    """The view of ``stream`` with the partition count (and priority levels) recorded."""
+    client = deployment.client_for(stream)
+    partitions = await recorded_partitions(client, stream)
+    return TopicView(
+        deployment, stream, partitions, keyring, await recorded_priorities(client, stream)
+    )

@@ -20,8 +20,8 @@ from ..payload.encoding import Compression, PayloadCodec, written_versions
 from ..payload.keyring import Keyring
 from ..topic.partitions import (
     check_partition_count_sync,
-    partition_streams,
     recorded_partitions_sync,
+    recorded_priorities_sync,
     validate_partitions,
 )
 from ..tracing import with_trace_context
@@ -29,6 +29,7 @@ from ..wire import resp
 from ..wire.client import connect_sync, ride_through_sync
 from ..wire.features import Features, probe_sync
 from ..wire.keys import require_stream
+from ..wire.partition_names import check_priority, topic_streams, validate_priorities
 from ..wire.replies import StreamMissing, added_id
 from . import idempotency
 from .coalesce_blocking import SyncCoalescer
@@ -40,7 +41,6 @@ from .plan import (
     Fields,
     Key,
     ManyPlan,
-    choose_partition,
     key_of,
     named,
     stream_options,
@@ -61,6 +61,9 @@ class Publisher:
     ``MessageQueue`` checks it (and recorded if the topic has no record yet): another
     count than recorded, or ``partitions`` > 1 on a plain stream, raises ConfigError.
 
+    ``priorities``: the topic's number of priority levels, as ``partitions``: None follows
+    the record, an int is checked (and recorded) at the first publish.
+
     ``compression``, ``compress_over``, ``encryption``, ``encrypt_meta``: as for
     :class:`streamq.MessageQueue` (docs/guides/payloads.md); ``versions``: the schema
     version each type is written with (``{"order": 3}``; 1 for the others).
@@ -72,6 +75,7 @@ class Publisher:
         stream: str | None = None,
         *,
         partitions: int | None = None,
+        priorities: int | None = None,
         cluster: bool | None = None,
         compression: Compression | None = None,
         compress_over: int = 1024,
@@ -85,6 +89,8 @@ class Publisher:
         )
         if partitions is not None:
             validate_partitions(partitions)
+        if priorities is not None:
+            validate_priorities(priorities)
         if cluster not in (None, True, False):
             raise ConfigError(f"cluster must be None, True or False, got {cluster!r}")
         if url is None:
@@ -97,6 +103,7 @@ class Publisher:
         self._client = self._deployment.client_for(stream)  # the topic's own slot
         self._coalescer = SyncCoalescer()  # threads publishing at once share writes
         self._requested = partitions
+        self._requested_levels = priorities
         self._topic: PublishedTopic | None = None  # known at the first publish
         self._topic_read_at = 0.0  # time.monotonic() when it was asked
         self._features: Features | None = None
@@ -126,25 +133,30 @@ class Publisher:
         delay: Duration | None = None,
         at: datetime | None = None,
         schedule_id: str | None = None,
+        priority: int | None = None,
     ) -> str:
         """Add one message; return its entry ID (``"3:<ms>-<seq>"`` on a partitioned
         topic). ``key``, ``replicas``, ``timeout``, ``fsync`` and ``idempotency_key`` as
         for :meth:`streamq.MessageQueue.publish`: the same partitions, the same errors
         (MessageFormatError, ConfigError, NotReplicatedError). ``delay``/``at``/
         ``schedule_id``: schedule it, as ``MessageQueue.publish`` does (a ScheduledId).
-        Sent again by itself after an unknown outcome, checked so that the entry is added
-        once, as ``MessageQueue.publish`` is (:mod:`streamq.publish.resend`)."""
+        ``priority``: its level (0 the highest; the topic's priorities, as recorded). Sent
+        again by itself after an unknown outcome, checked so that the entry is added once,
+        as ``MessageQueue.publish`` is (:mod:`streamq.publish.resend`)."""
         return self._publish(message_type, data, meta, PublishOptions(
-            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id, priority
         ))  # fmt: skip
 
     def _publish(
         self, message_type: str, data: Any, meta: Mapping[str, str] | None, options: PublishOptions
     ) -> str:
-        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id = options
+        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id, priority = options
+        level = None if priority is None else self._level(priority)
         if options.scheduled:
             options.check_scheduled()
-            return self._scheduler.schedule(message_type, data, meta, key, delay, at, schedule_id)
+            return self._scheduler.schedule(
+                message_type, data, meta, key, delay, at, schedule_id, level
+            )
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         fields = self._codec.entry(message_type, data, meta, key)
         fields[PUBLISH_MARKER] = next(self._markers)  # streamq's own: never encoded by the codec
@@ -153,7 +165,7 @@ class Publisher:
         # without a key, the idempotency key picks the partition (as MessageQueue.publish)
         key = once if key is None else key
         topic = self._topic or self._resolve_topic()
-        partition = choose_partition(key, topic.partitions, self._next_turn)
+        partition = topic.stream_of(key, level, self._next_turn)
         started, sends = time.monotonic(), Sends()
         try:
             return self._publish_to(
@@ -161,8 +173,8 @@ class Publisher:
             )
         except StreamMissing:  # see streamq.publish.plan: the topic is new, or was terminated
             before, topic = topic, self._resolve_again(time.monotonic())
-            if topic.partitions != before.partitions:
-                partition = choose_partition(key, topic.partitions, self._next_turn)
+            if topic.streams != before.streams:
+                partition = topic.stream_of(key, level, self._next_turn)
             if durability is not None:  # its first WAIT took some of the timeout
                 durability = durability.left_since(started)
             return self._publish_to(  # a known outcome: nothing was added, a first send
@@ -185,7 +197,7 @@ class Publisher:
             entry_id, reached = self._publish_durably(
                 client, stream, fields, durability, once, make_stream, sends
             )
-            return durability.confirm(named(topic.partitions, partition, entry_id), reached)
+            return durability.confirm(named(len(topic.streams), partition, entry_id), reached)
         options = stream_options(make_stream)
 
         def xadd() -> str:
@@ -199,7 +211,7 @@ class Publisher:
             return self._coalescer.xadd(client, stream, fields, options)
 
         entry_id = send_until_known_sync(self._deployment, xadd, sends)
-        return named(topic.partitions, partition, entry_id)
+        return named(len(topic.streams), partition, entry_id)
 
     def publish_many(
         self,
@@ -211,6 +223,7 @@ class Publisher:
         chunk: int = 1000,
         delay: Duration | None = None,
         at: datetime | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         """Add many messages of one type, pipelined; return their IDs in order.
 
@@ -220,25 +233,34 @@ class Publisher:
         ``delay``/``at``: schedule them (as :meth:`streamq.MessageQueue.publish_many`).
         """
         items = list(items)
+        level = None if priority is None else self._level(priority)
         if delay is not None or at is not None:
-            return list(self._scheduler.schedule_many(message_type, items, meta, key, delay, at))
+            return list(
+                self._scheduler.schedule_many(message_type, items, meta, key, delay, at, level)
+            )
         meta = with_trace_context(meta)
         entry = self._codec.entry
         encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
         topic = self._topic or self._resolve_topic()
-        plan = ManyPlan(items, key, topic.partitions, self._chooser(topic), self._producer.marker)
+        plan = ManyPlan(
+            items, key, len(topic.streams), self._chooser(topic, level), self._producer.marker
+        )
         self._send_pass(topic, plan, encoded, chunk, make_stream=False)
         if plan.found_missing:  # see streamq.publish.plan: the topic is new, or was terminated
             topic = self._resolve_again(time.monotonic())
-            plan.again(topic.partitions, self._chooser(topic))
+            plan.again(len(topic.streams), self._chooser(topic, level))
             self._send_pass(topic, plan, encoded, chunk, make_stream=True)
         return plan.ids()
 
-    def _chooser(self, topic: PublishedTopic) -> Callable[[Key | None], int]:
+    def _chooser(self, topic: PublishedTopic, level: int | None) -> Callable[[Key | None], int]:
         def choose(key: Key | None) -> int:
-            return choose_partition(key, topic.partitions, self._next_turn)
+            return topic.stream_of(key, level, self._next_turn)
 
         return choose
+
+    def _level(self, priority: object) -> int:
+        """The level ``priority`` names on the topic (ConfigError if none)."""
+        return check_priority(priority, (self._topic or self._resolve_topic()).priorities)
 
     def _send_pass(
         self,
@@ -316,16 +338,21 @@ class Publisher:
         return ride_through_sync(self._deployment, self._read_topic)
 
     def _read_topic(self) -> PublishedTopic:
+        levels = self._requested_levels
         if self._requested is None:
             partitions = recorded_partitions_sync(self._client, self.stream) or 1
+            if levels is not None:
+                check_partition_count_sync(self._client, self.stream, partitions, levels)
         else:
-            check_partition_count_sync(self._client, self.stream, self._requested)
+            check_partition_count_sync(self._client, self.stream, self._requested, levels or 1)
             partitions = self._requested
-        streams = partition_streams(self.stream, partitions)
+        if levels is None:
+            levels = recorded_priorities_sync(self._client, self.stream)
+        streams = topic_streams(self.stream, partitions, levels)
         clients = tuple(
             self._client if s == self.stream else self._deployment.client_for(s) for s in streams
         )
-        return PublishedTopic(partitions, streams, clients)
+        return PublishedTopic(partitions, streams, clients, levels)
 
     def _server_features(self) -> Features:
         """What the server supports beyond Redis 7.0, asked once."""

@@ -110,6 +110,7 @@ class CheckedPublishing:
         chunk: int = 1000,
         delay: Duration | None = None,
         at: datetime | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         """Add many messages (see :meth:`Publishing.publish_many`), each checked as
         :meth:`publish` checks one. With publish middlewares, every message goes through
@@ -123,8 +124,9 @@ class CheckedPublishing:
 
             async def send(message_type: str, items: Any, meta: Meta) -> list[str]:
                 return await self._publishing.publish_many(
-                    message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
-                )
+                    message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at,
+                    priority=priority,
+                )  # fmt: skip
 
             if not tracing.AVAILABLE:
                 return await send(message_type, items, meta)
@@ -135,7 +137,10 @@ class CheckedPublishing:
             one_key = key(item) if callable(key) else key
             ids.append(
                 await self.publish(
-                    message_type, item, meta, PublishOptions(one_key, delay=delay, at=at)
+                    message_type,
+                    item,
+                    meta,
+                    PublishOptions(one_key, delay=delay, at=at, priority=priority),
                 )
             )
         return ids

@@ -43,6 +43,7 @@ class DelayedPublishing:
         delay: Duration | None,
         at: datetime | None,
         schedule_id: str | None,
+        level: int | None = None,
     ) -> ScheduledId:
         """Store one message to be added when due; return its ID. Everything is checked
         (ConfigError, MessageFormatError) before anything is stored."""
@@ -50,9 +51,10 @@ class DelayedPublishing:
         one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id, codec)
         if self._topic.shape_unchecked:
             await self._topic.check_shape_once()
-        partition = self._topic.partition(one.chooser)
+        partition = self._topic.partition(one.chooser, level)
         await self._store(partition, [one])
-        for other in other_partitions(one, self._topic.partitions, partition):
+        topic = self._topic
+        for other in other_partitions(one, len(topic.streams), partition, topic.priorities):
             await self._cancel_in(other, one.name)
         return ScheduledId(one.name, partition)
 
@@ -64,13 +66,14 @@ class DelayedPublishing:
         key: Key | Callable[[Any], Key] | None,
         delay: Duration | None,
         at: datetime | None,
+        level: int | None = None,
     ) -> list[ScheduledId]:
         """``publish_many`` with ``delay``/``at``: each item is checked first (nothing is
         stored if one is bad), then scheduled under its own ID."""
         many = Scheduled.many(message_type, items, meta, key, delay, at, self._topic.codec)
         if self._topic.shape_unchecked:
             await self._topic.check_shape_once()
-        partitions = [self._topic.partition(one.chooser) for one in many]
+        partitions = [self._topic.partition(one.chooser, level) for one in many]
         for partition, positions in scheduled_by_partition(partitions).items():
             await self._store(partition, [many[i] for i in positions])
         return [ScheduledId(one.name, p) for one, p in zip(many, partitions, strict=True)]

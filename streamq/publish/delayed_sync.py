@@ -17,6 +17,7 @@ from ..config import Duration
 from ..payload.encoding import PayloadCodec
 from ..tracing import with_trace_context
 from ..wire.client import ride_through_sync
+from ..wire.partition_names import default_level
 from . import scheduling
 from .plan import Key, Scheduled, choose_partition, other_partitions, scheduled_by_partition
 from .scheduling import ScheduledId
@@ -27,11 +28,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class PublishedTopic:
-    """The streams a Publisher adds to (one per partition) and their clients."""
+    """The streams a Publisher adds to (one per partition and priority level) and their
+    clients."""
 
     partitions: int
     streams: tuple[str, ...]
     clients: tuple[redis.Redis, ...]
+    priorities: int = 1
+
+    def stream_of(self, key: Key | None, level: int | None, next_turn: Callable[[], int]) -> int:
+        """The index of a message's stream, as :meth:`TopicHandle.partition` picks it."""
+        partition = choose_partition(key, self.partitions, next_turn)
+        if level is None:
+            level = default_level(self.priorities)
+        return level * self.partitions + partition
 
 
 class BlockingScheduler:
@@ -56,13 +66,14 @@ class BlockingScheduler:
         delay: Duration | None,
         at: datetime | None,
         schedule_id: str | None,
+        level: int | None = None,
     ) -> ScheduledId:
         meta = with_trace_context(meta)  # [otel]: the active span's context travels along
         one = Scheduled.one(message_type, data, meta, key, delay, at, schedule_id, self._codec)
         topic = self._topic()
-        partition = choose_partition(one.chooser, topic.partitions, self._next_turn)
+        partition = topic.stream_of(one.chooser, level, self._next_turn)
         self._store(topic, partition, [one])
-        for other in other_partitions(one, topic.partitions, partition):
+        for other in other_partitions(one, len(topic.streams), partition, topic.priorities):
             self._cancel_in(topic, other, one.name)
         return ScheduledId(one.name, partition)
 
@@ -74,13 +85,12 @@ class BlockingScheduler:
         key: Key | Callable[[Any], Key] | None,
         delay: Duration | None,
         at: datetime | None,
+        level: int | None = None,
     ) -> list[ScheduledId]:
         meta = with_trace_context(meta)
         many = Scheduled.many(message_type, items, meta, key, delay, at, self._codec)
         topic = self._topic()
-        partitions = [
-            choose_partition(one.chooser, topic.partitions, self._next_turn) for one in many
-        ]
+        partitions = [topic.stream_of(one.chooser, level, self._next_turn) for one in many]
         for partition, positions in scheduled_by_partition(partitions).items():
             self._store(topic, partition, [many[i] for i in positions])
         return [ScheduledId(one.name, p) for one, p in zip(many, partitions, strict=True)]

@@ -23,6 +23,7 @@ from ..payload.encoding import PayloadCodec
 from ..wire import resp
 from ..wire.client import ride_through
 from ..wire.features import Features, probe
+from ..wire.partition_names import check_priority
 from ..wire.replies import StreamMissing, added_id
 from ..wire.routing import Deployment
 from . import idempotency, ticks
@@ -99,13 +100,14 @@ class Publishing:
         ServerUnavailableError is raised only when that failed too (the entry may or may
         not be in the stream then).
         """
-        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id = options
+        key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id, priority = options
+        topic = self._topic
+        level = None if priority is None else check_priority(priority, topic.priorities)
         if options.scheduled:
             options.check_scheduled()
             return await self._delayed.schedule(
-                message_type, data, meta, key, delay, at, schedule_id
+                message_type, data, meta, key, delay, at, schedule_id, level
             )
-        topic = self._topic
         fields = topic.codec.entry(message_type, data, meta, key)
         fields[PUBLISH_MARKER] = next(self._markers)  # streamq's own: never encoded by the codec
         deployment = topic.deployment
@@ -114,7 +116,7 @@ class Publishing:
         once = None if idempotency_key is None else idempotency.checked_key(idempotency_key)
         # without a key, the idempotency key picks the partition: a retry goes where the
         # first publish went (in turn, it would land on the next and be added again)
-        partition = topic.partition(once if key is None else key)
+        partition = topic.partition(once if key is None else key, level)
         durability = Durability.of(replicas, timeout, fsync=fsync) if replicas else None
         if durability is None and once is None:
             stream, sent = topic.streams[partition], time.monotonic()
@@ -122,7 +124,7 @@ class Publishing:
                 entry_id = await self._coalescer_on(deployment).xadd(
                     topic.client_for(stream), stream, fields, NOMKSTREAM
                 )
-                return named(topic.partitions, partition, entry_id)
+                return named(len(topic.streams), partition, entry_id)
             except StreamMissing:
                 return await self._add(partition, fields, None, None, found_missing=True)
             except ServerUnavailableError:  # it may have been added: sent again, checked
@@ -171,7 +173,7 @@ class Publishing:
             entry_id, reached = await self._publish_durably(
                 client, stream, fields, durability, once, make_stream, sends
             )
-            return durability.confirm(named(self._topic.partitions, partition, entry_id), reached)
+            return durability.confirm(named(len(self._topic.streams), partition, entry_id), reached)
         options = stream_options(make_stream)
 
         async def xadd() -> str:
@@ -187,7 +189,7 @@ class Publishing:
             )
 
         entry_id = await send_until_known(self._topic.deployment, xadd, sends)
-        return named(self._topic.partitions, partition, entry_id)
+        return named(len(self._topic.streams), partition, entry_id)
 
     async def add_tick(
         self, name: str, partition: int, tick_ms: int, fields: Fields
@@ -277,6 +279,7 @@ class Publishing:
         chunk: int = 1000,
         delay: Duration | None = None,
         at: datetime | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         """Add many messages of one type with pipelined XADD; return their IDs in order.
 
@@ -284,22 +287,27 @@ class Publishing:
         topic; see :meth:`publish`). Every item is encoded before anything is sent: a bad
         one raises MessageFormatError and nothing is published. ``delay``/``at``: schedule
         them all for that time (as :meth:`publish`), each under its own ScheduledId.
+        ``priority``: the level of every message (as :meth:`publish`).
         """
         items = list(items)
+        topic = self._topic
+        level = None if priority is None else check_priority(priority, topic.priorities)
         if delay is not None or at is not None:
             return list(
-                await self._delayed.schedule_many(message_type, items, meta, key, delay, at)
+                await self._delayed.schedule_many(message_type, items, meta, key, delay, at, level)
             )
-        topic = self._topic
         entry = topic.codec.entry
         encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
         if topic.shape_unchecked:
             await topic.check_shape_once()
-        plan = ManyPlan(items, key, topic.partitions, topic.partition, self._producer.marker)
+        plan = ManyPlan(
+            items, key, len(topic.streams), partial(topic.partition, level=level),
+            self._producer.marker,
+        )  # fmt: skip
         await self._send_pass(plan, encoded, chunk, make_stream=False)
         if plan.found_missing:  # see streamq.publish.plan: the topic is new, or was terminated
             await topic.check_shape_again()  # a count that no longer fits raises ConfigError
-            plan.again(topic.partitions, topic.partition)
+            plan.again(len(topic.streams), partial(topic.partition, level=level))
             await self._send_pass(plan, encoded, chunk, make_stream=True)
         return plan.ids()
 

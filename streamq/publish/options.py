@@ -23,6 +23,7 @@ class PublishOptions(NamedTuple):
     delay: Duration | None = None
     at: datetime | None = None
     schedule_id: str | None = None
+    priority: int | None = None  # the level; None: the topic's default (the middle one)
 
     @property
     def scheduled(self) -> bool:

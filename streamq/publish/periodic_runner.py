@@ -285,13 +285,15 @@ async def run_periodics(
     ``publish_tick`` publishes a tick's data in the partition given, with its claim,
     through the model check and the publish middlewares (``CheckedPublishing``)."""
 
+    def stream_of(periodic: Periodic) -> int:  # its partition, in the default level
+        return topic.default_level * topic.partitions + tick_partition(periodic, topic.partitions)
+
     def place(periodic: Periodic) -> Place:
-        stream = topic.streams[tick_partition(periodic, topic.partitions)]
+        stream = topic.streams[stream_of(periodic)]
         return topic.client_for(stream), stream
 
     async def publish(periodic: Periodic, data: Any, tick_ms: int) -> Published:
-        partition = tick_partition(periodic, topic.partitions)
-        return await publish_tick(periodic, data, tick_ms, partition)
+        return await publish_tick(periodic, data, tick_ms, stream_of(periodic))
 
     owner = f"{consumer}@{uuid.uuid4().hex[:12]}"
     runner = PeriodicRunner(topic.client, topic.stream, owner, list(periodics), place, publish)

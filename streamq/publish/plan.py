@@ -261,6 +261,7 @@ class Scheduled:
     payload: str
     chooser: Key
     named_with_key: bool = False
+    named: bool = False  # a schedule_id was given
 
     @classmethod
     def one(
@@ -282,7 +283,8 @@ class Scheduled:
         meta = scheduling.schedule_meta(meta, due, now)
         payload = scheduling.encode_payload(codec.entry(message_type, data, meta), key)
         chooser = name if key is None else key
-        return cls(name, due, payload, chooser, key is not None and schedule_id is not None)
+        named = schedule_id is not None
+        return cls(name, due, payload, chooser, key is not None and named, named)
 
     @classmethod
     def many(
@@ -318,9 +320,13 @@ def scheduled_by_partition(partitions: Sequence[int]) -> dict[int, list[int]]:
     return dict(sorted(by_partition.items()))
 
 
-def other_partitions(scheduled: Scheduled, partitions: int, partition: int) -> list[int]:
+def other_partitions(
+    scheduled: Scheduled, partitions: int, partition: int, priorities: int = 1
+) -> list[int]:
     """Where an earlier message of the same name may wait and is cancelled: the other
-    partitions, for a message named with a key on a partitioned topic; else none."""
-    if not scheduled.named_with_key:
+    streams (``partitions``: how many the topic has), for a message named with a key on
+    a partitioned topic, or named on a topic with priorities (scheduled again at another
+    level); else none."""
+    if not (scheduled.named_with_key or (scheduled.named and priorities > 1)):
         return []
     return [other for other in range(partitions) if other != partition]

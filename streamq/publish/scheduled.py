@@ -52,7 +52,7 @@ class ScheduledMessages:
         if not isinstance(scheduled_id, str) or not scheduled_id:
             raise ConfigError(f"a scheduled ID is a non-empty string, got {scheduled_id!r}")
         where = scheduled_id.in_partition if isinstance(scheduled_id, ScheduledId) else None
-        partitions = [where] if where is not None else range(self._topic.partitions)
+        partitions = [where] if where is not None else range(len(self._topic.streams))
         name = str(scheduled_id)
         cancelled = False
         for partition in partitions:  # a name waits in one partition; look in each
@@ -65,7 +65,7 @@ class ScheduledMessages:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"limit must be an integer >= 1, got {limit!r}")
         rows: list[ScheduledMessage] = []
-        for partition in range(self._topic.partitions):
+        for partition in range(len(self._topic.streams)):
             rows += await self._on_partition(partition, scheduling.waiting, limit, partition)
         return sorted(rows, key=lambda row: row.due)[:limit]
 
@@ -79,7 +79,7 @@ class ScheduledMessages:
     async def scheduled_summary(self) -> ScheduledSummary:
         """How many messages wait over every partition, and the first due time."""
         count, first = 0, None
-        for partition in range(self._topic.partitions):
+        for partition in range(len(self._topic.streams)):
             part = await self._on_partition(partition, scheduling.summary)
             count += part.count
             first = _earliest(first, part.next_due)

@@ -60,6 +60,7 @@ class TypedPublisher(Generic[M]):
         delay: Duration | None = None,
         at: datetime | None = None,
         schedule_id: str | None = None,
+        priority: int | None = None,
     ) -> str:
         """Publish ``data`` (an instance of the model), now or later (``delay``, ``at``,
         ``schedule_id``: a :class:`~streamq.ScheduledId` is returned); the options are
@@ -67,7 +68,7 @@ class TypedPublisher(Generic[M]):
         another model."""
         check_instance(self.message_type, self.model, data)
         return await self._publish(self.message_type, data, meta, PublishOptions(
-            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id
+            key, replicas, timeout, fsync, idempotency_key, delay, at, schedule_id, priority
         ))  # fmt: skip
 
     async def publish_many(
@@ -79,6 +80,7 @@ class TypedPublisher(Generic[M]):
         chunk: int = 1000,
         delay: Duration | None = None,
         at: datetime | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         """Publish many instances of the model with pipelined writes, now or later (see
         :meth:`streamq.MessageQueue.publish_many`); nothing is sent if one is of another model."""
@@ -86,8 +88,9 @@ class TypedPublisher(Generic[M]):
         for item in items:
             check_instance(self.message_type, self.model, item)
         return await self._publish_many(
-            self.message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at
-        )
+            self.message_type, items, meta, key=key, chunk=chunk, delay=delay, at=at,
+            priority=priority,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         name = getattr(self.model, "__name__", repr(self.model))

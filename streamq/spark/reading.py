@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 def ranges_per_partition(requested: int, topic: SparkTopic) -> int:
     """Spark input partitions per topic partition: one, or more if option ``partitions``
     asks for more input partitions than the topic has."""
-    return max(1, -(-requested // topic.count))
+    return max(1, -(-requested // len(topic.streams)))
 
 
 def where(topic: SparkTopic, index: int) -> tuple[str | None, int | None]:
@@ -114,7 +114,7 @@ class StreamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._target: list[StreamId] | None = None  # Trigger.AvailableNow: never read past
         self._known_end: Offset | None = None  # pyspark 4.0/4.1: last planned end
         self._answered = False  # pyspark 4.0/4.1: latestOffset() has planned a batch
-        self._group_at: list[StreamId | None] = [None] * self.topic.count
+        self._group_at: list[StreamId | None] = [None] * len(self.topic.streams)
 
     @property
     def clients(self) -> TopicClients:

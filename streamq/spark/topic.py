@@ -22,8 +22,10 @@ from ..topic.partitions import (
     check_partition_count_sync,
     partition_streams,
     recorded_partitions_sync,
+    recorded_priorities_sync,
 )
 from ..wire.client import connect_sync
+from ..wire.partition_names import default_level, topic_streams
 from .offsets import connect
 
 Offset = dict[str, Any]
@@ -31,18 +33,32 @@ Offset = dict[str, Any]
 
 @dataclass(frozen=True)
 class SparkTopic:
-    """``name`` with ``count`` partitions (1: a plain stream)."""
+    """``name`` with ``count`` partitions (1: a plain stream) and ``levels`` priority
+    levels (1: none): it is read from every stream of every level, and written to the
+    default level's."""
 
     name: str
     count: int
+    levels: int = 1
 
     @property
     def partitioned(self) -> bool:
-        return self.count > 1
+        """Whether it has more than one stream (its IDs name the stream's index)."""
+        return len(self.streams) > 1
 
     @property
     def streams(self) -> tuple[str, ...]:
+        """Every stream, as a queue numbers them (a level's partitions after another's)."""
+        return topic_streams(self.name, self.count, self.levels)
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """The streams rows are written to, one per partition: the default level's."""
         return partition_streams(self.name, self.count)
+
+    def written_index(self, partition: int) -> int:
+        """The index in :attr:`streams` of ``partition``'s stream in the default level."""
+        return default_level(self.levels) * self.count + partition
 
     def encode(self, offsets: Sequence[Mapping[str, Any]]) -> Offset:
         """One offset per partition -> the offset Spark keeps in its checkpoint."""
@@ -56,8 +72,9 @@ class SparkTopic:
         Raises ConfigError for an offset of the other kind (a checkpoint written for a
         plain stream read as a partitioned topic, or another partition count).
         """
+        count = len(self.streams)
         if not value:
-            return [None] * self.count
+            return [None] * count
         if not self.partitioned:
             if "id" not in value:
                 raise ConfigError(
@@ -65,11 +82,11 @@ class SparkTopic:
                     f"but {self.name!r} is a plain stream: use a new checkpointLocation"
                 )
             return [value]
-        expected = [str(i) for i in range(self.count)]
+        expected = [str(i) for i in range(count)]
         if sorted(value, key=_numeric) != expected:
             raise ConfigError(
                 f"the checkpoint holds offsets of {_describe(value)}, but {self.name!r} has "
-                f"{self.count} partitions: use a new checkpointLocation"
+                f"{count} streams: use a new checkpointLocation"
             )
         return [value[key] for key in expected]
 
@@ -87,13 +104,14 @@ def resolve_topic(url: str, name: str, requested: int | None) -> SparkTopic:
     (recorded now if it was not). Raises ConfigError when the two disagree."""
     client = connect(url, name)
     try:
+        levels = recorded_priorities_sync(client, name)
         if requested is None:
-            return SparkTopic(name, recorded_partitions_sync(client, name) or 1)
+            return SparkTopic(name, recorded_partitions_sync(client, name) or 1, levels)
         try:
-            check_partition_count_sync(client, name, requested)
+            check_partition_count_sync(client, name, requested, levels)
         except ConfigError as e:
             raise ConfigError(f"option 'topicPartitions': {e}") from e
-        return SparkTopic(name, requested)
+        return SparkTopic(name, requested, levels)
     finally:
         client.close()
 
@@ -104,7 +122,7 @@ def check_topic_again(url: str, topic: SparkTopic) -> None:
     it. Raises ConfigError if the topic was re-created otherwise under the write."""
     client = connect(url, topic.name)
     try:
-        check_partition_count_sync(client, topic.name, topic.count)
+        check_partition_count_sync(client, topic.name, topic.count, topic.levels)
     except ConfigError as e:
         raise ConfigError(
             f"topic {topic.name!r} changed under this write (terminated and re-created?): "

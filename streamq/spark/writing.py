@@ -175,13 +175,14 @@ def write_rows(
 
         def packed(index: int) -> Chunk:
             numbers, entries = zip(*pending.pop(index), strict=True)
-            stream = topic.streams[index]
+            at = topic.written_index(index)  # the partition's stream in the default level
+            stream = topic.streams[at]
 
             def again(positions: list[int], other: RowKeys) -> bytes:
                 picked = [numbers[i] for i in positions], [entries[i] for i in positions]
                 return other.pack(stream, prefix, *picked)
 
-            return Chunk(keys.pack(stream, prefix, numbers, entries), len(numbers), index, again)
+            return Chunk(keys.pack(stream, prefix, numbers, entries), len(numbers), at, again)
 
         for n, row in enumerate(rows):
             index = router.of_row(row, n)
@@ -206,13 +207,14 @@ def write_arrow(
         first = 0
         for batch in batches:
             for index, rows, numbers in router.split(batch, first):
-                stream = topic.streams[index]
+                at = topic.written_index(index)  # the partition's stream in the default level
+                stream = topic.streams[at]
                 for start in range(0, rows.num_rows, opts.chunk):
                     part = rows.slice(start, opts.chunk)
                     some = numbers.slice(start, opts.chunk)
                     packed = encode_batch(part, encoder, stream, prefix, numbers=some, keys=keys)
                     again = partial(_encode_some, part, some, encoder, stream, prefix)
-                    yield Chunk(packed, len(some), index, again)
+                    yield Chunk(packed, len(some), at, again)
             first += batch.num_rows
 
     return _send(opts, columns, job, chunks, topic)

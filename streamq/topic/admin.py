@@ -139,6 +139,9 @@ class TopicInfo:
     # flow control: group -> what is paused in it ("*": the whole group, or message
     # types), for the groups with something paused (mq.pause())
     paused: dict[str, list[str]] = field(default_factory=dict)
+    # on a cluster: outputs of handlers (msg.publish) written to the outbox and not yet
+    # forwarded to their target on another slot
+    outbox: int = 0
 
     @property
     def pending(self) -> int:
@@ -159,9 +162,10 @@ class TopicInfo:
 async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
     keys = Keys(stream)
     dead = int(await client.xlen(keys.dead_letters))
+    outbox = int(await client.xlen(keys.outbox))
     stopped = await stopped_ids(client, stream)
     if not await client.exists(stream):
-        return TopicInfo(stream, False, 0, None, None, [], dead, stopped)
+        return TopicInfo(stream, False, 0, None, None, [], dead, stopped, outbox=outbox)
     info = await excerpts.stream_summary(client, stream)  # not the entries' values
     rows = replies.groups(await client.xinfo_groups(stream))
     groups = [await _group_info(client, stream, row) for row in rows]
@@ -174,6 +178,7 @@ async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
         groups=groups,
         dead_letters=dead,
         stopped_ids=stopped,
+        outbox=outbox,
     )
 
 

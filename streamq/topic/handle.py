@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from ..payload.encoding import PLAIN, PayloadCodec
 from ..wire.client import ride_through
-from ..wire.partition_names import choose_partition, partition_streams
+from ..wire.partition_names import choose_partition, default_level, topic_streams
 from ..wire.routing import Deployment
 from .control import StoppedView
 from .partitions import check_partition_count
@@ -28,7 +28,13 @@ class TopicHandle:
     """The topic ``stream`` in ``partitions`` partitions, on the deployment ``connect``
     makes when a part first needs it."""
 
-    def __init__(self, stream: str, partitions: int, connect: Callable[[], Deployment]) -> None:
+    def __init__(
+        self,
+        stream: str,
+        partitions: int,
+        connect: Callable[[], Deployment],
+        priorities: int = 1,
+    ) -> None:
         self.stream = stream
         self._connect = connect
         self._deployment: Deployment | None = None
@@ -39,13 +45,16 @@ class TopicHandle:
         self._shape_checked_at = -1.0  # when its record was last checked again
         self._shape_lock: anyio.Lock | None = None
         self.codec: PayloadCodec = PLAIN  # how payloads are written (the queue's settings)
-        self.use_partitions(partitions)
+        self.use_partitions(partitions, priorities)
 
-    def use_partitions(self, partitions: int) -> None:
-        """Take ``partitions`` as the topic's count: its streams and their stopped IDs."""
+    def use_partitions(self, partitions: int, priorities: int = 1) -> None:
+        """Take ``partitions`` and ``priorities`` as the topic's shape: its streams (one per
+        partition and level; IDs name their index) and their stopped IDs."""
         self.partitions = partitions
-        self.streams = partition_streams(self.stream, partitions)  # (stream,) if plain
-        self.stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per partition
+        self.priorities = priorities
+        self.default_level = default_level(priorities)
+        self.streams = topic_streams(self.stream, partitions, priorities)  # (stream,) if plain
+        self.stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per stream
 
     # -- connection -----------------------------------------------------------------
     @property
@@ -84,11 +93,15 @@ class TopicHandle:
             await deployment.aclose()
 
     # -- where a message goes -------------------------------------------------------
-    def partition(self, key: Key | None) -> int:
-        """The partition of a message: by its key's hash, else the next in turn."""
-        if key is None and self.partitions == 1:
+    def partition(self, key: Key | None, level: int | None = None) -> int:
+        """The stream of a message (its index in :attr:`streams`): its partition by its
+        key's hash, else the next in turn; in its priority ``level`` (None: the default)."""
+        if key is None and len(self.streams) == 1:
             return 0  # the usual case, without a call
-        return choose_partition(key, self.partitions, self._next_turn)
+        partition = choose_partition(key, self.partitions, self._next_turn)
+        if level is None:
+            level = self.default_level
+        return level * self.partitions + partition
 
     def _next_turn(self) -> int:
         turn = self._turns
@@ -107,7 +120,7 @@ class TopicHandle:
         it at its first publish (once per connection): a plain queue's publish to a
         partitioned topic would go to a stream no consumer reads."""
         deployment = self.deployment
-        await check_partition_count(self.client, self.stream, self.partitions)
+        await check_partition_count(self.client, self.stream, self.partitions, self.priorities)
         self.shape_checked_on = deployment
 
     async def check_shape_once(self) -> None:

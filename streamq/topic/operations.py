@@ -53,7 +53,7 @@ class TopicAdmin:
 
     def locate(self, entry_id: str) -> tuple[int, str, aioredis.Redis]:
         """The partition, its stream and its client, of an entry ID's text form."""
-        where = PartitionedId.parse(entry_id, self._topic.partitions)
+        where = PartitionedId.parse(entry_id, len(self._topic.streams))
         stream = self._topic.streams[where.partition]
         return where.partition, where.entry_id, self._topic.client_for(stream)
 
@@ -69,7 +69,7 @@ class TopicAdmin:
     def named(self, partition: int, entry_id: str) -> str:
         """An entry ID of partition ``partition`` as shown and accepted: ``"<i>:<id>"`` on
         a partitioned topic, the bare ID on a plain one."""
-        return entry_id if self._topic.partitions == 1 else f"{partition}:{entry_id}"
+        return entry_id if len(self._topic.streams) == 1 else f"{partition}:{entry_id}"
 
     def _parts(self) -> list[tuple[int, str, aioredis.Redis]]:
         return [(i, s, self._topic.client_for(s)) for i, s in enumerate(self._topic.streams)]
@@ -122,7 +122,7 @@ class TopicAdmin:
         """Delete the stream (every partition), all its groups and streamq's keys (dead
         letters too unless ``keep_dead_letters``); every running consumer stops at once."""
         groups = await self._group_names()
-        plain = self._topic.partitions == 1  # its one stream holds the topic's own keys
+        plain = len(self._topic.streams) == 1  # its one stream holds the topic's own keys
         topic_keys = ownership.membership_keys(self._topic.stream, groups)
         topic_keys += [Keys(self._topic.stream).paused(group) for group in groups]
         for _, stream, client in self._parts():
@@ -163,7 +163,7 @@ class TopicAdmin:
     async def topic_info(self) -> admin.TopicInfo:
         """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
         a partitioned topic the totals and a row per partition (``partitions``)."""
-        if self._topic.partitions == 1:
+        if len(self._topic.streams) == 1:
             info = await self._riding(admin.topic_info, self._topic.client, self._topic.stream)
         else:
 
@@ -220,7 +220,7 @@ class TopicAdmin:
     def dead_letter_queue(self) -> DeadLetters:
         """The dead-letter stream of a plain topic (a partitioned one has one per
         partition: use :meth:`dead_letters`, :meth:`replay_dead_letter`, ...)."""
-        if self._topic.partitions > 1:
+        if len(self._topic.streams) > 1:
             raise ConfigError("a partitioned topic has a dead-letter stream per partition")
         return DeadLetters(self._topic.client, self._topic.stream)
 
@@ -235,7 +235,7 @@ class TopicAdmin:
 
     def named_letter(self, partition: int, letter: DeadLetter) -> DeadLetter:
         """A dead letter of partition ``partition`` with its IDs named as :meth:`named`."""
-        if self._topic.partitions == 1:
+        if len(self._topic.streams) == 1:
             return letter
         return replace(
             letter,

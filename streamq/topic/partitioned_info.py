@@ -35,6 +35,7 @@ async def partitioned_topic_info(topic: str, parts: Sequence[Part]) -> TopicInfo
             f"{p.index}:{i}" for p, info in zip(parts, infos, strict=True) for i in info.stopped_ids
         ],
         partitions=rows,
+        outbox=sum(info.outbox for info in infos),
     )
 
 

@@ -42,6 +42,7 @@ from ..wire.partition_names import validate_partitions as validate_partitions
 from ..wire.records import DamagedRecord
 from ..wire.records import partition_count as read_partition_count
 from ..wire.records import partition_names as read_partition_names
+from ..wire.records import priority_count as read_priority_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +79,21 @@ class PartitionedId:
         return cls(int(head), str(StreamId.parse(rest)))
 
 
-async def check_partition_count(client: aioredis.Redis, topic: str, partitions: int) -> None:
-    """Refuse to open ``topic`` with another partition count than the one recorded; record
-    it when a partitioned topic is opened for the first time (``client``: the topic's own
-    slot). Raises ConfigError naming both counts."""
+async def check_partition_count(
+    client: aioredis.Redis, topic: str, partitions: int, priorities: int = 1
+) -> None:
+    """Refuse to open ``topic`` with another partition count (or number of priority
+    levels) than the one recorded; record them when the topic is opened for the first time
+    (``client``: the topic's own slot). Raises ConfigError naming both counts."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
+    levels = _levels(key, await client.hget(key, "priorities"))
+    if levels is None and priorities > 1:
+        if await client.exists(key) or await client.exists(topic):
+            raise _without_levels(topic, priorities)
+        await client.hsetnx(key, "priorities", priorities)
+        levels = _levels(key, await client.hget(key, "priorities"))
+    _check_levels(topic, key, levels or 1, priorities)
     recorded = _count(key, await client.hget(key, "count"))
     if recorded is None and partitions > 1:
         if await client.exists(topic):
@@ -113,6 +123,18 @@ async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
     return count or 1
 
 
+async def recorded_priorities(client: aioredis.Redis, topic: str) -> int:
+    """The number of priority levels recorded for ``topic`` (1: none recorded)."""
+    key = Keys(topic).partitions
+    return _levels(key, await client.hget(key, "priorities")) or 1
+
+
+def recorded_priorities_sync(client: redis.Redis, topic: str) -> int:
+    """The blocking twin of :func:`recorded_priorities`."""
+    key = Keys(topic).partitions
+    return _levels(key, client.hget(key, "priorities")) or 1
+
+
 def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
     """The partition count recorded for ``topic``, None for a plain stream (a blocking
     ``client`` on the topic's own slot: Spark, scripts); a damaged count as above."""
@@ -123,10 +145,19 @@ def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
     return count
 
 
-def check_partition_count_sync(client: redis.Redis, topic: str, partitions: int) -> None:
+def check_partition_count_sync(
+    client: redis.Redis, topic: str, partitions: int, priorities: int = 1
+) -> None:
     """The blocking twin of :func:`check_partition_count` (same record, same errors)."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
+    levels = _levels(key, client.hget(key, "priorities"))
+    if levels is None and priorities > 1:
+        if client.exists(key) or client.exists(topic):
+            raise _without_levels(topic, priorities)
+        client.hsetnx(key, "priorities", priorities)
+        levels = _levels(key, client.hget(key, "priorities"))
+    _check_levels(topic, key, levels or 1, priorities)
     recorded = _count(key, client.hget(key, "count"))
     if recorded is None and partitions > 1:
         if client.exists(topic):
@@ -147,6 +178,31 @@ def _count(key: str, recorded: Any) -> int | None:
         set_aside(count, "the topic's partition count is taken for not recorded")
         return None
     return count
+
+
+def _levels(key: str, recorded: Any) -> int | None:
+    """The record's ``priorities`` field as read; a damaged one is set aside (logged once)
+    and taken for nothing recorded."""
+    levels = read_priority_count(key, cast("bytes | str | None", recorded))
+    if isinstance(levels, DamagedRecord):
+        set_aside(levels, "the topic's number of priority levels is taken for not recorded")
+        return None
+    return levels
+
+
+def _check_levels(topic: str, key: str, recorded: int, priorities: int) -> None:
+    if recorded != priorities:
+        raise ConfigError(
+            f"topic {topic!r} has {recorded} priority level{'s' if recorded > 1 else ''} "
+            f"(recorded in {key!r}), not {priorities}: pass priorities={recorded}"
+        )
+
+
+def _without_levels(topic: str, priorities: int) -> ConfigError:
+    return ConfigError(
+        f"priorities={priorities}, but {topic!r} exists without priorities: a topic "
+        "cannot gain priority levels (publish to a new topic name instead)"
+    )
 
 
 def _recovered(topic: str, damaged: DamagedRecord, names: bytes | None) -> int | None:

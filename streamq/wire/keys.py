@@ -123,6 +123,19 @@ class Keys:
         return f"{self.prefix}reply:{requester}"
 
     @property
+    def outbox(self) -> str:
+        """Stream: the outputs of this stream's handlers bound for another slot of a cluster,
+        written with their entry's ack and forwarded by the group's consumers (see
+        :mod:`streamq.wire.outputs`)."""
+        return self.prefix + "outbox"
+
+    @property
+    def forwarded(self) -> str:
+        """Sorted set: the names of the outputs forwarded into this stream from an outbox
+        -> when (Unix ms), kept for a day, so that each is added once."""
+        return self.prefix + "forwarded"
+
+    @property
     def flow_notices(self) -> str:
         """Sharded pub/sub channel: the group's pause record changed (a hint to read it)."""
         return self.prefix + "flow"
@@ -155,6 +168,7 @@ class Keys:
         return [
             self.stopped, self.unrouted, self.cleanup_lock, self.partitions,
             self.scheduled, self.scheduled_payloads, self.periodic, self.halted,
+            self.outbox, self.forwarded,
         ]  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import MAX_OWNERSHIP_LEASE, MAX_RATE_PERIOD, MAX_THROTTLE
 from ..message import TYPE_PATTERN
-from .partition_names import MAX_PARTITIONS, partition_streams
+from .partition_names import MAX_PARTITIONS, MAX_PRIORITIES, partition_streams
 
 # The longest ordered-mode lease (``ConsumerConfig.ownership_lease`` is at most this): no
 # member or lease expiry streamq writes lies further ahead of the server's clock.
@@ -117,6 +117,17 @@ def partition_count(key: str, value: bytes | str | None) -> int | DamagedRecord 
     count = _integer(value)
     if count is None or not 1 <= count <= MAX_PARTITIONS:
         return _damaged("partitions", key, "count", f"an integer 1..{MAX_PARTITIONS}", value)
+    return count
+
+
+def priority_count(key: str, value: bytes | str | None) -> int | DamagedRecord | None:
+    """The ``priorities`` field of a topic's partitions record; None when nothing is
+    recorded (a topic without priorities)."""
+    if value is None:
+        return None
+    count = _integer(value)
+    if count is None or not 1 <= count <= MAX_PRIORITIES:
+        return _damaged("partitions", key, "priorities", f"an integer 1..{MAX_PRIORITIES}", value)
     return count
 
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streamq import Message, MessageQueue, RateLimit, Throttle
+from streamq import Message, MessageQueue
 from streamq.metrics import QueueCollector
+from tests.helpers.held_back import HELD_BACK_LIMITS, register_held_back_handlers
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import wait_for
 
@@ -25,21 +26,9 @@ def waiting(mq: MessageQueue) -> dict[str, Any]:
 
 
 async def test_entries_held_back_are_exported_by_reason(make_queue: QueueFactory) -> None:
-    mq = make_queue(rate_limits={"email": RateLimit(1, per=60)})
+    mq = make_queue(rate_limits=HELD_BACK_LIMITS)
     handled: list[str] = []
-
-    @mq.handler("email")  # one a minute: the first runs, the other three wait
-    async def email(msg: Message[int]) -> None:
-        handled.append(f"email-{msg.data}")
-
-    @mq.handler("report")  # paused: both wait
-    async def report(msg: Message[int]) -> None:
-        handled.append(f"report-{msg.data}")
-
-    @mq.handler("call")  # the API answers 429: it waits out its throttle
-    async def call(msg: Message[int]) -> None:
-        handled.append(f"call-{msg.data}")
-        raise Throttle(retry_after=60)
+    register_held_back_handlers(mq, handled)  # of 4 e-mails 3 wait, 2 reports, 1 call
 
     registry = CollectorRegistry()
     collector = QueueCollector(mq)

@@ -23,6 +23,7 @@ from streamq.testing import delete_stream_keys
 from streamq.topic.partitions import PartitionedId, partition_for_key, partition_streams
 from streamq.wire.client import connect_sync
 from streamq.wire.keys import Keys
+from streamq.wire.partition_names import topic_streams
 from streamq.wire.replies import text
 from tests.spark.streaming import run_available_now, start_available_now
 from tests.spark.test_spark_source import admission_control, stream_reader
@@ -342,3 +343,26 @@ async def test_partitioned_read_and_keyed_write_on_the_cluster(
         assert len(nodes) > 1, "the partitions should spread over the cluster's masters"
     finally:
         forget(url, topic)
+
+
+@pytest.mark.anyio
+async def test_a_topic_with_priorities_is_read_from_every_level_and_written_to_the_default(
+    spark: Any, redis_url: str
+) -> None:
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    try:
+        async with MessageQueue(redis_url, stream=name, group="services", priorities=3) as mq:
+            ids = [await mq.publish("note", {"n": n}, priority=n % 3) for n in range(6)]
+            streams = mq.streams
+        df = spark.read.format("streamq").option("url", redis_url).option("stream", name).load()
+        assert sorted(row.id for row in df.collect()) == sorted(ids)
+        rows = spark.createDataFrame([("note", '{"n": 9}')], ["type", "data"])
+        rows.write.format("streamq").mode("append").option("url", redis_url).option(
+            "stream", name
+        ).save()
+        lengths = [len(entries(redis_url, stream)) for stream in streams]
+        assert lengths == [2, 3, 2], "written to the default level (1), read from all"
+        assert SparkTopic(name, 1, 3).streams == streams
+    finally:
+        for stream in topic_streams(name, 1, 3):
+            delete_stream_keys(redis_url, stream)

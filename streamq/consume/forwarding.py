@@ -1,0 +1,111 @@
+"""Forwarding the outbox: on a cluster, the outputs a handler staged for a stream on another
+slot were written with its entry's ack to the source stream's outbox
+(:mod:`streamq.wire.outputs`); every consumer of the group moves them on to their targets.
+
+A consumer forwards its streams' outboxes at once after it wrote to one, and looks at them
+every :data:`FORWARD_INTERVAL` seconds otherwise: what a consumer that died left there is
+forwarded by the others. Each output goes to its target through one script on the target's
+slot that adds it only if its name (source stream, entry ID, output index) is not in the
+target's dedupe set, and is then deleted from the outbox; a forwarder that dies in between,
+or two that forward the same entry at once, add nothing twice. One forwarder forwards an
+outbox in its order, so the outputs of one outbox reach each target in the order written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+
+from ..errors import RedisFailure
+from ..wire import outputs as wire
+from ..wire.damage import set_aside
+from ..wire.keys import Keys
+from ..wire.records import DamagedRecord
+from .stats import Stats
+
+log = logging.getLogger(__name__)
+
+FORWARD_INTERVAL = 1.0  # how often each consumer looks at the outboxes of its streams
+FORWARD_PAGE = 100  # outbox entries read at a time
+FORWARD_RETRY_BACKOFF = 1.0
+
+
+class Forwarder:
+    """Forwards the outboxes of ``streams`` (a consumer's, or an ordered topic's)."""
+
+    def __init__(
+        self,
+        client_for: Callable[[str], aioredis.Redis],
+        streams: Sequence[str],
+        stats: Stats,
+    ) -> None:
+        self._client_for, self._streams, self._stats = client_for, tuple(streams), stats
+        self._wakeup = anyio.Event()
+
+    def wake(self) -> None:
+        """Something was written to an outbox here: forward it now."""
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        while True:
+            with anyio.move_on_after(FORWARD_INTERVAL):
+                await self._wakeup.wait()
+            self._wakeup = anyio.Event()
+            try:
+                for stream in self._streams:
+                    await self.forward(stream)
+            except RedisFailure as e:
+                log.warning("forwarding outputs failed, retrying in %.1fs: %s",
+                            FORWARD_RETRY_BACKOFF, e)  # fmt: skip
+                await anyio.sleep(FORWARD_RETRY_BACKOFF)
+
+    async def forward(self, stream: str) -> int:
+        """Forward every entry of ``stream``'s outbox; return how many were added."""
+        client, outbox = self._client_for(stream), Keys(stream).outbox
+        start, added = "-", 0
+        while True:
+            rows = await client.xrange(outbox, start, "+", count=FORWARD_PAGE)
+            for entry_id, fields in rows:
+                added += await self._forward_one(client, outbox, entry_id, fields)
+            if len(rows) < FORWARD_PAGE:
+                return added
+            start = "(" + _text(rows[-1][0])
+
+    async def _forward_one(
+        self, client: aioredis.Redis, outbox: str, entry_id: Any, fields: dict[bytes, bytes]
+    ) -> int:
+        found = _parsed(outbox, entry_id, fields)
+        if isinstance(found, DamagedRecord):
+            set_aside(found, "left in the outbox, not forwarded")
+            return 0
+        target, name, rest = found
+        keys = [target, Keys(target).forwarded]
+        args: list[bytes | str] = [name, str(wire.DEDUPE_WINDOW_MS), *rest]
+        added = int(await wire.run(self._client_for(target), wire.FORWARD, keys, args, target))
+        await client.xdel(outbox, entry_id)
+        self._stats.forwarded += added
+        return added
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _parsed(
+    outbox: str, entry_id: Any, fields: dict[bytes, bytes]
+) -> tuple[str, str, list[bytes | str]] | DamagedRecord:
+    """An outbox entry's target, its output's name and the output's fields; a damaged
+    record when it does not start with the four fields streamq writes."""
+    items = list(fields.items())
+    head = items[: len(wire.OUTBOX_FIELDS)]
+    if [name for name, _ in head] != list(wire.OUTBOX_FIELDS) or len(items) < 6:
+        found = ", ".join(_text(name) for name, _ in items[:6])[:200]
+        expected = "fields target, source, entry, index, then the output's"
+        return DamagedRecord("outbox", outbox, _text(entry_id), expected, found)
+    target, source, entry, index = (value.decode("utf-8", "replace") for _, value in head)
+    rest: list[bytes | str] = [v for pair in items[len(head) :] for v in pair]
+    return target, wire.output_name(source, entry, index), rest

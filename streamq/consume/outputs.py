@@ -1,0 +1,169 @@
+"""Outputs with the ack: what ``msg.publish(...)`` stages inside a handler, and how a
+consumer writes the staged outputs of its handled entries together with their acks
+(the scripts and the outbox are :mod:`streamq.wire.outputs`).
+
+A handler's outputs are encoded when staged (:class:`Staging`, as ``mq.publish`` encodes
+them) and kept on its Message; only a handler that succeeded hands them to the acker with
+its entry's ID (:meth:`~streamq.consume.acks.Acker.ack_with`), so those of a failed attempt
+are dropped with it. The acker's flush writes each entry's outputs and its ack in one
+script (:class:`OutputWriter`): on one server, or on a cluster for targets on the source
+stream's slot, straight into their streams; on a cluster, targets on other slots go to the
+source's outbox in the same script, and :mod:`.forwarding` moves them on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from ..errors import ConfigError
+from ..payload.encoding import PayloadCodec
+from ..wire import outputs as wire
+from ..wire.keys import Keys, validate_stream_name
+from ..wire.slots import slot_of
+
+Key = str | bytes
+
+
+class Output:
+    """One staged output: its target stream and fields, packed as RESP bulk strings when
+    staged (``maxlen``/``ttl``: a request's reply, written capped and expiring as replies
+    are)."""
+
+    __slots__ = ("count", "fields", "maxlen", "target", "ttl")
+
+    def __init__(
+        self, target: str, fields: dict[bytes | str, bytes | str], maxlen: str = "", ttl: str = ""
+    ) -> None:
+        self.target, self.maxlen, self.ttl = target, maxlen, ttl
+        self.fields = wire.field_bulks(fields)
+        self.count = 2 * len(fields)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSettings:
+    """What a queue's consumer needs to stage outputs: its payload settings, its topic's
+    partitions and how it chooses one, and whether the deployment is a cluster."""
+
+    codec: PayloadCodec
+    topic: str
+    streams: tuple[str, ...]
+    partition: Callable[[Key | None], int]
+    cluster: Callable[[], bool]
+
+
+class Staging:
+    """Encodes the outputs staged by one group's handlers (``msg.publish``)."""
+
+    def __init__(self, settings: OutputSettings) -> None:
+        self._settings = settings
+        self._targets: dict[str, str] = {}  # stream names checked (a handler names a few)
+
+    def output(
+        self,
+        type_name: str,
+        data: Any,
+        stream: str | None,
+        key: Key | None,
+        meta: Mapping[str, str] | None,
+    ) -> Output:
+        settings = self._settings
+        fields = settings.codec.entry(type_name, data, meta, key)
+        if stream is None or stream == settings.topic:
+            target = settings.streams[settings.partition(key)]
+        else:
+            target = self._targets.get(stream) or self._checked(stream)
+        return Output(target, fields)
+
+    def _checked(self, stream: str) -> str:
+        if len(self._targets) > 1000:  # names made per entry: checked each time
+            self._targets.clear()
+        self._targets[stream] = validate_stream_name(stream)
+        return stream
+
+
+class Refused:
+    """The staging of a consumer whose entries have no ack (fan-out): ``msg.publish``
+    raises ConfigError saying why."""
+
+    def output(
+        self,
+        type_name: str,
+        data: Any,
+        stream: str | None,
+        key: Key | None,
+        meta: Mapping[str, str] | None,
+    ) -> Output:
+        raise ConfigError(
+            "Message.publish writes outputs with the entry's ack, and a fan-out subscriber "
+            "(group=None) acknowledges nothing: publish with mq.publish (written at once, "
+            "not tied to the entry), or consume with a group"
+        )
+
+
+# Entries per script call: an XACK and a few XADDs each.
+MAX_ENTRIES_PER_WRITE = 200
+Staged = tuple[str, list[Output]]  # an entry's ID and its outputs
+
+
+class OutputWriter:
+    """Writes handled entries' outputs with their acks, for one source stream and group."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        group: str,
+        *,
+        cluster: Callable[[], bool],
+        outboxed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._client, self._stream, self._group = client, stream, group
+        self._outbox, self._slot = Keys(stream).outbox, slot_of(stream)
+        self._cluster, self._outboxed = cluster, outboxed
+
+    async def write(self, staged: Sequence[Staged], fence: tuple[str, str, str] | None) -> bool:
+        """Add the outputs of ``staged`` entries that are still pending, and ack them, in one
+        script; ``fence``: ordered mode's (lease key, me, token). False when the lease is
+        not held (nothing was done)."""
+        keys = [self._stream, self._outbox]
+        head: list[bytes | str] = [self._group]
+        if fence is not None:
+            keys.insert(0, fence[0])
+            head = [fence[1], fence[2], self._group]
+        packed, outboxed = self._packed(staged, keys)
+        script = wire.WRITE if fence is None else wire.WRITE_FENCED
+        reply = await wire.run_packed(self._client, script, keys, head, packed, self._stream)
+        if reply[0] == 0:
+            return False
+        if outboxed:
+            self._outboxed()
+        return True
+
+    def _packed(self, staged: Sequence[Staged], keys: list[str]) -> tuple[wire.Packed, bool]:
+        """The script's per-entry arguments (adding the targets to ``keys``), and whether
+        any output goes to the outbox."""
+        index = {self._stream: len(keys) - 1}  # KEYS is 1-based: the stream comes before
+        outbox = len(keys)  # the outbox, the last key so far
+        cluster = self._cluster()
+        packed = wire.Packed()
+        outboxed = False
+        for entry_id, outputs in staged:
+            packed.entry(entry_id, len(outputs))
+            for n, output in enumerate(outputs):
+                if cluster and slot_of(output.target) != self._slot:
+                    outboxed = True
+                    head = wire.bulks([v for pair in zip(wire.OUTBOX_FIELDS,
+                                       [output.target, self._stream, entry_id, str(n)],
+                                       strict=True) for v in pair])  # fmt: skip
+                    packed.output(outbox, "", "", output.count + 8, head + output.fields)
+                    continue
+                k = index.get(output.target)
+                if k is None:
+                    keys.append(output.target)
+                    k = index[output.target] = len(keys)
+                packed.output(k, output.maxlen, output.ttl, output.count, output.fields)
+        return packed, outboxed
