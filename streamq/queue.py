@@ -35,12 +35,13 @@ from .config import (
     StartFrom,
     consumer_config,
 )
-from .consume.build import Mode, Policies, Topic, build_engine
+from .consume.build import build_engine
 from .consume.context import NO_GROUP, inside_handler
 from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.outputs import OutputSettings
+from .consume.parts import Mode, Policies, Topic
 from .errors import ConfigError, QueueStateError
 from .flow.rate import RateLimit
 from .flow.settings import queue_rate_limits

@@ -19,15 +19,13 @@ ordered    the owned partitions, fenced (:mod:`.ordered`)   :class:`GroupOutcome
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, MutableMapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import redis.asyncio as aioredis
 
-from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
+from ..config import ConsumerConfig, OnPoison
 from ..flow.gate import FlowGate
-from ..flow.settings import FlowConfig
 from ..message import OutputStaging
 from ..topic.cleanup import Cleaner
 from ..topic.control import ControlListener, StoppedView
@@ -44,9 +42,9 @@ from .forwarding import Forwarder
 from .lifecycle import Engine
 from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
-from .outputs import OutputSettings, OutputWriter, Refused, Staging
+from .outputs import OutputWriter, Refused, Staging
 from .partitioned import PartitionedConsumer
-from .parts import Parts
+from .parts import Mode, Parts, Policies, Topic
 from .reader import Identity, Reader
 from .replies import Replier
 from .routes import Routes
@@ -54,38 +52,6 @@ from .unrouted import UnroutedDeliveries
 
 if TYPE_CHECKING:
     from .ordered import OrderedConsumer
-
-
-@dataclass(frozen=True, slots=True)
-class Topic:
-    """What a queue consumes: the topic, its streams (one per partition), group, name."""
-
-    name: str
-    streams: tuple[str, ...]
-    group: str
-    consumer: str
-    partitions: int = 1
-    priorities: int = 1  # stream ``i`` is of level ``i // partitions``
-
-
-@dataclass(frozen=True, slots=True)
-class Policies:
-    config: ConsumerConfig
-    retry: RetryPolicy
-    batch: BatchConfig
-    cleanup: CleanupPolicy
-    flow: FlowConfig = field(default_factory=FlowConfig)
-    # what msg.publish needs (None: a consumer built without a queue stages no outputs)
-    outputs: OutputSettings | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Mode:
-    """Which engine a queue runs: fan-out (no group), ordered, or shared."""
-
-    fanout: bool
-    ordered: bool
-    on_poison: OnPoison
 
 
 ClientFor = Callable[[str], aioredis.Redis]

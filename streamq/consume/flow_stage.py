@@ -45,6 +45,7 @@ from ..message import Message, RawEntry
 from ..signals import Throttle
 from ..wire.replies import text
 from .capacity import Capacity
+from .rate_keys import rate_key_of
 from .routes import Route, Routes
 from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 
@@ -373,36 +374,3 @@ def entries_by_id(client: aioredis.Redis, stream: str) -> Fetch:
         return found
 
     return fetch
-
-
-def rate_key_of(
-    gate: FlowGate,
-    route: Route,
-    entry: RawEntry,
-    publish_key: str | None,
-    message: Callable[[Route, RawEntry], Message[Any]],
-    summary: LogSummary,
-) -> str | None:
-    """The key ``entry`` is limited under: None for a limit of the whole type (no decoding),
-    its publish key for ``by="key"``, else what the limit's function says of its Message.
-    An entry whose payload does not decode is limited as keyless (the dispatcher
-    dead-letters it); a ``by`` function that raises is logged (ERROR, summarised) and its
-    entry limited as keyless too: a bug in the function never stops the entries."""
-    rate = gate.config.rate_limits.get(route.type_name)
-    if rate is None or rate.by is None:
-        return None
-    if rate.by == "key":
-        return publish_key
-    try:
-        decoded = message(route, entry)
-    except Exception:  # a bad payload: the dispatcher dead-letters it
-        return None
-    try:
-        return gate.key_of(decoded)
-    except Exception as e:
-        summary.log(
-            log, f"failing rate-limit key functions of type {route.type_name!r}", logging.ERROR,
-            "the rate limit's by= function of type %r raised on %s (limited with the entries "
-            "without a key): %r", route.type_name, entry.id, e, exc_info=e,
-        )  # fmt: skip
-        return None

@@ -10,9 +10,9 @@ import logging
 from ..errors import RedisFailure
 from ..message import RawEntry
 from .dispatch import Dispatcher
-from .flow_stage import rate_key_of
 from .ordered_dispatch import Shared
 from .ordering import Later
+from .rate_keys import rate_key_of
 from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)

@@ -363,5 +363,7 @@ class OrderedConsumer(Lifecycle):
             halted_keys=sum(w.halted.count for w in workers),
         )
         for reason in WAITING_REASONS:  # keys waiting for flow control, in every partition
-            report[f"waiting_{reason}"] = sum(w.waiting().get(reason, 0) for w in workers)
+            report[f"waiting_{reason}"] = sum(
+                w.lanes.waiting().get(reason, 0) for w in workers if w.lanes is not None
+            )
         return report

@@ -76,7 +76,7 @@ class PartitionWorker:
         self.lost, self.draining = False, False  # lost: the lease lapsed or an op was refused
         self._scope = anyio.CancelScope()  # everything of this partition
         self._read_scope = anyio.CancelScope()
-        self._lanes: KeyedLanes | None = None
+        self.lanes: KeyedLanes | None = None
         self.done = anyio.Event()
         self._acks_done = anyio.Event()
 
@@ -99,7 +99,7 @@ class PartitionWorker:
         try:
             with self._scope:
                 async with anyio.create_task_group() as tg:
-                    lanes = self._lanes = KeyedLanes(
+                    lanes = self.lanes = KeyedLanes(
                         tg,
                         self._run_entry_safely,
                         self._shared.slots,
@@ -117,8 +117,8 @@ class PartitionWorker:
                     await self._finish(lanes)
                     tg.cancel_scope.cancel()
         finally:
-            if self._lanes is not None:
-                self._lanes.drop_all()
+            if self.lanes is not None:
+                self.lanes.drop_all()
             await self._connection.release()
             self.done.set()
 
@@ -269,13 +269,9 @@ class PartitionWorker:
         return reply
 
     # -- handling -------------------------------------------------------------------
-    def waiting(self) -> dict[str, int]:
-        """This partition's keys waiting for flow control, by reason."""
-        return {} if self._lanes is None else self._lanes.waiting()
-
     def cancel_running(self, entry_id: str) -> None:
         """A stop notice: cancel the handler running ``entry_id``, if one is."""
-        if self._lanes is not None and self._lanes.cancel(entry_id):
+        if self.lanes is not None and self.lanes.cancel(entry_id):
             log.info("cancelled the running handler of stopped entry %s", entry_id)
 
     async def _run_entry_safely(self, entry: RawEntry) -> bool | Later:
@@ -286,7 +282,7 @@ class PartitionWorker:
             go_on = await self._run_entry(entry)
             if go_on is True and entry.id in self._taken:  # settled: acked before it goes on
                 self._taken.discard(entry.id)
-                lanes = self._lanes
+                lanes = self.lanes
                 if lanes is not None and lanes.behind(entry.fields.get(b"key")):
                     await self.acker.ack_now(entry.id)
         except Exception as e:

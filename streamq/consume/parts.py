@@ -1,11 +1,14 @@
-"""What one consumer of the engine is made of (:class:`Parts`, wired by
-:mod:`streamq.consume.build`), and what its source must be (:class:`Source`)."""
+"""What the engine is built from (:class:`Topic`, :class:`Policies`, :class:`Mode`), what
+one consumer of it is made of (:class:`Parts`, wired by :mod:`streamq.consume.build`), and
+what its source must be (:class:`Source`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
+from ..flow.settings import FlowConfig
 from ..topic.control import ControlListener
 from .acks import Acker
 from .batching import Batcher
@@ -14,7 +17,40 @@ from .capacity import Capacity
 from .claiming import Claimer
 from .dispatch import Dispatcher
 from .flow_stage import FlowStage
+from .outputs import OutputSettings
 from .pool import PoolEntrance
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    """What a queue consumes: the topic, its streams (one per partition), group, name."""
+
+    name: str
+    streams: tuple[str, ...]
+    group: str
+    consumer: str
+    partitions: int = 1
+    priorities: int = 1  # stream ``i`` is of level ``i // partitions``
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    config: ConsumerConfig
+    retry: RetryPolicy
+    batch: BatchConfig
+    cleanup: CleanupPolicy
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    # what msg.publish needs (None: a consumer built without a queue stages no outputs)
+    outputs: OutputSettings | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """Which engine a queue runs: fan-out (no group), ordered, or shared."""
+
+    fanout: bool
+    ordered: bool
+    on_poison: OnPoison
 
 
 class Source(Protocol):

@@ -526,7 +526,7 @@ async def test_a_lane_that_finds_the_lease_lapsed_gives_the_partition_up(
         await wait_for(lambda: consumer.stats.received == 2, what="entry 1 in its lane")
         worker._may_act = lambda: False  # type: ignore[method-assign]  # the lease lapses...
         gate.set()  # ...when entry 0 ends and entry 1 is next
-        await wait_for(lambda: worker.lost or bool(worker._lanes and worker._lanes.stopped_keys),
+        await wait_for(lambda: worker.lost or bool(worker.lanes and worker.lanes.stopped_keys),
                        what="entry 1 not started")  # fmt: skip
         del worker._may_act  # ...and is renewed at once
         await mq.publish("job", {"n": 2}, key="a")
