@@ -130,9 +130,10 @@ class StreamReader:
     async def check_gone(self) -> None:
         """Stop the subscriber if the stream is gone (also on a terminate notice)."""
         self._checked_at = anyio.current_time()
+        exists = await self._client.exists(self.stream)  # before the mark: see gone.why_gone
         if await was_terminated(self._client, self.stream):
             reason = "topic_terminated"
-        elif await self._client.exists(self.stream):
+        elif exists:
             self._existed = True
             return
         elif self._existed:

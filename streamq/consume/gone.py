@@ -31,10 +31,16 @@ def xread_block(block: float) -> float:
 
 
 async def why_gone(client: aioredis.Redis, stream: str, group: str) -> str | None:
-    """``topic_terminated``, ``stream_deleted`` or ``group_deleted``; None if both exist."""
+    """``topic_terminated``, ``stream_deleted`` or ``group_deleted``; None if both exist.
+
+    The stream is looked for before the terminate mark: the mark is set in the transaction
+    that deletes the stream, so a stream found gone whose mark is then missing was deleted,
+    not terminated (looked at the other way round, a terminate between the two reads would
+    pass for a deletion)."""
+    exists = await client.exists(stream)
     if await was_terminated(client, stream):
         return "topic_terminated"
-    if not await client.exists(stream):
+    if not exists:
         return "stream_deleted"
     groups = replies.groups(await client.xinfo_groups(stream))
     if not any(g.name == group for g in groups):
