@@ -96,8 +96,10 @@ async def test_a_rate_limit_is_never_exceeded_and_every_entry_runs(mode: Mode) -
             await all_acked(mq)
         stats = mq.stats()
     started.sort()
-    most = max(sum(1 for t in started if s <= t < s + 1.0) for s in started)
-    assert most <= 10, f"{most} entries started within one second under RateLimit(10)"
+    # permits come at least 0.1 s apart on the server's clock; a handler starts a moment
+    # after its permit, a moment that varies with the load: 0.1 s of that allowed for
+    most = max(sum(1 for t in started if s <= t < s + 0.9) for s in started)
+    assert most <= 10, f"{most} entries started within 0.9 s under RateLimit(10, burst=1)"
     assert started[-1] - started[0] >= 1.5, "25 entries at 10/s took under 1.5 s"
     assert stats["failed"] == 0
 
