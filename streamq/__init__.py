@@ -52,6 +52,7 @@ from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
 from .topic.deadletter import DeadLetter
 from .topic.halted import HaltedKey
+from .transaction import Transaction
 
 if _typing.TYPE_CHECKING:
     from .app import App
@@ -133,6 +134,7 @@ __all__ = (
     "StreamqError",
     "Throttle",
     "TopicInfo",
+    "Transaction",
     "TypedPublisher",
     "UnknownCommandError",
 )
