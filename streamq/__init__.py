@@ -11,6 +11,7 @@ import importlib as _importlib
 import typing as _typing
 
 from ._ids import StreamId
+from ._transaction import Transaction
 from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .errors import (
@@ -52,7 +53,6 @@ from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
 from .topic.deadletter import DeadLetter
 from .topic.halted import HaltedKey
-from .transaction import Transaction
 
 if _typing.TYPE_CHECKING:
     from .app import App

@@ -18,8 +18,8 @@ import pydantic_core
 from pydantic import BaseModel
 
 from ._ids import StreamId
+from ._transaction import CommandStaging, Transaction
 from .errors import ConfigError, MessageFormatError
-from .transaction import CommandStaging, Transaction
 
 T = TypeVar("T")
 
