@@ -11,6 +11,7 @@ import importlib as _importlib
 import typing as _typing
 
 from ._ids import StreamId
+from ._transaction import Transaction
 from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .errors import (
@@ -133,6 +134,7 @@ __all__ = (
     "StreamqError",
     "Throttle",
     "TopicInfo",
+    "Transaction",
     "TypedPublisher",
     "UnknownCommandError",
 )

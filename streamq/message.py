@@ -18,6 +18,7 @@ import pydantic_core
 from pydantic import BaseModel
 
 from ._ids import StreamId
+from ._transaction import CommandStaging, Transaction
 from .errors import ConfigError, MessageFormatError
 
 T = TypeVar("T")
@@ -34,9 +35,10 @@ WIRE_FIELDS = (_FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY, b"ver", b"enc"
 PUBLISH_MARKER = b"pub"
 
 
-class OutputStaging(Protocol):
-    """Where a Message's :meth:`Message.publish` stages its outputs: the consumer's part
-    that encodes them and knows their stream (a hand-built Message has none)."""
+class OutputStaging(CommandStaging, Protocol):
+    """Where a Message's :meth:`Message.publish` stages its outputs (and
+    :meth:`Message.transaction` checks its commands): the consumer's part that encodes them
+    and knows their stream (a hand-built Message has none)."""
 
     def output(
         self,
@@ -135,6 +137,31 @@ class Message(Generic[T]):
             self._outputs = [output]
         else:
             self._outputs.append(output)
+
+    def transaction(self) -> Transaction:
+        """Redis commands run with this entry's ack: ``async with msg.transaction() as tx:
+        tx.hincrby(...)``. On leaving the block normally its commands are staged; with an
+        exception, none. They run in the script that acks the entry (after the fencing check
+        in ordered mode), after its ``XACK`` and only if that ack took it out of the pending
+        list: once per entry, or not at all (docs/guides/effects.md).
+
+        :raises ConfigError: outside a consumer group's handler (a fan-out subscriber, a
+            Message built by hand); the transaction's methods raise it for a command that
+            cannot run with the ack (see :class:`~streamq.Transaction`).
+        """
+        staging = self._staging
+        if staging is None:
+            raise ConfigError(
+                "Message.transaction runs commands with the entry's ack: it works inside a "
+                "handler of a consumer group, not on a Message built by hand"
+            )
+        return Transaction(staging, self._stage)
+
+    def _stage(self, commands: list[Any]) -> None:
+        if self._outputs is None:
+            self._outputs = list(commands)
+        else:
+            self._outputs.extend(commands)
 
     @property
     def published_at(self) -> datetime:

@@ -17,6 +17,7 @@ ack takes out of the pending list, so a flush sent again writes nothing twice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -25,7 +26,7 @@ import redis.asyncio as aioredis
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..wire import resp
 from ..wire.translate import translate
-from .outputs import MAX_ENTRIES_PER_WRITE, Output, OutputWriter, Staged
+from .outputs import MAX_ENTRIES_PER_WRITE, Command, Output, OutputWriter, Staged
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class Acker:
         if not self._wakeup.is_set():
             self._wakeup.set()
 
-    def ack_with(self, entry_id: str, outputs: list[Output]) -> None:
+    def ack_with(self, entry_id: str, outputs: Sequence[Output | Command]) -> None:
         """Queue ``entry_id`` for acknowledgement with the outputs its handler staged."""
         staged = self._staged
         staged.append((entry_id, outputs))

@@ -315,7 +315,7 @@ def _outputs(
         client, stream, group, cluster=settings.cluster,
         outboxed=lambda: forwarder[0].wake() if forwarder else None,
     )  # fmt: skip
-    return writer, Staging(settings)
+    return writer, Staging(settings, stream)
 
 
 # -- fan-out mode ---------------------------------------------------------------------

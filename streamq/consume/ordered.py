@@ -122,7 +122,6 @@ class OrderedConsumer(Lifecycle):
         # msg.publish: its outputs written with the fenced acks; on a cluster, the outboxes
         # of every partition forwarded by every member
         self._outputs = outputs
-        self._staging = None if outputs is None else Staging(outputs)
         cluster = outputs is not None and outputs.cluster()
         self._forwarder = Forwarder(client_for, streams, self.stats) if cluster else None
 
@@ -338,7 +337,8 @@ class OrderedConsumer(Lifecycle):
             router=self.router, group=self.group, retry=self._retry, outcomes=outcomes,
             handler_timeout=self._config.handler_timeout, thread_limiter=self._threads,
             stats=self.stats, bisect_batches=self._batch.bisect, place=place, summary=summary,
-            fencing_token=token, staging=self._staging,
+            fencing_token=token,
+            staging=None if self._outputs is None else Staging(self._outputs, stream),
         )  # fmt: skip
 
     # -- observing ------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ..topic.control import StoppedView
 from ..wire import ownership as wire
 from .acks import Acker
 from .budget import Budget, Slots
-from .outputs import Output, OutputWriter, Staged
+from .outputs import Command, Output, OutputWriter, Staged
 from .routes import Routes
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class FencedAcker(Acker):
         self.settled.update(entry_ids)
         super().ack_many(entry_ids)
 
-    def ack_with(self, entry_id: str, outputs: list[Output]) -> None:
+    def ack_with(self, entry_id: str, outputs: Sequence[Output | Command]) -> None:
         self.settled.add(entry_id)
         super().ack_with(entry_id, outputs)
 

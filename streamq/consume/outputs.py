@@ -9,10 +9,16 @@ are dropped with it. The acker's flush writes each entry's outputs and its ack i
 script (:class:`OutputWriter`): on one server, or on a cluster for targets on the source
 stream's slot, straight into their streams; on a cluster, targets on other slots go to the
 source's outbox in the same script, and :mod:`.forwarding` moves them on.
+
+A transaction's commands (``msg.transaction()``) are staged the same way, as
+:class:`Command` items among the entry's outputs, checked when staged (a command a script
+may not run; on a cluster, a key off the source stream's slot: ConfigError in the handler),
+and run by the same script after the ack.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +32,7 @@ from ..wire.keys import Keys, validate_stream_name
 from ..wire.slots import slot_of
 
 Key = str | bytes
+log = logging.getLogger(__name__)
 
 
 class Output:
@@ -43,6 +50,17 @@ class Output:
         self.count = 2 * len(fields)
 
 
+class Command:
+    """One staged command of a transaction: its arguments packed as RESP bulk strings (the
+    command's name first) and the keys it names."""
+
+    __slots__ = ("count", "keys", "packed")
+
+    def __init__(self, args: Sequence[bytes | str], keys: Sequence[str]) -> None:
+        self.packed = wire.bulks(list(args))
+        self.count, self.keys = len(args), keys
+
+
 @dataclass(frozen=True, slots=True)
 class OutputSettings:
     """What a queue's consumer needs to stage outputs: its payload settings, its topic's
@@ -56,10 +74,12 @@ class OutputSettings:
 
 
 class Staging:
-    """Encodes the outputs staged by one group's handlers (``msg.publish``)."""
+    """Encodes the outputs staged by the handlers of one group's entries of one source
+    stream (``msg.publish``), and checks their transactions' commands."""
 
-    def __init__(self, settings: OutputSettings) -> None:
+    def __init__(self, settings: OutputSettings, stream: str) -> None:
         self._settings = settings
+        self.stream, self._slot = stream, slot_of(stream)
         self._targets: dict[str, str] = {}  # stream names checked (a handler names a few)
 
     def output(
@@ -84,6 +104,31 @@ class Staging:
         self._targets[stream] = validate_stream_name(stream)
         return stream
 
+    def source(self) -> str:
+        """The stream the entries come from: a transaction's keys live on its slot."""
+        return self.stream
+
+    def command(self, args: Sequence[bytes | str], keys: Sequence[str]) -> Command:
+        """A transaction's command, checked: one a script may run, and on a cluster, keys on
+        the source stream's slot only; else ConfigError."""
+        name = args[0].decode() if isinstance(args[0], bytes) else args[0]
+        if name.upper() in wire.REFUSED_COMMANDS:
+            raise ConfigError(
+                f"{name.upper()} cannot run in a transaction: it runs inside the script of "
+                "the entry's ack, where blocking commands, MULTI, scripts, subscriptions and "
+                "server or connection commands are refused"
+            )
+        if self._settings.cluster():
+            for key in keys:
+                if slot_of(key) != self._slot:
+                    raise ConfigError(
+                        f"key {key!r} is on slot {slot_of(key)}, and a transaction runs with "
+                        f"the ack of an entry of {self.stream!r}, on slot {self._slot}: on a "
+                        f"Redis Cluster name keys with its hash tag, e.g. tx.key(...) "
+                        f"({{{self.stream}}}:<name>)"
+                    )
+        return Command(args, keys)
+
 
 class Refused:
     """The staging of a consumer whose entries have no ack (fan-out): ``msg.publish``
@@ -103,10 +148,20 @@ class Refused:
             "not tied to the entry), or consume with a group"
         )
 
+    def source(self) -> str:
+        raise ConfigError(
+            "Message.transaction runs its commands with the entry's ack, and a fan-out "
+            "subscriber (group=None) acknowledges nothing: run them on your own client, or "
+            "consume with a group"
+        )
+
+    def command(self, args: Sequence[bytes | str], keys: Sequence[str]) -> Command:
+        raise ConfigError("a fan-out subscriber (group=None) has no transactions")
+
 
 # Entries per script call: an XACK and a few XADDs each.
 MAX_ENTRIES_PER_WRITE = 200
-Staged = tuple[str, list[Output]]  # an entry's ID and its outputs
+Staged = tuple[str, Sequence[Output | Command]]  # an entry's ID, its outputs and commands
 
 
 class OutputWriter:
@@ -139,6 +194,12 @@ class OutputWriter:
         reply = await wire.run_packed(self._client, script, keys, head, packed, self._stream)
         if reply[0] == 0:
             return False
+        for entry_id, index, name, error in reply[2]:
+            log.error(
+                "transaction of entry %s on %s stopped at its command %d (%s): %s; the entry "
+                "is acked, the commands before it applied, it and those after it not",
+                entry_id.decode(), self._stream, index, name.decode(), error.decode(),
+            )  # fmt: skip
         if outboxed:
             self._outboxed()
         return True
@@ -153,7 +214,16 @@ class OutputWriter:
         outboxed = False
         for entry_id, outputs in staged:
             packed.entry(entry_id, len(outputs))
-            for n, output in enumerate(outputs):
+            n = -1  # the output's index among its entry's outputs (its name for good)
+            for output in outputs:
+                if isinstance(output, Command):  # declared in KEYS, run after the ack
+                    for key in output.keys:
+                        if key not in index:
+                            keys.append(key)
+                            index[key] = len(keys)
+                    packed.call(output.count, output.packed)
+                    continue
+                n += 1
                 if cluster and slot_of(output.target) != self._slot:
                     outboxed = True
                     head = wire.bulks([v for pair in zip(wire.OUTBOX_FIELDS,

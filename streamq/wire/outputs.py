@@ -17,6 +17,12 @@ dedupe set ``streamq:{<target>}:forwarded`` (a sorted set: name -> when it was f
 trimmed to :data:`DEDUPE_WINDOW_MS`), in one script on the target's slot. The forwarder then
 deletes the outbox entry; a forwarder that died in between leaves it, and the next one finds
 the name in the dedupe set and only deletes it.
+
+A transaction's commands (``msg.transaction()``) run in the same script, after the entry's
+``XACK`` and only if it answered 1, in the order staged, with ``redis.pcall``: Redis does
+not undo what a script did before an error, so a command that fails (``WRONGTYPE``) cannot
+take back the ack or the commands before it. It stops its entry's remaining commands and is
+returned to the caller, which logs it; the other entries of the call go on.
 """
 
 from __future__ import annotations
@@ -38,18 +44,31 @@ OUTBOX_FIELDS = (b"target", b"source", b"entry", b"index")
 DEDUPE_WINDOW_MS = 86_400_000
 
 # One entry after another: ``id, n`` then ``n`` outputs, each ``key index, maxlen ('' none),
-# ttl ms ('' none), field count, fields...``. Variables: S the source stream, G the group,
-# I the first block's ARGV index.
+# ttl ms ('' none), field count, fields...``; key index 0 is a command of a transaction
+# (``msg.transaction()``): ``0, '', '', argument count, the command and its arguments``.
+# A command runs with pcall: the first that fails stops its entry's other commands and is
+# reported (entry ID, the command's index among the entry's commands, its name, the error).
+# Variables: S the source stream, G the group, I the first block's ARGV index.
 _BODY = """
-local written, i = 0, I
+local written, failed, i = 0, {}, I
 while i <= #ARGV do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   local acked = redis.call('XACK', S, G, id)
+  local commands, broken = 0, false
   for _ = 1, n do
     local k, maxlen, ttl, nf = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
     i = i + 4
-    if acked == 1 then
+    if acked == 1 and k == 0 then
+      commands = commands + 1
+      if not broken then
+        local reply = redis.pcall(unpack(ARGV, i, i + nf - 1))
+        if type(reply) == 'table' and reply.err then
+          broken = true
+          table.insert(failed, {id, commands - 1, ARGV[i], reply.err})
+        end
+      end
+    elseif acked == 1 then
       if maxlen == '' then
         redis.call('XADD', KEYS[k], '*', unpack(ARGV, i, i + nf - 1))
       else
@@ -61,16 +80,16 @@ while i <= #ARGV do
     i = i + nf
   end
 end
-return {1, written}
+return {1, written, failed}
 """
 
-# KEYS: the source stream, its outbox, the targets. ARGV: group, then the entries' blocks.
-# Returns {1, outputs written}.
+# KEYS: the source stream, its outbox, the targets and the commands' keys. ARGV: group, then
+# the entries' blocks. Returns {1, outputs written, the commands that failed}.
 WRITE = "local S, G, I = KEYS[1], ARGV[1], 2\n" + _BODY
 
 # KEYS: the partition's lease hash, the source stream, its outbox, the targets. ARGV: me,
 # token, group, then the entries' blocks. Returns {0} when the lease is not held (nothing
-# written, nothing acked), else {1, outputs written}.
+# written, nothing acked), else {1, outputs written, the commands that failed}.
 WRITE_FENCED = (
     _NOW + _VALID + "if not valid then return {0} end\n"
     "local S, G, I = KEYS[2], ARGV[3], 4\n" + _BODY
@@ -88,6 +107,20 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
 )
+
+# Commands a transaction may not stage: those a script may not run (blocking, MULTI, another
+# script, pub/sub subscriptions, connection and server state) and those that would reach
+# beyond the entry's keys. ConfigError at staging, rather than an error at the ack.
+REFUSED_COMMANDS = frozenset((
+    "ACL", "AUTH", "BGREWRITEAOF", "BGSAVE", "BLMOVE", "BLMPOP", "BLPOP", "BRPOP",
+    "BRPOPLPUSH", "BZMPOP", "BZPOPMAX", "BZPOPMIN", "CLIENT", "CLUSTER", "CONFIG", "DEBUG",
+    "DISCARD", "EVAL", "EVALSHA", "EVALSHA_RO", "EVAL_RO", "EXEC", "FAILOVER", "FCALL",
+    "FCALL_RO", "FLUSHALL", "FLUSHDB", "FUNCTION", "HELLO", "KEYS", "MIGRATE", "MODULE",
+    "MONITOR", "MOVE", "MULTI", "PSUBSCRIBE", "PSYNC", "PUNSUBSCRIBE", "QUIT", "READONLY",
+    "READWRITE", "REPLCONF", "REPLICAOF", "RESET", "SAVE", "SCAN", "SCRIPT", "SELECT",
+    "SHUTDOWN", "SLAVEOF", "SSUBSCRIBE", "SUBSCRIBE", "SUNSUBSCRIBE", "SWAPDB", "SYNC",
+    "UNSUBSCRIBE", "UNWATCH", "WAIT", "WAITAOF", "WATCH", "XREAD", "XREADGROUP"
+))  # fmt: skip
 
 _SHAS = {script: hashlib.sha1(script.encode()).hexdigest() for script in (WRITE, WRITE_FENCED,
                                                                              FORWARD)}  # fmt: skip
@@ -153,6 +186,12 @@ class Packed:
             numbers = _NUMBERS
             self.parts.append(numbers[key] + _NO_OPTIONS + numbers[fields] + packed)
         self.count += 4 + fields
+
+    def call(self, count: int, packed: bytes) -> None:
+        """One command of a transaction: key index 0, no options, its ``count`` arguments
+        (the command's name first) as bulk strings."""
+        self.parts.append(_NUMBERS[0] + _NO_OPTIONS + number(count) + packed)
+        self.count += 4 + count
 
     def command(
         self, script: str, keys: list[str], head: list[bytes | str], *, load: bool
