@@ -253,6 +253,52 @@ async def test_a_partitioned_topic_with_priorities(where: str, topic: str) -> No
     assert {m.partition for m in got} == {0, 1}
 
 
+async def test_a_message_says_its_level(where: str, topic: str) -> None:
+    """``msg.priority`` is the level the entry was published at, in every mode that reads a
+    topic with priorities, with its partition beside it; None without priorities."""
+    shapes = ((topic, 1, "g"), (f"{topic}-split", 2, "g"), (f"{topic}-fanout", 2, None))
+    try:
+        for name, partitions, group in shapes:
+            assert await levels_seen(where, name, partitions, group) == [0, 1, 2, 1]
+        assert await levels_seen(where, f"{topic}-plain", 1, "g", priorities=1) == [None] * 4
+    finally:
+        for name in (f"{topic}-split", f"{topic}-fanout", f"{topic}-plain"):
+            for stream in topic_streams(name, 2, 3):
+                delete_stream_keys(where, stream)
+            delete_stream_keys(where, name)
+
+
+async def levels_seen(
+    url: str, name: str, partitions: int, group: str | None, priorities: int = 3
+) -> list[int | None]:
+    """What ``msg.priority`` says of entries published at levels 0, 1, 2 (by key: in one
+    partition, which ``msg.partition`` says too) and the default level."""
+    mq = queue(url, name, partitions=partitions, group=group, priorities=priorities)
+    got: dict[int, Message[int]] = {}
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        got[msg.data] = msg
+
+    async def publish() -> None:
+        for level in range(priorities):
+            await mq.publish("job", level, key="k", priority=level if priorities > 1 else None)
+        for n in range(priorities, 4):
+            await mq.publish("job", n, key="k")  # the default level
+
+    async with mq:
+        if group is None:  # a fan-out subscriber reads what is published once it runs
+            async with mq.running():
+                await anyio.sleep(0.2)
+                await publish()
+                await wait_for(lambda: len(got) == 4, what="the entries of every level")
+        else:
+            await publish()
+            await run_until(mq, lambda: len(got) == 4)
+    assert len({got[n].partition for n in range(4)}) == 1  # the key's partition
+    return [got[n].priority for n in range(4)]
+
+
 async def test_level_streams_keep_their_keys_in_their_own_slot(where: str, topic: str) -> None:
     async with queue(where, topic, partitions=2) as mq:
         for level in range(3):
