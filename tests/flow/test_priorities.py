@@ -299,6 +299,69 @@ async def levels_seen(
     return [got[n].priority for n in range(4)]
 
 
+class Level(BaseModel):
+    level: int | None
+
+
+async def test_requests_go_to_the_level_asked(where: str, topic: str) -> None:
+    mq = queue(where, topic)
+
+    @mq.handler("quote")
+    async def quote(msg: Message[int]) -> Level:
+        return Level(level=msg.priority)
+
+    async with mq, mq.running():
+        assert await mq.request("quote", 1, priority=0, timeout=10, reply_model=Level) == Level(
+            level=0
+        )
+        assert (await mq.request("quote", 1, timeout=10, reply_model=Level)).level == 1
+        low = await mq.request("quote", 1, key="k", priority=2, timeout=10, reply_model=Level)
+        assert low.level == 2
+        for bad in (3, -1, "0", True):
+            with pytest.raises(ConfigError, match="priority must be"):
+                await mq.request("quote", 1, priority=bad, timeout=1)  # type: ignore[arg-type]
+    plain = f"{topic}-plain"
+    try:
+        async with MessageQueue(where, stream=plain) as other:
+            with pytest.raises(ConfigError, match="no priorities"):
+                await other.request("quote", 1, priority=0, timeout=1)
+    finally:
+        delete_stream_keys(where, plain)
+
+
+async def test_periodic_publishers_publish_at_the_level_asked(where: str, topic: str) -> None:
+    mq = queue(where, topic)
+    levels: dict[str, set[int | None]] = {"high": set(), "middle": set()}
+
+    @mq.periodic("tick", every=0.1, name="high", priority=0)
+    @mq.periodic("tick", every=0.1, name="middle")
+    def tick() -> str:
+        return "tick"
+
+    @mq.handler("tick")
+    async def handled(msg: Message[str]) -> None:
+        levels["high" if msg.id.startswith("0:") else "middle"].add(msg.priority)
+
+    async with mq:
+        await run_until(mq, lambda: all(levels.values()))
+    assert levels == {"high": {0}, "middle": {1}}
+    for bad in (-1, 10, "0", True, 1.0):
+        with pytest.raises(ConfigError, match="priority must be"):
+            mq.periodic("tick", every=1, name="bad", priority=bad)(tick)  # type: ignore[arg-type]
+    over = queue(where, topic)  # a level the topic does not have: refused when it runs
+    over.handler("tick")(handled)
+    over.periodic("tick", every=60, priority=3)(tick)
+    with anyio.fail_after(10), pytest.raises(ConfigError, match="priority must be between 0"):
+        await over.run()
+    plain = queue(where, f"{topic}-plain", priorities=1)
+    plain.periodic("tick", every=60, priority=0)(tick)
+    try:
+        with pytest.raises(ConfigError, match="no priorities"):
+            await plain.run_periodics()
+    finally:
+        delete_stream_keys(where, f"{topic}-plain")
+
+
 async def test_level_streams_keep_their_keys_in_their_own_slot(where: str, topic: str) -> None:
     async with queue(where, topic, partitions=2) as mq:
         for level in range(3):
