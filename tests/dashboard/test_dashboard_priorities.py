@@ -75,3 +75,16 @@ def test_a_topic_with_priorities_is_listed_once_with_every_level(
     row = row_starting(page, "topics", split)
     assert row[1:9] == ["6", "1", "6", "0", "0", "0", "2", "3"]
     assert re.fullmatch(rf"{NODE}(, {NODE})*", row[9]), f"nodes: {row[9]!r}"
+
+
+def test_a_topic_page_has_a_row_per_stream_with_its_partition_and_level(
+    web: Web, redis_url: str, topic: str
+) -> None:
+    topic_with_levels(redis_url, topic, partitions=2)
+    rows = table(web.get("/topic", params={"stream": topic}).text, "partitions")
+    assert rows[0][:3] == ["Partition", "Level", "Stream"]
+    streams = topic_streams(topic, 2, 3)
+    assert [row[:3] for row in rows[1:]] == [
+        [str(i % 2), str(i // 2), stream] for i, stream in enumerate(streams)
+    ]
+    assert sum(int(row[4]) for row in rows[1:]) == 6  # after the node: its length

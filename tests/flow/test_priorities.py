@@ -362,6 +362,35 @@ async def test_periodic_publishers_publish_at_the_level_asked(where: str, topic:
         delete_stream_keys(where, f"{topic}-plain")
 
 
+async def test_topic_info_rows_say_their_partition_and_level(where: str, topic: str) -> None:
+    from streamq.cli.render import render_info
+
+    async with queue(where, topic, partitions=2) as mq:
+        await mq.publish("job", 1, priority=0)
+        info = await mq.topic_info()
+        assert [(r.index, r.partition, r.priority) for r in info.partitions] == [
+            (i, i % 2, i // 2) for i in range(6)
+        ]
+        lines = render_info(info).splitlines()
+        header = next(line for line in lines if line.startswith("partition "))
+        assert header.split()[:3] == ["partition", "level", "stream"], header
+        rows = [line.split() for line in lines[lines.index(header) + 1 :]]
+        assert [(row[0], row[1], row[2]) for row in rows] == [
+            (str(i % 2), str(i // 2), stream) for i, stream in enumerate(mq.streams)
+        ]
+    split = f"{topic}-split"  # without priorities: the rows as they were, no level
+    try:
+        async with MessageQueue(where, stream=split, partitions=2) as plain:
+            info = await plain.topic_info()
+            assert [(r.index, r.partition, r.priority) for r in info.partitions] == [
+                (0, 0, None), (1, 1, None)
+            ]  # fmt: skip
+            assert "level" not in render_info(info)
+    finally:
+        for stream in (*topic_streams(split, 2, 1), split):
+            delete_stream_keys(where, stream)
+
+
 async def test_level_streams_keep_their_keys_in_their_own_slot(where: str, topic: str) -> None:
     async with queue(where, topic, partitions=2) as mq:
         for level in range(3):
