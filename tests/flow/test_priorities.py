@@ -7,6 +7,7 @@ every level, on one node and on the embedded cluster."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 
@@ -125,6 +126,26 @@ async def test_bad_settings_and_priorities_are_config_errors(where: str, topic: 
             await queue(where, plain).open()
     finally:
         delete_stream_keys(where, plain)
+
+
+async def test_a_damaged_record_of_levels_is_named_as_damaged(where: str, topic: str) -> None:
+    from streamq.topic.partitions import check_partition_count_sync
+
+    key = Keys(topic).partitions
+    deployment = connect_sync(where)
+    try:
+        client = deployment.client_for(topic)
+        client.hset(key, "priorities", "three")
+        message = rf"damaged .*{re.escape(key)}.*'priorities'.*found 'three'"
+        with pytest.raises(ConfigError, match=message):
+            await queue(where, topic).open()
+        with pytest.raises(ConfigError, match=message):
+            check_partition_count_sync(client, topic, 1, 3)
+        client.hset(key, "priorities", "3")  # repaired: the topic opens
+        async with queue(where, topic) as mq:
+            assert (await mq.publish("ok", 1, priority=0)).startswith("0:")
+    finally:
+        deployment.close()
 
 
 async def test_high_entries_overtake_a_backlog_of_low_ones(where: str, topic: str) -> None:
