@@ -80,28 +80,34 @@ class PublishFacade:
         timeout: Duration = 5.0,  # noqa: ASYNC109  # the request's own deadline
         reply_model: Any = None,
         key: Key | None = None,
+        priority: int | None = None,
     ) -> Any:
         """Publish a request and return its reply: the return value of the handler that
         handles it (a consumer of this queue's group, in any process), validated as
-        ``reply_model`` (plain JSON without one).
+        ``reply_model`` (plain JSON without one). ``key``, ``meta`` and ``priority``: as
+        for :meth:`publish` (the request is published at that level; its reply is not
+        queued behind anything).
 
         The reply is written with the request's ack; requests of one process share one
         reader of their replies. Raises RequestTimeout when no reply comes within
         ``timeout`` seconds (a consumer may still handle it later), and RemoteError with
         the reason when the handler failed past its delivery limit or rejected it, and
         MessageFormatError (the ValidationError its cause) when the reply does not fit
-        ``reply_model``.
+        ``reply_model``, and ConfigError for a ``priority`` that :meth:`publish` refuses.
         """
         if self._requests is None:  # loaded on first use: most queues never request
             from .publish.requests import Requests
 
             self._requests = Requests(
-                lambda t, d, m, k: self._checked.publish(t, d, m, PublishOptions(k)),
+                lambda t, d, m, k, p: self._checked.publish(
+                    t, d, m, PublishOptions(k, priority=p)
+                ),
                 self._topic.client_for, lambda: self._topic.streams,
             )  # fmt: skip
         return await self._requests.request(
-            message_type, data, timeout=timeout, reply_model=reply_model, key=key, meta=meta
-        )
+            message_type, data, timeout=timeout, reply_model=reply_model, key=key, meta=meta,
+            priority=priority,
+        )  # fmt: skip
 
     def publisher(
         self, message_type: str, model: type[M], *, version: int | None = None

@@ -118,10 +118,11 @@ class RegistrationFacade:
         key: str | None = None,
         meta: Mapping[str, str] | None = None,
         timezone: str | ZoneInfo | None = None,
+        priority: int | None = None,
     ) -> Callable[[F], F]:
         return self._registry.periodic(
             message_type, every=every, cron=cron, catch_up=catch_up, name=name, key=key,
-            meta=meta, timezone=timezone,
+            meta=meta, timezone=timezone, priority=priority,
         )  # fmt: skip
 
 

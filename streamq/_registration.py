@@ -253,6 +253,7 @@ class Registry:
         key: str | None = None,
         meta: Mapping[str, str] | None = None,
         timezone: str | ZoneInfo | None = None,
+        priority: int | None = None,
     ) -> Callable[[F], F]:
         """Publish what the decorated function returns as a ``message_type`` message once
         per tick, across every running process of this queue.
@@ -263,20 +264,23 @@ class Registry:
         ticks missed while nothing ran. ``name`` (default: the type) identifies it across
         processes: two periodic publishers of one type need two names. ``key``, ``meta``:
         as for :meth:`publish` (on a partitioned topic, without a key the name picks the
-        partition every tick goes to). The function takes no argument (plain ``def`` or
-        ``async def``); it runs only in a process whose consumer runs (``mq.run()``, an
-        App) or that runs ``mq.run_periodics()``.
+        partition every tick goes to). ``priority``: the level of its messages on a topic
+        with priorities (as for :meth:`publish`; the middle level by default). The function
+        takes no argument (plain ``def`` or ``async def``); it runs only in a process whose
+        consumer runs (``mq.run()``, an App) or that runs ``mq.run_periodics()``.
 
         Raises ConfigError (at registration) for a bad expression or time zone, neither or
-        both of ``every``/``cron``, ``timezone`` with ``every``, a name used twice;
-        HandlerError (a ConfigError) for ``@mq.periodic`` written without parentheses.
+        both of ``every``/``cron``, ``timezone`` with ``every``, a name used twice, a
+        ``priority`` that is not an int from 0 to 9 (and when it starts to run, for one
+        that the topic's levels do not have, as :meth:`publish` does); HandlerError (a
+        ConfigError) for ``@mq.periodic`` written without parentheses.
         """
         refuse_bare(self._owner, "periodic", message_type, '"report", every=60')
 
         def register(func: F) -> F:
             periodic = make_periodic(
                 message_type, func, every=every, cron=cron, catch_up=catch_up, name=name,
-                key=key, meta=meta, timezone=timezone,
+                key=key, meta=meta, timezone=timezone, priority=priority,
             )  # fmt: skip
             self.add_periodic(periodic)
             return func

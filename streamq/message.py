@@ -58,11 +58,14 @@ class Message(Generic[T]):
     ``publish`` returned it), ``stream`` is the topic and ``partition`` the index (0 on a
     plain stream). ``key`` is the publish key (None when the entry has none);
     ``fencing_token`` is set by an ordered consumer (None otherwise): it grows with each new
-    owner of the partition, so a sink can refuse a write carrying an older one."""
+    owner of the partition, so a sink can refuse a write carrying an older one.
+    ``priority`` is the level the entry was published at on a topic with priorities (0 the
+    highest; ``publish(..., priority=)``, the middle level by default), None on a topic
+    without priorities."""
 
     __slots__ = (
         "_outputs", "_staging", "data", "delivery_count", "fencing_token", "group", "id", "key",
-        "meta", "partition", "stream", "type",
+        "meta", "partition", "priority", "stream", "type",
     )  # fmt: skip
 
     def __init__(
@@ -78,8 +81,10 @@ class Message(Generic[T]):
         key: str | None = None,
         fencing_token: int | None = None,
         staging: OutputStaging | None = None,
+        priority: int | None = None,
     ) -> None:
         self._staging = staging
+        self.priority = priority
         self._outputs: list[Any] | None = None  # staged by publish(), written with the ack
         self.id = id
         self.key = key

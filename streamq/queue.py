@@ -51,6 +51,7 @@ from .payload.keyring import Keyring
 from .payload.reading import OnNewerVersion, check_on_newer_version
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
+from .publish.periodic import periodic_levels
 from .publish.scheduled import ScheduledMessages
 from .topic.handle import TopicHandle
 from .topic.operations import TopicAdmin
@@ -342,6 +343,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         if not len(self.route_table):
             raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
         self.flow_config.check_consumer(self.route_table.routes, self.group)
+        periodic_levels(self.periodics, self.priorities)  # before anything runs
         if self._state is State.RUNNING:
             raise QueueStateError("this MessageQueue is already running")
         opened = self._state is State.OPEN or await try_open(self.open)

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from datetime import datetime
 
 from .._ids import StreamId
 from ..config import ENV_URL, CleanupPolicy, env_url
 from ..errors import GroupNotFoundError, StreamNotFoundError
 from ..payload.keyring import Keyring
+from ..publish.plan import named
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
 from ..topic.cleanup import Cleaner
 from ..wire.keys import Keys
-from ..wire.replies import pending_rows
+from ..wire.replies import Pending, pending_rows
 from ..wire.urls import redact
 from .arguments import keyring_of
 from .forget import forget_command
@@ -48,16 +50,6 @@ def _queue(
     except ValueError as e:  # ConfigError names what is wrong, never the URL
         raise CliError(redact(str(e)), EXIT_USAGE) from e
     return mq
-
-
-async def _require_one_stream(mq: MessageQueue) -> None:
-    """For commands that read one stream (pending): not a partitioned topic."""
-    if len(mq.streams) > 1:
-        raise CliError(
-            f"{mq.stream!r} is a partitioned topic: name one of its partition streams "
-            f"({', '.join(mq.streams)})"
-        )
-    await _require_stream(mq)
 
 
 async def _require_stream(mq: MessageQueue) -> None:
@@ -114,17 +106,32 @@ def _isoformat(value: object) -> str:
 
 async def cmd_pending(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
-        await _require_one_stream(mq)
+        await _require_stream(mq)
+        rows = await _pending(mq, args.group, args.count)
+        return render_pending(rows) if rows else f"no pending entries in group {args.group!r}"
+
+
+async def _pending(mq: MessageQueue, group: str, count: int) -> list[Pending]:
+    """At most ``count`` pending entries of ``group``, stream by stream over the topic's
+    streams (partitions, priority levels), with IDs as ``publish`` names them; CliError if
+    no stream has the group."""
+    rows: list[Pending] = []
+    found = False
+    for index, stream in enumerate(mq.streams):
+        if len(rows) == count:
+            break
         try:
-            reply = await mq.client.xpending_range(
-                mq.stream, args.group, min="-", max="+", count=args.count
+            reply = await mq.client_for(stream).xpending_range(
+                stream, group, min="-", max="+", count=count - len(rows)
             )
         except GroupNotFoundError:
-            raise CliError(
-                f"consumer group {args.group!r} does not exist in stream {args.stream!r}"
-            ) from None
-        rows = pending_rows(reply)
-        return render_pending(rows) if rows else f"no pending entries in group {args.group!r}"
+            continue  # a stream of the topic without the group: none of its entries pend
+        found = True
+        streams = len(mq.streams)
+        rows += [replace(row, id=named(streams, index, row.id)) for row in pending_rows(reply)]
+    if not found:
+        raise CliError(f"consumer group {group!r} does not exist in stream {mq.stream!r}")
+    return rows
 
 
 async def cmd_tail(args: argparse.Namespace) -> str:

@@ -79,15 +79,19 @@ def owner_text(owner: tuple[str, int]) -> str:
 
 
 def _partition_lines(info: TopicInfo) -> list[str]:
-    """The partitions table; with an ``owner`` column while ordered consumers own any."""
+    """The streams table (a row per partition, and level on a topic with priorities);
+    with an ``owner`` column while ordered consumers own any."""
     owned = any(p.owners for p in info.partitions)
-    lines = ["", f"{'partition':<10} {'stream':<28} {'node':<22} {'length':>8} {'lag':>8} "
+    levels = any(p.priority is not None for p in info.partitions)
+    lines = ["", f"{'partition':<10} " + (f"{'level':<6} " if levels else "")
+             + f"{'stream':<28} {'node':<22} {'length':>8} {'lag':>8} "
              f"{'pending':>8} {'oldest pending':>15} {'dead':>6}"
              + ("  owner (ordered)" if owned else "")]  # fmt: skip
     for p in info.partitions:
         owners = ", ".join(f"{one_line(g)}: {owner_text(o)}" for g, o in sorted(p.owners.items()))
+        level = f"{p.priority:<6} " if levels else ""
         lines.append(
-            f"{p.index:<10} {one_line(p.stream):<28} {p.node:<22} {p.length:>8} "
+            f"{p.partition:<10} {level}{one_line(p.stream):<28} {p.node:<22} {p.length:>8} "
             f"{'?' if p.lag is None else p.lag:>8} {p.pending:>8} "
             f"{age(p.oldest_pending_age_ms):>15} {p.dead_letters:>6}"
             + (f"  {owners or '-'}" if owned else "")

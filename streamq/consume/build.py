@@ -168,12 +168,13 @@ def _place(topic: Topic, index: int, limits: SharedLimits | None) -> Place:
     """What a Message says of where it comes from: the topic, and the partition if any."""
     if limits is None:
         return Place(topic.streams[index])
-    return Place(topic.name, index, topic.partitions)
+    level = index // topic.partitions if topic.priorities > 1 else None
+    return Place(topic.name, index, topic.partitions, level)
 
 
 def _level(place: Place) -> int:
     """The priority level of the stream a consumer reads (0 without priorities)."""
-    return (place.partition or 0) // place.partitions
+    return place.level or 0
 
 
 def _capacity(

@@ -16,8 +16,9 @@ NO_GROUP = ""
 @dataclass(frozen=True, slots=True)
 class Place:
     """Where a consumer's entries come from: its topic, and its partition (None: a plain
-    stream, whose IDs are bare)."""
+    stream, whose IDs are bare), and on a topic with priorities the stream's level."""
 
     topic: str
     partition: int | None = None  # the stream's index: IDs name it
     partitions: int = 1  # of the topic: a stream's partition is its index modulo this
+    level: int | None = None  # a topic with priorities: the level (index // partitions)

@@ -58,6 +58,7 @@ class Dispatcher:
         # what a Message says of where it comes from: the topic, and the partition if any
         self._topic, self._partition = place.topic, (place.partition or 0) % place.partitions
         self._id_prefix = None if place.partition is None else f"{place.partition}:"
+        self._level = place.level  # a topic with priorities: the stream's level, else None
         self._fencing_token = fencing_token  # ordered mode: the partition's lease
         self.retry = retry
         self.outcomes = outcomes
@@ -97,6 +98,7 @@ class Dispatcher:
             None if raw_key is None else decode_key(raw_key),
             self._fencing_token,
             self._staging,
+            self._level,
         )
 
     async def bad_payload(self, route: Route, entry: RawEntry, error: Exception) -> None:

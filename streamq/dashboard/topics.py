@@ -5,8 +5,12 @@ A topic is a stream with at least one consumer group. streamq's own keys
 skipped. A partitioned topic ``T`` is stored as the streams ``T:p<i>.<s>``
 (:mod:`streamq.topic.partitions`): a stream so named is taken as a partition only if
 ``streamq:{T}:partitions`` records a count whose partition ``i`` is that very name, and the
-topic is listed once, with the totals of its partitions. Figures come from the same
-operations ``MessageQueue`` offers, through :class:`~.view.TopicView`.
+topic is listed once, with the totals of its partitions. A topic with priorities stores
+each level but the default one as ``<partition stream>:q<L>``
+(:mod:`streamq.wire.partition_names`): a stream so named is taken as a level only if the
+topic's record counts that level and names that very stream, and the topic is listed once,
+with the totals of every level. Figures come from the same operations ``MessageQueue``
+offers, through :class:`~.view.TopicView`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TypeVar
 
 from ..errors import PermissionDeniedError
 from ..topic.admin import TopicInfo
-from ..topic.partitions import partition_streams, recorded_partitions
+from ..topic.partitions import partition_streams, recorded_partitions, recorded_priorities
 from ..wire.routing import Deployment
 from .view import TopicView
 
@@ -28,15 +32,18 @@ OWN_KEYS = b"streamq:{"
 MAX_TOPICS = 500
 SCAN_BATCH = 1000
 PARTITION_NAME = re.compile(r"(?P<topic>.+):p(?P<index>[0-9]+)\.[0-9]+", re.DOTALL)
+LEVEL_NAME = re.compile(r"(?P<stream>.+):q[0-9]", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
 class ListedTopic:
-    """A topic of the listing: its figures, partition count and the nodes serving it."""
+    """A topic of the listing: its figures, partition count, number of priority levels
+    and the nodes serving it."""
 
     info: TopicInfo
     partitions: int
     nodes: list[str]
+    priorities: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,23 +80,25 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
         if len(topics) == limit:
             truncated = True
             break
-        topics.append(ListedTopic(info, view.partitions, view.nodes()))
+        shape = view.topic
+        topics.append(ListedTopic(info, shape.partitions, view.nodes(), shape.priorities))
     topics.sort(key=lambda t: t.info.stream)
     return TopicList(topics, truncated, skipped, hidden)
 
 
 class _TopicFinder:
-    """The topic of each stream name met: the stream itself, or the partitioned topic it
-    is a partition of (each partitioned topic once)."""
+    """The topic of each stream name met: the stream itself, or the topic it is a
+    partition or a priority level of (each such topic once)."""
 
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
-        self._recorded: dict[str, int] = {}
+        self._recorded: dict[str, tuple[int, int]] = {}
         self._met: set[str] = set()
 
     async def topic_of(self, name: str) -> TopicView | None:
-        """The view of ``name``'s topic; None if it is a partitioned topic met before."""
-        view = await self._partitioned_topic_of(name) or TopicView(self.deployment, name)
+        """The view of ``name``'s topic; None if it is a topic of several streams met
+        before."""
+        view = await self._level_topic_of(name) or await self._topic_named(name)
         if not view.partitioned:
             return view
         if view.stream in self._met:
@@ -97,21 +106,35 @@ class _TopicFinder:
         self._met.add(view.stream)
         return view
 
-    async def _partitioned_topic_of(self, name: str) -> TopicView | None:
-        match = PARTITION_NAME.fullmatch(name)
+    async def _level_topic_of(self, name: str) -> TopicView | None:
+        """The topic ``name`` is a non-default priority level of, if its record says so."""
+        match = LEVEL_NAME.fullmatch(name)
         if match is None:
             return None
-        topic, index = match["topic"], int(match["index"])
-        partitions = await self._partitions_of(topic)
-        if partitions <= index or partition_streams(topic, partitions)[index] != name:
-            return None  # a stream merely named like a partition
-        return TopicView(self.deployment, topic, partitions)
+        view = await self._topic_named(match["stream"])
+        return view if name in view.topic.streams else None  # else merely named like one
 
-    async def _partitions_of(self, topic: str) -> int:
+    async def _topic_named(self, name: str) -> TopicView:
+        """The topic whose default level's stream is ``name``: the partitioned topic it is
+        a partition of, else ``name`` itself; with the levels recorded for the topic."""
+        match = PARTITION_NAME.fullmatch(name)
+        if match is not None:
+            topic, index = match["topic"], int(match["index"])
+            partitions, levels = await self._shape_of(topic)
+            if index < partitions and partition_streams(topic, partitions)[index] == name:
+                return TopicView(self.deployment, topic, partitions, priorities=levels)
+        partitions, levels = await self._shape_of(name)
+        if partitions > 1:  # a record beside a stream of the topic's own name: not a topic's
+            levels = 1
+        return TopicView(self.deployment, name, priorities=levels)
+
+    async def _shape_of(self, topic: str) -> tuple[int, int]:
+        """The partition count and levels recorded for ``topic`` (1, 1: none, or hidden)."""
         if topic not in self._recorded:
             client = self.deployment.client_for(topic)
-            recorded = await unless_forbidden(recorded_partitions(client, topic))
-            self._recorded[topic] = recorded or 1
+            partitions = await unless_forbidden(recorded_partitions(client, topic))
+            levels = await unless_forbidden(recorded_priorities(client, topic))
+            self._recorded[topic] = (partitions or 1, levels or 1)
         return self._recorded[topic]
 
 

@@ -17,7 +17,7 @@ how processes share its ticks is :mod:`streamq.publish.periodic_runner` (and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ..errors import ConfigError, MessageFormatError
 from ..message import validate_type_name
 from ..wire.keys import Keys
+from ..wire.partition_names import MAX_PRIORITIES, check_priority
 
 MIN_CLAIM_TTL = 60.0  # a tick's claim outlives every process's view of that tick
 MAX_CLAIM_TTL = 86400.0
@@ -46,6 +47,7 @@ class Periodic:
     key: str | None = None
     meta: Mapping[str, str] = field(default_factory=dict)
     timezone: str | None = None
+    priority: int | None = None  # the level of its messages (None: the topic's default)
 
     def next_tick(self, after: float) -> float:
         """The first tick strictly after ``after`` (Unix seconds)."""
@@ -81,8 +83,10 @@ def make_periodic(
     key: str | None,
     meta: Mapping[str, str] | None,
     timezone: str | ZoneInfo | None = None,
+    priority: int | None = None,
 ) -> Periodic:
-    """A checked :class:`Periodic`; ConfigError naming what is wrong."""
+    """A checked :class:`Periodic`; ConfigError naming what is wrong (a ``priority`` is
+    checked against the topic's levels when the publisher runs: a Router's knows none)."""
     try:
         validate_type_name(message_type)
     except MessageFormatError as e:
@@ -108,8 +112,23 @@ def make_periodic(
     label = name if name is not None else message_type
     if not isinstance(label, str) or not label or ":" in label:
         raise ConfigError(f"periodic name must be a non-empty string without ':', got {label!r}")
+    if priority is not None:
+        check_priority(priority, MAX_PRIORITIES)
     every_s = None if every is None else float(every)
-    return Periodic(label, message_type, func, every_s, cron, catch_up, key, dict(meta or {}), zone)
+    return Periodic(label, message_type, func, every_s, cron, catch_up, key, dict(meta or {}),
+                    zone, priority)  # fmt: skip
+
+
+def periodic_levels(periodics: Iterable[Periodic], priorities: int) -> dict[str, int]:
+    """The level of each publisher's messages (by name) on a topic of ``priorities``
+    levels; ConfigError naming the publisher whose ``priority`` the topic does not have."""
+    levels = {}
+    for periodic in periodics:
+        try:
+            levels[periodic.name] = check_priority(periodic.priority, priorities)
+        except ConfigError as e:
+            raise ConfigError(f"periodic publisher {periodic.name!r}: {e}") from None
+    return levels
 
 
 def _zone_name(timezone: object) -> str | None:

@@ -38,7 +38,7 @@ import redis.asyncio as aioredis
 from ..errors import RedisFailure
 from ..topic.partitions import partition_for_key
 from . import ticks
-from .periodic import Periodic, record_key, spec_of
+from .periodic import Periodic, periodic_levels, record_key, spec_of
 from .ticks import Published
 
 if TYPE_CHECKING:
@@ -285,8 +285,10 @@ async def run_periodics(
     ``publish_tick`` publishes a tick's data in the partition given, with its claim,
     through the model check and the publish middlewares (``CheckedPublishing``)."""
 
-    def stream_of(periodic: Periodic) -> int:  # its partition, in the default level
-        return topic.default_level * topic.partitions + tick_partition(periodic, topic.partitions)
+    levels = periodic_levels(periodics, topic.priorities)
+
+    def stream_of(periodic: Periodic) -> int:  # its partition, in its level
+        return levels[periodic.name] * topic.partitions + tick_partition(periodic, topic.partitions)
 
     def place(periodic: Periodic) -> Place:
         stream = topic.streams[stream_of(periodic)]

@@ -30,7 +30,7 @@ from ..wire.replying import REPLY_TO, REQUEST
 
 READ_BLOCK_MS = 1000  # one read waits at most this long (a timeout is checked in between)
 
-Publish = Callable[[str, Any, Mapping[str, str], Any], Awaitable[str]]
+Publish = Callable[[str, Any, Mapping[str, str], Any, int | None], Awaitable[str]]
 
 
 @dataclass(slots=True)
@@ -109,6 +109,7 @@ class Requests:
         reply_model: Any,
         key: Any,
         meta: Mapping[str, str] | None,
+        priority: int | None = None,
     ) -> Any:
         limit = seconds(timeout, "timeout", allow_zero=False)
         request_id = uuid.uuid4().hex
@@ -116,7 +117,7 @@ class Requests:
         try:
             with anyio.move_on_after(limit) as scope:
                 fields = {**(meta or {}), REPLY_TO: self.requester, REQUEST: request_id}
-                entry_id = await self._publish(message_type, data, fields, key)
+                entry_id = await self._publish(message_type, data, fields, key, priority)
                 reply = await self._reader(entry_id).wait(request_id, me)
         finally:
             del self._waiting[request_id]

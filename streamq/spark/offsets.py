@@ -41,19 +41,23 @@ def offset_index(value: Mapping[str, Any] | None) -> int | None:
 
 class RangePartition(InputPartition):  # type: ignore[misc]
     """Entries with ``lo < id <= hi`` of ``stream`` (None: the source's stream), which is
-    partition ``index`` of a partitioned topic (None: a plain stream)."""
+    stream ``index`` of a partitioned topic or one with priorities (None: a plain stream);
+    ``trailing``: the values of its rows' last columns (partition, and level; default
+    ``(index,)``)."""
 
     def __init__(
-        self, lo: str, hi: str, stream: str | None = None, index: int | None = None
-    ) -> None:
+        self, lo: str, hi: str, stream: str | None = None, index: int | None = None,
+        trailing: tuple[int, ...] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__((lo, hi) if index is None else (index, lo, hi))
         self.lo, self.hi = lo, hi
-        self.stream, self.index = stream, index
+        self.stream, self.index, self.trailing = stream, index, trailing
 
 
 def split_range(
-    start: StreamId, end: StreamId, n: int, stream: str | None = None, index: int | None = None
-) -> list[RangePartition]:
+    start: StreamId, end: StreamId, n: int, stream: str | None = None, index: int | None = None,
+    trailing: tuple[int, ...] | None = None,
+) -> list[RangePartition]:  # fmt: skip
     """Split ``(start, end]`` into up to ``n`` partitions by time (cheap, no scan)."""
     if end <= start:
         return []
@@ -62,7 +66,9 @@ def split_range(
     inner = [StreamId(start.ms + span * i // n, MAX_SEQ) for i in range(1, n)]
     bounds = [start, *inner, end]
     return [
-        RangePartition(str(lo), str(hi), stream, index) for lo, hi in pairwise(bounds) if hi > lo
+        RangePartition(str(lo), str(hi), stream, index, trailing)
+        for lo, hi in pairwise(bounds)
+        if hi > lo
     ]
 
 

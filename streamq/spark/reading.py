@@ -65,13 +65,17 @@ def ranges_per_partition(requested: int, topic: SparkTopic) -> int:
     return max(1, -(-requested // len(topic.streams)))
 
 
-def where(topic: SparkTopic, index: int) -> tuple[str | None, int | None]:
-    """The stream and partition index a range names (None, None for a plain stream)."""
-    return (topic.streams[index], index) if topic.partitioned else (None, None)
+def where(topic: SparkTopic, index: int) -> tuple[str | None, int | None, tuple[int, ...] | None]:
+    """The stream, its index and its rows' trailing columns (partition, and level) that a
+    range names (all None for a plain stream)."""
+    if not topic.partitioned:
+        return None, None, None
+    return topic.streams[index], index, topic.columns_of(index)
 
 
 def read_partition(opts: ReadOptions, partition: RangePartition) -> Iterator[Any]:
-    return read_range(opts, partition.lo, partition.hi, partition.stream, partition.index)
+    return read_range(opts, partition.lo, partition.hi, partition.stream, partition.index,
+                      partition.trailing)  # fmt: skip
 
 
 class StreamqBatchReader(DataSourceReader):  # type: ignore[misc]

@@ -6,7 +6,9 @@ built column by column: the fields are gathered into lists of bytes, and UTF-8 c
 the ``published_at`` timestamps and the type filter are Arrow kernels.
 
 On a partitioned topic the ``id`` names the partition (``"3:<ms>-<seq>"``, as
-``Message.id`` does) and a last column ``partition`` holds its index.
+``Message.id`` does) and a last column ``partition`` holds its index. On a topic with
+priorities the ``id`` names the stream's index (a level's partitions after another's) and
+the last two columns are the ``partition`` and the level, ``priority``.
 
 An encoded ``data`` (an ``enc`` field: docs/reference/wire-format.md) is decoded:
 decompressed, and decrypted with the keyring of option ``keyringEnv``, as are the
@@ -34,14 +36,18 @@ from ..wire.replies import text as _text
 from .offsets import connect
 from .options import ReadOptions
 
+TRAILING = ("partition", "priority")  # the last columns' names, as many as a row has
+
 XRANGE_CHUNK = 2000
 
 
 def read_range(
-    opts: ReadOptions, lo: str, hi: str, stream: str | None = None, partition: int | None = None
-) -> Iterator[Any]:
-    """Rows of ``(lo, hi]`` of ``stream`` (default: the option's), which is partition
-    ``partition`` of a partitioned topic: Arrow batches for raw rows, tuples for typed ones."""
+    opts: ReadOptions, lo: str, hi: str, stream: str | None = None, partition: int | None = None,
+    trailing: tuple[int, ...] | None = None,
+) -> Iterator[Any]:  # fmt: skip
+    """Rows of ``(lo, hi]`` of ``stream`` (default: the option's), which is stream
+    ``partition`` of a partitioned topic (``trailing``: the values of the rows' last
+    columns, default the partition): Arrow batches for raw rows, tuples for typed ones."""
     stream = stream or opts.stream
     keyring = opts.keyring()  # before connecting: a keyring that cannot be is the error
     client = connect(opts.url, stream)
@@ -54,9 +60,9 @@ def read_range(
             if not rows:
                 return
             if model is None:
-                yield arrow_batch(rows, opts.type, partition, keyring)
+                yield arrow_batch(rows, opts.type, partition, keyring, trailing)
             else:
-                yield from typed_rows(rows, opts.type, model, partition, keyring)
+                yield from typed_rows(rows, opts.type, model, partition, keyring, trailing)
             if len(rows) < XRANGE_CHUNK:
                 return
             cursor = "(" + _text(rows[-1][0])
@@ -129,9 +135,11 @@ def arrow_batch(
     type_filter: str | None,
     partition: int | None = None,
     keyring: Keyring | None = None,
+    trailing: tuple[int, ...] | None = None,
 ) -> Any:
     """Columns id, type, data, meta, published_at, ver of ``rows`` (those of
-    ``type_filter``), and ``partition`` for a partition of a partitioned topic."""
+    ``type_filter``), and ``partition`` for a partition of a partitioned topic (``trailing``:
+    the values of the last columns, partition and priority, when not ``(partition,)``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -157,13 +165,21 @@ def arrow_batch(
         pa.array(vers, pa.int32()),
     ]  # fmt: skip
     names = ["id", "type", "data", "meta", "published_at", "ver"]
-    if partition is not None:
-        columns.append(pa.array([partition] * len(ids), pa.int32()))
-        names.append("partition")
+    for name, value in zip(TRAILING, _trailing(partition, trailing), strict=False):
+        columns.append(pa.array([value] * len(ids), pa.int32()))
+        names.append(name)
     batch = pa.RecordBatch.from_arrays(columns, names=names)
     if type_filter is not None:
         batch = batch.filter(pc.fill_null(pc.equal(batch.column(1), type_filter), False))
     return batch
+
+
+def _trailing(partition: int | None, trailing: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The values of a row's last columns (:data:`TRAILING`): ``trailing`` when given,
+    else the partition's index (nothing for a plain stream)."""
+    if trailing is not None:
+        return trailing
+    return () if partition is None else (partition,)
 
 
 def _text_column(values: list[bytes | None]) -> Any:
@@ -185,13 +201,14 @@ def typed_rows(
     model: Any,
     partition: int | None = None,
     keyring: Keyring | None = None,
+    trailing: tuple[int, ...] | None = None,
 ) -> Iterator[tuple[Any, ...]]:
     """Rows with ``data`` decoded, validated by ``model`` and spread into its fields'
     columns, then meta, published_at, ver (and the partition last, for a partition of a
     partitioned topic)."""
     wanted = type_name.encode() if type_name else None
     qualifier = "" if partition is None else f"{partition}:"
-    extra = () if partition is None else (partition,)
+    extra = _trailing(partition, trailing)
     names = list(model.model_fields)
     for entry_id, flat in rows:
         entry = Entry(flat, keyring)

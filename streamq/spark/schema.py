@@ -18,6 +18,8 @@ ENTRY_SCHEMA = (
 )
 # a partitioned topic's rows also say their partition (a plain stream's schema is unchanged)
 PARTITIONED_ENTRY_SCHEMA = ENTRY_SCHEMA + ", partition int"
+# a topic with priorities: the partition and the level (0 the highest) of each row's stream
+LEVELLED_ENTRY_SCHEMA = PARTITIONED_ENTRY_SCHEMA + ", priority int"
 
 
 def spark_type(annotation: Any) -> Any:
@@ -63,13 +65,14 @@ def model_struct(model: type[BaseModel]) -> Any:
     )
 
 
-def typed_schema(model: type[BaseModel], partitioned: bool = False) -> Any:
+def typed_schema(model: type[BaseModel], partitioned: bool = False, levelled: bool = False) -> Any:
     """id, type, the model's fields as columns, meta, published_at, ver (and partition, on
-    a partitioned topic)."""
+    a partitioned topic or one with priorities, and priority on the latter)."""
     from pyspark.sql import types as T
 
     reserved = {"id", "type", "meta", "published_at", "ver",
-                *(["partition"] if partitioned else [])}  # fmt: skip
+                *(["partition"] if partitioned else []),
+                *(["priority"] if levelled else [])}  # fmt: skip
     clash = reserved & set(model.model_fields)
     if clash:
         raise ConfigError(f"model {model.__name__} has fields named like entry columns: {clash}")
@@ -83,4 +86,6 @@ def typed_schema(model: type[BaseModel], partitioned: bool = False) -> Any:
     fields.append(T.StructField("ver", T.IntegerType(), True))
     if partitioned:
         fields.append(T.StructField("partition", T.IntegerType(), False))
+    if levelled:
+        fields.append(T.StructField("priority", T.IntegerType(), False))
     return T.StructType(fields)

@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from .options import ReadOptions, WriteOptions
 from .reading import StreamqBatchReader, StreamqStreamReader
 from .routing import check_key_column
-from .schema import ENTRY_SCHEMA, PARTITIONED_ENTRY_SCHEMA, typed_schema
+from .schema import ENTRY_SCHEMA, LEVELLED_ENTRY_SCHEMA, PARTITIONED_ENTRY_SCHEMA, typed_schema
 from .topic import SparkTopic, resolve_topic
 from .writing import StreamqBatchWriter, StreamqStreamWriter
 
@@ -28,13 +28,17 @@ class StreamqDataSource(DataSource):  # type: ignore[misc]
         return ReadOptions.parse(self.options, self.models)
 
     def schema(self) -> Any:
-        """The rows' schema; a partitioned topic's rows have a last column ``partition``
-        (the topic is looked up in Redis: a plain stream's schema stays as it always was)."""
+        """The rows' schema; a partitioned topic's rows have a last column ``partition``,
+        and a topic with priorities' rows ``partition`` and ``priority`` (the topic is
+        looked up in Redis: a plain stream's schema stays as it always was)."""
         opts = self._read_options()
         topic = resolve_topic(opts.url, opts.stream, opts.topic_partitions)
         model = opts.model()
+        levelled = topic.levels > 1
         if model is not None:
-            return typed_schema(model, topic.partitioned)
+            return typed_schema(model, topic.partitioned, levelled)
+        if levelled:
+            return LEVELLED_ENTRY_SCHEMA
         return PARTITIONED_ENTRY_SCHEMA if topic.partitioned else ENTRY_SCHEMA
 
     def _read_topic(self, opts: ReadOptions, schema: Any) -> SparkTopic:
@@ -43,6 +47,11 @@ class StreamqDataSource(DataSource):  # type: ignore[misc]
             raise ConfigError(
                 f"topic {opts.stream!r} has {topic.count} partitions, but the DataFrame was "
                 "defined when it had none (or with a schema of its own): load() it again"
+            )
+        if topic.levels > 1 and "priority" not in schema.fieldNames():
+            raise ConfigError(
+                f"topic {opts.stream!r} has {topic.levels} priority levels, but the DataFrame "
+                "was defined without its priority column: load() it again"
             )
         return topic
 

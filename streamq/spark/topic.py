@@ -56,6 +56,14 @@ class SparkTopic:
         """The streams rows are written to, one per partition: the default level's."""
         return partition_streams(self.name, self.count)
 
+    def columns_of(self, index: int) -> tuple[int, ...]:
+        """The trailing columns of stream ``index``'s rows: its ``partition`` (the stream's
+        index without priorities), and with priorities its level (``priority``)."""
+        if self.levels == 1:
+            return (index,)
+        level, partition = divmod(index, self.count)
+        return (partition, level)
+
     def written_index(self, partition: int) -> int:
         """The index in :attr:`streams` of ``partition``'s stream in the default level."""
         return default_level(self.levels) * self.count + partition

@@ -104,8 +104,11 @@ class GroupInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """One partition of a topic: its stream, the node serving it, its length, and the lag
-    and pending entries of all groups together (the oldest pending entry's age)."""
+    """One stream of a topic: its index (which entry IDs name), its partition and, on a
+    topic with priorities, its level (``priority``; None without), the node serving it, its
+    length, and the lag and pending entries of all groups together (the oldest pending
+    entry's age). Without priorities a topic has a stream per partition: ``index`` and
+    ``partition`` are the same."""
 
     index: int
     stream: str
@@ -117,6 +120,8 @@ class PartitionInfo:
     dead_letters: int
     # ordered mode: group name -> the partition's owner and fencing token (owned ones only)
     owners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    partition: int = 0  # the partition of the topic (index modulo the partition count)
+    priority: int | None = None  # a topic with priorities: the stream's level
 
 
 @dataclass(frozen=True, slots=True)

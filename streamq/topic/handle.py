@@ -93,6 +93,11 @@ class TopicHandle:
             await deployment.aclose()
 
     # -- where a message goes -------------------------------------------------------
+    def place_of(self, index: int) -> tuple[int, int | None]:
+        """The partition and the level (None without priorities) of stream ``index``."""
+        level, partition = divmod(index, self.partitions)
+        return partition, level if self.priorities > 1 else None
+
     def partition(self, key: Key | None, level: int | None = None) -> int:
         """The stream of a message (its index in :attr:`streams`): its partition by its
         key's hash, else the next in turn; in its priority ``level`` (None: the default)."""

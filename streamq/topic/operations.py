@@ -168,7 +168,9 @@ class TopicAdmin:
         else:
 
             async def partitioned() -> admin.TopicInfo:  # a failover may move a partition
-                parts = [Part(i, s, c, self._topic.node_of(s)) for i, s, c in self._parts()]
+                topic = self._topic
+                parts = [Part(i, s, c, topic.node_of(s), *topic.place_of(i))
+                         for i, s, c in self._parts()]  # fmt: skip
                 return await partitioned_topic_info(self._topic.stream, parts)
 
             info = await self._riding(partitioned)

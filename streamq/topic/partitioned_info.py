@@ -1,4 +1,5 @@
-"""``topic_info()`` of a partitioned topic: each partition's, then the totals."""
+"""``topic_info()`` of a topic of several streams (partitions, priority levels): each
+stream's, then the totals."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from .admin import ConsumerInfo, GroupInfo, PartitionInfo, TopicInfo, topic_info
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """One partition as the queue sees it: index, stream, client and serving node."""
+    """One stream as the queue sees it: index, stream, client and serving node, and the
+    partition and level (None without priorities) it holds."""
 
     index: int
     stream: str
     client: aioredis.Redis
     node: str
+    partition: int = 0
+    priority: int | None = None
 
 
 async def partitioned_topic_info(topic: str, parts: Sequence[Part]) -> TopicInfo:
@@ -52,6 +56,8 @@ def _row(part: Part, info: TopicInfo) -> PartitionInfo:
         oldest_pending_age_ms=max(ages) if ages else None,
         dead_letters=info.dead_letters,
         owners={g.name: g.owner for g in info.groups if g.owner is not None},
+        partition=part.partition,
+        priority=part.priority,
     )
 
 

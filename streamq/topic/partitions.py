@@ -87,7 +87,7 @@ async def check_partition_count(
     (``client``: the topic's own slot). Raises ConfigError naming both counts."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
-    levels = _levels(key, await client.hget(key, "priorities"))
+    levels = _levels_for(topic, key, await client.hget(key, "priorities"), priorities)
     if levels is None and priorities > 1:
         if await client.exists(key) or await client.exists(topic):
             raise _without_levels(topic, priorities)
@@ -151,7 +151,7 @@ def check_partition_count_sync(
     """The blocking twin of :func:`check_partition_count` (same record, same errors)."""
     validate_partitions(partitions)
     key = Keys(topic).partitions
-    levels = _levels(key, client.hget(key, "priorities"))
+    levels = _levels_for(topic, key, client.hget(key, "priorities"), priorities)
     if levels is None and priorities > 1:
         if client.exists(key) or client.exists(topic):
             raise _without_levels(topic, priorities)
@@ -188,6 +188,20 @@ def _levels(key: str, recorded: Any) -> int | None:
         set_aside(levels, "the topic's number of priority levels is taken for not recorded")
         return None
     return levels
+
+
+def _levels_for(topic: str, key: str, recorded: Any, priorities: int) -> int | None:
+    """The record's ``priorities`` field as a queue of ``priorities`` levels opening the
+    topic reads it: a damaged one is ConfigError naming it when levels are asked for (taken
+    for none, the topic would seem unable to gain them), else set aside as by
+    :func:`_levels`."""
+    levels = read_priority_count(key, cast("bytes | str | None", recorded))
+    if isinstance(levels, DamagedRecord) and priorities > 1:
+        raise ConfigError(
+            f"priorities={priorities}, but the topic {topic!r} has a {levels}: repair it "
+            f"(HSET {key} priorities <levels>) or terminate the topic"
+        )
+    return _levels(key, recorded)
 
 
 def _check_levels(topic: str, key: str, recorded: int, priorities: int) -> None:

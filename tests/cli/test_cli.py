@@ -246,3 +246,36 @@ def test_dlq_list_over_malformed_letters_shows_type_traceback_and_whole_reasons(
     assert "\\xffok" in result.stdout or "\ufffdok" in result.stdout
     full = streamq("dlq", "list", stream, "--full", url=redis_url).stdout
     assert 'File "app.py", line 12, in handle' in full
+
+
+def test_pending_lists_every_stream_of_a_topic_with_partitions_and_levels(
+    redis_url: str, stream: str
+) -> None:
+    import anyio
+
+    from streamq import MessageQueue
+    from streamq.testing import delete_stream_keys
+    from streamq.wire.partition_names import topic_streams
+
+    async def publish_and_read() -> list[str]:
+        async with MessageQueue(redis_url, stream=stream, group="g", partitions=2,
+                                priorities=3) as mq:  # fmt: skip
+            ids = [await mq.publish("job", n, key=f"k{n}", priority=n % 3) for n in range(6)]
+            for name in mq.streams:  # consumer w1 takes every entry: all pending
+                await mq.client_for(name).xreadgroup("g", "w1", {name: ">"})
+            return ids
+
+    try:
+        ids = anyio.run(publish_and_read)
+        listed = streamq("pending", stream, "g", url=redis_url)
+        assert listed.returncode == 0, listed.stderr
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        assert sorted(row[0] for row in rows) == sorted(ids), listed.stdout
+        assert {row[1] for row in rows} == {"w1"}
+        some = streamq("pending", stream, "g", "--count", "2", url=redis_url)
+        assert len(some.stdout.splitlines()[1:]) == 2, some.stdout
+        missing = streamq("pending", stream, "nogroup", url=redis_url)
+        assert missing.returncode == 1 and "'nogroup' does not exist" in missing.stderr
+    finally:
+        for name in topic_streams(stream, 2, 3):
+            delete_stream_keys(redis_url, name)

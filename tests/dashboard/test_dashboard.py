@@ -60,11 +60,11 @@ def test_topics_page_lists_streams_with_groups_and_their_figures(
         assert page.status_code == 200
         header = table(page.text, "topics")[0]
         assert header == ["Topic", "Length", "Groups", "Lag", "Pending", "Dead letters",
-                          "Stopped IDs", "Partitions", "Nodes"]  # fmt: skip
+                          "Stopped IDs", "Partitions", "Levels", "Nodes"]  # fmt: skip
         # lag: workers 5, billing 3, audit 6; pending: billing's 3; one stream, one node
         row = row_starting(page.text, "topics", stream)
-        assert row[:8] == [stream, "6", "3", "14", "3", "1", "1", "1"]
-        assert re.fullmatch(r"127\.0\.0\.1:\d+", row[8]), f"node: {row[8]!r}"
+        assert row[:9] == [stream, "6", "3", "14", "3", "1", "1", "1", "1"]
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", row[9]), f"node: {row[9]!r}"
         names = [row[0] for row in table(page.text, "topics")[1:]]
         assert lonely not in names, "a stream without consumer groups is listed"
         assert not any(n.startswith("streamq:{") for n in names), "streamq's own keys listed"

@@ -81,8 +81,8 @@ def test_a_partitioned_topic_is_listed_once_with_its_partitions_and_nodes(
     assert decoy in names, "a stream merely named like a partition is not listed"
     row = row_starting(page, "topics", topic)
     # 9 entries, 3 per partition; billing read 1 of each: lag 6, pending 3
-    assert row[1:8] == ["9", "1", "6", "3", "0", "0", str(PARTITIONS)]
-    assert re.fullmatch(rf"{NODE}(, {NODE})*", row[8]), f"nodes: {row[8]!r}"
+    assert row[1:9] == ["9", "1", "6", "3", "0", "0", str(PARTITIONS), "1"]
+    assert re.fullmatch(rf"{NODE}(, {NODE})*", row[9]), f"nodes: {row[9]!r}"
 
 
 def test_a_partitioned_topic_page_has_a_row_per_partition_and_a_summed_chart(
@@ -274,7 +274,7 @@ def test_on_a_cluster_each_partition_shows_the_master_serving_it(
         assert len(set(nodes)) == PARTITIONS, f"partitions not spread over the masters: {nodes}"
         with dashboard_client(url) as web:
             row = row_starting(web.get("/").text, "topics", topic)
-            assert row[7] == str(PARTITIONS) and row[8] == ", ".join(sorted(nodes))
+            assert row[7] == str(PARTITIONS) and row[9] == ", ".join(sorted(nodes))
             page = web.get("/topic", params={"stream": topic}).text
             assert [r[2] for r in table(page, "partitions")[1:]] == nodes
             assert text_of(page, "total-lag") == "9"  # billing: 6, and the 3 dead letters'

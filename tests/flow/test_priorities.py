@@ -7,6 +7,7 @@ every level, on one node and on the embedded cluster."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 
@@ -125,6 +126,26 @@ async def test_bad_settings_and_priorities_are_config_errors(where: str, topic: 
             await queue(where, plain).open()
     finally:
         delete_stream_keys(where, plain)
+
+
+async def test_a_damaged_record_of_levels_is_named_as_damaged(where: str, topic: str) -> None:
+    from streamq.topic.partitions import check_partition_count_sync
+
+    key = Keys(topic).partitions
+    deployment = connect_sync(where)
+    try:
+        client = deployment.client_for(topic)
+        client.hset(key, "priorities", "three")
+        message = rf"damaged .*{re.escape(key)}.*'priorities'.*found 'three'"
+        with pytest.raises(ConfigError, match=message):
+            await queue(where, topic).open()
+        with pytest.raises(ConfigError, match=message):
+            check_partition_count_sync(client, topic, 1, 3)
+        client.hset(key, "priorities", "3")  # repaired: the topic opens
+        async with queue(where, topic) as mq:
+            assert (await mq.publish("ok", 1, priority=0)).startswith("0:")
+    finally:
+        deployment.close()
 
 
 async def test_high_entries_overtake_a_backlog_of_low_ones(where: str, topic: str) -> None:
@@ -251,6 +272,144 @@ async def test_a_partitioned_topic_with_priorities(where: str, topic: str) -> No
     assert {int(i.split(":")[0]) for i in spread} == {4, 5}
     assert {m.partition for m in got if m.data != 9} == {partition}
     assert {m.partition for m in got} == {0, 1}
+
+
+async def test_a_message_says_its_level(where: str, topic: str) -> None:
+    """``msg.priority`` is the level the entry was published at, in every mode that reads a
+    topic with priorities, with its partition beside it; None without priorities."""
+    shapes = ((topic, 1, "g"), (f"{topic}-split", 2, "g"), (f"{topic}-fanout", 2, None))
+    try:
+        for name, partitions, group in shapes:
+            assert await levels_seen(where, name, partitions, group) == [0, 1, 2, 1]
+        assert await levels_seen(where, f"{topic}-plain", 1, "g", priorities=1) == [None] * 4
+    finally:
+        for name in (f"{topic}-split", f"{topic}-fanout", f"{topic}-plain"):
+            for stream in topic_streams(name, 2, 3):
+                delete_stream_keys(where, stream)
+            delete_stream_keys(where, name)
+
+
+async def levels_seen(
+    url: str, name: str, partitions: int, group: str | None, priorities: int = 3
+) -> list[int | None]:
+    """What ``msg.priority`` says of entries published at levels 0, 1, 2 (by key: in one
+    partition, which ``msg.partition`` says too) and the default level."""
+    mq = queue(url, name, partitions=partitions, group=group, priorities=priorities)
+    got: dict[int, Message[int]] = {}
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        got[msg.data] = msg
+
+    async def publish() -> None:
+        for level in range(priorities):
+            await mq.publish("job", level, key="k", priority=level if priorities > 1 else None)
+        for n in range(priorities, 4):
+            await mq.publish("job", n, key="k")  # the default level
+
+    async with mq:
+        if group is None:  # a fan-out subscriber reads what is published once it runs
+            async with mq.running():
+                await anyio.sleep(0.2)
+                await publish()
+                await wait_for(lambda: len(got) == 4, what="the entries of every level")
+        else:
+            await publish()
+            await run_until(mq, lambda: len(got) == 4)
+    assert len({got[n].partition for n in range(4)}) == 1  # the key's partition
+    return [got[n].priority for n in range(4)]
+
+
+class Level(BaseModel):
+    level: int | None
+
+
+async def test_requests_go_to_the_level_asked(where: str, topic: str) -> None:
+    mq = queue(where, topic)
+
+    @mq.handler("quote")
+    async def quote(msg: Message[int]) -> Level:
+        return Level(level=msg.priority)
+
+    async with mq, mq.running():
+        assert await mq.request("quote", 1, priority=0, timeout=10, reply_model=Level) == Level(
+            level=0
+        )
+        assert (await mq.request("quote", 1, timeout=10, reply_model=Level)).level == 1
+        low = await mq.request("quote", 1, key="k", priority=2, timeout=10, reply_model=Level)
+        assert low.level == 2
+        for bad in (3, -1, "0", True):
+            with pytest.raises(ConfigError, match="priority must be"):
+                await mq.request("quote", 1, priority=bad, timeout=1)  # type: ignore[arg-type]
+    plain = f"{topic}-plain"
+    try:
+        async with MessageQueue(where, stream=plain) as other:
+            with pytest.raises(ConfigError, match="no priorities"):
+                await other.request("quote", 1, priority=0, timeout=1)
+    finally:
+        delete_stream_keys(where, plain)
+
+
+async def test_periodic_publishers_publish_at_the_level_asked(where: str, topic: str) -> None:
+    mq = queue(where, topic)
+    levels: dict[str, set[int | None]] = {"high": set(), "middle": set()}
+
+    @mq.periodic("tick", every=0.1, name="high", priority=0)
+    @mq.periodic("tick", every=0.1, name="middle")
+    def tick() -> str:
+        return "tick"
+
+    @mq.handler("tick")
+    async def handled(msg: Message[str]) -> None:
+        levels["high" if msg.id.startswith("0:") else "middle"].add(msg.priority)
+
+    async with mq:
+        await run_until(mq, lambda: all(levels.values()))
+    assert levels == {"high": {0}, "middle": {1}}
+    for bad in (-1, 10, "0", True, 1.0):
+        with pytest.raises(ConfigError, match="priority must be"):
+            mq.periodic("tick", every=1, name="bad", priority=bad)(tick)  # type: ignore[arg-type]
+    over = queue(where, topic)  # a level the topic does not have: refused when it runs
+    over.handler("tick")(handled)
+    over.periodic("tick", every=60, priority=3)(tick)
+    with anyio.fail_after(10), pytest.raises(ConfigError, match="priority must be between 0"):
+        await over.run()
+    plain = queue(where, f"{topic}-plain", priorities=1)
+    plain.periodic("tick", every=60, priority=0)(tick)
+    try:
+        with pytest.raises(ConfigError, match="no priorities"):
+            await plain.run_periodics()
+    finally:
+        delete_stream_keys(where, f"{topic}-plain")
+
+
+async def test_topic_info_rows_say_their_partition_and_level(where: str, topic: str) -> None:
+    from streamq.cli.render import render_info
+
+    async with queue(where, topic, partitions=2) as mq:
+        await mq.publish("job", 1, priority=0)
+        info = await mq.topic_info()
+        assert [(r.index, r.partition, r.priority) for r in info.partitions] == [
+            (i, i % 2, i // 2) for i in range(6)
+        ]
+        lines = render_info(info).splitlines()
+        header = next(line for line in lines if line.startswith("partition "))
+        assert header.split()[:3] == ["partition", "level", "stream"], header
+        rows = [line.split() for line in lines[lines.index(header) + 1 :]]
+        assert [(row[0], row[1], row[2]) for row in rows] == [
+            (str(i % 2), str(i // 2), stream) for i, stream in enumerate(mq.streams)
+        ]
+    split = f"{topic}-split"  # without priorities: the rows as they were, no level
+    try:
+        async with MessageQueue(where, stream=split, partitions=2) as plain:
+            info = await plain.topic_info()
+            assert [(r.index, r.partition, r.priority) for r in info.partitions] == [
+                (0, 0, None), (1, 1, None)
+            ]  # fmt: skip
+            assert "level" not in render_info(info)
+    finally:
+        for stream in (*topic_streams(split, 2, 1), split):
+            delete_stream_keys(where, stream)
 
 
 async def test_level_streams_keep_their_keys_in_their_own_slot(where: str, topic: str) -> None:

@@ -353,15 +353,27 @@ async def test_a_topic_with_priorities_is_read_from_every_level_and_written_to_t
     try:
         async with MessageQueue(redis_url, stream=name, group="services", priorities=3) as mq:
             ids = [await mq.publish("note", {"n": n}, priority=n % 3) for n in range(6)]
+            order = Order(order_id="o1", customer="c", amount=Decimal(1))
+            ordered = await mq.publish("order", order, priority=0)
             streams = mq.streams
         df = spark.read.format("streamq").option("url", redis_url).option("stream", name).load()
-        assert sorted(row.id for row in df.collect()) == sorted(ids)
+        assert df.columns[-2:] == ["partition", "priority"]
+        read = {row.id: (row.partition, row.priority) for row in df.collect()}
+        levels = {i: (0, n % 3) for n, i in enumerate(ids)}
+        assert read == {**levels, ordered: (0, 0)}, "each row's partition and level"
+        streamq.spark.register(spark, models={"order": Order})
+        typed = (spark.read.format("streamq").option("url", redis_url).option("stream", name)
+                 .option("type", "order").load())  # fmt: skip
+        assert typed.columns[-3:] == ["ver", "partition", "priority"]
+        assert [(r.id, r.customer, r.partition, r.priority) for r in typed.collect()] == [
+            (ordered, "c", 0, 0)
+        ]
         rows = spark.createDataFrame([("note", '{"n": 9}')], ["type", "data"])
         rows.write.format("streamq").mode("append").option("url", redis_url).option(
             "stream", name
         ).save()
         lengths = [len(entries(redis_url, stream)) for stream in streams]
-        assert lengths == [2, 3, 2], "written to the default level (1), read from all"
+        assert lengths == [3, 3, 2], "written to the default level (1), read from all"
         assert SparkTopic(name, 1, 3).streams == streams
     finally:
         for stream in topic_streams(name, 1, 3):
