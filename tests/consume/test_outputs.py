@@ -63,7 +63,12 @@ async def test_outputs_are_encoded_with_the_queues_payload_settings(
 
 @pytest.fixture
 def target(stream: str, redis_url: str) -> Iterator[str]:
-    name = f"{stream}-out"
+    """A target on the source's slot (these tests also run on a cluster), its own keys
+    with it: a plain name, found by trying suffixes."""
+    n = 0
+    while slot_of(f"{stream}-out{n}") != slot_of(stream):
+        n += 1
+    name = f"{stream}-out{n}"
     yield name
     delete_stream_keys(redis_url, name)
 
