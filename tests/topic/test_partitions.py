@@ -31,6 +31,7 @@ from streamq.topic.partitions import (
 from streamq.wire.client import connect_sync
 from streamq.wire.keys import Keys
 from streamq.wire.slots import SLOTS, slot_of
+from tests.helpers.clients import sync_client
 from tests.helpers.queues import ok_and_poison
 from tests.helpers.queues import queue as shared_queue
 from tests.helpers.waiting import wait_for
@@ -190,8 +191,13 @@ async def test_the_cli_operates_a_partitioned_topic(where: str, topic: str) -> N
     rows = [line.split() for line in info.stdout.splitlines() if line.startswith(tuple("0123"))]
     assert [row[1] for row in rows] == list(partition_streams(topic, 4))
     assert all(":" in row[2] for row in rows)  # each partition's node, host:port
+    for stream in partition_streams(topic, 4):  # one entry of each partition read, not acked
+        with sync_client(where, stream) as client:
+            client.xreadgroup("g", "reader", {stream: ">"}, count=1)
     pending = streamq("pending", topic, "g", url=where)
-    assert pending.returncode != 0 and "partitioned topic" in pending.stderr
+    assert pending.returncode == 0, pending.stderr
+    listed = {line.split()[0].split(":")[0] for line in pending.stdout.splitlines()[1:]}
+    assert listed == {"0", "1", "2", "3"}, pending.stdout  # "<partition>:<id>", every one
     assert streamq("terminate", topic, "--yes", url=where).returncode == 0
     assert streamq("info", topic, url=where).returncode != 0
 
