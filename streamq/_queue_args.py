@@ -46,22 +46,16 @@ def check_ordered(
     return bool(ordered), on_poison
 
 
-def check_priorities(priorities: object, ordered: bool, max_per_key: object) -> int:
-    """The number of priority levels of a queue, or ConfigError naming the conflict: with
+def check_priorities(priorities: object, ordered: bool) -> int:
+    """The number of priority levels of a queue, or ConfigError naming the conflict with
     ``ordered=True`` (an entry of a key could not wait behind an earlier one of the key and
-    go before the lower levels' entries at once), or with ``max_per_key`` (not yet
-    supported together)."""
+    go before the lower levels' entries at once)."""
     levels = validate_priorities(priorities)
     if levels > 1 and ordered:
         raise ConfigError(
             f"priorities={levels} with ordered=True: order per key and priority across "
             "levels contradict (a high entry of a key would overtake its earlier low "
             "ones); use one of them"
-        )
-    if levels > 1 and max_per_key is not None:
-        raise ConfigError(
-            f"priorities={levels} with max_per_key: a queue with priorities does not cap "
-            "the entries of one key yet; remove max_per_key"
         )
     return levels
 

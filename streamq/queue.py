@@ -164,7 +164,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         if url is not None:
             check_url(url)  # a bad URL is refused here, without quoting it
         self._url, self._cluster = url, cluster
-        levels = check_priorities(priorities, self.ordered, self.config.max_per_key)
+        levels = check_priorities(priorities, self.ordered)
         self._topic = TopicHandle(
             stream, validate_partitions(partitions), self._connect, priorities=levels
         )

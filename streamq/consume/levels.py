@@ -22,14 +22,14 @@ A queue without priorities builds none of this: its costs are unchanged.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 import anyio
 
 from ..wire.partition_names import level_weights
 from .budget import Budget
-from .workqueue import WorkQueue
+from .workqueue import KeyTurns, WorkQueue, finished
 
 T = TypeVar("T")
 
@@ -44,14 +44,46 @@ class LevelReader(Protocol):
     def held(self) -> int: ...
 
 
-class LevelQueue(WorkQueue[T]):
-    """A :class:`WorkQueue` with one lane per priority level, taken in weighted rounds."""
+class _Lane(deque[T]):
+    """A level's waiting entries, in order (no cap per key)."""
 
-    def __init__(self, priorities: int) -> None:
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self)
+
+    def take(self) -> T | None:
+        return self.popleft() if self else None
+
+
+class LevelQueue(WorkQueue[T]):
+    """A :class:`WorkQueue` with one lane per priority level, taken in weighted rounds.
+
+    With ``max_per_key`` (and ``key_of``), each level's keys take turns and a key runs at
+    most ``max_per_key`` entries at once over all the levels (as :class:`FairWorkQueue`
+    does for one stream); a worker then calls :meth:`done` with the key of each entry it
+    finished."""
+
+    def __init__(
+        self,
+        priorities: int,
+        max_per_key: int | None = None,
+        key_of: Callable[[T], object] | None = None,
+    ) -> None:
         super().__init__()
         self._weights = level_weights(priorities)
         self._credits = list(self._weights)  # what each level may still start this round
-        self._lanes: list[deque[T]] = [deque() for _ in self._weights]
+        self._running: dict[object, int] = {}  # with max_per_key: key -> entries running
+        self.caps_keys = max_per_key is not None and key_of is not None
+        self._lanes: list[_Lane[T] | KeyTurns[T]] = [
+            KeyTurns(max_per_key, key_of, self._running)
+            if max_per_key is not None and key_of is not None
+            else _Lane()
+            for _ in self._weights
+        ]
         self._count = 0
 
     def __len__(self) -> int:
@@ -61,9 +93,9 @@ class LevelQueue(WorkQueue[T]):
         if self._closed:
             raise anyio.ClosedResourceError
         lane = self._lanes[level]
-        before = len(lane)
+        before = lane.size
         lane.extend(items)
-        self._count += len(lane) - before
+        self._count += lane.size - before
         self._wake_one()
 
     def put_many(self, items: Iterable[T]) -> None:
@@ -72,28 +104,40 @@ class LevelQueue(WorkQueue[T]):
     async def get(self) -> T:
         while True:
             if self._count:
-                item = self._lanes[self._next_level()].popleft()
-                self._count -= 1
-                if self._count and self._idle and not self._waking:
-                    self._wake_one()
-                return item
-            if self._closed:
+                item = self._take()
+                if item is not None:
+                    self._count -= 1
+                    if self._count and self._idle and not self._waking:
+                        self._wake_one()
+                    return item
+            elif self._closed:
                 raise anyio.EndOfStream
-            await self._wait()
+            await self._wait()  # empty, or every waiting key at its cap
 
-    def _next_level(self) -> int:
-        """The highest level with entries and turns left in this round; else a new round."""
+    def _take(self) -> T | None:
+        """From the highest level with entries and turns left in this round; else from a
+        new round. None: every waiting entry's key is at its cap."""
         credits, lanes = self._credits, self._lanes
-        for level, lane in enumerate(lanes):
-            if lane and credits[level]:
-                credits[level] -= 1
-                return level
-        credits[:] = self._weights
-        for level, lane in enumerate(lanes):  # pragma: no branch  # one has entries
-            if lane:
-                credits[level] -= 1
-                return level
-        raise AssertionError("no level has entries")  # pragma: no cover
+        for fresh in (False, True):
+            if fresh:
+                credits[:] = self._weights
+            for level, lane in enumerate(lanes):
+                if lane.ready and credits[level]:
+                    item = lane.take()
+                    if item is not None:
+                        credits[level] -= 1
+                        return item
+        return None
+
+    def done(self, key: object) -> None:
+        """An entry of ``key`` finished (with ``max_per_key``): the key may take turns
+        again in every level where it has entries waiting."""
+        finished(self._running, key)
+        for lane in self._lanes:
+            if isinstance(lane, KeyTurns):
+                lane.free(key)
+        if self._count:
+            self._wake_one()
 
 
 class LevelShares:

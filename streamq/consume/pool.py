@@ -85,7 +85,7 @@ class SharedPool:
         self, concurrency: int, partitions: int, max_per_key: int | None = None, priorities: int = 1
     ) -> None:
         self.queue: WorkQueue[tuple[Partition, RawEntry, Route | None]] = (
-            LevelQueue(priorities) if priorities > 1
+            LevelQueue(priorities, max_per_key, _key) if priorities > 1
             else WorkQueue() if max_per_key is None else FairWorkQueue(max_per_key, _key)
         )  # fmt: skip
         self.workers = Workers()  # shared with each partition's in-flight table
@@ -118,7 +118,9 @@ class SharedPool:
 
     async def _work(self, running: Running) -> None:
         queue = self.queue
-        get, fair = queue.get, queue if isinstance(queue, FairWorkQueue) else None
+        get, done = queue.get, None  # with max_per_key: a key's finished entry is counted out
+        if isinstance(queue, FairWorkQueue) or (isinstance(queue, LevelQueue) and queue.caps_keys):
+            done = queue.done
         while True:
             try:
                 partition, entry, route = await get()
@@ -126,8 +128,8 @@ class SharedPool:
                 return
             running.table = partition.capacity.in_flight  # where a stop notice looks
             await partition.process(entry, route, running)
-            if fair is not None:
-                fair.done(entry.fields.get(b"key"))
+            if done is not None:
+                done(entry.fields.get(b"key"))
 
     async def wait_done(self) -> None:
         """Until every worker has ended; if cancelled (a partition's grace is over), the

@@ -100,8 +100,6 @@ async def test_bad_settings_and_priorities_are_config_errors(where: str, topic: 
             queue(where, topic, priorities=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="ordered=True"):
         queue(where, topic, ordered=True)
-    with pytest.raises(ConfigError, match="max_per_key"):
-        queue(where, topic, max_per_key=2)
     async with queue(where, topic) as mq:
         for bad in (3, -1, "0", True, 1.0):
             with pytest.raises(ConfigError, match="priority must be"):
@@ -445,3 +443,37 @@ async def test_the_dashboards_view_of_a_topic_covers_every_level(where: str, top
         assert await view.admin.stopped_messages() == [high]
     finally:
         await deployment.aclose()
+
+
+async def test_max_per_key_caps_a_key_over_every_level(where: str, topic: str) -> None:
+    """With priorities, ``max_per_key`` holds over all the levels together: a key's
+    entries of the high and the low level never run more than the cap at once, and the
+    other keys' entries run while that key waits."""
+    mq = queue(where, topic, concurrency=4, max_per_key=1, max_in_flight=64, read_count=64)
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+    order: list[str] = []
+    release = anyio.Event()
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        key = msg.key or ""
+        running[key] = running.get(key, 0) + 1
+        most[key] = max(most.get(key, 0), running[key])
+        order.append(key)
+        if key == "big":
+            await release.wait()
+        running[key] -= 1
+
+    async with mq:
+        for level in (0, 2):  # one tenant's burst on the high and the low level
+            await mq.publish_many("job", list(range(10)), key="big", priority=level)
+        await mq.publish_many("job", list(range(6)), key=lambda n: f"small-{n % 3}", priority=2)
+        async with mq.running():
+            await wait_for(
+                lambda: len(order) == 7, what="the small keys' entries run while 'big' waits"
+            )
+            assert order.count("big") == 1, f"'big' ran {order.count('big')} at once: {order}"
+            release.set()
+            await wait_for(lambda: len(order) == 26, what="all 26 handled")
+    assert most["big"] == 1, f"{most['big']} entries of one key ran at once with max_per_key=1"
