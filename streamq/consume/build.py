@@ -37,6 +37,7 @@ from .claiming import Claimer
 from .consumer import Consumer
 from .context import Place
 from .dispatch import Dispatcher
+from .failed_transactions import FailedTransactions
 from .flow_stage import FlowStage, entries_by_id
 from .forwarding import Forwarder
 from .lifecycle import Engine
@@ -262,7 +263,9 @@ def _shared_parts(
     handed to the parts that need them; the parts call back into the consumer."""
     config, identity, summary = policies.config, consumer.id, consumer.summary
     capacity = _capacity(config, limits, place, claimers=True)
-    writer, staging = _outputs(client, identity.stream, identity.group, policies, forwarder)
+    failed = FailedTransactions(client, identity.stream, identity.group, identity.consumer,
+                                consumer.stats)  # fmt: skip
+    writer, staging = _outputs(client, identity.stream, identity.group, policies, forwarder, failed)
     acker = Acker(client, identity.stream, identity.group, writer)
     claimer = Claimer(
         client, stream=identity.stream, group=identity.group, consumer=identity.consumer,
@@ -306,6 +309,7 @@ def _outputs(
     group: str,
     policies: Policies,
     forwarder: list[Forwarder],
+    failed: FailedTransactions,
 ) -> tuple[OutputWriter | None, Staging | None]:
     """What writes the outputs of ``stream``'s handlers with their acks, and what stages
     them (none for a consumer built without a queue)."""
@@ -314,7 +318,7 @@ def _outputs(
         return None, None
     writer = OutputWriter(
         client, stream, group, cluster=settings.cluster,
-        outboxed=lambda: forwarder[0].wake() if forwarder else None,
+        outboxed=lambda: forwarder[0].wake() if forwarder else None, failed=failed,
     )  # fmt: skip
     return writer, Staging(settings, stream)
 

@@ -39,6 +39,7 @@ from .acks import Acker
 from .budget import Budget, Slots
 from .context import Place
 from .dispatch import Dispatcher
+from .failed_transactions import FailedTransactions
 from .failures import describe
 from .flow_stage import THROTTLES_LOOKED_UP_EVERY, WAITING_REASONS
 from .forwarding import Forwarder
@@ -307,8 +308,9 @@ class OrderedConsumer(Lifecycle):
         writer = None
         if self._outputs is not None:
             wake = self._forwarder.wake if self._forwarder else lambda: None
+            failed = FailedTransactions(client, stream, self.group, self.me, self.stats)
             writer = OutputWriter(client, stream, self.group, cluster=self._outputs.cluster,
-                                  outboxed=wake)  # fmt: skip
+                                  outboxed=wake, failed=failed)  # fmt: skip
         return PartitionWorker(partition, stream, self.group, self.me, token, client,
                                self._shared, make, writer)  # fmt: skip
 

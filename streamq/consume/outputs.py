@@ -19,7 +19,7 @@ and run by the same script after the ack.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,10 +175,13 @@ class OutputWriter:
         *,
         cluster: Callable[[], bool],
         outboxed: Callable[[], None] = lambda: None,
+        failed: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
+        """``failed(entry_id, reason)``: called for an entry whose transaction stopped at
+        a failing command (:mod:`.failed_transactions` dead-letters it)."""
         self._client, self._stream, self._group = client, stream, group
         self._outbox, self._slot = Keys(stream).outbox, slot_of(stream)
-        self._cluster, self._outboxed = cluster, outboxed
+        self._cluster, self._outboxed, self._failed = cluster, outboxed, failed
 
     async def write(self, staged: Sequence[Staged], fence: tuple[str, str, str] | None) -> bool:
         """Add the outputs of ``staged`` entries that are still pending, and ack them, in one
@@ -195,11 +198,15 @@ class OutputWriter:
         if reply[0] == 0:
             return False
         for entry_id, index, name, error in reply[2]:
-            log.error(
-                "transaction of entry %s on %s stopped at its command %d (%s): %s; the entry "
-                "is acked, the commands before it applied, it and those after it not",
-                entry_id.decode(), self._stream, index, name.decode(), error.decode(),
-            )  # fmt: skip
+            reason = (
+                f"its transaction stopped at command {index} ({name.decode()}): "
+                f"{error.decode()}; the entry is acked, the commands before it applied, it "
+                "and those after it not"
+            )
+            log.error("transaction of entry %s on %s: %s", entry_id.decode(), self._stream,
+                      reason)  # fmt: skip
+            if self._failed is not None:
+                await self._failed(entry_id.decode(), reason)
         if outboxed:
             self._outboxed()
         return True

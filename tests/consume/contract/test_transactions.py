@@ -76,6 +76,37 @@ async def test_commands_run_once_with_the_ack(mode: Mode, client_for: ClientFor)
     assert await counts(client_for, mode) == Counter(range(20))
 
 
+async def test_a_command_that_fails_in_the_ack_dead_letters_its_entry(
+    mode: Mode, client_for: ClientFor
+) -> None:
+    """A command failing inside the ack's script (WRONGTYPE) cannot be undone with the
+    entry's earlier commands and its ack: the entry is dead-lettered with the reason, so
+    nothing is lost; the other entries go on."""
+    grouped_only(mode)
+    mq = mode.queue()
+    handled: list[int] = []
+
+    @mq.handler("order")
+    async def order(msg: Message[int]) -> None:
+        async with msg.transaction() as tx:
+            tx.hincrby(tx.key("counts"), str(msg.data), 1)
+            if msg.data == 2:
+                tx.incrby(tx.key("counts"), 1)  # a hash: WRONGTYPE
+        handled.append(msg.data)
+
+    async with mq:
+        await mq.publish_many("order", list(range(4)), key=lambda n: keys(4)[n])
+        async with mq.running():
+            await wait_for(lambda: len(handled) == 4, what="4 entries handled")
+            await all_acked(mq)
+            await wait_for(lambda: mq.stats()["dead_lettered"] == 1, what="one dead letter")
+        letters = await mq.dead_letters()
+    assert [letter.type for letter in letters] == ["order"]
+    assert "stopped at command 1 (INCRBY)" in letters[0].error, letters[0].error
+    assert "WRONGTYPE" in letters[0].error
+    assert await counts(client_for, mode) == Counter(range(4)), "commands before it: applied"
+
+
 @pytest.mark.parametrize("failure", ["error", "in-block", "retry", "throttle", "reject"])
 async def test_a_failed_attempt_runs_none_of_its_commands(
     mode: Mode, client_for: ClientFor, failure: str
