@@ -127,8 +127,9 @@ async def terminate_topic(
     doomed = [stream, *keys.own_keys(), *group_keys]
     if not keep_dead_letters:
         doomed.append(keys.dead_letters)
+    at = await server_ms(client)  # the mark says when: a later subscriber is not stopped by it
     pipe = client.pipeline(transaction=True)
-    pipe.set(terminated_mark(keys), "1", px=TERMINATED_MARK_TTL_MS)
+    pipe.set(terminated_mark(keys), str(at), px=TERMINATED_MARK_TTL_MS)
     pipe.delete(*doomed)
     await pipe.execute()
     # The notice comes after, not inside, the transaction: a cluster node runs a
@@ -137,8 +138,23 @@ async def terminate_topic(
     await client.spublish(keys.control, json.dumps({"op": "terminate"}))
 
 
-async def was_terminated(client: aioredis.Redis, stream: str) -> bool:
-    return bool(await client.exists(terminated_mark(Keys(stream))))
+async def server_ms(client: aioredis.Redis) -> int:
+    """The server's clock (``TIME``), in milliseconds."""
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def was_terminated(client: aioredis.Redis, stream: str, since_ms: int | None = None) -> bool:
+    """Whether the topic of ``stream`` was terminated in the last seconds (its mark is
+    kept ``TERMINATED_MARK_TTL_MS``); with ``since_ms`` (the server's clock), only a
+    terminate at or after it counts: a subscriber started after a terminate reads the
+    topic made again. A mark that holds no time (damaged) counts."""
+    mark = await client.get(terminated_mark(Keys(stream)))
+    if mark is None:
+        return False
+    if since_ms is None or not mark.isdigit():
+        return True
+    return int(mark) >= since_ms
 
 
 async def _announce(client: aioredis.Redis, keys: Keys, op: str, entry_id: str) -> None:

@@ -215,6 +215,28 @@ async def test_terminate_topic_stops_the_subscriber(redis_url: str, stream: str)
     assert (mq.stop_reason, mq.auto_stopped) == ("topic_terminated", True)
 
 
+async def test_a_subscriber_started_after_a_terminate_reads_the_topic_made_again(
+    redis_url: str, stream: str
+) -> None:
+    """The mark a terminate leaves for the consumers it stops is not about a subscriber
+    that started afterwards: it reads the topic that a producer made again."""
+    first = subscriber(redis_url, stream)
+    keeper(first)
+    async with first:
+        await first.publish("invalidate", {"key": "old"})
+        await first.terminate_topic()
+        await first.publish("invalidate", {"key": "new"})  # the topic made again at once
+    later = subscriber(redis_url, stream, start=StartFrom.EARLIEST)
+    seen = keeper(later)
+    async with later.running():
+        await wait_for(lambda: len(seen) == 1, what="the new entry")
+        await anyio.sleep(TEST_TIMINGS.block * 3)  # empty reads: each looks for the mark
+        await later.publish("invalidate", {"key": "newer"})
+        await wait_for(lambda: len(seen) == 2, what="the newer entry")
+        assert later.stop_reason is None, later.stop_reason
+    assert [m.data.key for m in seen] == ["new", "newer"]
+
+
 async def test_a_stream_created_after_the_start_is_read(redis_url: str, stream: str) -> None:
     mq = subscriber(redis_url, stream)
     seen = keeper(mq)
