@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Never, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from ._facade_docs import adopt_docstrings
 from ._registration import Registry
-from .config import Duration
+from .config import Duration, refuse_unknown
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Route, Routes
 from .flow.rate import RateLimit
@@ -66,7 +66,9 @@ class Registering:
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
         rate: RateLimit | None = None,
+        **unknown: Never,  # a misspelt option: ConfigError naming the closest
     ) -> Callable[[F], F]:
+        refuse_unknown(unknown, "handler()", Registering.handler)
         return self._registry.handler(
             message_type, model=model, version=version, upcast=upcast, rate=rate
         )
@@ -82,7 +84,9 @@ class Registering:
         version: int | None = None,
         upcast: Mapping[int, Upcast] | None = None,
         rate: RateLimit | None = None,
+        **unknown: Never,
     ) -> Callable[[F], F]:
+        refuse_unknown(unknown, "batch_handler()", Registering.batch_handler)
         return self._registry.batch_handler(
             message_type, size, timeout, max_wait,
             model=model, version=version, upcast=upcast, rate=rate,
@@ -109,7 +113,9 @@ class Registering:
         meta: Mapping[str, str] | None = None,
         timezone: str | ZoneInfo | None = None,
         priority: int | None = None,
+        **unknown: Never,
     ) -> Callable[[F], F]:
+        refuse_unknown(unknown, "periodic()", Registering.periodic)
         return self._registry.periodic(
             message_type, every=every, cron=cron, catch_up=catch_up, name=name, key=key,
             meta=meta, timezone=timezone, priority=priority,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Literal, TypeVar
@@ -92,6 +92,19 @@ def _unknown_field(owner: str, name: str, valid: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(name, valid, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown {owner} argument {name!r}{hint}. Valid: {', '.join(valid)}"
+
+
+def refuse_unknown(unknown: Mapping[str, Any], where: str, function: Callable[..., Any]) -> None:
+    """A misspelt keyword given to ``function`` (collected in its ``**unknown``) is a
+    ConfigError naming the closest of its parameters, read from its signature."""
+    if not unknown:
+        return
+    import inspect  # only for this message: not loaded by every consumer
+
+    skipped = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    parameters = inspect.signature(function).parameters.values()
+    valid = tuple(p.name for p in parameters if p.kind not in skipped and p.name != "self")
+    raise ConfigError(_unknown_field(where, next(iter(unknown)), valid))
 
 
 def env_url() -> str | None:

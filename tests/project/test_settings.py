@@ -20,6 +20,7 @@ from streamq import (
     MessageQueue,
     Publisher,
     RetryPolicy,
+    Router,
 )
 
 URL = "redis://127.0.0.1:1/0"
@@ -152,3 +153,23 @@ def test_an_ownership_lease_past_an_hour_is_refused() -> None:
     assert ConsumerConfig(ownership_lease=3600).ownership_lease == 3600.0
     with pytest.raises(ConfigError, match="at most 3600s"):
         ConsumerConfig(ownership_lease=3601)
+
+
+@pytest.mark.parametrize(
+    ("decorator", "wrong", "meant"),
+    [
+        ("handler", "rates", "rate"),
+        ("batch_handler", "sise", "size"),
+        ("periodic", "evry", "every"),
+    ],
+)
+def test_a_misspelt_registration_option_names_the_closest_valid_one(
+    decorator: str, wrong: str, meant: str
+) -> None:
+    """On a queue and on a Router alike: a ConfigError with the closest option, not
+    Python's TypeError naming only the wrong one."""
+    for owner in (MessageQueue(URL, stream="orders"), Router()):
+        with pytest.raises(
+            ConfigError, match=rf"{decorator}\(\) argument {wrong!r} \(did you mean {meant!r}\?\)"
+        ):
+            getattr(owner, decorator)("order", **{wrong: 1})
