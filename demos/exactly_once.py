@@ -9,7 +9,7 @@ applied exactly once.
    transaction), the balances in a Redis hash (``msg.transaction()``, run with the ack),
    and a receipt in a stream of receipts (``msg.publish``, written with the ack).
 3. While transfers are published (idempotent publish retries, the default), a random
-   worker is SIGKILLed every fraction of a second, wherever it is (inside a PostgreSQL
+   running worker is SIGKILLed every fraction of a second, wherever it is (inside a PostgreSQL
    transaction, between its commit and the ack, in the ack itself), and replaced by a new
    process under a new name, which claims the dead one's entries.
 4. Checks, against the transfers published: each has one row in PostgreSQL's ``ledger``,
@@ -47,6 +47,7 @@ from tests.helpers.postgres import postgres_bin, postgres_server
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNTS = ["ada", "bob", "cat", "dan", "eve", "fay"]
 KILL_EVERY = (0.3, 0.9)  # seconds between two SIGKILLs, at random
+MIN_KILLS = 3  # transfers are published until there were that many
 SETTLE_TIMEOUT = 60.0  # seconds for the last transfers to be applied once killing stops
 
 
@@ -71,9 +72,13 @@ class Workers:
             self.processes[slot] = spawn(command, cwd=ROOT, stdout=err, stderr=err)
         self.names[slot] = name
 
-    def kill_one(self, rng: random.Random) -> str:
-        """SIGKILL one worker at random and start its replacement."""
-        slot = rng.randrange(self.slots)
+    def kill_one(self, rng: random.Random) -> str | None:
+        """SIGKILL one running worker at random and start its replacement (None: every
+        worker is still starting)."""
+        running = [slot for slot in self.processes if self.running(slot)]
+        if not running:
+            return None
+        slot = rng.choice(running)
         victim = self.processes[slot]
         victim.kill()
         victim.wait()
@@ -89,13 +94,14 @@ class Workers:
             if p.poll() is not None
         ]
 
+    def running(self, slot: int) -> bool:
+        """The slot's current worker consumes (a SIGTERM drains it; one still starting
+        would die of it, and a SIGKILL would find nothing in its hands)."""
+        log = self.directory / f"{self.names[slot]}.log"
+        return log.exists() and READY in log.read_text(encoding="utf-8").splitlines()
+
     def ready(self) -> bool:
-        """Every current worker runs: a SIGTERM drains it (one still starting would die)."""
-        for name in self.names.values():
-            log = self.directory / f"{name}.log"
-            if not log.exists() or not log.read_text(encoding="utf-8").startswith(READY):
-                return False
-        return True
+        return all(self.running(slot) for slot in self.processes)
 
     def stop(self) -> list[int]:
         """SIGTERM every worker (a graceful drain); their exit codes."""
@@ -205,22 +211,28 @@ class Ledger:
         self.published: dict[str, Transfer] = {}
 
     async def publish(self) -> None:
-        """Transfers at the chosen rate for the chosen time (publish retries are idempotent:
-        one lost reply does not add a transfer twice)."""
-        began = time.monotonic()
-        for n in range(int(self.options.seconds * self.options.rate)):
+        """Transfers at the chosen rate for the chosen time, and on until the workers were
+        SIGKILLed ``MIN_KILLS`` times (a loaded machine starts them slowly), at most 4 times
+        as long (publish retries are idempotent: a lost reply adds no transfer twice)."""
+        began, n = time.monotonic(), 0
+        planned = int(self.options.seconds * self.options.rate)
+        while n < planned or (self.workers.kills < MIN_KILLS and n < 4 * planned):
+            n += 1
             payer, payee = self.rng.sample(ACCOUNTS, 2)
             transfer = Transfer(payer=payer, payee=payee, cents=self.rng.randint(1, 50_000))
             self.published[await self.mq.publish("transfer", transfer)] = transfer
-            await anyio.sleep(max(0.0, began + (n + 1) / self.options.rate - time.monotonic()))
+            await anyio.sleep(max(0.0, began + n / self.options.rate - time.monotonic()))
 
-    async def kill(self, publishing: anyio.Event) -> None:
-        """SIGKILL a random worker every fraction of a second while transfers come."""
+    async def kill(self, publishing: anyio.Event, scope: anyio.CancelScope) -> None:
+        """SIGKILL a random running worker every fraction of a second while transfers come;
+        cancel ``scope`` if a worker ended by itself."""
         while not publishing.is_set():
             await anyio.sleep(self.rng.uniform(*KILL_EVERY))
-            if crashed := self.workers.crashed():
-                raise SystemExit(f"demo failed: {crashed}\n{self.workers.stderr_tail()}")
-            victim = self.workers.kill_one(self.rng)
+            if self.workers.crashed():
+                scope.cancel()
+                return
+            if (victim := self.workers.kill_one(self.rng)) is None:
+                continue
             print(f"  SIGKILL {victim} after {len(self.published)} transfers published; "
                   f"restarted under a new name ({self.workers.started} processes so far)")  # fmt: skip
 
@@ -272,17 +284,23 @@ class Ledger:
                   f"~{self.options.rate}/s:")  # fmt: skip
             published = anyio.Event()
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self.kill, published)
+                tg.start_soon(self.kill, published, tg.cancel_scope)
                 await self.publish()
                 published.set()
             print(f"published {len(self.published)} transfers; {self.workers.kills} SIGKILLs; "
                   "waiting for the last ones")  # fmt: skip
             deadline = time.monotonic() + SETTLE_TIMEOUT
-            while not await self.settled() or not self.workers.ready():
+            while not self.workers.crashed() and (
+                not await self.settled() or not self.workers.ready()
+            ):
                 if time.monotonic() > deadline:
                     print("the last transfers were not all applied in time")
                     break
                 await anyio.sleep(0.2)
+            if crashed := self.workers.crashed():
+                print(self.workers.stderr_tail())
+                print(f"FAILED: a worker ended by itself: {crashed}")
+                return 1
             codes = await anyio.to_thread.run_sync(self.workers.stop)
             seen = await self.observe()
         if any(codes):
@@ -298,9 +316,10 @@ class Ledger:
             print(f"{a:<8} {cents(expected[a]):>12} {cents(seen.pg_balances.get(a, 0)):>12} "
                   f"{cents(seen.redis_balances.get(a, 0)):>12}")  # fmt: skip
         runs = self.workers.runs()
-        print(f"handler runs: {runs['applied'] + runs['skipped']} for {len(self.published)} "
-              f"transfers; {runs['again']} delivered again after a SIGKILL, {runs['skipped']} "
-              "of them found their PostgreSQL effects committed already and skipped them")  # fmt: skip
+        print(f"{runs['applied'] + runs['skipped']} handler runs committed for "
+              f"{len(self.published)} transfers; {runs['again']} of them of a transfer delivered "
+              f"again (its worker SIGKILLed holding it), {runs['skipped']} found its PostgreSQL "
+              "effects committed by an earlier run whose ack never came, and skipped them")  # fmt: skip
         n = len(self.published)
         print(f"transfers: {n} published, {seen.stream_length} in the topic; "
               f"PostgreSQL ledger rows {sum(seen.ledger.values())}, Redis applied "

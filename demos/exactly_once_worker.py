@@ -13,7 +13,7 @@ One run of the handler per delivered transfer, its three effects each applied on
    commands run in the script of the entry's ack, so once.
 3. A receipt, through ``msg.publish(..., stream=RECEIPTS)``: written with the ack, so once.
 
-Its LOG's first line, ``ready``, says it runs (a SIGTERM from then on drains it, exit 0);
+A line ``ready`` in its LOG says it runs (a SIGTERM from then on drains it, exit 0);
 after each PostgreSQL commit it appends ``<entry id> applied|skipped <delivery count>`` to
 LOG (what the demo prints about the runs that found their effects committed already).
 """
