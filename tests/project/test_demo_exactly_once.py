@@ -88,7 +88,7 @@ def test_the_ledger_is_exactly_once_with_sigkills_on_a_cluster(streamq_cluster_u
     env = {**os.environ, "STREAMQ_REDIS_URL": streamq_cluster_url}
     before = cluster_demo_keys(streamq_cluster_url)
     result = subprocess.run(
-        [sys.executable, "-m", "demos.exactly_once", "--seconds", "5"],
+        [sys.executable, "-m", "demos.exactly_once", "--seconds", "3"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     out = result.stdout
