@@ -73,11 +73,12 @@ PG_APT_LOG := .cache/apt-postgresql.log
 postgres-deps: setup
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (echo "make: installing Debian's postgresql with apt-get for the PostgreSQL effects tests" \
-	    "(once; log in $(PG_APT_LOG))" && mkdir -p $(dir $(PG_APT_LOG)) && \
+	    "and demo-exactly-once (once; log in $(PG_APT_LOG))" && mkdir -p $(dir $(PG_APT_LOG)) && \
 	   { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq postgresql; } >$(PG_APT_LOG) 2>&1) || \
 	  { tail -n 5 $(PG_APT_LOG) 2>/dev/null; \
-	    echo "make: could not install postgresql: the PostgreSQL effects tests will skip"; }
+	    echo "make: could not install postgresql: the PostgreSQL effects tests will skip" \
+	      "(and demo-exactly-once fails)"; }
 
 # `streamq run` with 2 workers, metrics and health; a worker SIGKILLed and back; SIGTERM drains
 demo-service: setup

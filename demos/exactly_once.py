@@ -277,11 +277,18 @@ class Ledger:
         await prepare(conn, ACCOUNTS)
         await conn.close()
         async with self.mq:
+            began = time.monotonic()
             for slot in range(self.options.workers):
                 self.workers.start(slot)
+            while not self.workers.ready():  # killed while starting, they would hold nothing
+                if self.workers.crashed() or time.monotonic() > began + SETTLE_TIMEOUT:
+                    print(self.workers.stderr_tail())
+                    print(f"FAILED: the workers did not start: {self.workers.crashed()}")
+                    return 1
+                await anyio.sleep(0.1)
             print(f"{self.options.workers} worker processes consume {self.topic!r} "
-                  f"(group {GROUP!r}); transfers for {self.options.seconds} s, "
-                  f"~{self.options.rate}/s:")  # fmt: skip
+                  f"(group {GROUP!r}, up after {time.monotonic() - began:.1f} s); transfers "
+                  f"for {self.options.seconds} s, ~{self.options.rate}/s:")  # fmt: skip
             published = anyio.Event()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.kill, published, tg.cancel_scope)
