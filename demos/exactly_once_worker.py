@@ -32,7 +32,7 @@ from streamq import Message, MessageQueue, StartFrom
 from streamq.effects.postgres import migrate, once
 
 GROUP = "ledger"
-READY = "ready"  # the log's first line: the worker runs, a SIGTERM now drains it
+READY = "ready"  # a line of the log: the worker runs, a SIGTERM now drains it
 CONCURRENCY = 8  # transfers in flight per process, one PostgreSQL connection each
 WORK_AFTER_COMMIT = 0.01  # at most, seconds: a kill often lands between commit and ack
 
