@@ -12,7 +12,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: setup docs demo run build dist test test-fast test-contract test-batch test-pending test-terminate test-cleanup \
         test-errors test-auto-stop test-spark test-pyspark40 test-redis7 test-redis8 test-cluster test-soak test-soak-ordered bench lint fmt typecheck clean redis-up \
         demo-batch demo-start-position demo-auto-stop demo-stop-message demo-cleanup demo-pipeline demo-microservice \
-        demo-dashboard browser-deps postgres-deps demo-service demo-cluster
+        demo-dashboard browser-deps postgres-deps demo-service demo-cluster demo-exactly-once
 
 setup: $(STAMP)
 
@@ -65,18 +65,20 @@ browser-deps: setup
 	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet playwright || \
 	  echo "make: could not install playwright: the dashboard's browser tests will skip"
 
-# The PostgreSQL effects tests (tests/effects) start their own server from Debian's
-# postgresql (initdb and pg_ctl in a temporary folder, no system service): installed when
-# missing; where that is impossible those tests skip, saying why. Log in .cache/.
+# The PostgreSQL effects tests (tests/effects) and `make demo-exactly-once` start their own
+# server from Debian's postgresql (initdb and pg_ctl in a temporary folder, no system
+# service): installed when missing; where that is impossible those tests skip, saying why
+# (and the demo fails, saying why). Log in .cache/.
 PG_APT_LOG := .cache/apt-postgresql.log
 postgres-deps: setup
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (echo "make: installing Debian's postgresql with apt-get for the PostgreSQL effects tests" \
-	    "(once; log in $(PG_APT_LOG))" && mkdir -p $(dir $(PG_APT_LOG)) && \
+	    "and demo-exactly-once (once; log in $(PG_APT_LOG))" && mkdir -p $(dir $(PG_APT_LOG)) && \
 	   { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq postgresql; } >$(PG_APT_LOG) 2>&1) || \
 	  { tail -n 5 $(PG_APT_LOG) 2>/dev/null; \
-	    echo "make: could not install postgresql: the PostgreSQL effects tests will skip"; }
+	    echo "make: could not install postgresql: the PostgreSQL effects tests will skip" \
+	      "(and demo-exactly-once fails)"; }
 
 # `streamq run` with 2 workers, metrics and health; a worker SIGKILLed and back; SIGTERM drains
 demo-service: setup
@@ -86,6 +88,12 @@ demo-service: setup
 # processes, a master killed mid-run: per-key order kept, nothing lost (exit 1 otherwise).
 demo-cluster: setup
 	$(PY) -m demos.cluster
+
+# A ledger (transfers -> balances in PostgreSQL and a Redis hash, and receipts) whose three
+# consumer processes are SIGKILLed at random: every transfer applied exactly once in each
+# (exit 1 otherwise). Its own PostgreSQL from Debian's postgresql, stopped when it ends.
+demo-exactly-once: setup postgres-deps
+	$(PY) -m demos.exactly_once
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link fails.
 docs: setup

@@ -1,6 +1,7 @@
-"""A real PostgreSQL server for the tests, started from Debian's ``postgresql`` binaries
-(``initdb`` and ``pg_ctl`` of ``/usr/lib/postgresql/<version>/bin``) in a temporary folder:
-no system service, a free loopback port, trust authentication, fsync off.
+"""A real PostgreSQL server for the tests and `make demo-exactly-once`, started from
+Debian's ``postgresql`` binaries (``initdb`` and ``pg_ctl`` of
+``/usr/lib/postgresql/<version>/bin``) in a temporary folder: no system service, a free
+loopback port, trust authentication, fsync off.
 
 ``initdb`` refuses to run as root: as root the server runs as ``nobody`` (``runuser``), in
 a folder given to that user.
@@ -69,7 +70,11 @@ def postgres_server(bin_dir: Path) -> Iterator[str]:
 
 
 def _run(args: list[str], folder: Path) -> None:
-    done = subprocess.run(_as_server_user(args), capture_output=True, text=True, cwd=folder)
+    """Run ``args`` in a session of their own: a Ctrl-C at the terminal reaches the caller
+    (whose clean-up stops the server), not ``initdb`` or ``pg_ctl`` halfway."""
+    done = subprocess.run(
+        _as_server_user(args), capture_output=True, text=True, cwd=folder, start_new_session=True
+    )
     if done.returncode != 0:
         log = folder / "log"
         tail = log.read_text()[-2000:] if log.exists() else ""

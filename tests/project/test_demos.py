@@ -4,7 +4,9 @@ and leaves nothing on the server it used: not when it ends, not when it is inter
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +15,8 @@ from typing import Any
 
 import pytest
 import redis
+
+from tests.helpers.postgres import postgres_bin
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +51,29 @@ DEMOS = {
         "streamq_handled_total",
         "service stopped: stopped; 3 emails sent",
     ],
+    "exactly_once": [  # its own PostgreSQL; on a cluster URL too (receipts via the outbox)
+        "SIGKILL worker-",
+        "exactly once: each of the",
+        "PostgreSQL stopped and removed",
+    ],
 }
+NEEDS_POSTGRES = {"exactly_once"}
+SHORT_RUN = {"exactly_once": ["--seconds", "3"]}  # a demo's options for a shorter run
+# seconds a demo may take: the ledger starts a database and restarts worker processes,
+# slow on a loaded machine
+TIMEOUTS = {"exactly_once": 120}
+
+
+def skip_without_postgres(name: str) -> None:
+    if name in NEEDS_POSTGRES and postgres_bin() is None:
+        pytest.skip(f"demo {name} needs Debian's postgresql (make postgres-deps installs it)")
+
+
+def postgres_stopped(output: str) -> None:
+    """The PostgreSQL a demo said it started no longer listens."""
+    for port in re.findall(r"PostgreSQL \d+ on port (\d+)", output):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", int(port))) != 0, f"PostgreSQL left on :{port}"
 
 
 def demo_keys(url: str) -> set[bytes]:
@@ -57,14 +83,20 @@ def demo_keys(url: str) -> set[bytes]:
         return set(client.scan_iter(match="*demo-*", count=1000))
 
 
+def demo_params() -> list[Any]:
+    return [pytest.param(name, marks=pytest.mark.timeout(TIMEOUTS.get(name, 60) + 30))
+            for name in sorted(DEMOS)]  # fmt: skip
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(DEMOS))
+@pytest.mark.parametrize("name", demo_params())
 def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
+    skip_without_postgres(name)
     env = {**os.environ, "STREAMQ_REDIS_URL": redis_url}
     before = demo_keys(redis_url)
     result = subprocess.run(
-        [sys.executable, "-m", f"demos.{name}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", f"demos.{name}", *SHORT_RUN.get(name, [])],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUTS.get(name, 60),
     )  # fmt: skip
     assert result.returncode == 0, f"demo {name} failed:\n{result.stdout}\n{result.stderr}"
     for expected in DEMOS[name]:
@@ -72,12 +104,15 @@ def test_demo_runs_and_exits_zero(name: str, redis_url: str) -> None:
             f"demo {name} did not print {expected!r}:\n{result.stdout}"
         )
     assert demo_keys(redis_url) - before == set(), f"demo {name} left keys on the server"
+    postgres_stopped(result.stdout)
 
 
 INTERRUPTED = [  # a long demo, its options, a line it prints while busy, the signal
     ("dashboard", ["--seconds", "600", "--port", "0"], "open http", signal.SIGTERM),
     ("service", [], "SIGKILL worker 0", signal.SIGINT),
     ("service", [], "worker 0 (pid", signal.SIGTERM),
+    ("exactly_once", ["--seconds", "60"], "SIGKILL worker-", signal.SIGINT),
+    ("exactly_once", ["--seconds", "60"], "a temporary folder of its own", signal.SIGTERM),
 ]
 
 
@@ -91,6 +126,7 @@ def test_an_interrupted_demo_leaves_nothing_behind(
     if name == "service" and on_cluster:
         pytest.skip("the service demo is single-node: it and its handlers keep their "
                     "records in Redis through plain clients")  # fmt: skip
+    skip_without_postgres(name)
     env = {**os.environ, "STREAMQ_REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
     before = demo_keys(redis_url)
     demo = subprocess.Popen(
@@ -117,6 +153,7 @@ def test_an_interrupted_demo_leaves_nothing_behind(
         demo.stdout.close()
     assert busy in "".join(seen), "".join(seen)
     assert demo_keys(redis_url) - before == set(), f"interrupted demo {name} left keys"
+    postgres_stopped("".join(seen))
 
 
 @pytest.mark.spark
