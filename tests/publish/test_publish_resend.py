@@ -148,7 +148,8 @@ async def test_the_resend_script_returns_what_was_added_and_adds_the_rest(
     rows = await entries(client, stream)
     assert [data for _, data in rows] == [b"0", b"1", b"1", b"2"]
     assert [i for i, _ in rows if i in ids] == ids
-    gone = resend_command(f"{stream}-missing", chunk[:1], marker, sent, make_stream=False)
+    missing = f"{{{stream}}}-missing"  # the stream's slot: on a cluster, the same node
+    gone = resend_command(missing, chunk[:1], marker, sent, make_stream=False)
     assert await client.execute_command(*gone) == [None]  # NOMKSTREAM: no stream, nothing
 
 
