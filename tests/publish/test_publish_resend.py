@@ -13,7 +13,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import MessageQueue, Publisher
+from streamq import MessageQueue, NotReplicatedError, Publisher
 from streamq.message import PUBLISH_MARKER
 from streamq.publish.plan import Fields
 from streamq.publish.resend import Producer, resend_command, resend_one
@@ -63,6 +63,23 @@ async def test_a_publish_whose_reply_was_lost_is_added_once(
     assert await entries(client, stream) == [(i, b"7") for i in [*before, entry_id]]
     assert await mq.publish("job", 8)  # and the queue goes on
     assert len(await entries(client, stream)) == 4
+
+
+@pytest.mark.parametrize("how", ["cut", "swallow"])
+async def test_a_durable_publish_whose_reply_was_lost_is_added_once(
+    proxy: FaultProxy, behind: MessageQueue, client: aioredis.Redis, stream: str, how: str
+) -> None:
+    """``replicas=`` sends its XADD and WAIT together; the XADD's reply lost, both are sent
+    again, checked. This node has no replica: each WAIT gives up after ``timeout``, the
+    publish raises NotReplicatedError naming the one entry it added."""
+    mq = behind
+    before = await mq.publish("job", 7)  # connected: the next reply is the durable publish's
+    proxy.fail_next_reply(how)
+    with pytest.raises(NotReplicatedError) as failure:
+        await mq.publish("job", 7, replicas=1, timeout=0.1)
+    assert proxy.counts["armed" if how == "cut" else "swallowed"] == 1
+    assert failure.value.replicas == 0
+    assert await entries(client, stream) == [(before, b"7"), (failure.value.entry_id, b"7")]
 
 
 async def test_a_publish_that_never_arrived_is_added_by_the_second_send(
@@ -131,7 +148,8 @@ async def test_the_resend_script_returns_what_was_added_and_adds_the_rest(
     rows = await entries(client, stream)
     assert [data for _, data in rows] == [b"0", b"1", b"1", b"2"]
     assert [i for i, _ in rows if i in ids] == ids
-    gone = resend_command(f"{stream}-missing", chunk[:1], marker, sent, make_stream=False)
+    missing = f"{{{stream}}}-missing"  # the stream's slot: on a cluster, the same node
+    gone = resend_command(missing, chunk[:1], marker, sent, make_stream=False)
     assert await client.execute_command(*gone) == [None]  # NOMKSTREAM: no stream, nothing
 
 
