@@ -121,9 +121,10 @@ async def test_a_consumer_reports_what_it_holds_back_and_removes_it_when_it_stop
 
             async def shown() -> bool:
                 found[0] = waiting = await group_waiting(mq)
-                return waiting is not None and (
-                    waiting.pause, waiting.rate_limit, waiting.throttle
-                ) == expected
+                return (
+                    waiting is not None
+                    and (waiting.pause, waiting.rate_limit, waiting.throttle) == expected
+                )
 
             await wait_for(shown, timeout=REPORTED_WITHIN, what=f"topic_info shows {expected}")
             assert time.monotonic() - started < REPORTED_WITHIN
