@@ -1,5 +1,5 @@
 """``streamq pause|unpause STREAM GROUP [--type T]`` as an operator runs them, and the
-paused groups in ``streamq info``."""
+paused groups in ``streamq info`` (with what their running consumers hold back)."""
 
 from __future__ import annotations
 
