@@ -8,7 +8,8 @@ JSON ``{"at": <server ms>, "pause": n, "rate_limit": n, "throttle": n}``), ridin
 pause watch's poll of the group's pause record (:mod:`streamq.flow.watch`): no round trip
 of its own. It writes at most every :data:`REPORT_INTERVAL`, and only when the counts
 changed or an unchanged report is :data:`REPORT_REFRESH` old; a consumer holding nothing
-back has no field (reaching zero removes it), and stopping removes it too.
+back has no field (reaching zero removes it, and so does its first read: a report left
+under its name by an earlier run goes), and stopping removes it too.
 
 Readers (:func:`waiting_groups`: ``topic_info()``, the CLI, the dashboard) count only the
 reports younger than :data:`REPORT_FRESH` (a few refreshes): a consumer that died stops
@@ -86,7 +87,9 @@ class WaitingReporter:
     ) -> None:
         self.key, self.consumer = Keys(stream).waiting(group), consumer
         self._counts, self._clock = counts, clock
-        self._written: Counts = _NONE  # what the server holds for this consumer
+        # what the server holds for this consumer; unknown at the start: the first read
+        # writes (or removes) it, so a report left under this name by an earlier run goes
+        self._written: Counts | None = None
         self._at = -REPORT_REFRESH  # when it was written (the clock's seconds)
 
     def due(self) -> Report | None:
@@ -108,7 +111,7 @@ class WaitingReporter:
         """Remove this consumer's report (it stops); a failure is only logged: the report
         stops counting once it is :data:`REPORT_FRESH` old."""
         if self._written == _NONE:
-            return
+            return  # nothing of this consumer on the server
         with anyio.move_on_after(WITHDRAW_TIMEOUT):
             try:
                 await client.hdel(self.key, self.consumer)

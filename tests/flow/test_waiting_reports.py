@@ -71,6 +71,10 @@ class Clock:
 def test_a_report_is_due_on_a_change_at_most_every_second_and_refreshed_while_not_zero() -> None:
     clock, counts = Clock(), {"pause": 0, "rate_limit": 0, "throttle": 0}
     reporter = WaitingReporter("s", "g", "c1", lambda: counts, clock=clock)
+    first = reporter.due()  # at the start: a report an earlier run left under its name goes
+    assert first is not None and first.counts == (0, 0, 0) and first.args()[1] == ""
+    reporter.written(first)
+    clock.now += 10 * REPORT_REFRESH
     assert reporter.due() is None  # nothing held back, nothing reported: no write
     counts["pause"] = 2
     due = reporter.due()
@@ -141,6 +145,30 @@ async def test_a_consumer_reports_what_it_holds_back_and_removes_it_when_it_stop
         # stopped: the report is gone at once, not only once stale
         assert not await raw.hexists(Keys(mq.stream).waiting("g"), mq.consumer)
         assert await group_waiting(mq) is None
+
+
+async def test_a_report_left_by_an_earlier_run_under_the_same_name_goes_at_the_start(
+    make_queue: QueueFactory, raw: aioredis.Redis
+) -> None:
+    mq = make_queue()
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None: ...
+
+    key = Keys(mq.stream).waiting("g")
+    async with mq:
+        await mq.publish("job", 0)
+        await raw.hset(key, mq.consumer, report(now_ms(), pause=4))  # it died holding 4
+        assert await _pause_shown(mq, 4)
+        async with mq.running():  # restarted under its name, holding nothing back
+            await wait_for(
+                lambda: _gone(raw, key, mq.consumer), timeout=REPORTED_WITHIN, what="removed"
+            )
+            assert await group_waiting(mq) is None
+
+
+async def _gone(raw: aioredis.Redis, key: str, consumer: str) -> bool:
+    return not await raw.hexists(key, consumer)
 
 
 async def test_two_consumers_are_summed_and_each_shown(make_queue: QueueFactory) -> None:
