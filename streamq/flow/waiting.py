@@ -133,15 +133,16 @@ class GroupWaiting:
 
     @property
     def total(self) -> int:
+        """Everything held back, whatever the reason."""
         return self.pause + self.rate_limit + self.throttle
 
-    @classmethod
-    def of(cls, reports: Iterable[WaitingReport]) -> GroupWaiting:
-        found = sorted(reports, key=lambda r: r.consumer)
-        return cls(
-            sum(r.pause for r in found), sum(r.rate_limit for r in found),
-            sum(r.throttle for r in found), {r.consumer: r for r in found},
-        )  # fmt: skip
+
+def _summed(reports: Iterable[WaitingReport]) -> GroupWaiting:
+    found = sorted(reports, key=lambda r: r.consumer)
+    return GroupWaiting(
+        sum(r.pause for r in found), sum(r.rate_limit for r in found),
+        sum(r.throttle for r in found), {r.consumer: r for r in found},
+    )  # fmt: skip
 
 
 async def waiting_groups(
@@ -159,7 +160,7 @@ async def waiting_groups(
     for group, key, reply in zip(names, keys, replies, strict=True):
         reports = _fresh(key, reply, now_ms)
         if reports:
-            found[group] = GroupWaiting.of(reports)
+            found[group] = _summed(reports)
     return found
 
 
