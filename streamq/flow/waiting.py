@@ -23,6 +23,7 @@ report written over a key of another type replaces it).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,8 +62,8 @@ class Report:
     def args(self) -> list[str]:
         """ARGV of :data:`~streamq.wire.flow_scripts.READ_FLOW`."""
         members = ",".join(f'"{r}":{n}' for r, n in zip(REASONS, self.counts, strict=True))
-        fresh, keep = int(REPORT_FRESH * 1000), int(REPORT_FRESH * 1000)
-        return [self.consumer, members if any(self.counts) else "", str(fresh), str(keep)]
+        fresh = str(int(REPORT_FRESH * 1000))  # counted this long; the key kept as long
+        return [self.consumer, members if any(self.counts) else "", fresh, fresh]
 
     def replaced(self, found: bytes | str | None) -> None:
         """The script's answer: the type of a key it replaced, or None."""
@@ -90,7 +91,7 @@ class WaitingReporter:
         # what the server holds for this consumer; unknown at the start: the first read
         # writes (or removes) it, so a report left under this name by an earlier run goes
         self._written: Counts | None = None
-        self._at = -REPORT_REFRESH  # when it was written (the clock's seconds)
+        self._at = -math.inf  # when it was written (the clock's seconds)
 
     def due(self) -> Report | None:
         """The report to write now, or None (no change, or written too lately)."""
