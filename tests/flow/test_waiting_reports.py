@@ -171,7 +171,7 @@ async def _gone(raw: aioredis.Redis, key: str, consumer: str) -> bool:
     return not await raw.hexists(key, consumer)
 
 
-async def test_two_consumers_are_summed_and_each_shown(make_queue: QueueFactory) -> None:
+async def test_the_reports_of_two_consumers_are_summed(make_queue: QueueFactory) -> None:
     first, second = make_queue(), make_queue()
     for mq in (first, second):
 
