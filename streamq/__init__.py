@@ -42,6 +42,7 @@ from .errors import (
     UnknownCommandError,
 )
 from .flow.rate import RateLimit
+from .flow.waiting import GroupWaiting
 from .message import Message
 from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage
@@ -53,6 +54,7 @@ from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport
 from .topic.deadletter import DeadLetter
 from .topic.halted import HaltedKey
+from .wire.records import WaitingReport
 
 if _typing.TYPE_CHECKING:
     from .app import App
@@ -100,6 +102,7 @@ __all__ = (
     "GroupExistsError",
     "GroupInfo",
     "GroupNotFoundError",
+    "GroupWaiting",
     "HaltedKey",
     "HandlerCrashError",
     "HandlerError",
@@ -137,4 +140,5 @@ __all__ = (
     "Transaction",
     "TypedPublisher",
     "UnknownCommandError",
+    "WaitingReport",
 )

@@ -18,6 +18,7 @@ from typing import Any
 from .._text import age as age
 from .._text import one_line as one_line
 from .._text import terminal_safe as terminal_safe
+from ..flow.waiting import REPORT_FRESH, GroupWaiting
 from ..message import PUBLISH_MARKER
 from ..payload.display import shown_data, shown_meta
 from ..payload.keyring import Keyring
@@ -61,6 +62,8 @@ def render_info(info: TopicInfo) -> str:
             lines.append(f"  ordered owner: {owner_text(g.owner)}")
         if info.paused.get(g.name):  # flow control: mq.pause(), streamq pause
             lines.append(f"  paused: {paused_text(info.paused[g.name])}")
+        if g.name in info.waiting:  # flow control: as the running consumers reported it
+            lines.append(f"  waiting: {waiting_text(info.waiting[g.name])}")
     if not info.groups:
         lines.append("(no consumer groups)")
     if info.partitions:
@@ -71,6 +74,14 @@ def render_info(info: TopicInfo) -> str:
 def paused_text(paused: list[str]) -> str:
     """What is paused in a group, as shown: ``the whole group``, then type names."""
     return ", ".join("the whole group" if p == "*" else repr(one_line(p)) for p in paused)
+
+
+def waiting_text(waiting: GroupWaiting) -> str:
+    """What a group's running consumers hold back, as shown: by reason, then by whom."""
+    reasons = f"pause {waiting.pause}, rate limit {waiting.rate_limit}, throttle {waiting.throttle}"
+    count = len(waiting.consumers)
+    whom = f"{count} consumer{'s' if count != 1 else ''}"
+    return f"{reasons} (reported by {whom} within {REPORT_FRESH:g} s)"
 
 
 def owner_text(owner: tuple[str, int]) -> str:

@@ -150,7 +150,17 @@ def _gate(
     gate = FlowGate(
         client_for(topic.name), topic.name, topic.group, policies.flow, on_change=changed
     )
+    gate.report_as(topic.consumer, lambda: _waiting(stages))
     return gate, stages
+
+
+def _waiting(stages: Sequence[FlowStage]) -> dict[str, int]:
+    """The entries held back by the stages (one per partition), by reason."""
+    total: dict[str, int] = {}
+    for stage in stages:
+        for reason, count in stage.waiting.items():
+            total[reason] = total.get(reason, 0) + count
+    return total
 
 
 def _assembled(

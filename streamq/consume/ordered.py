@@ -118,6 +118,7 @@ class OrderedConsumer(Lifecycle):
             self.ownership.valid, self._gone, self._stopped,
             gate or FlowGate(client_for(topic), topic, group, FlowConfig()),
         )  # fmt: skip
+        self._shared.gate.report_as(me, self._waiting_keys)
         self._threads = anyio.CapacityLimiter(config.concurrency)
         self._acked_before = self._claimed_before = 0  # of the workers that ended
         # msg.publish: its outputs written with the fenced acks; on a cluster, the outboxes
@@ -364,8 +365,10 @@ class OrderedConsumer(Lifecycle):
             rebalances=self.ownership.rebalances,
             halted_keys=sum(w.halted.count for w in workers),
         )
-        for reason in WAITING_REASONS:  # keys waiting for flow control, in every partition
-            report[f"waiting_{reason}"] = sum(
-                w.lanes.waiting().get(reason, 0) for w in workers if w.lanes is not None
-            )
+        waiting = self._waiting_keys()  # keys waiting for flow control, in every partition
+        report.update({f"waiting_{reason}": waiting[reason] for reason in WAITING_REASONS})
         return report
+
+    def _waiting_keys(self) -> dict[str, int]:
+        counts = [w.lanes.waiting() for w in self.workers.values() if w.lanes is not None]
+        return {reason: sum(c.get(reason, 0) for c in counts) for reason in WAITING_REASONS}

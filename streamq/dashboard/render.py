@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from .._text import age, one_line, terminal_safe
+from ..flow.waiting import REPORT_FRESH
 from ..topic.deadletter import keep_start
 from .names import encoded
 from .topics import total_lag
@@ -59,7 +60,7 @@ def build_templates() -> Jinja2Templates:
         lstrip_blocks=True,
     )
     env.filters.update(shown=shown, shown_lines=shown_lines, age=age, when=when, encoded=encoded)
-    env.globals.update(href=href, total_lag=total_lag)
+    env.globals.update(href=href, total_lag=total_lag, waiting_fresh=REPORT_FRESH)
     return Jinja2Templates(env=env)
 
 

@@ -10,12 +10,13 @@ long to wait; a waiting entry holds no slot and counts no delivery):
 
 and when a handler raises :class:`~streamq.Throttle`, it calls :meth:`FlowGate.throttle`
 and runs the entry again once the throttle ends. :meth:`FlowGate.run` keeps the pause
-view current (start it with ``tg.start``).
+view current (start it with ``tg.start``), and with :meth:`FlowGate.report_as` reports
+what the consumer holds back to the server on the same reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -27,6 +28,7 @@ from ..signals import Throttle
 from .limiter import Grant, RateLimiter
 from .settings import FlowConfig
 from .throttle import throttle, throttled_keys, throttled_types
+from .waiting import WaitingReporter
 from .watch import POLL_INTERVAL, PauseWatch
 
 
@@ -55,6 +57,12 @@ class FlowGate:
     ) -> None:
         """Keep the pause view current until cancelled (ready once first read)."""
         await self.pauses.run(task_status=task_status)
+
+    def report_as(self, consumer: str, counts: Callable[[], Mapping[str, int]]) -> None:
+        """Report what ``consumer`` holds back (``counts``: entries by reason, as
+        ``mq.stats()``'s ``waiting_<reason>``) to the server while :meth:`run` runs, on the
+        pause record's reads (:mod:`.waiting`); the report is removed when it stops."""
+        self.pauses.reporter = WaitingReporter(self._stream, self._group, consumer, counts)
 
     # -- pause ----------------------------------------------------------------------
     def paused(self, type_name: str) -> bool:

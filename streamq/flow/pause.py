@@ -32,9 +32,10 @@ from ..errors import ConfigError, MessageFormatError
 from ..message import validate_type_name
 from ..wire import records
 from ..wire.damage import set_aside
-from ..wire.flow_scripts import READ_PAUSED
+from ..wire.flow_scripts import READ_FLOW
 from ..wire.keys import Keys
 from ..wire.records import DamagedRecord, PausedRecord
+from .waiting import Report
 
 WHOLE_GROUP = "*"  # the field that pauses every type of the group
 # The largest notice streamq sends is well under this; anything larger is not ours.
@@ -99,10 +100,14 @@ def notice_group(data: bytes | str) -> str | None:
     return group if isinstance(group, str) else None
 
 
-async def paused(client: aioredis.Redis, stream: str, group: str) -> list[PausedRecord]:
+async def paused(
+    client: aioredis.Redis, stream: str, group: str, *, report: Report | None = None
+) -> list[PausedRecord]:
     """What is paused in ``group`` of the topic ``stream``, ``*`` first, then by name. A
-    damaged field (or a key that is no hash) is logged once, counted, and not obeyed."""
-    return (await _read(client, stream, [group]))[0]
+    damaged field (or a key that is no hash) is logged once, counted, and not obeyed.
+    ``report``: a consumer's waiting report (:mod:`.waiting`), written in the same round
+    trip."""
+    return (await _read(client, stream, [group], report))[0]
 
 
 async def paused_groups(
@@ -118,10 +123,15 @@ async def paused_groups(
 
 
 async def _read(
-    client: aioredis.Redis, stream: str, groups: Sequence[str]
+    client: aioredis.Redis, stream: str, groups: Sequence[str], report: Report | None = None
 ) -> list[list[PausedRecord]]:
     keys = [Keys(stream).paused(group) for group in groups]
-    clock, *replies = await client.register_script(READ_PAUSED)(keys=keys)
+    script = client.register_script(READ_FLOW)
+    if report is None:
+        clock, *replies = await script(keys=keys)
+    else:
+        clock, *replies, replaced = await script(keys=[*keys, report.key], args=report.args())
+        report.replaced(replaced)
     now_ms = int(clock[0]) * 1000 + int(clock[1]) // 1000
     return [_checked(key, reply, now_ms) for key, reply in zip(keys, replies, strict=True)]
 

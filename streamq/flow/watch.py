@@ -22,6 +22,7 @@ from ..wire.keys import Keys
 from ..wire.liveness import Liveness
 from ..wire.translate import translated
 from .pause import WHOLE_GROUP, notice_group, paused
+from .waiting import WaitingReporter
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class PauseWatch:
         self._changed = anyio.Event()  # set (and replaced) at each change
         self._poke = anyio.Event()  # a notice arrived: read now
         self._lost = False  # the server is out of reach (logged once per outage)
+        # a running consumer's: its waiting counts ride on the reads (see .waiting)
+        self.reporter: WaitingReporter | None = None
 
     @property
     def targets(self) -> frozenset[str]:
@@ -67,8 +70,14 @@ class PauseWatch:
             await self._changed.wait()
 
     async def refresh(self) -> None:
-        """Read the record now (one round trip); streamq's errors as any command."""
-        found = frozenset(r.target for r in await paused(self._client, self._stream, self._group))
+        """Read the record now (one round trip, carrying the consumer's waiting report when
+        one is due); streamq's errors as any command."""
+        reporter = self.reporter
+        report = None if reporter is None else reporter.due()
+        records = await paused(self._client, self._stream, self._group, report=report)
+        if reporter is not None and report is not None:
+            reporter.written(report)
+        found = frozenset(r.target for r in records)
         if found != self._targets:
             self._targets = found
             changed, self._changed = self._changed, anyio.Event()
@@ -80,16 +89,22 @@ class PauseWatch:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Keep the view current until cancelled; ready once the record was read (or
-        could not be: the reading goes on)."""
-        await self._refresh_or_log()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._listen)
-            task_status.started()
-            while True:
-                with anyio.move_on_after(self._interval):
-                    await self._poke.wait()
-                self._poke = anyio.Event()
-                await self._refresh_or_log()
+        could not be: the reading goes on). Once cancelled, the consumer's waiting report
+        is removed."""
+        try:
+            await self._refresh_or_log()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._listen)
+                task_status.started()
+                while True:
+                    with anyio.move_on_after(self._interval):
+                        await self._poke.wait()
+                    self._poke = anyio.Event()
+                    await self._refresh_or_log()
+        finally:
+            if self.reporter is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.reporter.withdraw(self._client)
 
     async def _refresh_or_log(self) -> None:
         try:

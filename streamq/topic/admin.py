@@ -17,6 +17,7 @@ from ..errors import (
     InvalidMessageIdError,
     StreamNotFoundError,
 )
+from ..flow.waiting import GroupWaiting
 from ..wire import excerpts, ownership, replies
 from ..wire.keys import Keys
 from .control import stopped_ids
@@ -144,6 +145,11 @@ class TopicInfo:
     # flow control: group -> what is paused in it ("*": the whole group, or message
     # types), for the groups with something paused (mq.pause())
     paused: dict[str, list[str]] = field(default_factory=dict)
+    # flow control: group -> what its running consumers hold back (paused, over a rate
+    # limit, throttled) as they reported it within the last REPORT_FRESH (15) seconds,
+    # summed by reason and per consumer, for the groups with something held back
+    # (streamq.flow.waiting: each consumer reports at most once a second)
+    waiting: dict[str, GroupWaiting] = field(default_factory=dict)
     # on a cluster: outputs of handlers (msg.publish) written to the outbox and not yet
     # forwarded to their target on another slot
     outbox: int = 0

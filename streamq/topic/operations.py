@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from ..config import CleanupPolicy
 from ..errors import ConfigError, InvalidMessageIdError
 from ..flow import pause as flow_pause
+from ..flow import waiting as flow_waiting
 from ..wire.client import ride_through
 from ..wire.keys import Keys
 from . import admin, control, ownership
@@ -124,7 +125,8 @@ class TopicAdmin:
         groups = await self._group_names()
         plain = len(self._topic.streams) == 1  # its one stream holds the topic's own keys
         topic_keys = ownership.membership_keys(self._topic.stream, groups)
-        topic_keys += [Keys(self._topic.stream).paused(group) for group in groups]
+        keys = Keys(self._topic.stream)
+        topic_keys += [key for group in groups for key in (keys.paused(group), keys.waiting(group))]
         for _, stream, client in self._parts():
             doomed = ownership.lease_keys(stream, groups) + (topic_keys if plain else [])
             await self._riding(
@@ -162,7 +164,9 @@ class TopicAdmin:
 
     async def topic_info(self) -> admin.TopicInfo:
         """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
-        a partitioned topic the totals and a row per partition (``partitions``)."""
+        a partitioned topic the totals and a row per partition (``partitions``); what
+        each group pauses (``paused``) and what its running consumers hold back, by
+        reason, as they reported it lately (``waiting``)."""
         if len(self._topic.streams) == 1:
             info = await self._riding(admin.topic_info, self._topic.client, self._topic.stream)
         else:
@@ -178,7 +182,10 @@ class TopicAdmin:
         groups = {g.name for g in info.groups} | ({self.group} if self.group else set())
         topic = self._topic
         paused = await self._riding(flow_pause.paused_groups, topic.client, topic.stream, groups)
-        return replace(info, scheduled=waiting.count, next_due=waiting.next_due, paused=paused)
+        held = await self._riding(flow_waiting.waiting_groups, topic.client, topic.stream, groups)
+        return replace(
+            info, scheduled=waiting.count, next_due=waiting.next_due, paused=paused, waiting=held
+        )
 
     # -- flow control ---------------------------------------------------------------
     async def pause(self, type: str | None = None) -> bool:

@@ -62,16 +62,50 @@ end
 return ttl
 """
 
-# Read pause records and the server's clock, whatever the keys hold.
-# KEYS: pause records (of one topic's groups). Returns {{sec, usec}, {type, {field, value,
-# ...}} for each key}.
-READ_PAUSED = """
-local found = {redis.call('TIME')}
-for i, key in ipairs(KEYS) do
-  local kind = redis.call('TYPE', key)['ok']
+# Read hash records of flow control (pause records, waiting reports) and the server's
+# clock, whatever the keys hold; with ARGV, first write one consumer's waiting report into
+# the last key (the pause watch's poll carries it: no round trip of its own). The report
+# is the consumer's counts as JSON members after the server's time (``{"at":<ms>,...}``);
+# empty counts remove the consumer's field. Reports older than ``fresh`` of any consumer
+# (one that died) are removed on the way, and the key expires ``keep`` after the last
+# report: the hash holds at most the consumers reporting lately. A key of another type
+# is replaced (its type returned, for the caller to report).
+# KEYS: hashes to read, then (with ARGV) the waiting reports. ARGV: consumer, counts
+# ('"pause":1,"rate_limit":0,"throttle":2' or ''), fresh (ms), keep (ms).
+# Returns {{sec, usec}, {type, {field, value, ...}} for each key read, and with ARGV the
+# type of a replaced key or nil}.
+READ_FLOW = """
+local clock = redis.call('TIME')
+local found = {clock}
+local read = #KEYS
+if #ARGV > 0 then read = read - 1 end
+for i = 1, read do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
   local fields = {}
-  if kind == 'hash' then fields = redis.call('HGETALL', key) end
+  if kind == 'hash' then fields = redis.call('HGETALL', KEYS[i]) end
   found[i + 1] = {kind, fields}
 end
+if #ARGV == 0 then return found end
+local key, now = KEYS[#KEYS], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local fresh, keep = tonumber(ARGV[3]), tonumber(ARGV[4])
+local kind = redis.call('TYPE', key)['ok']
+local replaced = false
+if kind == 'hash' then
+  local flat = redis.call('HGETALL', key)
+  for j = 1, #flat, 2 do
+    local at = tonumber(string.match(flat[j + 1], '^{"at":(%d+),'))
+    if at and at < now - fresh then redis.call('HDEL', key, flat[j]) end
+  end
+elseif kind ~= 'none' then
+  replaced = kind
+  redis.call('DEL', key)
+end
+if ARGV[2] == '' then
+  redis.call('HDEL', key, ARGV[1])
+else
+  redis.call('HSET', key, ARGV[1], string.format('{"at":%.0f,%s}', now, ARGV[2]))
+  redis.call('PEXPIRE', key, keep)
+end
+found[read + 2] = replaced
 return found
 """

@@ -116,6 +116,13 @@ class Keys:
         group comes last, so no two groups share it."""
         return f"{self.prefix}paused:{group}"
 
+    def waiting(self, group: str) -> str:
+        """Hash: what the running consumers of ``group`` hold back for flow control, as
+        each reported it: consumer name -> JSON ``{"at": <server ms>, "pause": n,
+        "rate_limit": n, "throttle": n}``; see :mod:`streamq.flow.waiting`. It expires a
+        while after the last report. The group comes last, so no two groups share it."""
+        return f"{self.prefix}waiting:{group}"
+
     def replies(self, requester: str) -> str:
         """Stream: the replies to the requests of one requesting process (``requester``,
         random per MessageQueue) sent into this stream; it expires once unused (see

@@ -30,6 +30,7 @@ PERIODIC, TICK = "<periodic>", "<periodic-tick>"
 MEMBERS, LEASE, HALTED = "<members>", "<lease>", "<halted>"
 ALIVE = "<consumer-claim>"
 PAUSED, RATE, THROTTLE, FLOW = "<paused>", "<rate>", "<throttle>", "<flow>"
+WAITING = "<waiting>"
 # Group, consumer, entry ID and script SHA are not subject to the ACL: any value does.
 G, C, ID, SHA = "g", "c", "0-1", "0" * 40
 # Commands whose ACL name includes the subcommand ("xinfo|groups").
@@ -160,6 +161,17 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("consume", "in the pause-reading script", "TYPE", PAUSED),
     _p("consume", "in the pause-reading script", "HGETALL", PAUSED),
     _p("consume", "in the pause-reading script: the server's clock", "TIME"),
+    _p("consume", "flow control: the pause record read with the consumer's waiting report "
+       "(script)", "EVALSHA", SHA, "2", PAUSED, WAITING),
+    _p("consume", "in the pause-reading script: the waiting reports", "TYPE", WAITING),
+    _p("consume", "in the pause-reading script: the waiting reports", "HGETALL", WAITING),
+    _p("consume", "in the pause-reading script: write or remove the consumer's report; "
+       "remove stale ones", "HSET", WAITING, C, "{}"),
+    _p("consume", "in the pause-reading script; a stopping consumer removes its report",
+       "HDEL", WAITING, C),
+    _p("consume", "in the pause-reading script: the reports expire", "PEXPIRE", WAITING, "1000"),
+    _p("consume", "in the pause-reading script: a key of another type replaced", "DEL",
+       WAITING),
     _p("consume", "flow control: follow pause notices", "SSUBSCRIBE", FLOW),
     _p("consume", "flow control: take rate-limit permits (script)", "EVALSHA", SHA, "1", RATE),
     _p("consume", "in the rate-limit script: the server's clock", "TIME"),
@@ -224,6 +236,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     _p("operate", "resume a group or a type", "HDEL", PAUSED, "*"),
     _p("operate", "announce a pause or a resume", "SPUBLISH", FLOW, "{}"),
     _p("operate", "terminate: delete the pause records", "DEL", PAUSED),
+    _p("operate", "topic_info(): the waiting reports (script)", "EVALSHA", SHA, "1", WAITING),
     _p("operate", "seek()", "XGROUP", "SETID", STREAM, G, "$"),
     _p("operate", "topic_info(): XINFO STREAM without entry values (script)",
        "EVAL", "return 0", "1", STREAM),
@@ -279,6 +292,7 @@ def names_for(stream: str) -> dict[str, str]:
         HALTED: keys.halted,
         ALIVE: keys.consumer_claim(G, C),
         PAUSED: keys.paused(G),
+        WAITING: keys.waiting(G),
         RATE: keys.rate(G, "t"),
         THROTTLE: keys.throttle(G, "t"),
         FLOW: keys.flow_notices,

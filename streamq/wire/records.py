@@ -38,6 +38,9 @@ MAX_THROTTLE_MS = int(MAX_THROTTLE * 1000)
 MAX_RATE_AHEAD_US = int(2 * MAX_RATE_PERIOD * 1_000_000)
 # How far ahead of the server's clock a pause's time can lie (the clocks' disagreement).
 MAX_PAUSE_AHEAD_MS = 3_600_000
+# How far ahead of the server's clock a waiting report's time can lie: its script writes
+# the server's own time (a failover may move the key to a replica whose clock is ahead).
+MAX_REPORT_AHEAD_MS = 60_000
 # Fencing tokens are counters; past 2**53 a JSON or Lua number loses digits.
 MAX_TOKEN = 2**53
 _SHOWN = 80  # characters of a damaged value that a log line shows
@@ -51,7 +54,7 @@ class DamagedRecord:
     """A record of streamq's own keys that does not parse: where it is and what was
     expected there. ``kind`` names the record kind (``partitions``, ``member``, ``lease``,
     ``stopped``, ``halted``, ``scheduled``, ``periodic``, ``paused``, ``throttle``,
-    ``rate``) for the metric."""
+    ``rate``, ``waiting``) for the metric."""
 
     kind: str
     key: str
@@ -273,10 +276,61 @@ def paused(
 
 def paused_kind(key: str, kind: bytes | str) -> DamagedRecord | None:
     """None if a pause record's key holds a hash (or nothing), else what it holds."""
+    return _hash_kind("paused", key, kind)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingReport:
+    """A running consumer's report of the entries it holds back for flow control
+    (:mod:`streamq.flow.waiting`): its name, when it reported (the server's Unix ms) and
+    its counts by reason (in ordered mode, keys waiting at an entry)."""
+
+    consumer: str
+    at_ms: int
+    pause: int
+    rate_limit: int
+    throttle: int
+
+
+WAITING_FIELDS = ("at", "pause", "rate_limit", "throttle")  # a report's JSON, in this order
+
+
+def waiting_report(
+    key: str, field: bytes | str, value: bytes | str | None, now_ms: int
+) -> WaitingReport | DamagedRecord:
+    """A field of a group's waiting reports: consumer name -> JSON ``{"at": <server ms>,
+    "pause": n, "rate_limit": n, "throttle": n}`` (counts up to 2**53, a time no further
+    ahead of ``now_ms`` than :data:`MAX_REPORT_AHEAD_MS`)."""
+    consumer = as_text(field)
+    found = _json(value) if value is not None else None
+    if (
+        not isinstance(found, dict)
+        or set(found) != set(WAITING_FIELDS)
+        or not all(_count(found[name]) for name in WAITING_FIELDS)
+        or found["at"] > now_ms + MAX_REPORT_AHEAD_MS
+    ):
+        expected = 'a JSON object {"at": server ms, "pause", "rate_limit", "throttle": counts}'
+        return _damaged("waiting", key, consumer, expected, value)
+    return WaitingReport(
+        consumer, found["at"], found["pause"], found["rate_limit"], found["throttle"]
+    )
+
+
+def waiting_kind(key: str, kind: bytes | str) -> DamagedRecord | None:
+    """None if a group's waiting reports are a hash (or nothing), else what the key holds."""
+    return _hash_kind("waiting", key, kind)
+
+
+def _hash_kind(record: str, key: str, kind: bytes | str) -> DamagedRecord | None:
     found = as_text(kind)
     if found in ("hash", "none"):
         return None
-    return DamagedRecord("paused", key, "(the key)", "a hash", f"a {found}")
+    return DamagedRecord(record, key, "(the key)", "a hash", f"a {found}")
+
+
+def _count(value: object) -> bool:
+    """A whole number from 0 to 2**53 as JSON gives it (not a bool, not a float)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN
 
 
 def throttle_expiry(key: str, pttl_ms: int) -> int | DamagedRecord:

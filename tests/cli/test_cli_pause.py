@@ -1,12 +1,16 @@
 """``streamq pause|unpause STREAM GROUP [--type T]`` as an operator runs them, and the
-paused groups in ``streamq info``."""
+paused groups in ``streamq info`` (with what their running consumers hold back)."""
 
 from __future__ import annotations
+
+import json
+import time
 
 import pytest
 
 from streamq import Publisher
 from streamq.cli.main import main
+from streamq.flow.waiting import REPORT_FRESH
 from streamq.topic.partitions import partition_streams
 from streamq.wire.keys import Keys
 from tests.helpers.cli import streamq
@@ -75,6 +79,29 @@ def test_a_partitioned_topic_is_paused_once_for_all_its_partitions(
     for partition in partition_streams(topic, 2):  # one record, on the topic's own slot
         assert not sync_client(where, partition).exists(Keys(partition).paused("workers"))
     assert "  paused: 'job'" in run(capsys, "info", topic, url=where)[1]
+
+
+def test_info_shows_what_running_consumers_hold_back_as_they_reported_it(
+    redis_url: str, stream: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = sync_client(redis_url, stream)
+    r.xgroup_create(stream, "workers", id="0", mkstream=True)
+    assert "waiting" not in run(capsys, "info", stream, url=redis_url)[1]
+    now = int(time.time() * 1000)
+
+    def report(at: int, pause: int, rate_limit: int, throttle: int) -> str:
+        counts = {"at": at, "pause": pause, "rate_limit": rate_limit, "throttle": throttle}
+        return json.dumps(counts)
+
+    stale = now - int(REPORT_FRESH * 1000) - 1000  # a consumer that died: not counted
+    r.hset(Keys(stream).waiting("workers"), mapping={
+        "c1": report(now, 2, 0, 1), "c2": report(now, 1, 3, 0), "gone": report(stale, 9, 9, 9),
+    })  # fmt: skip
+    out = run(capsys, "info", stream, url=redis_url)[1]
+    assert (
+        "  waiting: pause 3, rate limit 3, throttle 1 (reported by 2 consumers within "
+        f"{REPORT_FRESH:g} s)" in out
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """Pausing and resuming a consumer group, or a type in it, from the dashboard: shown in
-the groups table, toggled behind the write token as every other action."""
+the groups table, toggled behind the write token as every other action; and what the
+group's running consumers hold back for flow control, by reason, as they reported it."""
 
 from __future__ import annotations
 
+import anyio
 import httpx
 import pytest
 import redis
@@ -10,15 +12,20 @@ import redis
 pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
 
 from streamq.dashboard.names import encoded
+from streamq.flow.waiting import REPORT_FRESH
 from streamq.wire.keys import Keys
 from tests.helpers.dashboard import (
     TOKEN,
     csrf_of,
     log_in,
     row_starting,
+    text_of,
     topic_with_pending,
     visible_text,
 )
+from tests.helpers.held_back import HELD_BACK_LIMITS, register_held_back_handlers
+from tests.helpers.queues import QueueFactory
+from tests.helpers.waiting import wait_for
 
 Web = httpx.Client
 
@@ -95,9 +102,51 @@ def test_the_pause_form_needs_the_csrf_token_of_the_session(
     assert refused.status_code == 403 and not r.exists(Keys(stream).paused("billing"))
 
 
-def test_the_topic_page_says_where_the_entries_consumers_hold_back_are_counted(
+def waiting_cell(page: str, group: str = "g") -> str:
+    header = row_starting(page, "groups", "Group")
+    return " ".join(row_starting(page, "groups", group)[header.index("Waiting")].split())
+
+
+async def shown_text(web: Web, path: str, stream: str) -> str:
+    response = await anyio.to_thread.run_sync(lambda: web.get(path, params={"stream": stream}))
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+@pytest.mark.anyio
+async def test_the_topic_page_shows_what_running_consumers_hold_back_by_reason(
+    web: Web, make_queue: QueueFactory, stream: str
+) -> None:
+    mq = make_queue(rate_limits=HELD_BACK_LIMITS)
+    register_held_back_handlers(mq, [])  # of 4 e-mails 3 wait, 2 reports, 1 call
+    async with mq:
+        await mq.pause("report")
+        async with mq.running():
+            await mq.publish_many("email", [0, 1, 2, 3])
+            await mq.publish_many("report", [0, 1])
+            await mq.publish("call", 0, key="tenant-a")
+            expected = "pause 2 · rate limit 3 · throttle 1"
+            cell: list[str] = [""]
+
+            async def shown() -> bool:  # the live fragment the page polls every 2 s
+                cell[0] = waiting_cell(await shown_text(web, "/topic/live", stream))
+                return cell[0].startswith(expected)
+
+            await wait_for(shown, timeout=5, what=f"the page showing {expected!r}")
+            assert f"({mq.consumer}: 2/3/1)" in cell[0]
+            page = await shown_text(web, "/topic", stream)
+            assert waiting_cell(page).startswith(expected)
+            note = text_of(page, "waiting-hint")
+            assert f"within the last {int(REPORT_FRESH)} s" in note
+            assert "streamq_waiting_entries" in note
+        # stopped: its report is removed, the page shows nothing waiting
+        assert waiting_cell(await shown_text(web, "/topic/live", stream)) == "-"
+
+
+def test_a_topic_without_reports_shows_nothing_waiting_and_says_where_figures_come_from(
     web: Web, r: redis.Redis, redis_url: str, stream: str
 ) -> None:
     topic_with_pending(redis_url, r, stream)
-    text = visible_text(web.get("/topic", params={"stream": stream}).text)
-    assert "counted by its own process" in text and "streamq_waiting_entries" in text
+    page = web.get("/topic", params={"stream": stream}).text
+    assert waiting_cell(page, "billing") == "-" and waiting_cell(page, "audit") == "-"
+    assert "as they reported them within the last" in visible_text(page)

@@ -1,7 +1,8 @@
 """Damaged state in streamq's own keys: one suite of damaged or hostile records (partition
-count, members, leases, stopped, halted, scheduled, periodic), each written beside genuine
-messages of a partitioned topic and run against an ordered consumer, a shared consumer
-(each with its mover and periodic runner), the CLI commands and the dashboard pages.
+count, members, leases, stopped, halted, scheduled, periodic, flow control's records),
+each written beside genuine messages of a partitioned topic and run against an ordered
+consumer, a shared consumer (each with its mover and periodic runner), the CLI commands
+and the dashboard pages.
 
 Every genuine message is handled, nothing hangs (each check has a time limit), and the
 parts that read the damaged record log it once at ERROR, naming its key."""
@@ -161,6 +162,10 @@ def _paused(t: Topic) -> str:
     return Keys(t.name).paused(t.group)  # on the topic's own slot, for every partition
 
 
+def _waiting(t: Topic) -> str:
+    return Keys(t.name).waiting(t.group)  # the running consumers' reports, on the topic's slot
+
+
 def _set(key_of: Callable[[Topic], str], value: str) -> Write:
     def write(client: redis.Redis, topic: Topic) -> str:
         key = key_of(topic)
@@ -216,6 +221,10 @@ DAMAGES = [
     Damage("pause record not a hash", _set(_paused, "paused"), LISTINGS),
     Damage("throttle without expiry", _set(_throttled_type, "forever"), NONE),
     Damage("rate limiter state not a time", _set(_rate_of_type, "soon"), NONE),
+    # the consumers' waiting reports: what a listing reads (topic_info's waiting groups)
+    # logs the damage and leaves it out; a consumer with nothing held back never reads it
+    Damage("waiting report not JSON", _hset(_waiting, "ghost", "lots"), LISTINGS),
+    Damage("waiting report not a hash", _set(_waiting, "waiting"), LISTINGS),
 ]  # fmt: skip
 
 

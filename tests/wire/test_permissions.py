@@ -311,6 +311,11 @@ async def test_documented_acls_run_a_queue_without_one_refusal(
     assert not [m for m in messages if "no permissions" in m or PASSWORD in m]
 
 
+async def _reported(mq: MessageQueue) -> bool:
+    waiting = (await mq.topic_info()).waiting.get("g")
+    return waiting is not None and waiting.pause == 1
+
+
 async def _dead_again(mq: MessageQueue, entry_id: str, *, replayed: bool = False) -> bool:
     letters = await mq.dead_letters()
     if replayed:  # the replayed entry has a new ID: its data tells it apart
@@ -485,18 +490,26 @@ async def test_flow_control_runs_as_the_documented_service_and_operator(
     redis_url: str, client: aioredis.Redis, stream: str, acl_user: MakeUser, newer: bool
 ) -> None:
     """A service's flow gate (the pause record and its notices, rate-limit permits,
-    throttles, damaged records replaced) and an operator's pause, resume, topic_info and
-    terminate: the server refuses neither a single command."""
+    throttles, its waiting report written and removed, damaged records replaced) and an
+    operator's pause, resume, topic_info and terminate: the server refuses neither a
+    single command."""
     service = await acl_user(acl_rules(stream, password=PASSWORD, newer=newer))
     operator = await acl_user(acl_rules(stream, operator=True, password=PASSWORD, newer=newer))
     config = FlowConfig.of({"job": RateLimit(10, by="key")})
     as_service = connect(user_url(redis_url, service))
     ops = MessageQueue(user_url(redis_url, operator), stream=stream, group="g", consumer="ops")
     gate = FlowGate(as_service.client_for(stream), stream, "g", config)
+    gate.report_as("svc", lambda: {"pause": 1})
     await client.set(Keys(stream).rate("g", "job", per_key=True, key="k"), "damaged")
+    await client.set(Keys(stream).waiting("g"), "damaged")
     try:
         async with ops, anyio.create_task_group() as tg:
             await ops.publish("job", 1)
+            async with anyio.create_task_group() as reporting:
+                await reporting.start(gate.run)
+                await wait_for(lambda: _reported(ops), what="the waiting report")
+                reporting.cancel_scope.cancel()
+            assert not await client.exists(Keys(stream).waiting("g"))  # removed at the stop
             await tg.start(gate.run)
             await anyio.sleep(0.2)  # subscribed to the flow channel
             await ops.pause("job")
