@@ -5,14 +5,15 @@ runs in the other mode (shared against ordered)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
 from .config import StartFrom
 from .consume.name_claim import NameClaim
-from .consume.positions import prepare_reading
+from .consume.positions import Cursors, prepare_reading
+from .topic.control import server_ms
 from .topic.handle import TopicHandle
 from .topic.ownership import check_mode
 from .wire.permission_check import check_permissions
@@ -36,10 +37,12 @@ async def prepare(
     client_for: Callable[[str], aioredis.Redis],
     name: NameClaim,
     settings: Preparation,
-    positions: MutableMapping[str, str],
+    positions: Cursors,
 ) -> None:
     """Check and prepare the server for a queue about to publish or consume."""
     s = settings
+    if s.group is None and s.consuming:  # before its cursors: a terminate after counts
+        positions.opened_ms = await server_ms(topic.client)
     if len(topic.streams) > 1:  # the topic's own record of its partitions (and levels)
         await check_permissions(topic.client, topic.stream, consuming=False, partitioned=True)
     await topic.check_shape()

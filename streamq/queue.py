@@ -42,6 +42,7 @@ from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
 from .consume.outputs import OutputSettings
 from .consume.parts import Mode, Policies, Topic
+from .consume.positions import Cursors
 from .errors import ConfigError, QueueStateError
 from .flow.rate import RateLimit
 from .flow.settings import queue_rate_limits
@@ -191,7 +192,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self.on_newer_version = check_on_newer_version(on_newer_version)
         self._state = State.NEW
         self._consumer: Engine | None = None
-        self._positions: dict[str, str] = {}  # fan-out: each stream's read cursor
+        self._positions = Cursors()  # fan-out: each stream's read cursor
         self.done = anyio.Event()
         self.stop_reason: str | None = None
         self.auto_stopped = False

@@ -18,7 +18,7 @@ ordered    the owned partitions, fenced (:mod:`.ordered`)   :class:`GroupOutcome
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, MutableMapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -46,6 +46,7 @@ from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
 from .outputs import OutputWriter, Refused, Staging
 from .partitioned import PartitionedConsumer
 from .parts import Mode, Parts, Policies, Topic
+from .positions import Cursors
 from .reader import Identity, Reader
 from .replies import Replier
 from .routes import Routes
@@ -65,7 +66,7 @@ def build_engine(
     policies: Policies,
     mode: Mode,
     stopped: Sequence[StoppedView],
-    positions: MutableMapping[str, str],
+    positions: Cursors,
 ) -> Engine:
     """The consumer of a queue in ``mode`` (``positions``: fan-out's read cursors)."""
     if mode.fanout:
@@ -105,7 +106,7 @@ def build_fanout(
     client_for: ClientFor,
     router: Routes,
     policies: Policies,
-    positions: MutableMapping[str, str],
+    positions: Cursors,
 ) -> Consumer | PartitionedConsumer:
     """Fan-out mode (``group=None``): a subscriber reading every entry with XREAD."""
 
@@ -344,7 +345,7 @@ def _fanout(
     client_for: ClientFor,
     router: Routes,
     policies: Policies,
-    positions: MutableMapping[str, str],
+    positions: Cursors,
     limits: SharedLimits | None,
 ) -> Consumer:
     stream = topic.streams[index]
@@ -363,7 +364,7 @@ def _fanout_parts(
     client: aioredis.Redis,
     place: Place,
     policies: Policies,
-    positions: MutableMapping[str, str],
+    positions: Cursors,
     limits: SharedLimits | None,
 ) -> Parts:
     # loaded on first use: a queue with a group never loads fan-out's source

@@ -19,7 +19,7 @@ once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 
 import anyio
 import redis.asyncio as aioredis
@@ -28,10 +28,11 @@ from .._backoff import Backoff
 from ..config import ConsumerConfig
 from ..errors import RedisFailure, ServerUnavailableError
 from ..message import RawEntry
-from ..topic.control import server_ms, was_terminated
+from ..topic.control import was_terminated
 from ..wire import replies, resp
 from .capacity import Capacity
 from .gone import xread_block
+from .positions import Cursors
 from .reader import Enqueue
 from .timing import MAX_READ_ERROR_BACKOFF, READ_ERROR_BACKOFF
 
@@ -52,7 +53,7 @@ class StreamReader:
         *,
         config: ConsumerConfig,
         capacity: Capacity,
-        positions: MutableMapping[str, str],
+        positions: Cursors,
         enqueue: Enqueue,
         stopping: Callable[[], bool],
         gone: StopAsked,
@@ -66,7 +67,6 @@ class StreamReader:
         self._scope: anyio.CancelScope | None = None
         self._existed = False  # the stream was seen: its absence then means it was deleted
         self._checked_at = 0.0
-        self._since: int | None = None  # the server's clock as reading began (ms)
 
     def cancel(self) -> None:
         if self._scope is not None:
@@ -86,8 +86,6 @@ class StreamReader:
             if stopping():
                 return
             try:
-                if self._since is None:  # a terminate before this counts not (the mark's time)
-                    self._since = await server_ms(self._client)
                 entries = await self._read()
                 if entries:
                     self._existed = True
@@ -134,7 +132,7 @@ class StreamReader:
         """Stop the subscriber if the stream is gone (also on a terminate notice)."""
         self._checked_at = anyio.current_time()
         exists = await self._client.exists(self.stream)  # before the mark: see gone.why_gone
-        if await was_terminated(self._client, self.stream, self._since):
+        if await was_terminated(self._client, self.stream, self._positions.opened_ms):
             reason = "topic_terminated"
         elif exists:
             self._existed = True

@@ -12,6 +12,14 @@ from ..config import StartFrom
 from ..topic import admin
 
 
+class Cursors(dict[str, str]):
+    """A fan-out subscriber's read cursor on each of its streams (the ID it read up to),
+    and ``opened_ms``, the server's clock when the queue last opened: a terminate before
+    it is not about this subscriber (it reads the topic made again)."""
+
+    opened_ms: int | None = None
+
+
 async def start_position(client: aioredis.Redis, stream: str, start: StartFrom) -> str:
     """The ID to read after: ``start``'s, with ``LATEST`` resolved to the stream's last
     entry now (``0-0`` if it has none yet), so what is published once the queue is open is
