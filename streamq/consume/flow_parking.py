@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 
+from .._ids import StreamId
 from ..message import RawEntry
 from ..wire.replies import text
 from .capacity import Capacity
@@ -90,18 +92,33 @@ class Parking:
 
 
 def entries_by_id(client: aioredis.Redis, stream: str) -> Fetch:
-    """How waiting entries are read again by ID: one pipeline of ``XRANGE id id``."""
+    """How waiting entries are read again by ID: one ``XRANGE`` from the first to the last
+    (they were mostly read together, so few others lie between them), at most twice as
+    many entries as asked for; those past what it reached, one ``XRANGE id id`` each."""
 
     async def fetch(entry_ids: list[str]) -> dict[str, RawEntry | None]:
-        async with client.pipeline(transaction=False) as pipe:
-            for entry_id in entry_ids:
-                pipe.xrange(stream, min=entry_id, max=entry_id, count=1)
-            replies = await pipe.execute()
         found: dict[str, RawEntry | None] = dict.fromkeys(entry_ids)
-        for rows in replies:  # redis-py's parsed XRANGE: [(id, {field: value})]
-            for raw_id, fields in rows:
-                entry_id = text(raw_id)
-                found[entry_id] = RawEntry(entry_id, dict(fields))
+        order = sorted(entry_ids, key=StreamId.parse)
+        count = 2 * len(order)
+        rows = await client.xrange(stream, min=order[0], max=order[-1], count=count)
+        _keep(found, rows)
+        if len(rows) == count:  # the range goes on past the count: the rest by ID
+            reached = StreamId.parse(rows[-1][0])
+            rest = [i for i in order if StreamId.parse(i) > reached]
+            async with client.pipeline(transaction=False) as pipe:
+                for entry_id in rest:
+                    pipe.xrange(stream, min=entry_id, max=entry_id, count=1)
+                for rows in await pipe.execute():
+                    _keep(found, rows)
         return found
 
     return fetch
+
+
+def _keep(found: dict[str, RawEntry | None], rows: list[Any]) -> None:
+    """The rows of an ``XRANGE`` reply (redis-py's ``[(id, {field: value})]``) that
+    ``found`` asks for."""
+    for raw_id, fields in rows:
+        entry_id = text(raw_id)
+        if entry_id in found:
+            found[entry_id] = RawEntry(entry_id, dict(fields))
