@@ -13,7 +13,10 @@
 Reads hold their room while they are on the wire (:meth:`Budget.reserve`), so readers,
 claimers and the partitions of a topic, which fetch concurrently, never overshoot the
 budget together. Without claimers (fan-out) the readers share the whole budget; with them
-(a group) at most half, so the claimers have room to take over idle entries.
+(a group) at most half, so the claimers have room to take over idle entries. Entries that
+waited for flow control and may go now come before new reads
+(:meth:`Budget.hold_for_release`): a flow stage short of room holds the reads back and is
+woken as room returns.
 """
 
 from __future__ import annotations
@@ -102,10 +105,34 @@ class Budget:
         self.low_water = max(1, min(low_water, max_in_flight))
         self._room_event = anyio.Event()
         self.waiting = False  # a reader waits for room: giving some back wakes it
+        # entries the flow stages would release now had they room: the reads wait for them
+        self.due = 0
+        self._stages: list[Callable[[], None]] = []  # what wakes each flow stage
 
     def room(self) -> int:
-        """Entries that may still be fetched."""
+        """Entries that may still be fetched (the room released entries wait for is not)."""
+        return self.max - self.used - self.reserved - self.due
+
+    def free(self) -> int:
+        """Units nothing holds or asked for: what a flow stage may release."""
         return self.max - self.used - self.reserved
+
+    def join(self, wake_stage: Callable[[], None]) -> None:
+        """A flow stage releases entries within this budget: ``wake_stage()`` once room
+        returns while it holds the reads back (until :meth:`leave`)."""
+        self._stages.append(wake_stage)
+
+    def leave(self, wake_stage: Callable[[], None], due: int) -> None:
+        """A flow stage stopped, ``due`` of its entries counted as ready."""
+        self._stages.remove(wake_stage)
+        self.hold_for_release(-due)
+
+    def hold_for_release(self, change: int) -> None:
+        """A flow stage has ``change`` more (or fewer) entries ready than room: the reads
+        wait until the stages have released them."""
+        self.due += change
+        if change < 0:
+            self.wake()
 
     def take(self, n: int) -> None:
         """``n`` fetched entries are held."""
@@ -114,7 +141,7 @@ class Budget:
     def give(self, n: int) -> None:
         """``n`` held entries are finished (or no longer held)."""
         self.used -= n
-        if self.waiting and self.max - self.used - self.reserved >= self.low_water:
+        if (self.waiting or self.due) and self.max - self.used - self.reserved >= self.low_water:
             self.wake()
 
     def reserve(self, n: int) -> None:
@@ -142,7 +169,11 @@ class Budget:
         await self._room_event.wait()
 
     def wake(self) -> None:
-        """Let a waiting reader look again (cheap when nobody waits)."""
+        """Let a waiting reader look again, and a flow stage short of room release more
+        once a worthwhile amount is free (cheap when nobody waits)."""
+        if self.due and self.max - self.used - self.reserved >= self.low_water:
+            for wake_stage in self._stages:
+                wake_stage()
         if self.waiting:
             self.waiting = False
             self._room_event.set()

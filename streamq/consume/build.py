@@ -38,7 +38,8 @@ from .consumer import Consumer
 from .context import Place
 from .dispatch import Dispatcher
 from .failed_transactions import FailedTransactions
-from .flow_stage import FlowStage, entries_by_id
+from .flow_parking import entries_by_id
+from .flow_stage import FlowStage
 from .forwarding import Forwarder
 from .lifecycle import Engine
 from .mover import Mover

@@ -134,7 +134,7 @@ class Capacity:
             self.aside.discard(entry_id)
             removed = 0
         budget.used -= removed
-        if budget.waiting:
+        if budget.waiting or budget.due:
             budget.wake()
 
     def finish_many(self, entry_ids: Iterable[str]) -> None:

@@ -8,12 +8,16 @@ aside* (:meth:`~.capacity.Capacity.set_aside`), so the reads go on and the other
 run while a paused or limited one waits. The stage keeps the fields of at most
 ``max_in_flight`` waiting entries; of the others it keeps the ID and reads the entry again
 (``XRANGE``) when it may go. No delivery is counted while an entry waits; entries of one
-type go on in the order they came. One task releases them (``max_in_flight`` at a time;
-they hold back the reads until the handlers have caught up): when a pause ends (the
+type go on in the order they came. One task releases them: when a pause ends (the
 :class:`~streamq.flow.gate.FlowGate`'s ``on_change``), when permits are granted (it sleeps
-until the next permit, never polls faster), when a throttle ends. Past ``aside_limit``
-waiting entries (:data:`~.capacity.ASIDE_PER_UNIT` per unit of ``max_in_flight``) a
-waiting entry holds its unit again, and the reads slow down.
+until the next permit, never polls faster), when a throttle ends. Released entries hold
+their units again, so they go as ``max_in_flight`` has room: while more may go than there
+is room for, the reads wait (:meth:`~.budget.Budget.hold_for_release`) and the stage is
+woken as the handlers finish entries. The handlers' queue is never longer than
+``max_in_flight``, after a resume too, and so a pause stops the handlers as soon as it
+would have with nothing set aside. Past ``aside_limit`` waiting entries
+(:data:`~.capacity.ASIDE_PER_UNIT` per unit of ``max_in_flight``) a waiting entry holds
+its unit again, and the reads slow down; it gives its unit back as set-aside entries go.
 
 A handler that raises :class:`~streamq.Throttle` holds back its key (or type) in the group
 (the record on the server) and here; the entry waits in this stage and runs again after
@@ -30,12 +34,10 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import anyio
-import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
 from .._log_summary import LogSummary
@@ -43,31 +45,18 @@ from ..errors import RedisFailure
 from ..flow.gate import FlowGate
 from ..message import Message, RawEntry
 from ..signals import Throttle
-from ..wire.replies import text
 from .capacity import Capacity
+from .flow_parking import Fetch, Item, Parking, Waiting
 from .rate_keys import rate_key_of
 from .routes import Route, Routes
 from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
 
-Item = tuple[RawEntry, "Route | None"]
-# entries read again by ID (those whose fields the stage let go): ID -> entry, None if deleted
-Fetch = Callable[[list[str]], Awaitable[dict[str, "RawEntry | None"]]]
 THROTTLES_LOOKED_UP_EVERY = 1.0  # seconds: a throttle reaches every consumer within it
 # what the entries of a type need, decided once per read (FlowStage.admit)
 _GO, _PARK, _LIMITED, _LIMITED_BY_KEY = range(4)
 WAITING_REASONS = ("pause", "rate_limit", "throttle")
-
-
-@dataclass(slots=True)
-class _Waiting:
-    entry: RawEntry
-    route: Route
-    publish_key: str | None
-    rate_key: str | None
-    not_before: float = 0.0  # this entry's own throttle (it raised Throttle)
-    spilled: bool = False  # its fields let go: read again when it may go
 
 
 class FlowStage:
@@ -87,14 +76,15 @@ class FlowStage:
         """``forget(id)``: an entry deleted while it waited (acked, as a handled one)."""
         self._gate, self._hand_off, self._routes = gate, hand_off, routes
         self._message, self._summary = message, summary
-        self._capacity, self._fetch, self._forget = capacity, fetch, forget
-        self._kept = 0  # waiting entries whose fields are kept (at most max_in_flight)
+        self._capacity, self._parking = capacity, Parking(capacity, fetch, forget)
         self._limited = frozenset(gate.config.rate_limits)
-        self._parked: dict[str, deque[_Waiting]] = {}  # type -> its waiting entries, in order
+        self._parked: dict[str, deque[Waiting]] = {}  # type -> its waiting entries, in order
         self._type_until: dict[str, float] = {}  # type -> throttled until (event loop clock)
         self._key_until: dict[tuple[str, str | None], float] = {}  # (type, key) -> until
         self._known_throttled: set[str] = set()  # types whose throttle records are read
         self._wake = anyio.Event()
+        self._due = 0  # entries ready past the room (Budget.hold_for_release)
+        self._short = 0  # the same, counted during one round of releases
         self.requeued: set[str] = set()  # entries a Throttle sent back here: not finished
         self.waiting = dict.fromkeys(WAITING_REASONS, 0)  # entries waiting, by reason
 
@@ -169,13 +159,8 @@ class FlowStage:
     def _park(self, entry: RawEntry, route: Route, not_before: float = 0.0) -> None:
         publish_key = entry.fields.get(b"key")
         key = None if publish_key is None else publish_key.decode("utf-8", "replace")
-        waiting = _Waiting(entry, route, key, self._rate_key(route, entry, key), not_before)
-        self._capacity.set_aside(entry.id)
-        if self._kept < self._capacity.budget.max:
-            self._kept += 1
-        else:  # its ID is enough until it may go
-            waiting.entry = RawEntry(entry.id, {}, entry.delivery_count)
-            waiting.spilled = True
+        waiting = Waiting(entry, route, key, self._rate_key(route, entry, key), not_before)
+        self._parking.park(waiting)
         self._parked.setdefault(route.type_name, deque()).append(waiting)
 
     def _rate_key(self, route: Route, entry: RawEntry, publish_key: str | None) -> str | None:
@@ -209,31 +194,47 @@ class FlowStage:
         throttles were first looked up: the consumer reads nothing before)."""
         await self.learn_throttles()
         next_throttles = anyio.current_time() + THROTTLES_LOOKED_UP_EVERY
+        budget = self._capacity.budget
+        budget.join(self.wake)
         task_status.started()
-        while True:
-            next_look = math.inf
-            if anyio.current_time() >= next_throttles:  # throttles set by other consumers
-                await self.learn_throttles()
-                next_throttles = anyio.current_time() + THROTTLES_LOOKED_UP_EVERY
-            for type_name in list(self._parked):
-                try:
-                    next_look = min(next_look, await self._release(type_name))
-                except RedisFailure as e:
-                    self._summary.log(
-                        log, "flow-control checks failed", logging.WARNING,
-                        "flow control could not be checked (entries wait): %s", e,
-                    )  # fmt: skip
-                    next_look = min(next_look, READ_ERROR_BACKOFF)
-                if not self._parked.get(type_name, True):
-                    del self._parked[type_name]
-            self._count_waiting()
-            if self._wake.is_set():
-                self._wake = anyio.Event()
-                continue
-            wait = max(0.0, min(next_look, next_throttles - anyio.current_time()))
-            with anyio.move_on_after(wait):
-                await self._wake.wait()
+        try:
+            while True:
+                next_throttles = await self._round(next_throttles)
+        finally:
+            budget.leave(self.wake, self._due)
+            self._due = 0
+
+    async def _round(self, next_throttles: float) -> float:
+        """Release what may go, then wait until more may (or the stage is woken); when
+        the group's throttles are next looked up."""
+        next_look, budget = math.inf, self._capacity.budget
+        if anyio.current_time() >= next_throttles:  # throttles set by other consumers
+            await self.learn_throttles()
+            next_throttles = anyio.current_time() + THROTTLES_LOOKED_UP_EVERY
+        self._short = 0
+        for type_name in list(self._parked):
+            try:
+                next_look = min(next_look, await self._release(type_name))
+            except RedisFailure as e:
+                self._summary.log(
+                    log, "flow-control checks failed", logging.WARNING,
+                    "flow control could not be checked (entries wait): %s", e,
+                )  # fmt: skip
+                next_look = min(next_look, READ_ERROR_BACKOFF)
+            if not self._parked.get(type_name, True):
+                del self._parked[type_name]
+        self._count_waiting()
+        budget.hold_for_release(self._short - self._due)  # the reads wait for what is ready
+        self._due = self._short
+        # short of room: woken once enough is free (Budget.wake), unless it is already
+        if self._wake.is_set() or (self._due and budget.free() >= budget.low_water):
             self._wake = anyio.Event()
+            return next_throttles
+        wait = max(0.0, min(next_look, next_throttles - anyio.current_time()))
+        with anyio.move_on_after(wait):
+            await self._wake.wait()
+        self._wake = anyio.Event()
+        return next_throttles
 
     async def learn_throttles(self) -> None:
         """Look up which of this consumer's types some consumer of the group throttled:
@@ -264,41 +265,36 @@ class FlowStage:
         type_until = self._type_until.get(type_name, 0.0)
         if type_until > now:
             return type_until - now
-        ready, wait = self._unthrottled(type_name, queue, now)
-        if len(ready) > self._capacity.budget.max:  # read again max_in_flight at a time
-            del ready[self._capacity.budget.max :]
-            wait = 0.0
-        if type_name in self._limited and ready:
-            ready, rate_wait = await self._granted(type_name, ready)
-            wait = min(wait, rate_wait)
-        if ready:
-            await self._go(ready)  # the server away: they stay here, and go later
-            chosen = {id(w) for w in ready}
-            self._parked[type_name] = deque(w for w in queue if id(w) not in chosen)
+        ready, wait, short = self._unthrottled(type_name, queue, now)
+        asked, budget = len(ready), self._capacity.budget
+        budget.reserve(asked)  # while permits are asked and entries read again: the other
+        try:  # partitions' stages see this room taken
+            if type_name in self._limited and ready:
+                ready, rate_wait = await self._granted(type_name, ready)
+                wait = min(wait, rate_wait)
+                short = short and len(ready) == asked  # else the permits hold the rest back
+            if short:  # the rest go as the handlers finish entries (Budget.wake)
+                self._short += len(queue) - len(ready)
+            if ready:
+                await self._go(type_name, ready)  # the server away: they stay, and go later
+        finally:
+            budget.release(asked)
         return wait
 
-    async def _go(self, ready: list[_Waiting]) -> None:
-        """Hand ``ready`` to the workers (read again where only its ID was kept); they hold
-        their units of ``max_in_flight`` again."""
-        spilled = [w.entry.id for w in ready if w.spilled]
-        fetched = await self._fetch(spilled) if spilled else {}
-        self._kept -= len(ready) - len(spilled)
-        items: list[Item] = []
+    async def _go(self, type_name: str, ready: list[Waiting]) -> None:
+        """Hand ``ready`` (of ``type_name``, first in its queue) to the workers: they hold
+        their units of ``max_in_flight`` again. Paused while they were read again, they
+        stay."""
+        fetched = await self._parking.read_again(ready)
+        if self._gate.paused(type_name):
+            return
+        items = self._parking.unpark(ready, fetched)
         for waiting in ready:
-            entry = waiting.entry
-            self.requeued.discard(entry.id)
-            if waiting.spilled:
-                found = fetched.get(entry.id)
-                if found is None:  # deleted while it waited: nothing to run
-                    self._capacity.finish(entry.id)
-                    self._forget(entry.id)
-                    continue
-                found.delivery_count, entry = entry.delivery_count, found
-            items.append((entry, waiting.route))
-        self._capacity.take_back(entry.id for entry, _ in items)
+            self.requeued.discard(waiting.entry.id)
+        self._parked[type_name] = _without(self._parked[type_name], ready)
         self._hand_off(items)
 
-    async def _read_throttles(self, type_name: str, queue: deque[_Waiting], now: float) -> None:
+    async def _read_throttles(self, type_name: str, queue: deque[Waiting], now: float) -> None:
         """Learn the group's throttles of the waiting keys (set by any consumer)."""
         if type_name not in self._known_throttled:  # no throttle of it seen: nothing to read
             return
@@ -309,22 +305,27 @@ class FlowStage:
                 self._note_throttle(type_name, key, "key", now + seconds)
 
     def _unthrottled(
-        self, type_name: str, queue: deque[_Waiting], now: float
-    ) -> tuple[list[_Waiting], float]:
-        """The waiting entries whose key (and own throttle) lets them go, in order, and
-        the seconds until the next throttled one may."""
-        ready, wait = [], math.inf
+        self, type_name: str, queue: deque[Waiting], now: float
+    ) -> tuple[list[Waiting], float, bool]:
+        """The waiting entries whose key (and own throttle) lets them go, in order, as
+        many as there is room for; the seconds until the next throttled one may; whether
+        more could go than there is room for (then the wait is not looked for)."""
+        ready: list[Waiting] = []
+        wait, room = math.inf, self._parking.room()
+        key_until = self._key_until
         for waiting in queue:
-            until = max(
-                waiting.not_before, self._key_until.get((type_name, waiting.publish_key), 0.0)
-            )
-            if until > now:
-                wait = min(wait, until - now)
-            else:
-                ready.append(waiting)
-        return ready, wait
+            if waiting.not_before or key_until:
+                key = type_name, waiting.publish_key
+                until = max(waiting.not_before, key_until.get(key, 0.0))
+                if until > now:
+                    wait = min(wait, until - now)
+                    continue
+            if len(ready) >= room:
+                return ready, wait, True
+            ready.append(waiting)
+        return ready, wait, False
 
-    async def _granted(self, type_name: str, ready: list[_Waiting]) -> tuple[list[_Waiting], float]:
+    async def _granted(self, type_name: str, ready: list[Waiting]) -> tuple[list[Waiting], float]:
         """Of ``ready``, those the rate limit lets go now (per rate key, in order), and the
         seconds until its next permit."""
         counts: dict[str | None, int] = {}
@@ -351,6 +352,9 @@ class FlowStage:
             if self._gate.paused(type_name):
                 counts["pause"] += len(queue)
                 continue
+            if not (self.requeued or self._key_until or type_name in self._type_until):
+                counts["rate_limit"] += len(queue)  # nothing throttled: a count, no scan
+                continue
             for waiting in queue:
                 key_until = self._key_until.get((type_name, waiting.publish_key), 0.0)
                 throttled = max(waiting.not_before, key_until, self._type_until.get(type_name, 0.0))
@@ -358,19 +362,11 @@ class FlowStage:
         self.waiting = counts
 
 
-def entries_by_id(client: aioredis.Redis, stream: str) -> Fetch:
-    """How the stage reads waiting entries again by ID: one pipeline of ``XRANGE id id``."""
-
-    async def fetch(entry_ids: list[str]) -> dict[str, RawEntry | None]:
-        async with client.pipeline(transaction=False) as pipe:
-            for entry_id in entry_ids:
-                pipe.xrange(stream, min=entry_id, max=entry_id, count=1)
-            replies = await pipe.execute()
-        found: dict[str, RawEntry | None] = dict.fromkeys(entry_ids)
-        for rows in replies:  # redis-py's parsed XRANGE: [(id, {field: value})]
-            for raw_id, fields in rows:
-                entry_id = text(raw_id)
-                found[entry_id] = RawEntry(entry_id, dict(fields))
-        return found
-
-    return fetch
+def _without(queue: deque[Waiting], gone: list[Waiting]) -> deque[Waiting]:
+    """``queue`` without ``gone`` (mostly its first entries: then no copy is made)."""
+    if all(a is b for a, b in zip(queue, gone, strict=False)):
+        for _ in gone:
+            queue.popleft()
+        return queue
+    chosen = {id(w) for w in gone}
+    return deque(w for w in queue if id(w) not in chosen)

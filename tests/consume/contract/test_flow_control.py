@@ -283,3 +283,41 @@ async def test_entries_deleted_while_they_wait_leave_nothing_pending(mode: Mode)
             await wait_for(lambda: set(range(1, 40, 2)) <= set(emails), what="the rest handled")
             await all_acked(mq)
     assert len(emails) == len(set(emails)), f"an e-mail ran twice: {sorted(emails)}"
+
+
+async def test_entries_released_by_a_resume_never_exceed_max_in_flight(mode: Mode) -> None:
+    """Ten times ``max_in_flight`` entries wait for a resume: they go to the handlers as
+    room frees, so entries handed to the handlers and not finished never exceed
+    ``max_in_flight`` (were they all handed over at once, a pause right after the resume
+    would let every one of them start after it)."""
+    mode.skip_unless(
+        "shared", does_not="queue entries for the handlers before it looks at a pause",
+        where="docs/guides/flow-control.md 'What waits, and where' (a key waits at its entry)",
+    )  # fmt: skip
+    mq = mode.queue(max_in_flight=16, concurrency=1, read_count=8)
+    started = 0
+    most_unfinished = 0
+
+    @mq.handler("email")
+    async def email(msg: Message[int]) -> None:
+        nonlocal started, most_unfinished
+        started += 1
+        # handed over and not finished: this one, and those received but not yet started
+        most_unfinished = max(most_unfinished, mq.stats()["received"] - started + 1)
+        await anyio.sleep(0.001)
+
+    async def settled() -> bool:
+        before = mq.stats()["waiting_pause"]
+        await anyio.sleep(0.3)
+        return before > 0 and mq.stats()["waiting_pause"] == before
+
+    async with mq:
+        await mq.pause("email")
+        await mq.publish_many("email", list(range(160)), key=lambda n: f"user-{n % 40}")
+        async with mq.running():
+            # read until the reads stop (all of them: they hold no unit while they wait)
+            await wait_for(settled, what="the e-mails read while paused")
+            await mq.resume("email")
+            await wait_for(lambda: started == 160, what="every e-mail handled", timeout=15)
+            await all_acked(mq)
+    assert most_unfinished <= 16, f"{most_unfinished} entries handed over, max_in_flight 16"
