@@ -23,13 +23,16 @@ local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local interval, tolerance = tonumber(ARGV[1]), tonumber(ARGV[2])
 local wanted, bound = tonumber(ARGV[3]), tonumber(ARGV[4])
 local found = redis.pcall('GET', KEYS[1])
-local tat, damaged = now, false
+local tat, damaged, clamped = now, false, false
 if type(found) == 'table' then
   damaged = 'a ' .. redis.call('TYPE', KEYS[1])['ok']
 elseif found then
   local stored = string.match(found, '^%d+$') and tonumber(found)
   if stored and stored <= now + bound then
-    tat = math.min(math.max(stored, now), now + tolerance + interval)
+    tat = math.max(stored, now)
+    if tat > now + tolerance + interval then  -- written by a slower limit: this one's most
+      tat, clamped = now + tolerance + interval, true
+    end
   else
     damaged = found
   end
@@ -38,7 +41,7 @@ local granted = 0
 local room = now + tolerance - tat
 if room >= 0 then granted = math.min(wanted, math.floor(room / interval + 1e-6) + 1) end
 tat = tat + granted * interval
-if granted > 0 then
+if granted > 0 or clamped then  -- a clamped state is written back: time runs for it
   local ttl = math.max(math.ceil((tat - now) / 1000), 1)
   redis.call('SET', KEYS[1], string.format('%.0f', math.ceil(tat)), 'PX', ttl)
 end

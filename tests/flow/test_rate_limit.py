@@ -264,6 +264,12 @@ async def test_a_state_from_a_slower_limit_is_brought_back_not_obeyed_for_hours(
     fast = RateLimiter(RateLimit(100, burst=1))  # the limit changed to 100/s
     grant = await fast.take(raw, stream, "g", "email", None, 1)
     assert grant.granted == 0 and grant.wait_seconds <= 0.02
+    granted = 0
+    for _ in range(20):  # waiting as told, permits come at the new rate
+        await anyio.sleep(grant.wait_seconds)
+        grant = await fast.take(raw, stream, "g", "email", None, 1)
+        granted += grant.granted
+    assert granted >= 15, f"{granted} of 20 takes granted at 100/s after the limit was raised"
     assert "damaged" not in caplog.text  # a limit changed, nothing damaged
 
 
