@@ -76,6 +76,10 @@ class Acker:
         if len(staged) == 1:  # as ack(): the first since the queue was emptied wakes run()
             self._wakeup.set()
 
+    def count_acked(self, count: int) -> None:
+        """``count`` entries were acked by another script (a request's, with its reply)."""
+        self.acked += count
+
     @property
     def backlog(self) -> int:
         return len(self._pending) + len(self._staged)

@@ -301,7 +301,8 @@ def _shared_parts(
         unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
         retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
         throttled=lambda entry, signal: flow.requeue(entry, signal),
-        replier=Replier(client, identity.stream, identity.group, with_ack=True),
+        replier=Replier(client, identity.stream, identity.group, with_ack=True,
+                        acked=acker.count_acked),
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect,
                              staging=staging)  # fmt: skip

@@ -11,6 +11,7 @@ crash in between runs the handler again, whose second reply the requester ignore
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -24,14 +25,25 @@ from .outputs import Output
 class Replier:
     """Writes the replies of one stream's requests (with their ack when ``with_ack``)."""
 
-    def __init__(self, client: aioredis.Redis, stream: str, group: str, *, with_ack: bool) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        group: str,
+        *,
+        with_ack: bool,
+        acked: Callable[[int], None] = lambda count: None,
+    ) -> None:
+        """``acked(n)``: n entries were acked with their replies (the acker counts them)."""
         self._script = client.register_script(REPLY)
         self._keys, self._stream, self._group = Keys(stream), stream, group
-        self.with_ack = with_ack
+        self.with_ack, self._acked = with_ack, acked
 
     async def handled(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
         """The request ``entry`` was handled: its reply (and, ``with_ack``, its ack)."""
         await self._write(entry, meta, reply_fields(meta[REQUEST], result), ack=self.with_ack)
+        if self.with_ack:
+            self._acked(1)
 
     def output(self, meta: dict[str, str], result: Any) -> Output:
         """The reply to a request handled with outputs: written with them and the ack."""

@@ -23,6 +23,7 @@ from streamq import (
 )
 from streamq.wire.keys import Keys
 from tests.consume.contract.modes import Mode, all_acked
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -60,6 +61,7 @@ async def test_the_handlers_return_value_is_the_reply_and_the_request_is_acked(
         plain = await mq.request("quote", Quote(item="ink", count=2), key="customer-2", timeout=10)
         assert plain == {"item": "ink", "total": 5.0}  # no reply_model: the JSON as it is
         await all_acked(mq)
+        await wait_for(lambda: mq.stats()["acked"] == 2, what="both acks counted in stats")
 
 
 async def test_concurrent_requests_each_get_their_own_reply(mode: Mode) -> None:
