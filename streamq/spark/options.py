@@ -211,6 +211,9 @@ class WriteOptions:
     idempotent: str = "auto"  # "auto", "true", "false": see streamq.spark.idempotent
     compression: Compression | None = None  # as MessageQueue(compression=...)
     compress_over: int = 1024
+    # the level of every row, and the integer column of each row's (see levels.py)
+    priority: int | None = None
+    priority_column: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -230,7 +233,23 @@ class WriteOptions:
             idempotent=_idempotent(options),
             compression=_compression(options),
             compress_over=_int(options, "compressOver", 1024, minimum=0) or 0,
+            priority=_priority(options),
+            priority_column=options.get("priorityColumn") or None,
         )
+
+
+def _priority(options: Mapping[str, str]) -> int | None:
+    """Option ``priority``: an integer (its range is the topic's, checked once the topic
+    is known: :func:`streamq.spark.levels.check_levels`)."""
+    raw = options.get("priority")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(
+            f"option 'priority' must be an integer (0 the highest level), got {raw!r}"
+        ) from None
 
 
 def _compression(options: Mapping[str, str]) -> Compression | None:
