@@ -73,8 +73,10 @@ def encode_batch(
 
 
 def row_numbers(batch: pa.RecordBatch, first: int) -> pa.Array:
-    """``first``, ``first + 1``, ... for the rows of ``batch``."""
-    return pa.array(range(first, first + batch.num_rows), pa.int64())
+    """``first``, ``first + 1``, ... for the rows of ``batch`` (a running sum of ones: no
+    Python int per row)."""
+    ones = pc.fill_null(pa.nulls(batch.num_rows, pa.int64()), 1)
+    return pc.cumulative_sum(ones, start=first - 1)
 
 
 def _columnar(

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..topic.partitions import partition_for_key
+from .arrow_encoding import row_numbers
 from .levels import RowLevels
 from .options import WriteOptions
 from .topic import SparkTopic
@@ -77,15 +78,15 @@ class RowRouter:
     def split(self, batch: Any, first: int) -> Iterator[tuple[int, Any, Any]]:
         """``(stream index, rows of batch going there, their row numbers)``, row order
         kept; the rows of ``batch`` are numbered from ``first``."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
-        numbers = pa.array(range(first, first + batch.num_rows), pa.int64())
-        streams = pc.add(pc.multiply(self.levels.of_batch(batch, first), self.count),
-                         self._partitions(batch, numbers, first))  # fmt: skip
-        if isinstance(streams, pa.Scalar):  # one stream for every row
-            yield streams.as_py(), batch, numbers
+        numbers = row_numbers(batch, first)
+        levels = self.levels.of_batch(batch, first)
+        partitions = self._partitions(batch, numbers, first)
+        if isinstance(levels, int) and isinstance(partitions, int):  # one stream for all
+            yield levels * self.count + partitions, batch, numbers
             return
+        streams = pc.add(pc.multiply(levels, self.count), partitions)
         order = pc.sort_indices(streams)  # stable: each stream's rows keep their order
         runs = pc.value_counts(streams.take(order))  # in the sorted order: ascending
         start = 0
@@ -108,5 +109,8 @@ class RowRouter:
         if self.key_index < 0:  # in turn: (start + number) % count
             turns = pc.add(numbers, self.start)
             return pc.subtract(turns, pc.multiply(pc.divide(turns, self.count), self.count))
-        keys = batch.column(self.key_index).to_pylist()  # a key's hash: per row
-        return pa.array([self.of_key(key, first + n) for n, key in enumerate(keys)], pa.int64())
+        keys = batch.column(self.key_index)
+        if keys.null_count:  # the first null's row, named
+            self.of_key(None, first + pc.indices_nonzero(pc.is_null(keys))[0].as_py())
+        count = self.count  # a key's hash: per row (no Arrow kernel)
+        return pa.array([partition_for_key(k, count) for k in keys.to_pylist()], pa.int64())
