@@ -38,7 +38,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import pydantic_core
@@ -106,8 +106,15 @@ class RowEncoder:
         self.meta_index = columns.index(opts.meta_column) if opts.meta_column in columns else -1
         self.data_index = columns.index(opts.data_column) if opts.data_column else -1
         self.fixed_type = validate_type_name(opts.type).encode() if opts.type else None
-        self.codec = PayloadCodec(opts.compression, opts.compress_over)
-        self.compressing = opts.compression is not None
+        PayloadCodec(opts.compression, opts.compress_over)  # checked on the driver too
+        self.transforming = opts.compression is not None or opts.keyring_env is not None
+
+    @cached_property
+    def codec(self) -> PayloadCodec:
+        """How each row's data is compressed and encrypted; the keyring is read when the
+        first row is encoded: on an executor, whose environment holds it."""
+        opts = self.opts
+        return PayloadCodec(opts.compression, opts.compress_over, opts.keyring(), opts.encrypt_meta)
 
     def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]:
         if self.fixed_type is not None:
@@ -126,7 +133,7 @@ class RowEncoder:
         fields: dict[bytes | str, bytes | str] = {
             b"type": type_field, b"data": data, b"meta": pydantic_core.to_json(meta)
         }  # fmt: skip
-        return self.codec.encode(fields) if self.compressing else fields
+        return self.codec.encode(fields) if self.transforming else fields
 
 
 def _meta(column: Any) -> dict[str, str]:
