@@ -9,7 +9,10 @@ Writes use Spark's Arrow writers (batch writes on pyspark >= 4.0, streaming writ
 >= 4.1): rows arrive as column batches and are encoded by Arrow kernels
 (``arrow_encoding.py``); streaming writes on pyspark 4.0 take rows one by one. With option
 ``compression`` (``zstd`` or ``gzip``, over ``compressOver`` bytes, 1024 by default) each
-row's ``data`` is compressed as a queue compresses it (per row: not by Arrow kernels).
+row's ``data`` is compressed as a queue compresses it, and with option ``keyringEnv``
+encrypted with the current key of the keyring that environment variable holds on the
+executor (with the meta values ``encryptMeta`` lists), as a queue with ``encryption=``
+encrypts it (per row: not by Arrow kernels).
 
 On a partitioned topic each row goes to one partition stream: by its key with option
 ``keyColumn``, else in turn; on a topic with priorities to the level of option
