@@ -32,7 +32,7 @@ class RowEncoder(Protocol):
     meta_index: int
     data_index: int
     fixed_type: bytes | None
-    compressing: bool
+    transforming: bool
 
     def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]: ...
 
@@ -73,8 +73,10 @@ def encode_batch(
 
 
 def row_numbers(batch: pa.RecordBatch, first: int) -> pa.Array:
-    """``first``, ``first + 1``, ... for the rows of ``batch``."""
-    return pa.array(range(first, first + batch.num_rows), pa.int64())
+    """``first``, ``first + 1``, ... for the rows of ``batch`` (a running sum of ones: no
+    Python int per row)."""
+    ones = pc.fill_null(pa.nulls(batch.num_rows, pa.int64()), 1)
+    return pc.cumulative_sum(ones, start=first - 1)
 
 
 def _columnar(
@@ -89,7 +91,7 @@ def _columnar(
     number in ``numbers``, as in :func:`encode_batch`)."""
     if encoder.data_index >= 0 or encoder.meta_index >= 0 or batch.num_rows == 0:
         return None
-    if encoder.compressing:  # each row's data compressed on its own: the per-row path
+    if encoder.transforming:  # each row's data compressed or encrypted: the per-row path
         return None
     type_values = _type_values(batch, encoder)
     if type_values is None:

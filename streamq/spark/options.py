@@ -166,13 +166,19 @@ class ReadOptions:
     def keyring(self) -> Keyring | None:
         """The keyring of option ``keyringEnv`` (None without it), read from this
         process's environment: an executor's, where rows are read."""
-        if self.keyring_env is None:
-            return None
-        try:
-            return Keyring.from_env(self.keyring_env)
-        except ConfigError as e:
-            raise ConfigError(f"option 'keyringEnv': {e} (on the executors, which decrypt: "
-                              "set it in their environment)") from None  # fmt: skip
+        return _keyring(self.keyring_env, "decrypt")
+
+
+def _keyring(name: str | None, does: str) -> Keyring | None:
+    """The keyring the environment variable ``name`` holds (None: no name), read in this
+    process: the executors' environment, where rows are read and written."""
+    if name is None:
+        return None
+    try:
+        return Keyring.from_env(name)
+    except ConfigError as e:
+        raise ConfigError(f"option 'keyringEnv': {e} (on the executors, which {does}: "
+                          "set it in their environment)") from None  # fmt: skip
 
 
 def _keyring_env(options: Mapping[str, str]) -> str | None:
@@ -211,6 +217,13 @@ class WriteOptions:
     idempotent: str = "auto"  # "auto", "true", "false": see streamq.spark.idempotent
     compression: Compression | None = None  # as MessageQueue(compression=...)
     compress_over: int = 1024
+    # the level of every row, and the integer column of each row's (see levels.py)
+    priority: int | None = None
+    priority_column: str | None = None
+    # the environment variable holding the keyring that encrypts each row's data (as
+    # ReadOptions.keyring_env), and the meta keys whose values it encrypts too
+    keyring_env: str | None = None
+    encrypt_meta: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -230,7 +243,39 @@ class WriteOptions:
             idempotent=_idempotent(options),
             compression=_compression(options),
             compress_over=_int(options, "compressOver", 1024, minimum=0) or 0,
+            priority=_priority(options),
+            priority_column=options.get("priorityColumn") or None,
+            keyring_env=_keyring_env(options),
+            encrypt_meta=_encrypt_meta(options),
         )
+
+    def keyring(self) -> Keyring | None:
+        """The keyring of option ``keyringEnv`` (None without it), read from this
+        process's environment: an executor's, where rows are written."""
+        return _keyring(self.keyring_env, "encrypt")
+
+
+def _encrypt_meta(options: Mapping[str, str]) -> tuple[str, ...]:
+    """Option ``encryptMeta``: meta keys, comma-separated, whose values are encrypted (as
+    ``MessageQueue(encrypt_meta=...)``); it needs ``keyringEnv``."""
+    names = tuple(n.strip() for n in options.get("encryptMeta", "").split(",") if n.strip())
+    if names and options.get("keyringEnv") is None:
+        raise ConfigError("option 'encryptMeta' needs option 'keyringEnv' (with what key else?)")
+    return names
+
+
+def _priority(options: Mapping[str, str]) -> int | None:
+    """Option ``priority``: an integer (its range is the topic's, checked once the topic
+    is known: :func:`streamq.spark.levels.check_levels`)."""
+    raw = options.get("priority")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(
+            f"option 'priority' must be an integer (0 the highest level), got {raw!r}"
+        ) from None
 
 
 def _compression(options: Mapping[str, str]) -> Compression | None:

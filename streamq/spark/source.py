@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from pyspark.sql.datasource import DataSource
 
 from ..errors import ConfigError
+from .levels import check_levels
 from .options import ReadOptions, WriteOptions
 from .reading import StreamqBatchReader, StreamqStreamReader
 from .routing import check_key_column
@@ -66,7 +67,9 @@ class StreamqDataSource(DataSource):  # type: ignore[misc]
     def _write_topic(self, schema: Any) -> tuple[WriteOptions, SparkTopic]:
         opts = WriteOptions.parse(self.options)
         check_key_column(opts, schema)
-        return opts, resolve_topic(opts.url, opts.stream, opts.topic_partitions)
+        topic = resolve_topic(opts.url, opts.stream, opts.topic_partitions)
+        check_levels(opts, schema, topic.name, topic.levels)
+        return opts, topic
 
     def writer(self, schema: Any, overwrite: bool) -> StreamqBatchWriter:
         if overwrite:

@@ -20,12 +20,11 @@ from typing import Any
 from ..errors import ConfigError
 from ..topic.partitions import (
     check_partition_count_sync,
-    partition_streams,
     recorded_partitions_sync,
     recorded_priorities_sync,
 )
 from ..wire.client import connect_sync
-from ..wire.partition_names import default_level, topic_streams
+from ..wire.partition_names import topic_streams
 from .offsets import connect
 
 Offset = dict[str, Any]
@@ -35,7 +34,7 @@ Offset = dict[str, Any]
 class SparkTopic:
     """``name`` with ``count`` partitions (1: a plain stream) and ``levels`` priority
     levels (1: none): it is read from every stream of every level, and written to the
-    default level's."""
+    level each row chooses (the default one if it chooses none)."""
 
     name: str
     count: int
@@ -51,11 +50,6 @@ class SparkTopic:
         """Every stream, as a queue numbers them (a level's partitions after another's)."""
         return topic_streams(self.name, self.count, self.levels)
 
-    @property
-    def written(self) -> tuple[str, ...]:
-        """The streams rows are written to, one per partition: the default level's."""
-        return partition_streams(self.name, self.count)
-
     def columns_of(self, index: int) -> tuple[int, ...]:
         """The trailing columns of stream ``index``'s rows: its ``partition`` (the stream's
         index without priorities), and with priorities its level (``priority``)."""
@@ -63,10 +57,6 @@ class SparkTopic:
             return (index,)
         level, partition = divmod(index, self.count)
         return (partition, level)
-
-    def written_index(self, partition: int) -> int:
-        """The index in :attr:`streams` of ``partition``'s stream in the default level."""
-        return default_level(self.levels) * self.count + partition
 
     def encode(self, offsets: Sequence[Mapping[str, Any]]) -> Offset:
         """One offset per partition -> the offset Spark keeps in its checkpoint."""

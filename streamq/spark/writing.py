@@ -9,10 +9,16 @@ Writes use Spark's Arrow writers (batch writes on pyspark >= 4.0, streaming writ
 >= 4.1): rows arrive as column batches and are encoded by Arrow kernels
 (``arrow_encoding.py``); streaming writes on pyspark 4.0 take rows one by one. With option
 ``compression`` (``zstd`` or ``gzip``, over ``compressOver`` bytes, 1024 by default) each
-row's ``data`` is compressed as a queue compresses it (per row: not by Arrow kernels).
+row's ``data`` is compressed as a queue compresses it, and with option ``keyringEnv``
+encrypted with the current key of the keyring that environment variable holds on the
+executor (with the meta values ``encryptMeta`` lists), as a queue with ``encryption=``
+encrypts it (per row: not by Arrow kernels).
 
 On a partitioned topic each row goes to one partition stream: by its key with option
-``keyColumn``, else in turn (see ``routing.py``); chunks are packed per partition.
+``keyColumn``, else in turn; on a topic with priorities to the level of option
+``priority`` or of its ``priorityColumn`` value, else the default level (see
+``routing.py``, ``levels.py``); chunks are packed per stream. The ``priorityColumn`` is
+not part of the payload.
 
 Delivery: every message carries ``meta["streamq_producer_id"] =
 <job>:<batch>:<partition>:<row>``, the same on every attempt of a deterministic input. A
@@ -35,7 +41,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import pydantic_core
@@ -96,15 +102,22 @@ class RowEncoder:
             )
         if opts.data_column is not None and opts.data_column not in columns:
             raise ConfigError(f"dataColumn {opts.data_column!r} is not a column of the DataFrame")
-        skip = {opts.type_column, opts.meta_column, *_ENTRY_COLUMNS}
+        skip = {opts.type_column, opts.meta_column, opts.priority_column, *_ENTRY_COLUMNS}
         self.payload_columns = [c for c in columns if c not in skip]
         self.payload_index = [columns.index(c) for c in self.payload_columns]
         self.type_index = columns.index(opts.type_column) if opts.type is None else -1
         self.meta_index = columns.index(opts.meta_column) if opts.meta_column in columns else -1
         self.data_index = columns.index(opts.data_column) if opts.data_column else -1
         self.fixed_type = validate_type_name(opts.type).encode() if opts.type else None
-        self.codec = PayloadCodec(opts.compression, opts.compress_over)
-        self.compressing = opts.compression is not None
+        PayloadCodec(opts.compression, opts.compress_over)  # checked on the driver too
+        self.transforming = opts.compression is not None or opts.keyring_env is not None
+
+    @cached_property
+    def codec(self) -> PayloadCodec:
+        """How each row's data is compressed and encrypted; the keyring is read when the
+        first row is encoded: on an executor, whose environment holds it."""
+        opts = self.opts
+        return PayloadCodec(opts.compression, opts.compress_over, opts.keyring(), opts.encrypt_meta)
 
     def encode(self, row: Any, producer_id: str) -> dict[bytes | str, bytes | str]:
         if self.fixed_type is not None:
@@ -123,7 +136,7 @@ class RowEncoder:
         fields: dict[bytes | str, bytes | str] = {
             b"type": type_field, b"data": data, b"meta": pydantic_core.to_json(meta)
         }  # fmt: skip
-        return self.codec.encode(fields) if self.compressing else fields
+        return self.codec.encode(fields) if self.transforming else fields
 
 
 def _meta(column: Any) -> dict[str, str]:
@@ -151,12 +164,12 @@ def _json_text(text: str | None) -> bytes:
 
 @dataclass(frozen=True)
 class Chunk:
-    """Packed commands adding ``rows`` rows to partition ``partition``'s stream; ``again``
-    packs some of them (by position) anew with other :class:`RowKeys`."""
+    """Packed commands adding ``rows`` rows to the stream at index ``at`` of the topic's
+    streams; ``again`` packs some of them (by position) anew with other :class:`RowKeys`."""
 
     packed: bytes
     rows: int
-    partition: int
+    at: int
     again: Callable[[list[int], RowKeys], bytes]
 
 
@@ -173,9 +186,8 @@ def write_rows(
     ) -> Iterator[Chunk]:
         pending: dict[int, list[tuple[int, dict[bytes | str, bytes | str]]]] = {}
 
-        def packed(index: int) -> Chunk:
-            numbers, entries = zip(*pending.pop(index), strict=True)
-            at = topic.written_index(index)  # the partition's stream in the default level
+        def packed(at: int) -> Chunk:
+            numbers, entries = zip(*pending.pop(at), strict=True)
             stream = topic.streams[at]
 
             def again(positions: list[int], other: RowKeys) -> bytes:
@@ -185,13 +197,13 @@ def write_rows(
             return Chunk(keys.pack(stream, prefix, numbers, entries), len(numbers), at, again)
 
         for n, row in enumerate(rows):
-            index = router.of_row(row, n)
-            chunk = pending.setdefault(index, [])
+            at = router.of_row(row, n)
+            chunk = pending.setdefault(at, [])
             chunk.append((n, encoder.encode(row, f"{prefix}:{n}")))
             if len(chunk) == opts.chunk:
-                yield packed(index)
-        for index in [i for i, chunk in pending.items() if chunk]:
-            yield packed(index)
+                yield packed(at)
+        for at in [i for i, chunk in pending.items() if chunk]:
+            yield packed(at)
 
     return _send(opts, columns, job, chunks, topic)
 
@@ -206,8 +218,7 @@ def write_arrow(
     ) -> Iterator[Chunk]:
         first = 0
         for batch in batches:
-            for index, rows, numbers in router.split(batch, first):
-                at = topic.written_index(index)  # the partition's stream in the default level
+            for at, rows, numbers in router.split(batch, first):
                 stream = topic.streams[at]
                 for start in range(0, rows.num_rows, opts.chunk):
                     part = rows.slice(start, opts.chunk)
@@ -238,19 +249,19 @@ def _encode_some(
 def _send(
     opts: WriteOptions, columns: list[str], job: str, chunks: Chunks, topic: SparkTopic
 ) -> WrittenCount:
-    """Send this task's packed chunks (pipelined XADDs, each to its partition's stream) and
+    """Send this task's packed chunks (pipelined XADDs, each to its stream) and
     count the rows. Rows whose stream was missing are sent again, making it, once the topic
     is found to be still the one this write was planned for."""
     partition, query, batch = _task_ids()
     prefix = f"{query or job}:{batch or 0}:{partition}"
-    router = RowRouter(opts, columns, topic.count, partition)
+    router = RowRouter(opts, columns, topic, partition)
     clients = TopicClients(opts.url, topic)
     count = 0
     try:
         keys = row_keys(opts.idempotent, clients.clients)
         adding = replace(keys, make_stream=False)
         for chunk in chunks(RowEncoder(opts, columns), router, prefix, adding):
-            client = clients.clients[chunk.partition]
+            client = clients.clients[chunk.at]
             replies = resp.execute_sync(client, chunk.packed, chunk.rows)
             missing = [i for i, reply in enumerate(replies) if reply is None]
             if missing:
@@ -271,7 +282,7 @@ class _Writer:
     ) -> None:
         self.topic = topic or SparkTopic(opts.stream, 1)
         RowEncoder(opts, columns)
-        RowRouter(opts, columns, self.topic.count, 0)
+        RowRouter(opts, columns, self.topic, 0)
         self.opts, self.columns = opts, columns
         self.job = uuid.uuid4().hex[:12]
 
