@@ -51,10 +51,20 @@ class PartialFailure(HandlerSignal):
     """
 
     def __init__(self, failed: Mapping[str, str | BaseException]) -> None:
+        if not isinstance(failed, Mapping):
+            raise ConfigError(
+                "PartialFailure takes a mapping {entry id: reason or exception}, e.g. "
+                f"PartialFailure({{msg.id: 'out of stock'}}), got {type(failed).__name__}"
+            )
         super().__init__(f"{len(failed)} entries of the batch failed")
-        self.failed: dict[str, BaseException] = {
-            k: ReportedFailure(v) if isinstance(v, str) else v for k, v in failed.items()
-        }
+        self.failed: dict[str, BaseException] = {}
+        for entry_id, why in failed.items():
+            if not isinstance(why, str | BaseException):
+                raise ConfigError(
+                    f"PartialFailure: the reason for {entry_id!r} must be text or an "
+                    f"exception, got {type(why).__name__}"
+                )
+            self.failed[str(entry_id)] = ReportedFailure(why) if isinstance(why, str) else why
 
 
 class Throttle(HandlerSignal):

@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from streamq import BatchConfig, Message, PartialFailure, RetryPolicy
+from streamq import BatchConfig, ConfigError, Message, PartialFailure, RetryPolicy
 from tests.helpers.clients import pending_count
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import run_until, wait_for
@@ -240,3 +240,13 @@ async def test_shutdown_flushes_a_partial_batch(
                 await mq.stop()
         assert got == [0, 1, 2]
         assert await pending_count(client, mq.stream, "g") == 0, "partial batch left half-acked"
+
+
+@pytest.mark.parametrize(
+    ("failed", "says"),
+    [(["1-0"], "takes a mapping .* got list"), ({"1-0": 3}, "reason for '1-0' must be text")],
+)
+def test_a_partial_failure_of_the_wrong_shape_says_what_it_takes(failed: object, says: str) -> None:
+    """Raised in a batch handler, the message is what the handler's failure logs."""
+    with pytest.raises(ConfigError, match=says):
+        PartialFailure(failed)  # type: ignore[arg-type]
