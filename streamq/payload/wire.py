@@ -3,7 +3,9 @@ and ``meta`` (docs/reference/wire-format.md).
 
 ``enc`` lists the steps applied to the JSON of ``data``, in the order applied, joined by
 ``+`` (``zstd``, ``gzip``, ``aesgcm``: ``zstd+aesgcm`` is compressed, then encrypted). An
-encoded ``data`` is the base64 text of the resulting bytes, so every field stays text.
+encoded ``data`` is the base64 text of the resulting bytes, so every field stays text:
+written and read by pybase64 when installed (the extras ``zstd`` and ``crypto`` install
+it), else by the standard library, which writes the same text and refuses the same.
 Encryption authenticates, with the key ``kid``, the entry's type and the field's name
 (:func:`aad`): a value moved to another entry type or another field does not decrypt. An
 encrypted ``meta`` value is ``aesgcm:`` followed by the base64 text of its sealed bytes.
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from .compression import COMPRESSIONS, StepFailed, decompress
@@ -32,13 +36,38 @@ def aad(type_name: bytes, field: str) -> bytes:
     return b"streamq\x00" + type_name + b"\x00" + field.encode()
 
 
+Encode = Callable[[bytes], bytes]
+Decode = Callable[[bytes | str], bytes]
+
+
+def base64_functions(fast: bool = True) -> tuple[Encode, Decode]:
+    """The base64 encoder, and the decoder that refuses anything but base64 text (with its
+    padding): pybase64's when ``fast`` and it is installed, else the standard library's.
+
+    Of a 10 KB payload the standard library's take about 10 µs to encode and 40 µs to
+    decode, pybase64's (SIMD) about 1 µs each: for an encrypted entry, most of what
+    encryption costs besides the bytes the server holds.
+    """
+    if fast:
+        try:
+            import pybase64
+        except ImportError:
+            pass
+        else:
+            return pybase64.b64encode, partial(pybase64.b64decode, validate=True)
+    return base64.b64encode, partial(base64.b64decode, validate=True)
+
+
+_encode, _decode = base64_functions()
+
+
 def to_text(sealed: bytes) -> bytes:
-    return base64.b64encode(sealed)
+    return _encode(sealed)
 
 
 def from_text(text: bytes | str, step: str = "base64") -> bytes:
     try:
-        return base64.b64decode(text, validate=True)
+        return _decode(text)
     except (binascii.Error, ValueError) as e:
         raise StepFailed(step, f"not base64 text ({e})") from None
 
