@@ -38,8 +38,8 @@ class Verdict:
         stores = ", ".join(f"{s} {f[s]['missing']}/{f[s]['doubled']}" for s in (*STORES, "topic"))
         return (f"exactly-once {'PASSED' if not self.problems else 'FAILED'}: "
                 f"{f['transfers_in_topic']} transfers in the topic ({f['acknowledged']} "
-                f"acknowledged, {f['raised_publishes']} publishes raised and sent again, "
-                f"{f['topic']['resent_after_raise']} of their transfers in the topic twice); "
+                f"acknowledged; {f['sent_again_after_raise']} sent again after their publish "
+                f"raised, {f['topic']['resent_after_raise']} of those twice in the topic); "
                 f"missing/doubled: {stores}")  # fmt: skip
 
 
@@ -74,7 +74,7 @@ def judge(
     """The verdict on what the stores hold (see the module's docstring)."""
     found = problems(topic, seen)
     figures: dict[str, Any] = {"transfers_in_topic": len(topic), "acknowledged": len(acknowledged),
-                               "raised_publishes": len(raised)}  # fmt: skip
+                               "sent_again_after_raise": len(raised)}  # fmt: skip
     for store, counts in zip(STORES, (seen.ledger, seen.applied, seen.receipts), strict=True):
         missing, doubled, unknown = off_by(counts, topic)
         figures[store] = {"missing": len(missing), "doubled": len(doubled), "unknown": len(unknown)}
@@ -87,7 +87,8 @@ def judge(
                         "resent_after_raise": len(resent)}  # fmt: skip
     if written_twice:
         found.append(f"the topic holds {len(written_twice)} transfers (producer, seq) more than "
-                     f"once, each published once: {written_twice[:SHOWN]}")  # fmt: skip
+                     f"once, not as a plain publish that raised sent again: "
+                     f"{written_twice[:SHOWN]}")  # fmt: skip
     if absent:
         found.append(f"{len(absent)} entries acknowledged by their publish are not in the "
                      f"topic: {absent[:SHOWN]}")  # fmt: skip

@@ -14,6 +14,11 @@ users find it without a URL, so there the soak says the network faults are skipp
 While traffic flows, faults are injected one at a time (see :mod:`tests.soak.faults`). Then the soak waits, bounded, for
 everything to settle and prints one summary as JSON plus a human line.
 
+``--mode ordered`` (:mod:`tests.soak.ordered`) consumes keyed jobs with ``ordered=True``
+and checks per-key order; ``--mode exactly-once`` (:mod:`tests.soak.exactly_once`) starts
+a PostgreSQL of its own, runs the ledger of ``make demo-exactly-once`` in the consumers and
+checks each transfer once in every store (:mod:`tests.soak.exactly_once_check`).
+
 Exit status 1 on any loss (an entry whose XADD was acknowledged that was neither handled
 nor dead-lettered), on a run that did not settle (entries still pending), on a fault that
 could not be applied (named with its error), and on a consumer that exited by itself or
