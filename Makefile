@@ -65,20 +65,20 @@ browser-deps: setup
 	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet playwright || \
 	  echo "make: could not install playwright: the dashboard's browser tests will skip"
 
-# The PostgreSQL effects tests (tests/effects) and `make demo-exactly-once` start their own
-# server from Debian's postgresql (initdb and pg_ctl in a temporary folder, no system
-# service): installed when missing; where that is impossible those tests skip, saying why
-# (and the demo fails, saying why). Log in .cache/.
+# The PostgreSQL effects tests (tests/effects), `make demo-exactly-once` and the soak's
+# exactly-once mode start their own server from Debian's postgresql (initdb and pg_ctl in a
+# temporary folder, no system service): installed when missing; where that is impossible
+# those tests skip, saying why (and the demo and the soak fail, saying why). Log in .cache/.
 PG_APT_LOG := .cache/apt-postgresql.log
 postgres-deps: setup
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  (echo "make: installing Debian's postgresql with apt-get for the PostgreSQL effects tests" \
-	    "and demo-exactly-once (once; log in $(PG_APT_LOG))" && mkdir -p $(dir $(PG_APT_LOG)) && \
+	  (echo "make: installing Debian's postgresql with apt-get for the PostgreSQL effects tests," \
+	    "demo-exactly-once and test-soak (once; log in $(PG_APT_LOG))" && mkdir -p $(dir $(PG_APT_LOG)) && \
 	   { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq postgresql; } >$(PG_APT_LOG) 2>&1) || \
 	  { tail -n 5 $(PG_APT_LOG) 2>/dev/null; \
 	    echo "make: could not install postgresql: the PostgreSQL effects tests will skip" \
-	      "(and demo-exactly-once fails)"; }
+	      "(and demo-exactly-once and the soak's exactly-once mode fail)"; }
 
 # `streamq run` with 2 workers, metrics and health; a worker SIGKILLed and back; SIGTERM drains
 demo-service: setup
@@ -139,14 +139,20 @@ test-auto-stop: setup
 test-spark: setup
 	$(PYTEST) -q -m spark
 
-# The long fault soak (2-4 min; not part of `make test`): producer and consumer processes
+# The long fault soak (6-10 min; not part of `make test`): producer and consumer processes
 # under SIGKILL, SIGSTOP, CLIENT KILL, server crashes and a degraded network (fault proxies);
 # exits non-zero on any loss. Then again on the shared embedded server of a private
 # STREAMQ_HOME, its keeper SIGKILLed (there without the network faults: no URL to proxy).
+# Then its exactly-once mode (tests/soak/exactly_once.py), with every fault, on our own server
+# and on an embedded cluster (a master SIGKILLed): the ledger of demo-exactly-once, each
+# transfer once in PostgreSQL (its own server, from Debian's postgresql), the Redis hash,
+# the receipts and the topic (~2 min each).
 # Knobs: SOAK_MESSAGES, SOAK_CONSUMERS, SOAK_DURATION, SOAK_SEED, ... (see --help).
-test-soak: setup
+test-soak: setup postgres-deps
 	$(PY) -m tests.soak.soak --server own
 	$(PY) -m tests.soak.soak --server shared
+	$(PY) -m tests.soak.soak --mode exactly-once --server own --duration 75 --messages 15000 --rate 120
+	$(PY) -m tests.soak.soak --mode exactly-once --server cluster --duration 75 --messages 15000 --rate 120
 
 # The soak's ordered mode (tests/soak/ordered.py): keyed jobs on 4 partitions, ordered=True,
 # per-key order checked under the faults; on our own server, then on an embedded cluster of

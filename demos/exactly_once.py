@@ -154,12 +154,19 @@ def expected_balances(published: Mapping[str, Transfer]) -> dict[str, int]:
     return balances
 
 
-def once_problems(sink: str, counts: Counter[str], published: Mapping[str, Transfer]) -> list[str]:
-    """Each published transfer exactly once in ``counts``, and nothing else."""
-    problems = []
+def off_by(counts: Counter[str], published: Mapping[str, Any]) -> tuple[list[str], ...]:
+    """The published transfers missing from ``counts``, those counted more than once, and
+    the IDs counted that were never published."""
     missing = [i for i in published if counts[i] == 0]
     doubled = [i for i, n in counts.items() if n > 1]
     unknown = [i for i in counts if i not in published]
+    return missing, doubled, unknown
+
+
+def once_problems(sink: str, counts: Counter[str], published: Mapping[str, Transfer]) -> list[str]:
+    """Each published transfer exactly once in ``counts``, and nothing else."""
+    problems = []
+    missing, doubled, unknown = off_by(counts, published)
     for what, ids in (("missing", missing), ("applied more than once", doubled),
                       ("never published", unknown)):  # fmt: skip
         if ids:
@@ -192,6 +199,43 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def balances_key(topic: str) -> str:
+    """The workers' Redis hash of balances (``tx.key("balances")``: the topic's slot)."""
+    return f"{{{topic}}}:balances"
+
+
+def applied_key(topic: str) -> str:
+    """The workers' Redis hash: transfer ID -> times applied."""
+    return f"{{{topic}}}:applied"
+
+
+async def observe(database: str, mq: MessageQueue, topic: str, receipts: str) -> Observed:
+    """What the three sinks of the ledger consuming ``topic`` hold (``mq`` serves the topic
+    and reaches the receipts; ``database``: PostgreSQL's URL)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(database)
+    try:
+        rows = await conn.fetch("SELECT transfer, count(*) AS n FROM ledger GROUP BY transfer")
+        ledger = Counter({r["transfer"]: int(r["n"]) for r in rows})
+        pg = {r["account"]: int(r["cents"]) for r in await conn.fetch("SELECT * FROM balances")}
+    finally:
+        await conn.close()
+    client = mq.client_for(topic)
+    applied = Counter(
+        {text(k): int(v) for k, v in (await client.hgetall(applied_key(topic))).items()}
+    )
+    redis_balances = {
+        text(k): int(v) for k, v in (await client.hgetall(balances_key(topic))).items()
+    }
+    found: Counter[str] = Counter()
+    for _, fields in await mq.client_for(receipts).xrange(receipts):
+        data = {text(k): v for k, v in fields.items()}["data"]
+        found[json.loads(data)["transfer"]] += 1
+    length = int(await client.xlen(topic))
+    return Observed(ledger, applied, found, pg, redis_balances, length)
+
+
 class Ledger:
     """The demo's run: its topic, receipts, database and workers."""
 
@@ -199,10 +243,7 @@ class Ledger:
         self.options, self.database = options, database
         self.rng = random.Random(options.seed)
         self.topic, self.receipts = fresh_stream("ledger"), fresh_stream("receipts")
-        self.balances_key, self.applied_key = (
-            f"{{{self.topic}}}:balances",
-            f"{{{self.topic}}}:applied",
-        )
+        self.balances_key, self.applied_key = balances_key(self.topic), applied_key(self.topic)
         created(self.balances_key, self.applied_key)  # the workers' Redis effects
         self.mq = MessageQueue(url, stream=self.topic, group=GROUP)
         command = [sys.executable, "-m", "demos.exactly_once_worker", url, self.topic,
@@ -247,28 +288,7 @@ class Ledger:
         )
 
     async def observe(self) -> Observed:
-        import asyncpg
-
-        conn = await asyncpg.connect(self.database)
-        try:
-            rows = await conn.fetch("SELECT transfer, count(*) AS n FROM ledger GROUP BY transfer")
-            ledger = Counter({r["transfer"]: int(r["n"]) for r in rows})
-            pg = {r["account"]: int(r["cents"]) for r in await conn.fetch("SELECT * FROM balances")}
-        finally:
-            await conn.close()
-        client = self.mq.client_for(self.topic)
-        applied = Counter(
-            {text(k): int(v) for k, v in (await client.hgetall(self.applied_key)).items()}
-        )
-        redis_balances = {
-            text(k): int(v) for k, v in (await client.hgetall(self.balances_key)).items()
-        }
-        receipts: Counter[str] = Counter()
-        for _, fields in await self.mq.client_for(self.receipts).xrange(self.receipts):
-            data = {text(k): v for k, v in fields.items()}["data"]
-            receipts[json.loads(data)["transfer"]] += 1
-        length = int(await client.xlen(self.topic))
-        return Observed(ledger, applied, receipts, pg, redis_balances, length)
+        return await observe(self.database, self.mq, self.topic, self.receipts)
 
     async def run(self) -> int:
         import asyncpg

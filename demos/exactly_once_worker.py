@@ -93,19 +93,26 @@ def consumer(
 
     @mq.handler("transfer")
     async def transfer(msg: Message[Transfer]) -> None:
-        t = msg.data
         async with pool.acquire() as conn:
             first = await apply(conn, msg)
         log.write(f"{msg.id} {'applied' if first else 'skipped'} {msg.delivery_count}\n")
         log.flush()
         await anyio.sleep(random.uniform(0, WORK_AFTER_COMMIT))
-        async with msg.transaction() as tx:
-            tx.hincrby(tx.key("balances"), t.payer, -t.cents)
-            tx.hincrby(tx.key("balances"), t.payee, t.cents)
-            tx.hincrby(tx.key("applied"), msg.id, 1)
-        msg.publish("receipt", Receipt(transfer=msg.id, **t.model_dump()), stream=receipts)
+        await stage(msg, receipts)
 
     return mq
+
+
+async def stage(msg: Message[Transfer], receipts: str) -> None:
+    """The transfer's Redis effects (2. above) and its receipt (3.), staged: written with
+    the entry's ack, so once, or not at all."""
+    t = msg.data
+    async with msg.transaction() as tx:
+        tx.hincrby(tx.key("balances"), t.payer, -t.cents)
+        tx.hincrby(tx.key("balances"), t.payee, t.cents)
+        tx.hincrby(tx.key("applied"), msg.id, 1)
+    receipt = Receipt(transfer=msg.id, payer=t.payer, payee=t.payee, cents=t.cents)
+    msg.publish("receipt", receipt, stream=receipts)
 
 
 async def consume(

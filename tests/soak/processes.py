@@ -123,10 +123,10 @@ class Consumers:
 
     def __init__(
         self, url: str, stream: str, *, count: int, seed: int, fail_rate: float, run_dir: Path,
-        mode: str = "plain",
+        mode: str = "plain", database: str = "",
     ) -> None:  # fmt: skip
         self._url, self._stream, self._seed, self._fail_rate = url, stream, seed, fail_rate
-        self._mode = mode
+        self._mode, self._database = mode, database
         self._run_dir = run_dir
         self.names = {slot: f"c{slot}" for slot in range(count)}
         self.processes: dict[int, subprocess.Popen[str]] = {}
@@ -146,6 +146,7 @@ class Consumers:
                 str(self._fail_rate),
                 self._mode,
                 str(self._run_dir),
+                self._database,
             ],
             self._run_dir / f"consumer-{name}.log",
         )

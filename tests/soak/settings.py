@@ -21,8 +21,10 @@ class Settings:
     poison_rate: float
     keep: bool
     server: str = "own"  # or "shared": the shared embedded server of a private home; "cluster"
-    mode: str = "plain"  # or "ordered": keyed jobs, ordered=True, the order check
+    mode: str = "plain"  # or "ordered": keyed jobs, ordered=True, the order check; or
+    # "exactly-once": the ledger's handlers, each effect checked once
     network: bool = True  # the processes reach the server through fault proxies
+    database: str = ""  # exactly-once mode: the ledger's PostgreSQL, started by the soak
 
 
 def parse_settings(argv: list[str], description: str | None) -> Settings:
@@ -54,9 +56,12 @@ def parse_settings(argv: list[str], description: str | None) -> Settings:
                    help="own: a Valkey of the soak's (server-crash fault); shared: the shared "
                    "embedded server of a private STREAMQ_HOME (keeper-kill fault); cluster: "
                    "an embedded cluster of 3 masters with a replica each (master-kill fault)")  # fmt: skip
-    p.add_argument("--mode", choices=["plain", "ordered"], default=env("SOAK_MODE", "plain"),
+    p.add_argument("--mode", choices=["plain", "ordered", "exactly-once"],
+                   default=env("SOAK_MODE", "plain"),
                    help="ordered: keyed jobs on a partitioned topic consumed with ordered=True, "
-                   "per-key order checked (tests/soak/ordered.py)")  # fmt: skip
+                   "per-key order checked (tests/soak/ordered.py); exactly-once: the ledger "
+                   "of make demo-exactly-once (PostgreSQL, a Redis hash, receipts), each "
+                   "transfer checked once in each (tests/soak/exactly_once.py)")  # fmt: skip
     p.add_argument("--network", choices=["faults", "direct"],
                    default=env("SOAK_NETWORK", "faults"),
                    help="faults: producers and consumers reach the server through fault "

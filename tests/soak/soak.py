@@ -14,6 +14,11 @@ users find it without a URL, so there the soak says the network faults are skipp
 While traffic flows, faults are injected one at a time (see :mod:`tests.soak.faults`). Then the soak waits, bounded, for
 everything to settle and prints one summary as JSON plus a human line.
 
+``--mode ordered`` (:mod:`tests.soak.ordered`) consumes keyed jobs with ``ordered=True``
+and checks per-key order; ``--mode exactly-once`` (:mod:`tests.soak.exactly_once`) starts
+a PostgreSQL of its own, runs the ledger of ``make demo-exactly-once`` in the consumers and
+checks each transfer once in every store (:mod:`tests.soak.exactly_once_check`).
+
 Exit status 1 on any loss (an entry whose XADD was acknowledged that was neither handled
 nor dead-lettered), on a run that did not settle (entries still pending), on a fault that
 could not be applied (named with its error), and on a consumer that exited by itself or
@@ -38,6 +43,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -45,10 +51,13 @@ from urllib.parse import urlparse
 import anyio
 from anyio.abc import TaskGroup
 
+from demos.exactly_once import balances_key
 from streamq import MessageQueue, StartFrom
 from streamq.server.cluster import EmbeddedCluster
 from streamq.server.shared import ENV_HOME, SharedServer
 from streamq.wire.client import connect
+from tests.helpers.postgres import postgres_bin, postgres_server
+from tests.soak import exactly_once, exactly_once_check
 from tests.soak.faults import Injector
 from tests.soak.network import Network
 from tests.soak.ordered import PARTITIONS, check_order, read_calls
@@ -114,15 +123,20 @@ async def traffic_phase(
 
 
 async def settle(s: Settings, admin: MessageQueue, stream: str, run_dir: Path) -> Tally:
-    """Poll until every published entry is handled or dead-lettered and nothing is pending
-    (or until ``s.settle`` seconds have passed); return the last tally."""
-    ordered = s.mode == "ordered"
-    tally = await retrying(collect, admin, stream, run_dir, ordered)
+    """Poll until every published entry is handled or dead-lettered and nothing is pending,
+    in exactly-once mode also every receipt forwarded from the outbox (or until
+    ``s.settle`` seconds have passed); return the last tally."""
+    tally = await retrying(collect, admin, stream, run_dir, s.mode)
     with anyio.move_on_after(s.settle):
-        while not tally.settled:
+        while not tally.settled or (s.mode == "exactly-once" and await outbox_left(admin)):
             await anyio.sleep(SETTLE_POLL)
-            tally = await retrying(collect, admin, stream, run_dir, ordered)
+            tally = await retrying(collect, admin, stream, run_dir, s.mode)
     return tally
+
+
+async def outbox_left(admin: MessageQueue) -> int:
+    """Outputs (receipts) staged with their acks and not yet forwarded to their stream."""
+    return (await retrying(admin.topic_info)).outbox
 
 
 def held_after_settling(stats: dict[str, dict[str, int]], expected: int) -> list[str]:
@@ -148,6 +162,7 @@ def report(s: Settings, tally: Tally, extra: dict[str, Any], problems: list[str]
            f"{summary['ordered_skips']} skips, {summary['ordered_reruns']} re-runs, overlaps "
            f"{summary['ordered_overlaps_same_process']} in a process / "
            f"{summary['ordered_overlaps_across_processes']} across" if s.mode == "ordered" else "")
+        + (f"; {extra['exactly_once_line']}" if "exactly_once_line" in extra else "")
         + (f"; because: {'; '.join(problems)}" if problems else ""))  # fmt: skip
     return summary
 
@@ -181,7 +196,7 @@ async def traffic_then_verdict(
     ordered = s.mode == "ordered"
 
     async def tally_now() -> str:
-        return (await retrying(collect, admin, admin.stream, run_dir, ordered)).progress()
+        return (await retrying(collect, admin, admin.stream, run_dir, s.mode)).progress()
 
     exits = await traffic_phase(s, injector, producers, consumers, tally_now, started)
     retries = await anyio.to_thread.run_sync(producers.retries)
@@ -198,6 +213,10 @@ async def traffic_then_verdict(
         checked = check_order(read_calls(run_dir))
         problems += checked.problems(strict=not sum(injector.counts.values()))
         order = checked.figures()
+    if s.mode == "exactly-once":
+        verdict = await retrying(exactly_once_check.check, admin, s.database, run_dir)
+        problems += verdict.problems
+        order = {"exactly_once": verdict.figures, "exactly_once_line": verdict.line()}
     if tally.lost:
         lost = await describe_lost(admin, admin.stream, tally)
         say(f"lost entries (first {len(lost)}): {json.dumps(lost)}")
@@ -212,6 +231,10 @@ async def traffic_then_verdict(
     if not problems and server is None:  # leave a shared server as we found it
         await admin.terminate_topic()
         await admin.client.delete(tally.results_key)
+        if s.mode == "exactly-once":
+            await admin.client.delete(balances_key(admin.stream))
+            receipts = exactly_once.receipts_stream(admin.stream)
+            await admin.client_for(receipts).delete(receipts)
     return problems
 
 
@@ -259,7 +282,8 @@ async def soak_through(
     if net is not None:
         say(f"soak: network faults through {len(net.proxies)} proxies, processes use {their_url}")
     consumers = Consumers(their_url, stream, count=s.consumers, seed=s.seed,
-                          fail_rate=s.fail_rate, run_dir=run_dir, mode=s.mode)  # fmt: skip
+                          fail_rate=s.fail_rate, run_dir=run_dir, mode=s.mode,
+                          database=s.database)  # fmt: skip
     producers: Producers | None = None
     partitions = PARTITIONS if s.mode == "ordered" else 1
     async with MessageQueue(url, stream=stream, group=GROUP, start=StartFrom.EARLIEST,
@@ -299,6 +323,25 @@ async def soak_until_signalled(
 
 def main(argv: list[str]) -> int:
     s = parse_settings(argv, __doc__)
+    if s.mode == "exactly-once":
+        return with_postgres(s)
+    return run(s)
+
+
+def with_postgres(s: Settings) -> int:
+    """:func:`run` with a PostgreSQL server of its own for the ledger (exactly-once mode)."""
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        say("soak FAILED: the exactly-once mode needs Debian's postgresql "
+            "(`make postgres-deps` installs it)")  # fmt: skip
+        return 1
+    with postgres_server(bin_dir) as database:
+        say(f"soak: exactly-once mode, the ledger's PostgreSQL {bin_dir.parent.name} at {database}")
+        anyio.run(exactly_once.prepare_database, database)
+        return run(replace(s, database=database))
+
+
+def run(s: Settings) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="streamq-soak-"))
     if s.server == "shared":
         return soak_on_the_shared_server(s, run_dir)

@@ -4,8 +4,10 @@ Records every entry it handles with ``HINCRBY`` on the soak's results hash *befo
 handler returns, so before streamq acks it: an entry handled and then SIGKILLed before its
 ack still counts as handled (and its redelivery counts as a duplicate).
 
-Usage: python -m tests.soak.soak_consumer URL STREAM CONSUMER SEED FAIL_RATE [MODE RUN_DIR]
-(MODE ``ordered``: :mod:`tests.soak.ordered`, which records calls in RUN_DIR)
+Usage: python -m tests.soak.soak_consumer URL STREAM CONSUMER SEED FAIL_RATE [MODE RUN_DIR
+DATABASE] (MODE ``ordered``: :mod:`tests.soak.ordered`, which records calls in RUN_DIR;
+``exactly-once``: the ledger of :mod:`tests.soak.exactly_once`, its PostgreSQL at DATABASE,
+with no results hash: what it applied is the ledger's)
 """
 
 from __future__ import annotations
@@ -93,7 +95,16 @@ async def print_stats_on_sigusr1(
 
 
 async def main(args: list[str]) -> None:
-    url, stream, consumer, seed, fail_rate, mode, run_dir = args
+    url, stream, consumer, seed, fail_rate, mode, run_dir, database = args
+    if mode == "exactly-once":
+        import asyncpg
+
+        from tests.soak.exactly_once import ledger_queue
+
+        async with asyncpg.create_pool(database, min_size=1, max_size=8) as pool:
+            await serve(ledger_queue(url, stream, consumer, int(seed), float(fail_rate), pool,
+                                     GROUP, MAX_DELIVERIES))  # fmt: skip
+        return
     if mode == "ordered":
         from tests.soak.ordered import make_ordered_queue
 
@@ -102,6 +113,11 @@ async def main(args: list[str]) -> None:
                                 MAX_DELIVERIES)  # fmt: skip
     else:
         mq = make_queue(url, stream, consumer, int(seed), float(fail_rate))
+    await serve(mq)
+
+
+async def serve(mq: MessageQueue) -> None:
+    """Run ``mq`` until SIGTERM; ``ready`` once it runs, ``stopped: <reason>`` at the end."""
     async with mq, anyio.create_task_group() as tg:
         await tg.start(print_stats_on_sigusr1, mq)
         async with anyio.create_task_group() as runs:
@@ -115,4 +131,4 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     # SOAK_LOG_LEVEL=INFO: also what ordered mode does (takeovers, releases) in the logs
     logging.getLogger("streamq.consume").setLevel(os.environ.get("SOAK_LOG_LEVEL", "WARNING"))
-    anyio.run(main, ([*sys.argv[1:8], "plain", ""])[:7])
+    anyio.run(main, ([*sys.argv[1:9], "plain", "", ""])[:8])

@@ -7,7 +7,8 @@ killed) is sent again; entries of the failed attempt that did reach the stream a
 counted as published (the soak reports them as handled extras).
 
 Usage: python -m tests.soak.soak_producer URL STREAM INDEX COUNT RATE SEED POISON_RATE OUT SECONDS
-[MODE PRODUCERS] (MODE ``ordered``: keyed jobs, one at a time, see :mod:`tests.soak.ordered`)
+[MODE PRODUCERS] (MODE ``ordered``: keyed jobs, one at a time, see :mod:`tests.soak.ordered`;
+``exactly-once``: transfers, see :mod:`tests.soak.exactly_once`)
 Prints ``done <published> <failed attempts>`` at the end.
 """
 
@@ -68,6 +69,11 @@ async def produce(args: list[str], out: TextIO) -> None:
     url, stream, index, count, rate, seed, poison_rate, _, seconds, mode, producers = args
     if mode == "ordered":
         await produce_keyed(args, out, int(producers))
+        return
+    if mode == "exactly-once":
+        from tests.soak.exactly_once import produce_transfers
+
+        await produce_transfers(args, out)
         return
     producer, total, per_second = int(index), int(count), float(rate)
     rng, deadline = random.Random(int(seed)), time.monotonic() + float(seconds)

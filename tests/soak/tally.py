@@ -12,6 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 import anyio
 from redis.exceptions import RedisError
 
+from demos.exactly_once import applied_key
 from streamq import MessageQueue, StreamqError
 from streamq.wire.client import connect
 from streamq.wire.routing import Deployment
@@ -118,11 +119,12 @@ def read_published(run_dir: Path) -> dict[str, bool]:
     return published
 
 
-async def collect(admin: MessageQueue, stream: str, run_dir: Path, ordered: bool = False) -> Tally:
+async def collect(admin: MessageQueue, stream: str, run_dir: Path, mode: str = "plain") -> Tally:
     """The tally now; in ordered mode ``handled`` comes from the consumers' call files
-    (:mod:`tests.soak.ordered`); pending and lag are the group's over all partitions."""
-    key = results_key(stream)
-    if ordered:
+    (:mod:`tests.soak.ordered`), in exactly-once mode from the ledger's hash ``applied``
+    (written with each ack); pending and lag are the group's over all partitions."""
+    key = applied_key(stream) if mode == "exactly-once" else results_key(stream)
+    if mode == "ordered":
         handled = handled_ids(read_calls(run_dir))
     else:
         raw = await admin.client.hgetall(key)
