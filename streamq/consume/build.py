@@ -294,15 +294,17 @@ def _shared_parts(
         on_stop=consumer.on_stop_notice, on_resume=lambda _id: claimer.wake(),
         on_terminate=consumer.on_terminate_notice,
     )  # fmt: skip
+    prefix = place.id_prefix
     outcomes = GroupOutcomes(
         ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with, group=identity.group,
         consumer=identity.consumer, retry=policies.retry,
-        dead_letters=DeadLetters(client, identity.stream, summary=summary),
+        dead_letters=DeadLetters(client, identity.stream, summary=summary, id_prefix=prefix or ""),
         unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
         retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
         throttled=lambda entry, signal: flow.requeue(entry, signal),
         replier=Replier(client, identity.stream, identity.group, with_ack=True,
                         acked=acker.count_acked),
+        id_prefix=prefix,
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect,
                              staging=staging)  # fmt: skip
@@ -383,7 +385,7 @@ def _fanout_parts(
         client, stream, None, resync_interval=config.stopped_resync,
         on_stop=_ignore, on_resume=_ignore, on_terminate=reader.check_gone,
     )  # fmt: skip
-    prefix = None if place.partition is None else f"{place.partition}:"
+    prefix = place.id_prefix
     outcomes = FanoutOutcomes(
         stream, prefix, policies.retry.attempts, consumer.stats, consumer.summary
     )

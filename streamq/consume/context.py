@@ -22,3 +22,8 @@ class Place:
     partition: int | None = None  # the stream's index: IDs name it
     partitions: int = 1  # of the topic: a stream's partition is its index modulo this
     level: int | None = None  # a topic with priorities: the level (index // partitions)
+
+    @property
+    def id_prefix(self) -> str | None:
+        """What the Message IDs of this stream start with (``"2:"``); None: bare IDs."""
+        return None if self.partition is None else f"{self.partition}:"

@@ -57,7 +57,7 @@ class Dispatcher:
         self.group = group
         # what a Message says of where it comes from: the topic, and the partition if any
         self._topic, self._partition = place.topic, (place.partition or 0) % place.partitions
-        self._id_prefix = None if place.partition is None else f"{place.partition}:"
+        self._id_prefix = place.id_prefix
         self._level = place.level  # a topic with priorities: the stream's level, else None
         self._fencing_token = fencing_token  # ordered mode: the partition's lease
         self.retry = retry

@@ -326,15 +326,18 @@ class OrderedConsumer(Lifecycle):
             Place(stream) if len(self.streams) == 1
             else Place(self.topic, partition, len(self.streams))
         )  # fmt: skip
+        prefix = place.id_prefix
         outcomes = GroupOutcomes(
             ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with, group=self.group,
             consumer=self.me,
-            retry=self._retry, dead_letters=DeadLetters(client, stream),
+            retry=self._retry,
+            dead_letters=DeadLetters(client, stream, id_prefix=prefix or ""),
             unrouted=UnroutedDeliveries(client, stream, self.group),
             retry_later=verdicts.later, stats=self.stats, summary=summary,
             halt=verdicts.halt if self._halt else None, throttled=verdicts.throttle,
             replier=Replier(client, stream, self.group, with_ack=False),  # then the fenced ack
             # (a request that staged outputs: its reply goes with them and the fenced ack)
+            id_prefix=prefix,
         )  # fmt: skip
         return Dispatcher(
             router=self.router, group=self.group, retry=self._retry, outcomes=outcomes,

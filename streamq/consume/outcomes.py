@@ -124,13 +124,20 @@ class GroupOutcomes:
         halt: Halt | None = None,
         throttled: Throttled | None = None,
         replier: Replier | None = None,
+        id_prefix: str | None = None,
     ) -> None:
+        """``id_prefix``: what a Message ID of this stream starts with (``"2:"``, the
+        stream's index on a partitioned topic), for the IDs its records name."""
         self.ack, self.ack_many = ack, ack_many  # bound methods of the acker: the hot path
         self.ack_with = ack_with
         self._group, self._consumer, self._retry = group, consumer, retry
         self._dead_letters, self._unrouted, self._retry_later = dead_letters, unrouted, retry_later
         self.stats, self._summary, self._halt = stats, summary, halt
-        self._throttled, self._replier = throttled, replier
+        self._throttled, self._replier, self._id_prefix = throttled, replier, id_prefix
+
+    def _named(self, entry: RawEntry) -> str:
+        """``entry``'s ID as its Message and the CLI name it."""
+        return entry.id if self._id_prefix is None else self._id_prefix + entry.id
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """Drop the unrouted-delivery records of redelivered entries (rare)."""
@@ -234,7 +241,7 @@ class GroupOutcomes:
         self._summary.log(
             log, kind, logging.WARNING,
             "%s failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            "processing" if outside else "handler", entry.id, attempts,
+            "processing" if outside else "handler", self._named(entry), attempts,
             self._retry.max_deliveries, shortened(describe(error)), exc_info=error,
         )  # fmt: skip
 
@@ -255,7 +262,7 @@ class GroupOutcomes:
         self._summary.log(
             log, "entries without a handler here", logging.WARNING,
             "no handler for type %r (entry %s); left pending for a consumer that has one",
-            type_name, entry.id,
+            type_name, self._named(entry),
         )  # fmt: skip
 
     async def left_for_newer(self, entry: RawEntry) -> None:

@@ -234,10 +234,13 @@ class DeadLetters:
         *,
         summary: LogSummary | None = None,
         keyring: Keyring | None = None,
+        id_prefix: str = "",
     ) -> None:
         """``summary``: where the records of dead letters are summarised (a consumer's);
-        ``keyring``: a replay re-encrypts with its current key what an older one encrypted."""
-        self._client = client
+        ``keyring``: a replay re-encrypts with its current key what an older one encrypted;
+        ``id_prefix``: what a Message ID of this stream starts with (``"2:"`` on a
+        partitioned topic), for the IDs its records name."""
+        self._client, self._id_prefix = client, id_prefix
         self._keyring = keyring
         self._stream = stream
         self.key = Keys(stream).dead_letters
@@ -279,11 +282,12 @@ class DeadLetters:
         self._summary.log(
             log, "dead letters with an error" if failed else "dead letters",
             logging.ERROR if failed else logging.WARNING,
-            "dead-lettered %s (%s): %s", entry.id, entry.type, shortened(error),
+            "dead-lettered %s (%s): %s", self._id_prefix + entry.id, entry.type, shortened(error),
             exc_info=exception if failed else None,
         )  # fmt: skip
         if bad_input and exception is not None and log.isEnabledFor(logging.DEBUG):
-            log.debug("dead-lettered %s: the traceback", entry.id, exc_info=exception)
+            log.debug("dead-lettered %s: the traceback", self._id_prefix + entry.id,
+                      exc_info=exception)  # fmt: skip
 
     async def list(
         self, count: int = 100, start: str = "-", *, limit: int | None = None

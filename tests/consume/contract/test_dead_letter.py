@@ -75,6 +75,10 @@ async def test_reject_is_dead_lettered_at_once_and_the_key_goes_on(
     assert json.loads(letter.meta or "{}").get("origin") == "test"
     assert letter.error.startswith("rejected: never valid") and letter.consumer == mq.consumer
     assert stats["dead_lettered"] == 1
+    logged = [r.getMessage() for r in caplog.records if "dead-lettered" in r.getMessage()]
+    assert any(f"dead-lettered {rejected} " in line for line in logged), (
+        f"the record names the entry as its Message ID does ({rejected}): {logged}"
+    )
 
 
 async def test_a_payload_that_fails_its_model_is_dead_lettered_at_once(
