@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from streamq import Message, StartFrom
 
-from . import cleanup, consuming, flow, payloads, publishing, requests, scheduling
+from . import cleanup, consuming, flow, outputs, payloads, publishing, requests, scheduling
 from .workload import (
     Email,
     discard,
@@ -204,6 +204,7 @@ async def main(url: str, n: int, quick: bool, rounds: int) -> None:
     await flow.figures(url, quick, rounds, emit)
     await payloads.figures(url, quick, rounds, emit)
     await requests.figures(url, quick, rounds, emit)
+    await outputs.figures(url, quick, rounds, emit)
 
 
 Figure = Any  # figure(name, msgs, rates, vs=..., **extra) in main()

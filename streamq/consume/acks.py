@@ -52,6 +52,7 @@ class Acker:
         self._writer = writer
         self._wakeup = anyio.Event()
         self._closing = False
+        self._writing = False  # a write of staged entries is under way
         self.acked = 0
 
     def ack(self, entry_id: str) -> None:
@@ -75,6 +76,34 @@ class Acker:
         staged.append((entry_id, outputs))
         if len(staged) == 1:  # as ack(): the first since the queue was emptied wakes run()
             self._wakeup.set()
+
+    async def ack_with_now(self, entry_id: str, outputs: Sequence[Output | Command]) -> None:
+        """:meth:`ack_with`, written by the caller at once (with whatever else is staged)
+        when no write is under way, so that a request's reply waits for no hop to the
+        acker's task; else left for the write under way to be followed by the acker's.
+        A failed write leaves them staged for the acker to send again."""
+        self.ack_with(entry_id, outputs)
+        if self._writing or self._closing:
+            return
+        staged = self._staged[:MAX_ENTRIES_PER_WRITE]
+        del self._staged[: len(staged)]
+        self._writing = True
+        try:
+            done = await self._write(staged)
+        except BaseException as e:
+            self._staged[:0] = staged
+            self._wakeup.set()
+            if isinstance(e, RedisFailure):  # the acker sends them again after its backoff
+                log.warning("write of %d acks with outputs failed, left to the acker: %s",
+                            len(staged), e)  # fmt: skip
+                return
+            raise
+        finally:
+            self._writing = False
+            if self._staged:  # staged while this write was under way: the acker's now
+                self._wakeup.set()
+        if done:
+            self.acked += len(staged)
 
     def count_acked(self, count: int) -> None:
         """``count`` entries were acked by another script (a request's, with its reply)."""
@@ -127,8 +156,10 @@ class Acker:
             self._wakeup = anyio.Event()
             if self._closing and not self._pending and not self._staged:
                 return
-            if not self._closing and len(self._pending) < MAX_IDS_PER_XACK:
-                await anyio.sleep(ACK_LINGER)  # the read loop may carry them
+            # plain acks linger: the read loop may carry them; entries with outputs (a
+            # request's reply among them) go at once: their writer is waited for
+            if not self._closing and not self._staged and len(self._pending) < MAX_IDS_PER_XACK:
+                await anyio.sleep(ACK_LINGER)
                 if not self._pending and not self._staged:
                     continue
             try:
@@ -154,14 +185,17 @@ class Acker:
                 self._pending[:0] = ids
                 raise
             self.acked += len(ids)
-        while self._staged:
+        while self._staged and not self._writing:  # else the caller writing follows on
             staged = self._staged[:MAX_ENTRIES_PER_WRITE]
             del self._staged[: len(staged)]
+            self._writing = True
             try:
                 done = await self._write(staged)
             except BaseException:
                 self._staged[:0] = staged
                 raise
+            finally:
+                self._writing = False
             if done:
                 self.acked += len(staged)
 

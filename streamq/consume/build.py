@@ -296,14 +296,15 @@ def _shared_parts(
     )  # fmt: skip
     prefix = place.id_prefix
     outcomes = GroupOutcomes(
-        ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with, group=identity.group,
+        ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with,
+        ack_with_now=acker.ack_with_now, group=identity.group,
         consumer=identity.consumer, retry=policies.retry,
         dead_letters=DeadLetters(client, identity.stream, summary=summary, id_prefix=prefix or ""),
         unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
         retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
         throttled=lambda entry, signal: flow.requeue(entry, signal),
         replier=Replier(client, identity.stream, identity.group, with_ack=True,
-                        acked=acker.count_acked),
+                        staged=writer is not None, acked=acker.count_acked),
         id_prefix=prefix,
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect,

@@ -6,7 +6,8 @@ A consumer forwards its streams' outboxes at once after it wrote to one, and loo
 every :data:`FORWARD_INTERVAL` seconds otherwise: what a consumer that died left there is
 forwarded by the others. Each output goes to its target through one script on the target's
 slot that adds it only if its name (source stream, entry ID, output index) is not in the
-target's dedupe set, and is then deleted from the outbox; a forwarder that dies in between,
+target's dedupe set (a page's scripts for one target go in one write), and is then deleted
+from the outbox; a forwarder that dies in between,
 or two that forward the same entry at once, add nothing twice. One forwarder forwards an
 outbox in its order, so the outputs of one outbox reach each target in the order written.
 """
@@ -19,18 +20,21 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
+from redis import exceptions as rx
 
 from ..errors import RedisFailure
 from ..wire import outputs as wire
+from ..wire import resp
 from ..wire.damage import set_aside
 from ..wire.keys import Keys
 from ..wire.records import DamagedRecord
+from ..wire.translate import translate
 from .stats import Stats
 
 log = logging.getLogger(__name__)
 
 FORWARD_INTERVAL = 1.0  # how often each consumer looks at the outboxes of its streams
-FORWARD_PAGE = 100  # outbox entries read at a time
+FORWARD_PAGE = 500  # outbox entries read at a time
 FORWARD_RETRY_BACKOFF = 1.0
 
 
@@ -69,26 +73,56 @@ class Forwarder:
         start, added = "-", 0
         while True:
             rows = await client.xrange(outbox, start, "+", count=FORWARD_PAGE)
-            for entry_id, fields in rows:
-                added += await self._forward_one(client, outbox, entry_id, fields)
+            if rows:
+                added += await self._forward_page(client, outbox, rows)
             if len(rows) < FORWARD_PAGE:
                 return added
             start = "(" + _text(rows[-1][0])
 
-    async def _forward_one(
-        self, client: aioredis.Redis, outbox: str, entry_id: Any, fields: dict[bytes, bytes]
+    async def _forward_page(
+        self, client: aioredis.Redis, outbox: str, rows: list[tuple[Any, dict[bytes, bytes]]]
     ) -> int:
-        found = _parsed(outbox, entry_id, fields)
-        if isinstance(found, DamagedRecord):
-            set_aside(found, "left in the outbox, not forwarded")
-            return 0
-        target, name, rest = found
-        keys = [target, Keys(target).forwarded]
-        args: list[bytes | str] = [name, str(wire.DEDUPE_WINDOW_MS), *rest]
-        added = int(await wire.run(self._client_for(target), wire.FORWARD, keys, args, target))
-        await client.xdel(outbox, entry_id)
+        """Forward a page of the outbox: per target, its outputs' scripts in one write, in
+        the outbox's order; then one XDEL of every entry forwarded (a damaged one stays)."""
+        by_target: dict[str, list[tuple[str, list[bytes | str]]]] = {}
+        forwarded: list[Any] = []
+        for entry_id, fields in rows:
+            found = _parsed(outbox, entry_id, fields)
+            if isinstance(found, DamagedRecord):
+                set_aside(found, "left in the outbox, not forwarded")
+                continue
+            target, name, rest = found
+            by_target.setdefault(target, []).append((name, rest))
+            forwarded.append(entry_id)
+        added = 0
+        for target, outputs in by_target.items():
+            added += await self._forward_to(target, outputs)
+        if forwarded:
+            await client.xdel(outbox, *forwarded)
         self._stats.forwarded += added
         return added
+
+    async def _forward_to(self, target: str, outputs: list[tuple[str, list[bytes | str]]]) -> int:
+        """Add ``outputs`` (name, fields) to ``target`` unless already added: one script
+        each, all in one write; how many were added."""
+        keys, window = [target, Keys(target).forwarded], str(wire.DEDUPE_WINDOW_MS)
+
+        def packed(call: list[bytes | str]) -> bytes:
+            return b"".join(
+                resp.pack(*call, "2", *keys, name, window, *rest) for name, rest in outputs
+            )
+
+        client = self._client_for(target)
+        sha = resp.script_sha(wire.FORWARD)
+        replies = await resp.execute(client, packed(["EVALSHA", sha]), len(outputs),
+                                     raise_errors=False)  # fmt: skip
+        if any(isinstance(reply, rx.NoScriptError) for reply in replies):  # not loaded there
+            replies = await resp.execute(client, packed(["EVAL", wire.FORWARD]), len(outputs),
+                                         raise_errors=False)  # fmt: skip
+        for reply in replies:
+            if isinstance(reply, rx.ResponseError):
+                raise translate(reply, target) from reply
+        return sum(int(reply) for reply in replies)
 
 
 def _text(value: Any) -> str:

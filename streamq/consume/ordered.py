@@ -328,15 +328,15 @@ class OrderedConsumer(Lifecycle):
         )  # fmt: skip
         prefix = place.id_prefix
         outcomes = GroupOutcomes(
-            ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with, group=self.group,
-            consumer=self.me,
+            ack=acker.ack, ack_many=acker.ack_many, ack_with=acker.ack_with,
+            ack_with_now=acker.ack_with_now, group=self.group, consumer=self.me,
             retry=self._retry,
             dead_letters=DeadLetters(client, stream, id_prefix=prefix or ""),
             unrouted=UnroutedDeliveries(client, stream, self.group),
             retry_later=verdicts.later, stats=self.stats, summary=summary,
             halt=verdicts.halt if self._halt else None, throttled=verdicts.throttle,
-            replier=Replier(client, stream, self.group, with_ack=False),  # then the fenced ack
-            # (a request that staged outputs: its reply goes with them and the fenced ack)
+            replier=Replier(client, stream, self.group, with_ack=False,
+                            staged=self._outputs is not None),  # with the fenced ack
             id_prefix=prefix,
         )  # fmt: skip
         return Dispatcher(

@@ -125,6 +125,7 @@ class GroupOutcomes:
         throttled: Throttled | None = None,
         replier: Replier | None = None,
         id_prefix: str | None = None,
+        ack_with_now: Callable[[str, list[Output]], Awaitable[None]] | None = None,
     ) -> None:
         """``id_prefix``: what a Message ID of this stream starts with (``"2:"``, the
         stream's index on a partitioned topic), for the IDs its records name."""
@@ -134,6 +135,7 @@ class GroupOutcomes:
         self._dead_letters, self._unrouted, self._retry_later = dead_letters, unrouted, retry_later
         self.stats, self._summary, self._halt = stats, summary, halt
         self._throttled, self._replier, self._id_prefix = throttled, replier, id_prefix
+        self._ack_with_now = ack_with_now  # a request's reply: written by the worker if it may
 
     def _named(self, entry: RawEntry) -> str:
         """``entry``'s ID as its Message and the CLI name it."""
@@ -149,9 +151,13 @@ class GroupOutcomes:
         self, entry: RawEntry, meta: dict[str, str], result: Any, outputs: list[Output] | None
     ) -> None:
         replier = self._replier
-        if outputs is not None:  # the reply is one more output: all written with the ack
-            if replier is not None:
-                outputs.append(replier.output(meta, result))
+        if replier is not None and replier.staged:  # the reply goes with the ack, as an output
+            outputs = [] if outputs is None else outputs
+            outputs.append(replier.output(meta, result))
+            if self._ack_with_now is not None:  # the requester waits: no hop to the acker
+                await self._ack_with_now(entry.id, outputs)
+                return
+        if outputs is not None:  # written with the ack
             self.ack_with(entry.id, outputs)
             return
         if replier is not None:

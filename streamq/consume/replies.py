@@ -3,10 +3,14 @@ is :mod:`streamq.wire.replying`).
 
 A handled request's reply is its handler's return value; a request dead-lettered (failed
 past its delivery limit, rejected, a bad payload) is answered with the reason, which
-``mq.request`` raises as :class:`~streamq.RemoteError`. In shared mode the reply and the
-request's ack are one script on the request's slot: a reply exists exactly when the request
-is acknowledged. In ordered mode the reply is written first and the fenced ack follows (a
-crash in between runs the handler again, whose second reply the requester ignores).
+``mq.request`` raises as :class:`~streamq.RemoteError`. A consumer built by a queue writes a
+handled request's reply as one more output of the entry (``staged``): with its ack, in the
+acker's next flush, one script for every entry of the flush (fenced in ordered mode), so a
+reply exists exactly when the request is acknowledged, and concurrent requests share a
+round trip. Without staging (a consumer built on its own), in shared mode the reply and the
+ack are one script per request; in ordered mode the reply is written first and the fenced
+ack follows (a crash in between runs the handler again, whose second reply the requester
+ignores).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ..message import RawEntry
+from ..wire import resp
 from ..wire.keys import Keys
 from ..wire.replying import REPLY, REPLY_MAXLEN, REPLY_TO, REPLY_TTL_MS, REQUEST, reply_fields
 from .outputs import Output
@@ -32,12 +37,14 @@ class Replier:
         group: str,
         *,
         with_ack: bool,
+        staged: bool = False,
         acked: Callable[[int], None] = lambda count: None,
     ) -> None:
-        """``acked(n)``: n entries were acked with their replies (the acker counts them)."""
-        self._script = client.register_script(REPLY)
+        """``staged``: replies go with the acks as outputs (:meth:`output`);
+        ``acked(n)``: n entries were acked with their replies by :meth:`handled`."""
+        self._client = client
         self._keys, self._stream, self._group = Keys(stream), stream, group
-        self.with_ack, self._acked = with_ack, acked
+        self.with_ack, self.staged, self._acked = with_ack, staged, acked
 
     async def handled(self, entry: RawEntry, meta: dict[str, str], result: Any) -> None:
         """The request ``entry`` was handled: its reply (and, ``with_ack``, its ack)."""
@@ -60,5 +67,7 @@ class Replier:
         self, entry: RawEntry, meta: dict[str, str], fields: list[str], *, ack: bool
     ) -> None:
         reply_key = self._keys.replies(meta[REPLY_TO])
-        args = [REPLY_TTL_MS, REPLY_MAXLEN, self._group if ack else "", entry.id, *fields]
-        await self._script(keys=[reply_key, self._stream], args=args)
+        args: list[bytes | str | int] = [
+            REPLY_TTL_MS, REPLY_MAXLEN, self._group if ack else "", entry.id, *fields
+        ]  # fmt: skip
+        await resp.run_script(self._client, REPLY, [reply_key, self._stream], args, self._stream)

@@ -144,11 +144,30 @@ class Requests:
         return reader
 
 
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}  # reply_model -> its adapter (made once each)
+MAX_ADAPTERS = 256
+
+
+def _adapter(reply_model: Any) -> TypeAdapter[Any]:
+    """The validator of ``reply_model`` (``Any`` for None), kept: making one costs more than
+    a request's round trip."""
+    model = reply_model if reply_model is not None else Any
+    try:
+        return _ADAPTERS[model]
+    except KeyError:
+        adapter = TypeAdapter(model)
+        if len(_ADAPTERS) < MAX_ADAPTERS:
+            _ADAPTERS[model] = adapter
+        return adapter
+    except TypeError:  # an unhashable annotation: not kept
+        return TypeAdapter(model)
+
+
 def _validated(message_type: str, raw: bytes, reply_model: Any) -> Any:
     """The reply's JSON as ``reply_model`` (as it is without one). A reply it refuses is a
     MessageFormatError, so that a caller catching StreamqError catches it too."""
     try:
-        return TypeAdapter(reply_model if reply_model is not None else Any).validate_json(raw)
+        return _adapter(reply_model).validate_json(raw)
     except ValidationError as e:
         model = reply_model.__name__ if isinstance(reply_model, type) else repr(reply_model)
         problems = "; ".join(

@@ -27,7 +27,6 @@ returned to the caller, which logs it; the other entries of the call go on.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -122,9 +121,6 @@ REFUSED_COMMANDS = frozenset((
     "UNSUBSCRIBE", "UNWATCH", "WAIT", "WAITAOF", "WATCH", "XREAD", "XREADGROUP"
 ))  # fmt: skip
 
-_SHAS = {script: hashlib.sha1(script.encode()).hexdigest() for script in (WRITE, WRITE_FENCED,
-                                                                             FORWARD)}  # fmt: skip
-
 
 # the RESP bulk strings of small numbers (key indexes, field counts, output counts)
 _NUMBERS = [b"$%d\r\n%d\r\n" % (len(str(n)), n) for n in range(1024)]
@@ -198,7 +194,7 @@ class Packed:
     ) -> bytes:
         """``EVALSHA sha nkeys keys.. head.. <the added arguments>`` (``load``: ``EVAL``
         with the script)."""
-        call = ["EVAL", script] if load else ["EVALSHA", _SHAS[script]]
+        call = ["EVAL", script] if load else ["EVALSHA", resp.script_sha(script)]
         args = [*call, str(len(keys)), *keys, *head]
         return b"*%d\r\n" % (len(args) + self.count) + bulks(args) + b"".join(self.parts)
 
@@ -226,20 +222,3 @@ async def run_packed(
 def output_name(source: str, entry_id: str, index: int | str) -> str:
     """The name of one output for good (its dedupe name): ``<source>/<entry ID>/<index>``."""
     return f"{source}/{entry_id}/{index}"
-
-
-async def run(
-    client: aioredis.Redis, script: str, keys: list[str], args: list[bytes | str], stream: str
-) -> Any:
-    """Run ``script`` (``EVALSHA``, ``EVAL`` when the server lacks it); streamq's error for an
-    error reply."""
-    tail = [str(len(keys)), *keys, *args]
-    (reply,) = await resp.execute(
-        client, resp.pack("EVALSHA", _SHAS[script], *tail), 1, raise_errors=False
-    )
-    if isinstance(reply, rx.NoScriptError):
-        (reply,) = await resp.execute(client, resp.pack("EVAL", script, *tail), 1,
-                                      raise_errors=False)  # fmt: skip
-    if isinstance(reply, rx.ResponseError):
-        raise translate(reply, stream) from reply
-    return reply

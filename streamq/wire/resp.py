@@ -15,12 +15,14 @@ timeout closes its connection (kept, the late reply would answer the next comman
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
 import redis
 import redis.asyncio as aioredis
+import redis.exceptions as rx
 
 from .asking import asked_writes, put_answers
 from .reading import read_reply, read_reply_sync
@@ -104,6 +106,38 @@ async def execute(
     if raise_errors:
         _raise_first_error(results, stream)
     return results
+
+
+_SHAS: dict[str, str] = {}  # a script's text -> its SHA1 (each hashed once)
+
+
+def script_sha(script: str) -> str:
+    """The SHA1 of ``script``, as ``EVALSHA`` names it."""
+    sha = _SHAS.get(script)
+    if sha is None:
+        sha = _SHAS[script] = hashlib.sha1(script.encode()).hexdigest()
+    return sha
+
+
+async def run_script(
+    client: aioredis.Redis,
+    script: str,
+    keys: list[str],
+    args: Iterable[bytes | str | int],
+    stream: str,
+) -> Any:
+    """Run ``script`` on one pooled connection, hand-packed (``EVALSHA``; ``EVAL`` when the
+    server lacks it): a third of the CPU of redis-py's ``Script`` call. Streamq's error for
+    an error reply (``stream``: the stream it concerns)."""
+    tail = [str(len(keys)), *keys, *(a if isinstance(a, bytes | str) else str(a) for a in args)]
+    (reply,) = await execute(
+        client, pack("EVALSHA", script_sha(script), *tail), 1, raise_errors=False
+    )
+    if isinstance(reply, rx.NoScriptError):
+        (reply,) = await execute(client, pack("EVAL", script, *tail), 1, raise_errors=False)
+    if isinstance(reply, rx.ResponseError):
+        raise translate(reply, stream) from reply
+    return reply
 
 
 class HeldConnection:

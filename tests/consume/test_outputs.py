@@ -22,6 +22,7 @@ from streamq.consume.outputs import Output, OutputWriter
 from streamq.consume.stats import Stats
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.wire import outputs as wire
+from streamq.wire import resp
 from streamq.wire.client import connect
 from streamq.wire.keys import Keys
 from streamq.wire.ownership import lease_key
@@ -184,9 +185,9 @@ async def test_what_a_dead_forwarder_left_is_forwarded_once_by_another_consumer(
             name = wire.output_name(source, fields[b"entry"].decode(), fields[b"index"].decode())
             rest = [v for pair in list(fields.items())[4:] for v in pair]
             args = [name, str(wire.DEDUPE_WINDOW_MS), *rest]
-            await wire.run(target_client, wire.FORWARD, [target, Keys(target).forwarded], args,
-                           target)  # fmt: skip
-        await forwarder._forward_one(source_client, Keys(source).outbox, *rows[3])
+            keys = [target, Keys(target).forwarded]
+            await resp.run_script(target_client, wire.FORWARD, keys, args, target)
+        await forwarder._forward_page(source_client, Keys(source).outbox, rows[3:4])
         monkeypatch.setattr(Forwarder, "run", run)
         second = _queue(url, source, "c2")
         second.handler("order")(order)
