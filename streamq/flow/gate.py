@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 
 from ..message import Message
 from ..signals import Throttle
+from .credit import Credit
 from .limiter import Grant, RateLimiter
 from .settings import FlowConfig
 from .throttle import throttle, throttled_keys, throttled_types
@@ -51,12 +52,16 @@ class FlowGate:
         self.config = config
         self.pauses = PauseWatch(client, stream, group, interval=poll_interval, on_change=on_change)
         self._limiters = {t: RateLimiter(r) for t, r in config.rate_limits.items()}
+        self._credit = Credit(self._take_from_server)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Keep the pause view current until cancelled (ready once first read)."""
-        await self.pauses.run(task_status=task_status)
+        """Keep the pause view current and take permits ahead for limits far from binding
+        (:mod:`.credit`), until cancelled (ready once the pauses were first read)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._credit.run)
+            await self.pauses.run(task_status=task_status)
 
     def report_as(self, consumer: str, counts: Callable[[], Mapping[str, int]]) -> None:
         """Report what ``consumer`` holds back (``counts``: entries by reason, as
@@ -92,7 +97,13 @@ class FlowGate:
         limiter = self._limiters.get(type_name)
         if limiter is None:
             return Grant(count, 0.0)
+        if not limiter.rate.per_key:  # a limit of the whole type: permits may be in hand
+            return await self._credit.take(type_name, count)
         return await limiter.take(self._client, self._stream, self._group, type_name, key, count)
+
+    async def _take_from_server(self, type_name: str, count: int) -> Grant:
+        limiter = self._limiters[type_name]
+        return await limiter.take(self._client, self._stream, self._group, type_name, None, count)
 
     # -- throttles ------------------------------------------------------------------
     async def throttled(

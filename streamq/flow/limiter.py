@@ -35,6 +35,7 @@ class Grant:
 
     granted: int
     wait_seconds: float
+    left: int = 0  # permits a take could still have now (the limit's headroom)
 
 
 class RateLimiter:
@@ -74,7 +75,9 @@ class RateLimiter:
             raise ValueError(f"count must be an integer >= 1, got {count!r}")
         name = self.key(stream, group, type_name, key)
         args = [self._interval, self._tolerance, count, self._bound]
-        granted, wait_us, damaged = await client.register_script(RATE_TAKE)(keys=[name], args=args)
+        granted, wait_us, damaged, *left = await client.register_script(RATE_TAKE)(
+            keys=[name], args=args
+        )
         if damaged is not None:
             set_aside(damaged_rate(name, damaged), "replaced: the limit starts afresh")
-        return Grant(int(granted), int(wait_us) / 1_000_000)
+        return Grant(int(granted), int(wait_us) / 1_000_000, int(left[0]) if left else 0)

@@ -16,7 +16,8 @@ from __future__ import annotations
 # is replaced (and returned, for the caller to report); a valid time further ahead than
 # this limit writes (a limit made faster) is brought back to the furthest it writes.
 # KEYS: the limiter. ARGV: interval (us), tolerance (us), count, bound (us).
-# Returns {granted, microseconds until the next permit conforms, the damaged value or nil}.
+# Returns {granted, microseconds until the next permit conforms, the damaged value or nil,
+# the permits a take could still have now}.
 RATE_TAKE = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -45,7 +46,9 @@ if granted > 0 or clamped then  -- a clamped state is written back: time runs fo
   local ttl = math.max(math.ceil((tat - now) / 1000), 1)
   redis.call('SET', KEYS[1], string.format('%.0f', math.ceil(tat)), 'PX', ttl)
 end
-return {granted, math.max(math.ceil(tat - tolerance - now), 0), damaged}
+local left, after = 0, now + tolerance - tat  -- permits a take now could still have
+if after >= 0 then left = math.floor(after / interval + 1e-6) + 1 end
+return {granted, math.max(math.ceil(tat - tolerance - now), 0), damaged, left}
 """
 
 # Throttle a type or a key: the record's expiry becomes ``ms`` from now unless it is

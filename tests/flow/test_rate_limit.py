@@ -166,7 +166,9 @@ async def test_a_take_within_the_limit_is_granted_whole_with_no_wait(
     raw: aioredis.Redis, stream: str
 ) -> None:
     limiter = RateLimiter(RateLimit(1000))  # burst 50
-    assert await limiter.take(raw, stream, "g", "order", None, 10) == Grant(10, 0.0)
+    assert await limiter.take(raw, stream, "g", "order", None, 10) == Grant(10, 0.0, left=40)
+    most = await limiter.take(raw, stream, "g", "order", None, 45)  # the burst's rest: 40
+    assert (most.granted, most.left) == (40, 0) and 0 < most.wait_seconds <= 0.001
 
 
 async def test_each_key_has_its_own_limit_and_the_keyless_share_one(
