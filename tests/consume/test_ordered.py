@@ -344,7 +344,7 @@ async def test_a_terminated_topic_stops_its_ordered_consumers(make_queue: QueueF
 
 @pytest.mark.auto_stop
 async def test_a_deleted_partition_other_than_the_first_stops_the_consumer(
-    make_queue: QueueFactory, client: aioredis.Redis
+    make_queue: QueueFactory,
 ) -> None:
     mq = make_queue(ordered=True, partitions=2, ownership_lease=LEASE)
     journal = Journal()
@@ -353,7 +353,7 @@ async def test_a_deleted_partition_other_than_the_first_stops_the_consumer(
         await mq.publish_many("job", [{"n": 0}, {"n": 1}], key=lambda d: f"k{d['n']}")
         async with mq.running():
             await wait_for(lambda: journal.handled == 2, what="handled")
-            await client.delete(mq.streams[1])  # the first partition's stream stays
+            await mq.client_for(mq.streams[1]).delete(mq.streams[1])  # the first stays
             with anyio.fail_after(5):
                 await mq.done.wait()
     assert (mq.stop_reason, mq.auto_stopped) == ("stream_deleted", True)
