@@ -4,8 +4,6 @@ asks the server, so the limit holds as without credit."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import anyio
 import pytest
 import redis.asyncio as aioredis
@@ -13,16 +11,8 @@ import redis.asyncio as aioredis
 from streamq import RateLimit
 from streamq.flow.credit import AHEAD, Credit
 from streamq.flow.limiter import Grant, RateLimiter
-from streamq.wire.client import connect
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def raw(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
-    deployment = connect(redis_url)
-    yield deployment.client_for(stream)
-    await deployment.aclose()
 
 
 class ServerTakes:

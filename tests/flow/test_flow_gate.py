@@ -3,7 +3,6 @@ pause, throttles, rate limits — for one group of a topic."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -21,13 +20,6 @@ from tests.helpers.waiting import wait_for
 pytestmark = pytest.mark.anyio
 
 CONFIG = FlowConfig.of({"email": RateLimit(10, per=60, by="key"), "sms": RateLimit(100)})
-
-
-@pytest.fixture
-async def raw(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
-    deployment = connect(redis_url)
-    yield deployment.client_for(stream)
-    await deployment.aclose()
 
 
 def message(type_name: str, key: str | None) -> Message[Any]:

@@ -25,13 +25,6 @@ from tests.helpers.waiting import wait_for
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def raw(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
-    deployment = connect(redis_url)
-    yield deployment.client_for(stream)
-    await deployment.aclose()
-
-
 def targets(records: list[PausedRecord]) -> list[str]:
     return [r.target for r in records]
 

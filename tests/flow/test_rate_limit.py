@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -90,13 +89,6 @@ def test_the_key_a_message_is_limited_under() -> None:
 
 
 # -- the limiter ----------------------------------------------------------------------
-@pytest.fixture
-async def raw(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
-    deployment = connect(redis_url)
-    yield deployment.client_for(stream)
-    await deployment.aclose()
-
-
 async def taker(
     url: str,
     stream: str,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -58,13 +57,6 @@ def test_an_unknown_scope_is_refused(scope: Any) -> None:
 
 
 # -- the records ----------------------------------------------------------------------
-@pytest.fixture
-async def raw(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
-    deployment = connect(redis_url)
-    yield deployment.client_for(stream)
-    await deployment.aclose()
-
-
 async def test_a_throttled_key_waits_and_the_other_keys_do_not(
     raw: aioredis.Redis, stream: str
 ) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -24,7 +23,6 @@ from streamq.flow.waiting import (
     waiting_groups,
 )
 from streamq.testing import TEST_TIMINGS
-from streamq.wire.client import connect
 from streamq.wire.damage import damaged_counts
 from streamq.wire.keys import Keys
 from tests.helpers.held_back import HELD_BACK_LIMITS, register_held_back_handlers
@@ -34,13 +32,6 @@ from tests.helpers.waiting import wait_for
 pytestmark = pytest.mark.anyio
 
 REPORTED_WITHIN = 3.0  # seconds: a report at most every second, on a poll every half second
-
-
-@pytest.fixture
-async def raw(redis_url: str, stream: str) -> AsyncIterator[aioredis.Redis]:
-    deployment = connect(redis_url)
-    yield deployment.client_for(stream)
-    await deployment.aclose()
 
 
 async def group_waiting(mq: MessageQueue) -> GroupWaiting | None:
