@@ -48,7 +48,7 @@ from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
-from .router import Router
+from ._router import Router
 from .signals import PartialFailure, Reject, Retry, Throttle
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport

@@ -23,7 +23,7 @@ from .consume.middlewares import HandlerMiddleware
 from .errors import ConfigError
 from .publish.middlewares import PublishMiddleware
 from .queue import MessageQueue
-from .router import Router
+from ._router import Router
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer, QueueCollector

@@ -43,3 +43,13 @@ def test_every_error_derives_from_root() -> None:
     assert all(issubclass(c, streamq.StreamqError) for c in classes)
     assert issubclass(streamq.ConfigError, ValueError)
     assert not issubclass(streamq.Retry, streamq.StreamqError), "signals are not errors"
+
+
+def test_at_most_ten_public_modules_at_the_top() -> None:
+    """The top of the package holds the modules a user imports by name (streamq.testing,
+    streamq.metrics, ...); every other part lives in its folder or is private (``_name``)."""
+    from pathlib import Path
+
+    top = Path(streamq.__file__).parent
+    public = sorted(p.stem for p in top.glob("*.py") if not p.stem.startswith("_"))
+    assert len(public) <= 10, f"{len(public)} public modules at the top of streamq/: {public}"
