@@ -1,8 +1,11 @@
-"""The topic operations of :class:`~streamq.MessageQueue`: each delegates in one line to the
-queue's :class:`~streamq.topic.operations.TopicAdmin` or its
+"""The topic of :class:`~streamq.MessageQueue`: its shape and connections (from the queue's
+:class:`~streamq.topic.handle.TopicHandle`) and its operations, each delegating in one line
+to the queue's :class:`~streamq.topic.operations.TopicAdmin` or its
 :class:`~streamq.publish.scheduled.ScheduledMessages` (whose docstrings they carry)."""
 
 from __future__ import annotations
+
+import redis.asyncio as aioredis
 
 from ._facade_docs import adopt_docstrings
 from .config import CleanupPolicy
@@ -11,15 +14,49 @@ from .publish.scheduling import ScheduledMessage
 from .topic.admin import ScheduledSummary, TopicInfo
 from .topic.deadletter import DeadLetter, DeadLetters
 from .topic.halted import HaltedKey
+from .topic.handle import TopicHandle
 from .topic.operations import TopicAdmin
+from .wire.routing import Deployment
 
 
 class TopicFacade:
     """The operations on a queue's topic that need no running consumer."""
 
     cleanup_policy: CleanupPolicy
-    _admin: TopicAdmin  # the parts the queue holds
+    _topic: TopicHandle  # the parts the queue holds
+    _admin: TopicAdmin
     _schedule: ScheduledMessages
+
+    # -- the topic's shape and connections -----------------------------------------
+    @property
+    def partitions(self) -> int:
+        """The topic's number of partitions (1: a plain stream)."""
+        return self._topic.partitions
+
+    @property
+    def priorities(self) -> int:
+        """The topic's number of priority levels (1: none; 0 is the highest)."""
+        return self._topic.priorities
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The topic's streams: the stream itself, or one per partition and priority
+        level (level ``L`` of partition ``i`` at index ``L * partitions + i``)."""
+        return self._topic.streams
+
+    @property
+    def _deployment(self) -> Deployment:
+        return self._topic.deployment
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The asyncio Redis client for this stream's keys (on a cluster: its slot's master)."""
+        return self._topic.client
+
+    def client_for(self, stream: str) -> aioredis.Redis:
+        """The asyncio Redis client for one of the topic's streams (``mq.streams``) and its
+        ``streamq:{<stream>}:`` keys: on a cluster, the master serving its slot."""
+        return self._topic.client_for(stream)
 
     # -- control --------------------------------------------------------------------
     async def stop_message(self, entry_id: str) -> int:

@@ -1,8 +1,10 @@
-"""Opening a queue whose server cannot be reached yet: ``run()`` and ``running()`` keep
-trying with backoff (readiness stays false meanwhile) until it works or a stop is asked."""
+"""A queue's states, and opening a queue whose server cannot be reached yet: ``run()`` and
+``running()`` keep trying with backoff (readiness stays false meanwhile) until it works or
+a stop is asked."""
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -16,6 +18,16 @@ OPEN_RETRY_BACKOFF = 0.5
 MAX_OPEN_RETRY_BACKOFF = 10.0
 
 
+class State(enum.Enum):
+    """Where a MessageQueue is: ``NEW`` -> ``OPEN`` (connected) -> ``RUNNING`` (consuming)
+    -> ``OPEN`` again after a stop; ``CLOSED`` after ``aclose()``, which ``open()`` undoes."""
+
+    NEW = "new"
+    OPEN = "open"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
 async def try_open(open_: Callable[[], Awaitable[None]]) -> bool:
     """Open now; False if the server cannot be reached yet (other errors raise)."""
     try:
@@ -26,7 +38,9 @@ async def try_open(open_: Callable[[], Awaitable[None]]) -> bool:
     return True
 
 
-async def open_until_ready(prepare: Callable[[], Awaitable[None]], stop: anyio.Event) -> bool:
+async def open_until_ready(
+    prepare: Callable[[], Awaitable[None]], stop: anyio.Event, consumer: str
+) -> bool:
     """Retry ``prepare`` with backoff until it works (True) or ``stop`` is set (False)."""
     backoff = OPEN_RETRY_BACKOFF
     while not stop.is_set():
@@ -39,5 +53,6 @@ async def open_until_ready(prepare: Callable[[], Awaitable[None]], stop: anyio.E
         except ServerUnavailableError:
             backoff = min(backoff * 2, MAX_OPEN_RETRY_BACKOFF)
             continue
+        log.info("server reached: consumer %s starts", consumer)
         return True
     return False

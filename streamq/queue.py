@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -11,14 +10,13 @@ from types import TracebackType
 from typing import Any, Never
 
 import anyio
-import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 
 from ._facade_publish import PublishFacade
 from ._facade_registration import RegistrationFacade
 from ._facade_topic import TopicFacade
 from ._health import health_report
-from ._opening import open_until_ready, try_open
+from ._opening import State, open_until_ready, try_open
 from ._payload_routes import WrittenVersions, bind
 from ._preparing import Preparation, prepare
 from ._queue_args import check_identity, check_ordered, check_priorities, default_consumer_name
@@ -63,13 +61,6 @@ from .wire.routing import Deployment
 from .wire.urls import check_url
 
 log = logging.getLogger(__name__)
-
-
-class State(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    RUNNING = "running"
-    CLOSED = "closed"
 
 
 class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
@@ -215,36 +206,6 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             raise QueueStateError("this MessageQueue is closed; open it again with `async with mq`")
         return connect(self.url, cluster=self._cluster)
 
-    @property
-    def partitions(self) -> int:
-        """The topic's number of partitions (1: a plain stream)."""
-        return self._topic.partitions
-
-    @property
-    def priorities(self) -> int:
-        """The topic's number of priority levels (1: none; 0 is the highest)."""
-        return self._topic.priorities
-
-    @property
-    def streams(self) -> tuple[str, ...]:
-        """The topic's streams: the stream itself, or one per partition and priority
-        level (level ``L`` of partition ``i`` at index ``L * partitions + i``)."""
-        return self._topic.streams
-
-    @property
-    def _deployment(self) -> Deployment:
-        return self._topic.deployment
-
-    @property
-    def client(self) -> aioredis.Redis:
-        """The asyncio Redis client for this stream's keys (on a cluster: its slot's master)."""
-        return self._topic.client
-
-    def client_for(self, stream: str) -> aioredis.Redis:
-        """The asyncio Redis client for one of the topic's streams (``mq.streams``) and its
-        ``streamq:{<stream>}:`` keys: on a cluster, the master serving its slot."""
-        return self._topic.client_for(stream)
-
     async def _discover_partitions(self) -> int:
         """Take the partition count recorded for this topic (for tools that operate on any
         topic, as the CLI does); return it. Only before the queue runs."""
@@ -306,6 +267,11 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         await self._topic.close()
 
     # -- consuming ------------------------------------------------------------------
+    def _check_runnable(self) -> None:
+        if not len(self.route_table):
+            raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
+        self.flow_config.check_consumer(self.route_table.routes, self.group)
+
     def _build_consumer(self) -> Engine:
         topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer,
                       self.partitions, self.priorities)  # fmt: skip
@@ -341,9 +307,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         With ``tg.start(mq.run)``, readiness is reported once the consumer is built and,
         when ``run()`` owns the signals, a SIGTERM is a graceful stop.
         """
-        if not len(self.route_table):
-            raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
-        self.flow_config.check_consumer(self.route_table.routes, self.group)
+        self._check_runnable()
         periodic_levels(self.periodics, self.priorities)  # before anything runs
         if self._state is State.RUNNING:
             raise QueueStateError("this MessageQueue is already running")
@@ -358,7 +322,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
                 if owns_signals(handle_signals):  # ready means a signal is a graceful stop
                     await tg.start(watch_stop_signals, consumer)
                 task_status.started()
-                opened = opened or await self._open_until_ready(consumer)
+                opened = opened or await open_until_ready(
+                    self._prepare, consumer.stop_requested, self.consumer
+                )
                 if opened and self.periodics:  # one message per tick across processes
                     tg.start_soon(self.run_periodics)
                 if opened:  # every record of the consumer's tasks says which consumer it is
@@ -374,13 +340,6 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         if consumer.error is not None:
             raise consumer.error
 
-    async def _open_until_ready(self, consumer: Engine) -> bool:
-        """Retry opening with backoff until it works (True) or a stop is asked (False)."""
-        ready = await open_until_ready(self._prepare, consumer.stop_requested)
-        if ready:
-            log.info("server reached: consumer %s starts", self.consumer)
-        return ready
-
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MessageQueue]:
         """Run the consumer in the background of the enclosed block (e.g. an app lifespan).
@@ -391,10 +350,8 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         opened it. An error raised by the block comes out as itself (not in an
         ``ExceptionGroup``).
         """
+        self._check_runnable()
         was_open = self._state is State.OPEN
-        if not was_open and not len(self.route_table):
-            raise ConfigError("no handlers registered: use @mq.handler(type) or mq.register()")
-        self.flow_config.check_consumer(self.route_table.routes, self.group)
         if not was_open:
             await try_open(self.open)  # configuration errors raise here, not in a task group
         try:
