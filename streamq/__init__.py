@@ -11,6 +11,7 @@ import importlib as _importlib
 import typing as _typing
 
 from ._ids import StreamId
+from ._router import Router
 from ._transaction import Transaction
 from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
@@ -48,7 +49,6 @@ from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
-from ._router import Router
 from .signals import PartialFailure, Reject, Retry, Throttle
 from .topic.admin import ConsumerInfo, GroupInfo, TopicInfo
 from .topic.cleanup import CleanupReport

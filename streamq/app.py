@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from ._router import Router
 from ._stop_signals import owns_signals, watch_stop_signals
 from .consume.context import inside_handler
 from .consume.middlewares import HandlerMiddleware
 from .errors import ConfigError
 from .publish.middlewares import PublishMiddleware
 from .queue import MessageQueue
-from ._router import Router
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer, QueueCollector
