@@ -102,7 +102,7 @@ class PublishFacade:
                 lambda t, d, m, k, p: self._checked.publish(
                     t, d, m, PublishOptions(k, priority=p)
                 ),
-                self._topic.client_for, lambda: self._topic.streams,
+                self._topic.client_for, lambda: self._topic.streams, self._topic.codec.keyring,
             )  # fmt: skip
         return await self._requests.request(
             message_type, data, timeout=timeout, reply_model=reply_model, key=key, meta=meta,

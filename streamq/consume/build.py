@@ -304,7 +304,8 @@ def _shared_parts(
         retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
         throttled=lambda entry, signal: flow.requeue(entry, signal),
         replier=Replier(client, identity.stream, identity.group, with_ack=True,
-                        staged=writer is not None, acked=acker.count_acked),
+                        staged=writer is not None, acked=acker.count_acked,
+                        keyring=policies.keyring),
         id_prefix=prefix,
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect,

@@ -336,7 +336,8 @@ class OrderedConsumer(Lifecycle):
             retry_later=verdicts.later, stats=self.stats, summary=summary,
             halt=verdicts.halt if self._halt else None, throttled=verdicts.throttle,
             replier=Replier(client, stream, self.group, with_ack=False,
-                            staged=self._outputs is not None),  # with the fenced ack
+                            staged=self._outputs is not None,  # with the fenced ack
+                            keyring=self._outputs.codec.keyring if self._outputs else None),
             id_prefix=prefix,
         )  # fmt: skip
         return Dispatcher(

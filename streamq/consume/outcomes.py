@@ -153,7 +153,7 @@ class GroupOutcomes:
         replier = self._replier
         if replier is not None and replier.staged:  # the reply goes with the ack, as an output
             outputs = [] if outputs is None else outputs
-            outputs.append(replier.output(meta, result))
+            outputs.append(replier.output(entry, meta, result))
             if self._ack_with_now is not None:  # the requester waits: no hop to the acker
                 await self._ack_with_now(entry.id, outputs)
                 return

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
 from ..flow.settings import FlowConfig
+from ..payload.keyring import Keyring
 from ..topic.control import ControlListener
 from .acks import Acker
 from .batching import Batcher
@@ -42,6 +43,11 @@ class Policies:
     flow: FlowConfig = field(default_factory=FlowConfig)
     # what msg.publish needs (None: a consumer built without a queue stages no outputs)
     outputs: OutputSettings | None = None
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The queue's keyring, if any: it encrypts the replies to encrypted requests."""
+        return None if self.outputs is None else self.outputs.codec.keyring
 
 
 @dataclass(frozen=True, slots=True)

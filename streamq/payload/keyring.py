@@ -143,8 +143,13 @@ class Keyring:
     def encrypt(self, plain: bytes, aad: bytes) -> bytes:
         """``plain`` encrypted with the current key: nonce (12 bytes), ciphertext, tag.
         ``aad``: authenticated with it, not stored (the decrypting side rebuilds it)."""
+        return self.encrypt_with(self.current, plain, aad)
+
+    def encrypt_with(self, kid: str, plain: bytes, aad: bytes) -> bytes:
+        """As :meth:`encrypt`, with the key ``kid`` of this keyring (a reply is encrypted
+        with its request's key, which its requester holds)."""
         nonce = os.urandom(NONCE_BYTES)
-        return nonce + bytes(self._ciphers[self.current].encrypt(nonce, plain, aad))
+        return nonce + bytes(self._ciphers[kid].encrypt(nonce, plain, aad))
 
     def decrypt(self, kid: str, sealed: bytes, aad: bytes) -> bytes:
         """What :meth:`encrypt` sealed with key ``kid``; StepFailed for an unknown key ID, a

@@ -23,6 +23,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..config import Duration, seconds
 from ..errors import MessageFormatError, RemoteError, RequestTimeout
+from ..payload.compression import StepFailed
+from ..payload.keyring import Keyring
+from ..payload.replies import opened_reply
 from ..wire import replies as wire_replies
 from ..wire import resp
 from ..wire.keys import Keys
@@ -93,9 +96,11 @@ class Requests:
 
     def __init__(
         self, publish: Publish, client_for: Callable[[str], aioredis.Redis],
-        streams: Callable[[], tuple[str, ...]],
+        streams: Callable[[], tuple[str, ...]], keyring: Keyring | None = None,
     ) -> None:  # fmt: skip
+        """``keyring``: the queue's, which decrypts the replies to its encrypted requests."""
         self.requester = uuid.uuid4().hex  # this process's reply streams
+        self._keyring = keyring
         self._publish, self._client_for, self._streams = publish, client_for, streams
         self._waiting: dict[str, _Waiting] = {}  # request ID -> its wait, over all streams
         self._readers: dict[str, ReplyReader] = {}
@@ -126,9 +131,19 @@ class Requests:
                 f"no reply to the {message_type!r} request within {limit:g} s "
                 "(is a consumer of its group running?)"
             )
+        reply = self._opened(message_type, reply)
         if b"error" in reply:
             raise RemoteError(reply[b"error"].decode("utf-8", "replace"))
         return _validated(message_type, reply.get(b"data", b"null"), reply_model)
+
+    def _opened(self, message_type: str, reply: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        """The reply decrypted; MessageFormatError naming the step that failed."""
+        try:
+            return opened_reply(reply, self._keyring)
+        except StepFailed as e:
+            raise MessageFormatError(
+                f"the reply to the {message_type!r} request cannot be read: {e.step}: {e}"
+            ) from None
 
     def _reader(self, entry_id: str) -> ReplyReader:
         """The reader of the reply stream of the partition ``entry_id`` went to."""

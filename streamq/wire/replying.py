@@ -5,8 +5,9 @@ A request is an ordinary entry whose ``meta`` carries :data:`REPLY_TO` (the requ
 process's random ID) and :data:`REQUEST` (the request's ID). Its reply is an entry of the
 stream ``streamq:{<the request's stream>}:reply:<requester>`` (on the request's slot, so
 the reply and the ack are one script on a cluster too) with the fields ``request`` and
-``data`` (the handler's return value as JSON) or ``error`` (why it failed). The reply
-stream is capped and expires :data:`REPLY_TTL_MS` after its last reply.
+``data`` (the handler's return value as JSON) or ``error`` (why it failed); the reply to
+an encrypted request is encrypted with the request's key (:mod:`streamq.payload.replies`).
+The reply stream is capped and expires :data:`REPLY_TTL_MS` after its last reply.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ValidationError
 
 from streamq import (
+    Keyring,
     Message,
     MessageFormatError,
     RemoteError,
@@ -154,3 +155,39 @@ async def test_the_reply_stream_expires(
             ttls[name] = await client.pttl(name)
     assert len(ttls) == 1, f"one reply stream for one request, found {ttls}"
     assert all(0 < ttl <= 300_000 for ttl in ttls.values()), f"a reply stream lives on: {ttls}"
+
+
+async def test_the_reply_to_an_encrypted_request_is_encrypted_with_the_requests_key(
+    mode: Mode, client_for: Callable[[str], aioredis.Redis]
+) -> None:
+    """docs/guides/request-reply.md "Replies on the wire": the requester holds the key that
+    encrypted its request, so the reply (its value, or a failure's reason) is sealed with
+    that key, even after the consumer's current key has moved on."""
+    grouped_only(mode)
+    old = Keyring({"k1": b"1" * 32}, current="k1")
+    rotated = Keyring({"k1": b"1" * 32, "k2": b"2" * 32}, current="k2")
+    requester = mode.queue(encryption=old, group=None, ordered=False)  # publishes only
+    mq = mode.queue(encryption=rotated, retry=RetryPolicy(attempts=1, max_deliveries=1))
+
+    @mq.handler("card")
+    async def card(msg: Message[str]) -> dict[str, str]:
+        if msg.data == "declined":
+            raise ValueError("card 4111-1111 declined")
+        return {"holder": "Ada Lovelace", "card": msg.data}
+
+    async with mq.running(), requester:
+        reply = await requester.request("card", "4242", key="c1", timeout=10)
+        assert reply == {"holder": "Ada Lovelace", "card": "4242"}
+        with pytest.raises(RemoteError, match="card 4111-1111 declined"):
+            await requester.request("card", "declined", key="c2", timeout=10)
+    stored = []
+    for stream in mq.streams:
+        client = client_for(stream)
+        async for name in client.scan_iter(match=Keys(stream).replies("*")):
+            stored += [fields for _, fields in await client.xrange(name)]
+    assert len(stored) == 2, stored
+    for fields in stored:
+        assert fields[b"enc"] == b"aesgcm" and fields[b"kid"] == b"k1", fields
+        assert b"Ada" not in b"".join(fields.values()), f"a reply in clear: {fields}"
+        assert b"4111" not in b"".join(fields.values()), f"a reason in clear: {fields}"
+
