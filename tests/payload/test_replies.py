@@ -61,4 +61,4 @@ def test_the_requester_raises_message_format_error_for_a_reply_it_cannot_open() 
     sealed = as_reply(sealed_reply(["request", "r1", "data", "1"], "k1", RING))
     requests = Requests(None, None, tuple, keyring=None)  # type: ignore[arg-type]
     with pytest.raises(MessageFormatError, match=r"'card' request cannot be read: aesgcm: .*k1"):
-        requests._opened("card", sealed)  # noqa: SLF001
+        requests._opened("card", sealed)

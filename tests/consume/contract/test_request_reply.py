@@ -190,4 +190,3 @@ async def test_the_reply_to_an_encrypted_request_is_encrypted_with_the_requests_
         assert fields[b"enc"] == b"aesgcm" and fields[b"kid"] == b"k1", fields
         assert b"Ada" not in b"".join(fields.values()), f"a reply in clear: {fields}"
         assert b"4111" not in b"".join(fields.values()), f"a reason in clear: {fields}"
-
