@@ -106,8 +106,9 @@ docs: setup
 # see each other's keys.
 XDIST := $(if $(STREAMQ_REDIS_URL),,-n 2 --dist loadgroup)
 
+# --durations: the slowest tests named at the end of every run, where the suite's time goes
 test: setup browser-deps postgres-deps docs
-	$(PYTEST) -q $(XDIST)
+	$(PYTEST) -q $(XDIST) --durations=25
 
 test-fast: setup
 	$(PYTEST) -q $(XDIST) -m "not slow and not spark"
