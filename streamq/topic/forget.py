@@ -12,17 +12,23 @@ pending entries on any partition (``XGROUP DELCONSUMER`` would drop them from th
 list: they would never be delivered again). Each partition's check and deletion are one
 script, so an entry read under the name meanwhile keeps the consumer. The caller holds the
 name's claim meanwhile (``streamq.consume.name_claim``), so that no queue opens under it.
+Its flow-control report (``streamq.flow.waiting``), if any, goes too.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from ..errors import RedisFailure
 from ..wire import ownership
+from ..wire.keys import Keys
 from ..wire.replies import Consumer, consumers
+
+log = logging.getLogger(__name__)
 
 # KEYS: the partition stream. ARGV: group, consumer. Deletes the consumer from the group
 # unless it owns pending entries: then returns -1 and deletes nothing.
@@ -71,9 +77,21 @@ async def forget_consumer(
         if await client.eval(DELETE_IDLE, 1, stream, group, consumer) == -1:
             return _pending(named, 1, stream, group)  # read under the name meanwhile
     member = bool(await topic_client.hdel(ownership.members_key(topic, group), consumer))
+    await _drop_waiting_report(topic_client, topic, group, consumer)
     if not listed and not member:
         return Refused(f"no consumer {consumer!r} in group {group!r} of {topic!r}")
     return Forgotten(len(listed), member)
+
+
+async def _drop_waiting_report(
+    client: aioredis.Redis, topic: str, group: str, consumer: str
+) -> None:
+    """The consumer's flow-control report goes with it (:mod:`streamq.flow.waiting`); one
+    that cannot be removed (a damaged record) stops counting once it is stale."""
+    try:
+        await client.hdel(Keys(topic).waiting(group), consumer)
+    except RedisFailure as e:
+        log.warning("the waiting report of %r stays until it is stale: %s", consumer, e)
 
 
 def _row(rows: Sequence[Consumer], consumer: str) -> Consumer | None:

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue
+from streamq.wire.keys import Keys
 from streamq.wire.ownership import members_key
 from streamq.wire.partition_names import partition_for_key
 from tests.conftest import QueueFactory, wait_for
@@ -58,12 +59,16 @@ async def test_a_consumer_gone_for_good_is_forgotten_on_every_partition(
     members = members_key(gone.stream, "g")
     assert await client.hexists(members, "gone"), "an ordered member's record stays"
     assert all("gone" in names for names in consumers_of(redis_url, gone))
+    waiting = Keys(gone.stream).waiting("g")  # flow-control reports, as a killed one leaves
+    report = '{"at": 1, "pause": 0, "rate_limit": 3, "throttle": 0}'
+    await client.hset(waiting, mapping={"gone": report, "other": report})
 
     done = await shell("forget", gone.stream, "g", "gone", url=redis_url)
     assert done.returncode == 0, done.stderr
     assert "forgot consumer 'gone'" in done.stdout and "2 partitions" in done.stdout
     assert all("gone" not in names for names in consumers_of(redis_url, gone))
     assert not await client.hexists(members, "gone")
+    assert await client.hkeys(waiting) == [b"other"], "the forgotten consumer's report stays"
 
     again = await shell("forget", gone.stream, "g", "gone", url=redis_url)
     assert again.returncode == 1 and "no consumer 'gone'" in again.stderr, again
