@@ -11,7 +11,7 @@ import pydantic_core
 
 from .compression import StepFailed
 from .keyring import Keyring
-from .wire import AESGCM, ENC, KID, decoded_data, decrypted_meta
+from .wire import AESGCM, ENC, KID, META_PREFIX, decoded_data, decrypted_meta
 
 
 def shown_data(
@@ -36,10 +36,11 @@ def shown_meta(
     fields: Mapping[bytes, bytes], keyring: Keyring | None
 ) -> tuple[bytes | None, dict[str, Any]]:
     """The JSON of ``meta`` to show: its encrypted values (``aesgcm:...``) decrypted with
-    ``keyring``, else left as they are (their ciphertext); ``{"meta_error": ...}`` when
-    one does not decrypt. ``meta`` as stored when it is not a JSON object."""
+    ``keyring``, else shown as such (``<encrypted with key 'k1'>``, as the data is, never
+    their ciphertext); ``{"meta_error": ...}`` when one does not decrypt. ``meta`` as
+    stored when it is not a JSON object."""
     raw = fields.get(b"meta")
-    if raw is None or keyring is None or KID not in fields:
+    if raw is None or KID not in fields:
         return raw, {}
     try:
         meta = pydantic_core.from_json(raw)
@@ -47,6 +48,13 @@ def shown_meta(
         return raw, {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         return raw, {}
+    if keyring is None:
+        kid = fields[KID].decode("utf-8", "replace")
+        shown = {
+            name: f"<encrypted with key {kid!r}>" if value.startswith(META_PREFIX) else value
+            for name, value in meta.items()
+        }
+        return pydantic_core.to_json(shown), {}
     try:
         return pydantic_core.to_json(decrypted_meta(dict(fields), meta, keyring)), {}
     except StepFailed as e:

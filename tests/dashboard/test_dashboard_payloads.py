@@ -66,7 +66,8 @@ def test_without_a_keyring_compressed_is_decoded_and_encrypted_shown_as_such(
     assert json.dumps(BIG["rows"][199], separators=(",", ":")) in text
     assert "stored aesgcm with key 'k1'" in text
     assert "Encrypted: this dashboard has no keyring" in text
-    assert "4111" not in page and "ada@" not in page
+    assert "<encrypted with key 'k1'>" in text, "an encrypted meta value is shown as such"
+    assert "4111" not in page and "ada@" not in page and "aesgcm:" not in page
     assert not any(secret in page for secret in SECRETS)
 
 

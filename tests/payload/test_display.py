@@ -1,5 +1,6 @@
 """``streamq tail`` shows a compressed payload decompressed and an encrypted one as such
-(its steps and key ID, never its bytes), with ``enc``/``kid``/``ver`` as they are."""
+(its steps and key ID, never its bytes; encrypted meta values too), with
+``enc``/``kid``/``ver`` as they are."""
 
 from __future__ import annotations
 
@@ -20,16 +21,18 @@ async def test_tail_decompresses_and_shows_encrypted_payloads_as_such(
     make_queue: QueueFactory, redis_url: str, stream: str
 ) -> None:
     zipped = make_queue(compression="zstd", compress_over=10)
-    sealed = make_queue(encryption=keyring())
+    sealed = make_queue(encryption=keyring(), encrypt_meta=["email"])
     async with zipped, sealed:
         await zipped.publish("job", BIG)
-        await sealed.publish("job", {"card": "4111"})
+        await sealed.publish("job", {"card": "4111"}, meta={"email": "ada@x.org", "lang": "fr"})
     done = streamq("tail", stream, "--from", "0", "--count", "2", url=redis_url)
     assert done.returncode == 0, done.stderr
     first, second = map(json.loads, done.stdout.splitlines())
     assert first["data"] == BIG and first["other_fields"] == {"enc": "zstd"}
     assert second["data"] is None and second["encrypted"] == "aesgcm with key 'k1'"
-    assert "4111" not in done.stdout
+    # an encrypted meta value is shown as such too, not as its ciphertext
+    assert second["meta"] == {"email": "<encrypted with key 'k1'>", "lang": "fr"}, second
+    assert "4111" not in done.stdout and "aesgcm:" not in done.stdout
 
 
 async def test_tail_decrypts_data_and_meta_with_the_keyring_of_a_variable(
