@@ -11,7 +11,10 @@ bench.flow`` runs them alone, ``make bench`` with the others.
   never above 10), and in any sliding window of one second (for information).
 * ``rate_limit_overhead``: one consumer drains the workload one entry per handler call
   under ``RateLimit(10_000_000)``, a limit that never binds, as a ratio to the same run
-  without a limit in the same round (the median over rounds; goal >= 0.9).
+  without a limit in the same round (the median over rounds; goal >= 0.9); and the CPU
+  time per entry of both processes (this one and the server), the unlimited run's over the
+  limited one's (``cpu_ratio_to_unlimited``): the wall clock swings with the machine's
+  load, CPU time much less.
 * ``pause_latency_ms``: 3 consumer processes drain a backlog (handlers await 5 ms); the
   group is paused and resumed again and again; for each pause and each process, the time
   from the call of ``pause()`` to the last handler call that process started after it.
@@ -148,10 +151,10 @@ def sliding_max(times: list[float], window: float = 1.0) -> int:
     return most
 
 
-async def consume_one_by_one(url: str, n: int, limited: bool) -> float:
+async def consume_one_by_one(url: str, n: int, limited: bool, cpu: list[float]) -> float:
     if limited:
-        return await drain_rate(url, "limited", n, rate_limits={"email": GENEROUS})
-    return await drain_rate(url, "unlimited", n)
+        return await drain_rate(url, "limited", n, cpu, rate_limits={"email": GENEROUS})
+    return await drain_rate(url, "unlimited", n, cpu)
 
 
 async def pause_latency(url: str, cycles: int) -> list[float]:
@@ -193,12 +196,17 @@ async def figures(url: str, quick: bool, rounds: int, emit: Emit) -> None:
     emit(bench="rate_limit_per_key", **await key_accuracy(url, 4.0 if quick else 10.0))
     n = 10_000 if quick else 50_000
     rates: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(rounds):  # interleaved: the machine's drift hits both alike
         for limited in (False, True):
-            rates[limited].append(await consume_one_by_one(url, n, limited))
+            rates[limited].append(await consume_one_by_one(url, n, limited, cpu[limited]))
     ratio = statistics.median(a / b for a, b in zip(rates[True], rates[False], strict=True))
+    # CPU: the unlimited run's time over the limited one's, so that above 1 is better too
+    cpu_ratio = statistics.median(u / lim for u, lim in zip(cpu[False], cpu[True], strict=True))
     emit(bench="rate_limit_overhead", msgs=n, msgs_per_s=round(max(rates[True])),
          unlimited_msgs_per_s=round(max(rates[False])), ratio_to_unlimited=round(ratio, 3),
+         cpu_us_per_msg=round(statistics.median(cpu[True]), 1),
+         cpu_ratio_to_unlimited=round(cpu_ratio, 3),
          runs=[round(r) for r in rates[True]], unlimited_runs=[round(r) for r in rates[False]],
          goal=0.9)  # fmt: skip
     samples = await pause_latency(url, 3 if quick else 8)

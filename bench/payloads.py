@@ -44,6 +44,7 @@ from .workload import (
     fresh_stream,
     payload,
     queue,
+    server_cpu,
     xadd_pipeline,
 )
 
@@ -180,12 +181,6 @@ def _stop_after(mq: MessageQueue, total: int) -> None:
         count += 1
         if count == total:
             await mq.stop()
-
-
-async def server_cpu(client: Any) -> float:
-    """Seconds of CPU the server has spent (user and system), from ``INFO cpu``."""
-    info = await client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 class Clock:

@@ -140,17 +140,29 @@ async def ready_then_go() -> None:
     await anyio.to_thread.run_sync(sys.stdin.readline)
 
 
-async def drain_rate(url: str, name: str, n: int, **settings: Any) -> float:
+async def drain_rate(
+    url: str, name: str, n: int, cpu: list[float] | None = None, **settings: Any
+) -> float:
     """Entries per second one consumer (a no-op handler, ``settings`` given to its queue)
-    takes to drain ``n`` entries prefilled here, until its final ack flush."""
+    takes to drain ``n`` entries prefilled here, until its final ack flush. ``cpu``: gets
+    the microseconds of CPU per entry both processes (this one and the server) spent."""
     stream = fresh_stream(name)
     await prefill(url, stream, n)
     mq = queue(url, stream, **settings)
     noop_consumer(mq, n)
     async with mq:
-        t0 = time.perf_counter()
+        server = await server_cpu(mq.client)
+        t0, cpu0 = time.perf_counter(), time.process_time()
         await mq.run(handle_signals=False)  # returns after the final ack flush
-        elapsed = time.perf_counter() - t0
+        elapsed, used = time.perf_counter() - t0, time.process_time() - cpu0
+        if cpu is not None:
+            cpu.append((used + await server_cpu(mq.client) - server) / n * 1e6)
         assert (await mq.topic_info()).pending == 0, "bench consumer left entries pending"
         await mq.client.delete(stream)
     return n / elapsed
+
+
+async def server_cpu(client: aioredis.Redis) -> float:
+    """Seconds of CPU the server has spent (user and system), from ``INFO cpu``."""
+    info = await client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
