@@ -153,6 +153,7 @@ def make_queue(streamq_queue: QueueFactory) -> QueueFactory:
     return factory
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``), the Spark tests run in one process: one local
     SparkSession (a JVM) for all of them, not one per process."""
