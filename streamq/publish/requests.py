@@ -5,7 +5,8 @@ A request is published like any message, its ``meta`` naming this process (a ran
 per queue) and the request. Its reply comes on the reply stream of the partition stream
 it went to. The requests of one process waiting on one reply stream share one reader: the
 first waiting request reads (``XREAD BLOCK``) and hands every reply it finds to its
-request; once its own reply came it stops, and another waiting request takes over. So
+request; once its own reply came (or it timed out, or was cancelled) it stops, and another
+waiting request takes over. So
 there is no task to start or stop, and one read serves any number of waiting requests.
 A reply that comes after its request timed out is read and dropped.
 """
@@ -63,6 +64,10 @@ class ReplyReader:
             return me.reply
         finally:
             self._mine.discard(request_id)
+            # whatever ends this wait (its reply, its timeout, a cancel), if no request
+            # reads now, this one led or was handed the turn: another waiting one reads on
+            if self._leader is None:
+                self._pass_turn()
 
     async def _lead(self, me: _Waiting) -> None:
         self._leader = me
@@ -71,11 +76,14 @@ class ReplyReader:
                 await self._read()
         finally:
             self._leader = None
-            for request_id in self._mine:  # the next waiting request reads on
-                waiting = self._waiting.get(request_id)
-                if waiting is not None and waiting.reply is None:
-                    waiting.turn.set()
-                    break
+
+    def _pass_turn(self) -> None:
+        """Wake one waiting request of this stream (still without its reply) to read."""
+        for request_id in self._mine:
+            waiting = self._waiting.get(request_id)
+            if waiting is not None and waiting.reply is None:
+                waiting.turn.set()
+                return
 
     async def _read(self) -> None:
         command = resp.pack("XREAD", "COUNT", "100", "BLOCK", str(READ_BLOCK_MS), "STREAMS",
