@@ -61,6 +61,16 @@ async def _require_stream(mq: MessageQueue) -> None:
         raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
 
 
+async def _require_stream_or_dead_letters(mq: MessageQueue) -> None:
+    """Some stream of the topic (one per partition and level) or its dead letters: the
+    streams may be gone while their dead letters were kept (terminate --keep-...)."""
+    for stream in mq.streams:
+        if await mq.client_for(stream).exists(stream, Keys(stream).dead_letters):
+            return
+    what = "topic" if len(mq.streams) > 1 else "stream"
+    raise StreamNotFoundError(f"{what} {mq.stream!r} does not exist")
+
+
 # -- commands (each returns what to print) -------------------------------------------
 async def cmd_publish(args: argparse.Namespace) -> str:
     try:
@@ -150,9 +160,7 @@ async def cmd_tail(args: argparse.Namespace) -> str:
 async def cmd_dlq(args: argparse.Namespace) -> str:
     keyring = keyring_of(args)
     async with _closing(_queue(args, keyring=keyring)) as mq:
-        # the stream may be gone while its dead letters were kept (terminate --keep-...)
-        if not await mq.client.exists(mq.stream, Keys(mq.stream).dead_letters):
-            raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
+        await _require_stream_or_dead_letters(mq)
         if args.action == "list":
             letters = await mq.dead_letters(count=args.count)
             if not letters:

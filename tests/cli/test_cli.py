@@ -279,3 +279,28 @@ def test_pending_lists_every_stream_of_a_topic_with_partitions_and_levels(
     finally:
         for name in topic_streams(stream, 2, 3):
             delete_stream_keys(redis_url, name)
+
+
+def test_dlq_lists_replays_and_purges_the_dead_letters_of_a_partitioned_topic(
+    redis_url: str, stream: str
+) -> None:
+    from streamq.testing import delete_stream_keys
+    from streamq.wire.partition_names import topic_streams
+    from tests.helpers.dashboard import make_dead_letters
+
+    try:
+        make_dead_letters(redis_url, stream, [1, 2, 3, 4], partitions=2)  # two per partition
+        listed = streamq("dlq", "list", stream, url=redis_url)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.count("ValueError") >= 4, listed.stdout
+        replayed = streamq("dlq", "replay", stream, url=redis_url)
+        assert replayed.returncode == 0 and replayed.stdout.startswith("replayed 4:"), replayed
+        make_dead_letters(redis_url, stream, [5], partitions=2)
+        purged = streamq("dlq", "purge", stream, url=redis_url)
+        assert purged.returncode == 0 and "purged" in purged.stdout, purged
+        assert streamq("dlq", "list", stream, url=redis_url).stdout.strip() == "no dead letters"
+    finally:
+        for name in topic_streams(stream, 2, 1):
+            delete_stream_keys(redis_url, name)
+    gone = streamq("dlq", "list", stream, url=redis_url)
+    assert gone.returncode == 1 and "does not exist" in gone.stderr, gone
