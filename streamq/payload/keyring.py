@@ -128,7 +128,10 @@ class Keyring:
                 f"the keyring's environment variable must be a name, got {variable!r}"
             )
         parsed = _keyring_json(variable, os.environ.get(variable))
-        return cls(parsed["keys"], current=parsed["current"])
+        try:
+            return cls(parsed["keys"], current=parsed["current"])
+        except ConfigError as e:  # names the variable; the messages never quote a key
+            raise ConfigError(f"environment variable {variable}: {e}") from None
 
     @staticmethod
     def generate_key() -> bytes:

@@ -101,9 +101,13 @@ def test_a_keyring_is_read_from_an_environment_variable(monkeypatch: pytest.Monk
         ('{"current": "k1", "keys": ["k1"]}', "does not hold a keyring"),
         (
             '{"current": "k1", "keys": {"k1": "' + base64.b64encode(b"x" * 20).decode() + '"}}',
-            "key 'k1' is 20 bytes long",
+            "environment variable TEST_KEYRING: key 'k1' is 20 bytes long",
         ),
-        (_keyring_text(current="k3"), r"current='k3' is not a key ID of the keyring \(k1, k2\)"),
+        (
+            _keyring_text(current="k3"),
+            r"environment variable TEST_KEYRING: current='k3' is not a key ID of the keyring "
+            r"\(k1, k2\)",
+        ),
     ],
 )
 def test_a_keyring_variable_that_cannot_be_is_refused_without_showing_it(
