@@ -7,8 +7,10 @@ A change breaks when it is one of these, for a message type present in OLD:
 - its schema version goes down, or up without an upcast from the old version (entries of
   the old version could not be brought to the new model);
 - at the same version: a field the old model requires is removed (consumers still running
-  the old model refuse what new publishers write), a field changes its type, or a field
-  is required by the new model without a default (entries written before lack it).
+  the old model refuse what new publishers write), a field changes its type, a field is
+  required by the new model without a default (entries written before lack it), or the
+  values a field allows change (an enum or a ``Literal`` that loses a value refuses
+  entries written before; one that gains a value is refused by the old consumers).
 
 Fields are compared down nested models, named by their path (``order.address.zip``,
 ``order.lines[].qty``); a nested model is compared by its shape, not its class name. A
@@ -21,6 +23,7 @@ entries of the new one for a consumer that knows it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -130,6 +133,9 @@ class _Comparison:
         if before != after:
             why = f"retyped from {before} to {after}"
             return [Breaking(self.name, path, why if path else f"payload {why}")]
+        values = _values_change(was, now)
+        if values is not None:
+            return [Breaking(self.name, path, values)]
         if _is_object(was):
             return self._fields(path, was, now, seen)
         if was.get("type") == "array":
@@ -185,6 +191,49 @@ class _Comparison:
             where = _within(path, f".{field}")
             found.append(Breaking(self.name, where, f"{why}: entries written before lack it"))
         return found
+
+
+def _allowed(schema: Mapping[str, Any]) -> list[str] | None:
+    """The values a schema allows (an enum, a Literal: ``enum`` or ``const``) as JSON
+    text, in their order; None when it allows any value of its type."""
+    if "const" in schema:
+        return [json.dumps(schema["const"])]
+    values = schema.get("enum")
+    return [json.dumps(v) for v in values] if isinstance(values, list) else None
+
+
+def _shown(values: list[str]) -> str:
+    return ", ".join(repr(json.loads(v)) for v in values)
+
+
+def _values_change(was: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """Why a change of the allowed values breaks (None when they are the same): a value
+    removed is in entries written before; a value added is refused by the consumers still
+    running the old model."""
+    before, after = _allowed(was), _allowed(now)
+    if before == after or (before is not None and after is not None and set(before) == set(after)):
+        return None
+    if before is None:
+        return f"now only {_shown(after or [])}: entries written before may hold other values"
+    if after is None:
+        return (
+            f"no longer only {_shown(before)}: consumers still running the old model refuse "
+            "other values"
+        )
+    removed = [v for v in before if v not in after]
+    added = [v for v in after if v not in before]
+    said = []
+    if removed:
+        said.append(f"{_values(removed)} no longer allowed: entries written before may hold "
+                    f"{'them' if len(removed) > 1 else 'it'}")  # fmt: skip
+    if added:
+        said.append(f"{_values(added)} added: consumers still running the old model refuse "
+                    f"{'them' if len(added) > 1 else 'it'}")  # fmt: skip
+    return "; ".join(said)
+
+
+def _values(values: list[str]) -> str:
+    return f"value{'s' if len(values) > 1 else ''} {_shown(values)}"
 
 
 def _is_object(schema: Mapping[str, Any]) -> bool:

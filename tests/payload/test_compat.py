@@ -3,13 +3,14 @@ change with its type, field and why; exit 1 when there is one, 0 otherwise."""
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model
 
 from streamq import App, Message, MessageQueue
 from streamq._asyncapi import asyncapi_document
@@ -182,6 +183,55 @@ def test_a_payload_that_is_not_an_object_is_compared_by_its_type() -> None:
         "count[*].sku: removed, and the old model requires it"
     )
     assert changes(counts(Line), counts(int)) == ["count: payload retyped from object to integer"]
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class FewerColours(enum.Enum):
+    RED = "red"
+
+
+class MoreColours(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+    GREEN = "green"
+
+
+def test_a_change_of_the_values_a_field_allows_is_a_breaking_change() -> None:
+    """An enum or a Literal that loses a value refuses entries written before; one that
+    gains a value is refused by the consumers still running the old model."""
+
+    def paint(colour: Any, size: Any = str) -> dict[str, Any]:
+        model = create_model("Paint", colour=(colour, ...), size=(size, "s"))
+        return document(model, emails=False)
+
+    assert changes(paint(Colour), paint(Colour)) == []
+    assert changes(paint(Colour), paint(FewerColours)) == [
+        "order.colour: value 'blue' no longer allowed: entries written before may hold it"
+    ]
+    assert changes(paint(Colour), paint(MoreColours)) == [
+        "order.colour: value 'green' added: consumers still running the old model refuse it"
+    ]
+    assert changes(paint(str, Literal["s", "m"]), paint(str, Literal["s"])) == [
+        "order.size: value 'm' no longer allowed: entries written before may hold it"
+    ]
+    assert changes(paint(str, str), paint(str, Literal["s", "m"])) == [
+        "order.size: now only 's', 'm': entries written before may hold other values"
+    ]
+    assert changes(paint(str, Literal["s", "m"]), paint(str, str)) == [
+        "order.size: no longer only 's', 'm': consumers still running the old model refuse "
+        "other values"
+    ]
+    assert changes(paint(str, Literal["s", "m"]), paint(str, Literal["m", "l", "xl"])) == [
+        "order.size: value 's' no longer allowed: entries written before may hold it; values "
+        "'l', 'xl' added: consumers still running the old model refuse them"
+    ]
+    assert changes(paint(Colour | None), paint(FewerColours | None)) == [
+        "order.colour: value 'blue' no longer allowed: entries written before may hold it"
+    ]
 
 
 def test_a_version_bump_needs_an_upcast_from_the_old_version() -> None:
