@@ -332,6 +332,11 @@ class Consumer(Lifecycle):
         if stopped and entry_id in stopped:
             self.capacity.finish(entry_id)  # stopped while queued; the stop took it off the PEL
             return
+        flow = self.flow
+        if flow is not None and route is not None and flow.holds(entry, route):
+            flow.hold_back(entry, route)  # paused or throttled while queued: it waits there
+            self.stats.received -= 1  # counted again when the stage lets it go
+            return
         running.entry_id = entry_id
         # The worker's log context until its next entry: not reset after (a reset per entry
         # is a measurable cost), as the worker makes no records in between but about this one.

@@ -40,6 +40,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from .._ids import StreamId
 from .._log_summary import LogSummary
 from ..errors import RedisFailure
 from ..flow.gate import FlowGate
@@ -179,6 +180,32 @@ class FlowStage:
         self._note_throttle(route.type_name, publish_key, signal.scope, until)
         self.requeued.add(entry.id)
         self._park(entry, route, not_before=until)
+        self._wake.set()
+
+    def holds(self, entry: RawEntry, route: Route) -> bool:
+        """Whether ``entry``, handed to the workers before its type was paused or its key or
+        type throttled here, must wait now: a worker asks before it calls the handler, so
+        a pause or a Throttle holds back what was queued for the handlers too."""
+        if not (self._key_until or self._type_until or self._gate.pauses.targets):
+            return False  # the path of every entry: nothing paused or throttled here
+        type_name = route.type_name
+        if self._gate.paused(type_name):
+            return True
+        now = anyio.current_time()
+        if self._type_until.get(type_name, 0.0) > now:
+            return True
+        key = entry.fields.get(b"key")
+        publish_key = None if key is None else key.decode("utf-8", "replace")
+        return self._key_until.get((type_name, publish_key), 0.0) > now
+
+    def hold_back(self, entry: RawEntry, route: Route) -> None:
+        """``entry`` (see :meth:`holds`) waits here, in ID order among its type's waiting
+        entries, holding no handler slot and no unit of ``max_in_flight``."""
+        self._park(entry, route)
+        queue, entry_id = self._parked[route.type_name], StreamId.parse(entry.id)
+        waiting = queue.pop()  # read before the entries parked since: it goes before them
+        later = (i for i, w in enumerate(queue) if StreamId.parse(w.entry.id) > entry_id)
+        queue.insert(next(later, len(queue)), waiting)
         self._wake.set()
 
     def _note_throttle(self, type_name: str, key: str | None, scope: str, until: float) -> None:

@@ -128,6 +128,65 @@ async def test_a_throttled_entry_runs_again_after_its_wait_as_no_failure(mode: M
     assert stats["failed"] == 0 and stats["retried"] == 0
 
 
+@pytest.mark.parametrize("scope", ["key", "type"])
+async def test_a_throttle_holds_back_the_entries_already_queued_for_the_handlers(
+    mode: Mode, scope: str
+) -> None:
+    """One handler slot, entries of one key read together: the first answers 429. The
+    others, read before the throttle and queued for the handlers, wait too: the API is not
+    called again until the throttle is over (docs/guides/flow-control.md)."""
+    grouped_only(mode)
+    mq = mode.queue(concurrency=1)
+    started: list[tuple[float, int]] = []
+
+    @mq.handler("call")
+    async def call(msg: Message[int]) -> None:
+        started.append((time.monotonic(), msg.data))
+        if len(started) == 1:
+            raise Throttle(retry_after=1.0, scope=scope)
+        await anyio.sleep(0.01)
+
+    async with mq:
+        await mq.publish_many("call", list(range(12)), key="tenant-a")
+        async with mq.running():
+            await wait_for(lambda: len(started) == 13, what="all handled", timeout=15)
+            await all_acked(mq)
+    throttled_at = started[0][0]
+    during = [n for at, n in started[1:] if at - throttled_at < 0.95]
+    assert during == [], f"entries {during} called the API during the throttle"
+    assert sorted(n for _, n in started[1:]) == list(range(12))
+
+
+async def test_a_pause_holds_back_the_entries_already_queued_for_the_handlers(
+    mode: Mode,
+) -> None:
+    """A backlog read into the handlers' queue: after pause(), only the entries already in
+    a handler finish; the queued ones wait for the resume (DESIGN.md: a pause is effective
+    within a second, in-flight entries finish)."""
+    grouped_only(mode)
+    mq = mode.queue(concurrency=2)
+    started: list[float] = []
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        started.append(time.monotonic())
+        await anyio.sleep(0.1)
+
+    async with mq:
+        await mq.publish_many("job", list(range(60)), key=lambda n: keys(60)[n])
+        async with mq.running():
+            await wait_for(lambda: len(started) >= 4, what="the backlog being handled")
+            await mq.pause()
+            paused_at = time.monotonic()
+            await anyio.sleep(2.0)
+            late = [round(t - paused_at, 2) for t in started if t - paused_at > 1.0]
+            assert late == [], f"entries started {late} s after the pause"
+            assert len(started) < 60, "the whole backlog ran through the pause"
+            await mq.resume()
+            await wait_for(lambda: len(started) == 60, what="the rest after resume", timeout=20)
+            await all_acked(mq)
+
+
 async def test_a_batch_handlers_throttle_runs_the_batch_again_and_logs_no_failure(
     mode: Mode, caplog: pytest.LogCaptureFixture
 ) -> None:
