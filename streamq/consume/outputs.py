@@ -199,7 +199,7 @@ class OutputWriter:
             return False
         for entry_id, index, name, error in reply[2]:
             reason = (
-                f"its transaction stopped at command {index} ({name.decode()}): "
+                f"its transaction stopped at its command {index + 1} ({name.decode()}): "
                 f"{error.decode()}; the entry is acked, the commands before it applied, it "
                 "and those after it not"
             )

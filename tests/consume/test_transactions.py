@@ -149,7 +149,7 @@ async def test_a_failing_command_stops_its_entrys_commands_and_leaves_it_acked(
     assert await client.get(key + "c") == b"1", "the other entries: applied"
     assert (await client.xpending(stream, "g"))["pending"] == 0
     assert f"transaction of entry {first}" in caplog.text and "WRONGTYPE" in caplog.text
-    assert "command 1 (HINCRBY)" in caplog.text
+    assert "its command 2 (HINCRBY)" in caplog.text  # counted from 1
 
 
 # -- a cluster --------------------------------------------------------------------------

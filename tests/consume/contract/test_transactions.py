@@ -102,7 +102,7 @@ async def test_a_command_that_fails_in_the_ack_dead_letters_its_entry(
             await wait_for(lambda: mq.stats()["dead_lettered"] == 1, what="one dead letter")
         letters = await mq.dead_letters()
     assert [letter.type for letter in letters] == ["order"]
-    assert "stopped at command 1 (INCRBY)" in letters[0].error, letters[0].error
+    assert "stopped at its command 2 (INCRBY)" in letters[0].error, letters[0].error
     assert "WRONGTYPE" in letters[0].error
     assert await counts(client_for, mode) == Counter(range(4)), "commands before it: applied"
 
