@@ -2,7 +2,9 @@
 
 A topic is a stream with at least one consumer group. streamq's own keys
 (``streamq:{<stream>}:...``, the dead-letter stream among them) are streams too and are
-skipped. A partitioned topic ``T`` is stored as the streams ``T:p<i>.<s>``
+skipped, and so are streams whose names hold braces (another application's hash-tagged
+stream, say: streamq refuses such a topic name, since on a cluster its keys would lie on
+other slots than the stream). A partitioned topic ``T`` is stored as the streams ``T:p<i>.<s>``
 (:mod:`streamq.topic.partitions`): a stream so named is taken as a partition only if
 ``streamq:{T}:partitions`` records a count whose partition ``i`` is that very name, and the
 topic is listed once, with the totals of its partitions. A topic with priorities stores
@@ -50,7 +52,9 @@ class ListedTopic:
 class TopicList:
     topics: list[ListedTopic]
     truncated: bool  # more than MAX_TOPICS streams with groups exist
-    skipped: int  # streams whose names are not UTF-8 (not addressable from a page)
+    # streams whose names are not UTF-8 (not addressable from a page) or hold braces (a
+    # cluster hash tag: streamq refuses such a topic name, its keys would be on other slots)
+    skipped: int
     hidden: int = 0  # streams the server's ACL does not let this user read
 
 
@@ -66,6 +70,9 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
+            skipped += 1
+            continue
+        if "{" in name or "}" in name:  # no streamq topic: its keys would hash elsewhere
             skipped += 1
             continue
         view = await finder.topic_of(name)

@@ -150,6 +150,7 @@ async def test_a_failing_command_stops_its_entrys_commands_and_leaves_it_acked(
     assert (await client.xpending(stream, "g"))["pending"] == 0
     assert f"transaction of entry {first}" in caplog.text and "WRONGTYPE" in caplog.text
     assert "its command 2 (HINCRBY)" in caplog.text  # counted from 1
+    await client.delete(target, *(key + name for name in ("a", "b", "c", "text")))
 
 
 # -- a cluster --------------------------------------------------------------------------

@@ -73,6 +73,28 @@ def test_topics_page_lists_streams_with_groups_and_their_figures(
         lonely_client.close()
 
 
+def test_a_hash_tagged_stream_of_another_application_is_skipped_not_a_failed_page(
+    web: Web, r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """A stream named with braces (``{tenant}:events``, a hash tag another application
+    uses on a cluster) is no streamq topic: its keys ``streamq:{{tenant}:events}:...``
+    would hash to another slot. The topics page lists the others and says it skipped it."""
+    topic_with_pending(redis_url, r, stream)
+    tagged = f"{{{stream}}}:events"
+    tagged_client = sync_client(redis_url, tagged)
+    tagged_client.xadd(tagged, {"type": "x", "data": "1"})
+    tagged_client.xgroup_create(tagged, "theirs", id="0")
+    try:
+        page = web.get("/")
+        assert page.status_code == 200, visible_text(page.text)[:500]
+        names = [row[0] for row in table(page.text, "topics")[1:]]
+        assert stream in names and tagged not in names, names
+        assert "hold braces (not topic names streamq can use) are not listed" in page.text
+    finally:
+        tagged_client.delete(tagged)
+        tagged_client.close()
+
+
 def test_topic_page_shows_groups_consumers_and_oldest_pending_age(
     web: Web, r: redis.Redis, redis_url: str, stream: str
 ) -> None:
