@@ -332,9 +332,14 @@ class Consumer(Lifecycle):
         if stopped and entry_id in stopped:
             self.capacity.finish(entry_id)  # stopped while queued; the stop took it off the PEL
             return
-        flow = self.flow
-        if flow is not None and route is not None and flow.holds(entry, route):
-            flow.hold_back(entry, route)  # paused or throttled while queued: it waits there
+        flow = self.flow  # paused or throttled since it was queued: it waits in the stage
+        if (
+            flow is not None
+            and (flow.throttling or flow.pauses.targets)
+            and route is not None
+            and flow.holds(entry, route)
+        ):
+            flow.hold_back(entry, route)
             self.stats.received -= 1  # counted again when the stage lets it go
             return
         running.entry_id = entry_id

@@ -88,6 +88,7 @@ class FlowStage:
         self._short = 0  # the same, counted during one round of releases
         self.requeued: set[str] = set()  # entries a Throttle sent back here: not finished
         self.waiting = dict.fromkeys(WAITING_REASONS, 0)  # entries waiting, by reason
+        self.pauses, self.throttling = gate.pauses, False  # looked at per entry: see holds
 
     def wake(self) -> None:
         self._wake.set()
@@ -183,11 +184,9 @@ class FlowStage:
         self._wake.set()
 
     def holds(self, entry: RawEntry, route: Route) -> bool:
-        """Whether ``entry``, handed to the workers before its type was paused or its key or
-        type throttled here, must wait now: a worker asks before it calls the handler, so
-        a pause or a Throttle holds back what was queued for the handlers too."""
-        if not (self._key_until or self._type_until or self._gate.pauses.targets):
-            return False  # the path of every entry: nothing paused or throttled here
+        """Whether ``entry``, queued for the handlers before its type was paused or its key
+        or type throttled here, must wait now (a worker asks, when :attr:`pauses` has
+        targets or :attr:`throttling`, before it calls the handler)."""
         type_name = route.type_name
         if self._gate.paused(type_name):
             return True
@@ -210,6 +209,7 @@ class FlowStage:
 
     def _note_throttle(self, type_name: str, key: str | None, scope: str, until: float) -> None:
         self._known_throttled.add(type_name)
+        self.throttling = True
         if scope == "type":
             self._type_until[type_name] = max(until, self._type_until.get(type_name, 0.0))
         else:
@@ -279,6 +279,7 @@ class FlowStage:
         now = anyio.current_time()  # what ended is forgotten: its type is fast again
         self._key_until = {k: until for k, until in self._key_until.items() if until > now}
         self._type_until = {t: until for t, until in self._type_until.items() if until > now}
+        self.throttling = bool(self._key_until or self._type_until)
         ours = {t for t, _ in self._key_until} | set(self._type_until)
         self._known_throttled = set(found) | ours
 

@@ -47,21 +47,18 @@ class PauseWatch:
     ) -> None:
         self._client, self._stream, self._group = client, stream, group
         self._interval, self._on_change = interval, on_change
-        self._targets: frozenset[str] = frozenset()
+        # what is paused: ``*`` (the whole group) and type names (an attribute, not a
+        # property: a consumer looks at it for every entry it hands a handler)
+        self.targets: frozenset[str] = frozenset()
         self._changed = anyio.Event()  # set (and replaced) at each change
         self._poke = anyio.Event()  # a notice arrived: read now
         self._lost = False  # the server is out of reach (logged once per outage)
         # a running consumer's: its waiting counts ride on the reads (see .waiting)
         self.reporter: WaitingReporter | None = None
 
-    @property
-    def targets(self) -> frozenset[str]:
-        """What is paused: ``*`` (the whole group) and type names."""
-        return self._targets
-
     def paused(self, type_name: str) -> bool:
         """Whether entries of ``type_name`` wait (the group or the type is paused)."""
-        targets = self._targets
+        targets = self.targets
         return bool(targets) and (WHOLE_GROUP in targets or type_name in targets)
 
     async def wait_unpaused(self, type_name: str) -> None:
@@ -78,8 +75,8 @@ class PauseWatch:
         if reporter is not None and report is not None:
             reporter.written(report)
         found = frozenset(r.target for r in records)
-        if found != self._targets:
-            self._targets = found
+        if found != self.targets:
+            self.targets = found
             changed, self._changed = self._changed, anyio.Event()
             changed.set()
             if self._on_change is not None:
@@ -114,7 +111,7 @@ class PauseWatch:
                 self._lost = True
                 log.warning(
                     "cannot read the pause record of group %r of %r, keeping what was read "
-                    "last (%s): %s", self._group, self._stream, _described(self._targets), e,
+                    "last (%s): %s", self._group, self._stream, _described(self.targets), e,
                 )  # fmt: skip
             return
         if self._lost:
