@@ -20,13 +20,12 @@ would have with nothing set aside. Past ``aside_limit`` waiting entries
 its unit again, and the reads slow down; it gives its unit back as set-aside entries go.
 
 A handler that raises :class:`~streamq.Throttle` holds back its key (or type) in the group
-(the record on the server) and here; the entry waits in this stage and runs again after
-it, its delivery not counted. The other consumers of the group see the throttle record
+(the record on the server) and here; the entry waits here and runs again after it, its
+delivery not counted, and so do that key's entries queued for the handlers already
+(:meth:`FlowStage.holds`: as a paused type's). The group's other consumers see the record
 when they next ask for entries of that type (:meth:`FlowStage.admit` reads the records of
-a type it knows to be throttled, or that it has limits for).
-
-With nothing paused, limited or throttled, :meth:`FlowStage.admit` returns its input: one
-check per read.
+a type it knows to be throttled, or that it has limits for). With nothing paused, limited
+or throttled, :meth:`FlowStage.admit` returns its input: one check per read.
 """
 
 from __future__ import annotations
