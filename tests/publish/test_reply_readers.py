@@ -11,14 +11,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq.publish.requests import ReplyReader, _Waiting
+from streamq.wire.keys import Keys
 
 pytestmark = pytest.mark.anyio
 
 ROUNDS = 6  # the waiting requests are a set: each round orders them afresh
 
 
-async def _a_reply_after_the_reader_left(client: aioredis.Redis, leaving: str) -> None:
-    key = f"replies-{uuid.uuid4().hex}"
+async def _a_reply_after_the_reader_left(client: aioredis.Redis, stream: str, leaving: str) -> None:
+    key = Keys(stream).replies(uuid.uuid4().hex)  # on the stream's slot, as a reply stream is
     waiting: dict[str, _Waiting] = {}
     reader = ReplyReader(client, key, waiting)
     first, second = uuid.uuid4().hex, uuid.uuid4().hex
@@ -51,7 +52,7 @@ async def _a_reply_after_the_reader_left(client: aioredis.Redis, leaving: str) -
 
 @pytest.mark.parametrize("leaving", ["timed out", "cancelled"])
 async def test_a_reply_is_read_after_the_reading_request_left_without_its_own(
-    client: aioredis.Redis, leaving: str
+    client: aioredis.Redis, stream: str, leaving: str
 ) -> None:
     for _ in range(ROUNDS):
-        await _a_reply_after_the_reader_left(client, leaving)
+        await _a_reply_after_the_reader_left(client, stream, leaving)
