@@ -10,12 +10,12 @@ fields of :func:`streamq.message.encode_entry` as they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from ..errors import ConfigError, MessageFormatError
 from ..message import encode_entry
-from .compression import check_compression, compress
+from .compression import check_compression, compress, compress_many
 from .keyring import Keyring
 from .versions import Versions
 from .wire import AESGCM, ENC, KID, META_PREFIX, VER, aad, to_text
@@ -110,17 +110,50 @@ class PayloadCodec:
             self.encode(fields)
         return fields
 
-    def encode(self, fields: Fields) -> Fields:
+    def entries(
+        self,
+        message_type: str,
+        items: Sequence[Any],
+        meta: Mapping[str, str] | None,
+        keys: Sequence[str | bytes | None],
+    ) -> list[Fields]:
+        """The XADD fields of many messages of one type (``publish_many``), each as
+        :meth:`entry` makes it; their ``data`` compressed together (:func:`compress_many`)."""
+        version = self._version_of(message_type)
+        rows = []
+        for item, key in zip(items, keys, strict=True):
+            fields = encode_entry(message_type, item, meta, key)
+            if version != 1:
+                fields[VER] = str(version)
+            rows.append(fields)
+        if not self.transforms:
+            return rows
+        packed = self._compressed_together(rows)
+        for i, fields in enumerate(rows):
+            self.encode(fields, packed.get(i))
+        return rows
+
+    def _compressed_together(self, rows: list[Fields]) -> dict[int, bytes]:
+        """Row index -> its ``data`` compressed, for the rows over ``compress_over``."""
+        if self.compression is None:
+            return {}
+        raws = {i: _as_bytes(f[b"data"]) for i, f in enumerate(rows)}
+        over = [i for i, raw in raws.items() if len(raw) > self.compress_over]
+        packed = compress_many(self.compression, [raws[i] for i in over])
+        return dict(zip(over, packed, strict=True))
+
+    def encode(self, fields: Fields, packed: bytes | None = None) -> Fields:
         """Compress and encrypt the ``data`` (and listed ``meta`` values) of ``fields`` in
-        place, as these settings say; return ``fields``."""
+        place, as these settings say; return ``fields``. ``packed``: the ``data``
+        compressed already (:meth:`entries`)."""
         type_name = _as_bytes(fields[b"type"])
         raw = _as_bytes(fields[b"data"])
         steps = []
-        if self.compression is not None and len(raw) > self.compress_over:
+        if packed is None and self.compression is not None and len(raw) > self.compress_over:
             packed = compress(self.compression, raw)
-            if len(packed) < len(raw):  # incompressible data goes as it is
-                raw = packed
-                steps.append(self.compression)
+        if packed is not None and self.compression is not None and len(packed) < len(raw):
+            raw = packed  # incompressible data goes as it is
+            steps.append(self.compression)
         keyring = self.keyring
         if keyring is not None:
             raw = keyring.encrypt(raw, aad(type_name, "data"))

@@ -239,8 +239,8 @@ class Publisher:
                 self._scheduler.schedule_many(message_type, items, meta, key, delay, at, level)
             )
         meta = with_trace_context(meta)
-        entry = self._codec.entry
-        encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
+        keys = [key_of(key, item) for item in items]
+        encoded = self._codec.entries(message_type, items, meta, keys)
         topic = self._topic or self._resolve_topic()
         plan = ManyPlan(
             items, key, len(topic.streams), self._chooser(topic, level), self._producer.marker

@@ -296,8 +296,8 @@ class Publishing:
             return list(
                 await self._delayed.schedule_many(message_type, items, meta, key, delay, at, level)
             )
-        entry = topic.codec.entry
-        encoded = [entry(message_type, item, meta, key_of(key, item)) for item in items]
+        keys = [key_of(key, item) for item in items]
+        encoded = topic.codec.entries(message_type, items, meta, keys)
         if topic.shape_unchecked:
             await topic.check_shape_once()
         plan = ManyPlan(

@@ -61,6 +61,31 @@ async def test_publish_many_and_typed_publishers_compress_too(
     assert [m.data for m in await _handled(make_queue, 2)] == [BIG, BIG]
 
 
+@pytest.mark.parametrize("blocking", [False, True])
+async def test_publish_many_compresses_its_items_together_each_in_its_place(
+    make_queue: QueueFactory, client: aioredis.Redis, stream: str, redis_url: str,
+    blocking: bool,
+) -> None:  # fmt: skip
+    """zstd compresses a publish_many's payloads in one call on several threads: each entry
+    gets its own data back, in order; small ones go as they are; encryption applies after
+    the compression, entry by entry."""
+    items: list[Any] = [
+        {"n": i, "rows": [f"row {i}-{j}" for j in range(80)]} if i % 3 else {"small": i}
+        for i in range(30)
+    ]
+    settings: dict[str, Any] = dict(compression="zstd", compress_over=200, encryption=keyring())
+    if blocking:
+        with Publisher(redis_url, stream=stream, **settings) as publisher:
+            publisher.publish_many("job", items)
+    else:
+        async with make_queue(**settings) as mq:
+            await mq.publish_many("job", items)
+    encs = [f.get(b"enc") for f in await _raw(client, stream)]
+    assert encs == [b"aesgcm" if i % 3 == 0 else b"zstd+aesgcm" for i in range(30)]
+    handled = await _handled(make_queue, 30, encryption=keyring())
+    assert [m.data for m in handled] == items
+
+
 async def test_encrypted_data_and_listed_meta_are_unreadable_in_redis_and_decrypted(
     make_queue: QueueFactory, client: aioredis.Redis, stream: str
 ) -> None:
