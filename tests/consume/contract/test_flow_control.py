@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 import anyio
 import pytest
@@ -130,7 +131,7 @@ async def test_a_throttled_entry_runs_again_after_its_wait_as_no_failure(mode: M
 
 @pytest.mark.parametrize("scope", ["key", "type"])
 async def test_a_throttle_holds_back_the_entries_already_queued_for_the_handlers(
-    mode: Mode, scope: str
+    mode: Mode, scope: Literal["key", "type"]
 ) -> None:
     """One handler slot, entries of one key read together: the first answers 429. The
     others, read before the throttle and queued for the handlers, wait too: the API is not
@@ -368,7 +369,7 @@ async def test_entries_released_by_a_resume_never_exceed_max_in_flight(mode: Mod
     async def settled() -> bool:
         before = mq.stats()["waiting_pause"]
         await anyio.sleep(0.3)
-        return before > 0 and mq.stats()["waiting_pause"] == before
+        return bool(before > 0 and mq.stats()["waiting_pause"] == before)
 
     async with mq:
         await mq.pause("email")
