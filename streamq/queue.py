@@ -54,7 +54,7 @@ from .publish.periodic import periodic_levels
 from .publish.scheduled import ScheduledMessages
 from .topic.handle import TopicHandle
 from .topic.operations import TopicAdmin
-from .topic.partitions import recorded_partitions, recorded_priorities, validate_partitions
+from .topic.partitions import validate_partitions
 from .wire.client import connect, ride_through
 from .wire.keys import require_stream
 from .wire.routing import Deployment
@@ -194,8 +194,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         """The server's URL: the one given, else ``$STREAMQ_REDIS_URL``, else the shared
         embedded server's (started on first use)."""
         if self._url is None:
-            # the embedded-server machinery loads only for a queue given no URL
-            from .server.single import default_url
+            from .server.single import default_url  # loaded only for a queue given no URL
 
             self._url = default_url()
         return self._url
@@ -211,10 +210,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         topic, as the CLI does); return it. Only before the queue runs."""
         if self._state is State.RUNNING:
             raise QueueStateError("cannot change the partitions of a running queue")
-        self._topic.use_partitions(
-            await recorded_partitions(self.client, self.stream),
-            await recorded_priorities(self.client, self.stream),
-        )
+        await self._topic.use_recorded_shape()
         return self.partitions
 
     async def __aenter__(self) -> MessageQueue:
@@ -381,14 +377,12 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         """Counters and histograms of this process's consumer (empty before run()).
 
         Counters: received, handled, failed, retried, dead_lettered, skipped (a fan-out
-        subscriber's entries of a type it has no handler for), claimed, acked,
-        scheduled_moved, forwarded (outputs this consumer forwarded from an outbox to their
-        target on another slot of a cluster, see ``Message.publish``); gauge: in_flight;
-        histograms: handler_seconds, batch_size, scheduled_lateness_seconds (how late each
-        scheduled message was moved). A consumer of a group adds the gauges of what it
-        holds back for flow control: waiting_pause, waiting_rate_limit, waiting_throttle
-        (entries; in ordered mode keys waiting at an entry).
-        """
+        subscriber's entries of a type it has no handler for), claimed, acked, scheduled_moved,
+        forwarded (outputs forwarded from a cluster's outbox, see ``Message.publish``); gauge:
+        in_flight; histograms: handler_seconds, batch_size, scheduled_lateness_seconds (how
+        late each scheduled message was moved). A consumer of a group adds the gauges of what
+        it holds back for flow control: waiting_pause, waiting_rate_limit, waiting_throttle
+        (entries; in ordered mode keys waiting at an entry)."""
         return {} if self._consumer is None else self._consumer.stats_report()
 
     async def health(self) -> dict[str, Any]:

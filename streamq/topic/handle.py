@@ -19,7 +19,7 @@ from ..wire.client import ride_through
 from ..wire.partition_names import choose_partition, default_level, topic_streams
 from ..wire.routing import Deployment
 from .control import StoppedView
-from .partitions import check_partition_count
+from .partitions import check_partition_count, recorded_partitions, recorded_priorities
 
 Key = str | bytes
 
@@ -55,6 +55,15 @@ class TopicHandle:
         self.default_level = default_level(priorities)
         self.streams = topic_streams(self.stream, partitions, priorities)  # (stream,) if plain
         self.stopped = [StoppedView() for _ in self.streams]  # stopped IDs, per stream
+
+    async def use_recorded_shape(self) -> None:
+        """Take the partitions and levels recorded for this topic as its shape (for tools
+        that operate on any topic, as the CLI does)."""
+        client = self.client
+        self.use_partitions(
+            await recorded_partitions(client, self.stream),
+            await recorded_priorities(client, self.stream),
+        )
 
     # -- connection -----------------------------------------------------------------
     @property
