@@ -8,10 +8,11 @@ Installed with streamq (entry point ``pytest11``), so in your project's tests::
 
 Fixtures: ``streamq_url`` (session: ``$STREAMQ_REDIS_URL`` or an embedded Valkey started
 once per test session), ``streamq_stream`` (a unique stream name; the stream and its
-``streamq:{<stream>}:*`` keys are deleted after the test, so an external server keeps
-nothing), ``streamq_queue`` (a factory of MessageQueues on that stream, EARLIEST, short
-timings, closed after the test), ``streamq_cluster_url`` (session: ``$STREAMQ_CLUSTER_URL``
-or an embedded 3-master Redis Cluster), ``streamq_sentinel_url`` (session:
+``streamq:{<stream>}:*`` keys are deleted after the test, every partition and priority
+level stream too, so an external server keeps nothing), ``streamq_queue`` (a factory
+of MessageQueues on that stream, EARLIEST, short timings, closed after the test),
+``streamq_cluster_url`` (session: ``$STREAMQ_CLUSTER_URL`` or an embedded 3-master Redis
+Cluster), ``streamq_sentinel_url`` (session:
 ``$STREAMQ_SENTINEL_URL`` or an embedded master, replica and three sentinels).
 
 When the session ends, the temporary directories of embedded servers whose owner process
@@ -29,12 +30,14 @@ import anyio
 import pytest
 
 from .config import ConsumerConfig, StartFrom, env_url
-from .errors import RedisFailure
+from .errors import ConfigError, RedisFailure
 from .queue import MessageQueue
 from .server.directories import remove_orphaned
 from .server.single import EmbeddedServer
+from .topic.partitions import recorded_partitions_sync, recorded_priorities_sync
 from .wire.client import connect_sync
 from .wire.keys import Keys
+from .wire.partition_names import topic_streams
 
 log = logging.getLogger(__name__)
 
@@ -101,15 +104,32 @@ def streamq_stream(streamq_url: str) -> Iterator[str]:
 
 
 def delete_stream_keys(url: str, stream: str) -> None:
-    """Delete ``stream`` and every ``streamq:{<stream>}:*`` key (best effort: a test that
-    broke the server must not also fail its teardown)."""
-    pattern = _glob_escape(Keys(stream).prefix) + "*"
+    """Delete ``stream`` and every ``streamq:{<stream>}:*`` key; when ``stream`` is a topic
+    with partitions or priority levels, every stream of it and their keys too (as the
+    topic's record says). Best effort: a test that broke the server must not also fail its
+    teardown."""
+    deployment = connect_sync(url)
     try:
-        with connect_sync(url).client_for(stream, owner=True) as client:
-            doomed = [stream, *client.scan_iter(match=pattern, count=1000)]
-            client.delete(*doomed)
+        with deployment.client_for(stream) as client:
+            streams = _streams_of(client, stream)
+        for each in sorted(streams, key=lambda name: name == stream):  # the record last
+            with deployment.client_for(each) as client:
+                pattern = _glob_escape(Keys(each).prefix) + "*"
+                client.delete(each, *client.scan_iter(match=pattern, count=1000))
     except (RedisFailure, OSError) as e:
         log.warning("could not delete the test stream %s: %s", stream, e)
+    finally:
+        deployment.close()
+
+
+def _streams_of(client: Any, topic: str) -> set[str]:
+    """``topic`` and the streams its record names (none when there is no record)."""
+    try:
+        partitions = recorded_partitions_sync(client, topic) or 1
+        levels = recorded_priorities_sync(client, topic)
+        return {topic, *topic_streams(topic, partitions, levels)}
+    except ConfigError:  # a damaged record: the stream itself still goes
+        return {topic}
 
 
 def _glob_escape(text: str) -> str:
