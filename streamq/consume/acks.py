@@ -53,6 +53,8 @@ class Acker:
         self._wakeup = anyio.Event()
         self._closing = False
         self._writing = False  # a write of staged entries is under way
+        self._on_the_wire: list[str] = []  # IDs of the XACK a flush is sending
+        self._written: list[Staged] = []  # the staged entries a write is sending
         self.acked = 0
 
     def ack(self, entry_id: str) -> None:
@@ -108,6 +110,11 @@ class Acker:
     def count_acked(self, count: int) -> None:
         """``count`` entries were acked by another script (a request's, with its reply)."""
         self.acked += count
+
+    def held(self) -> set[str]:
+        """IDs handled and not known to be acknowledged yet: queued, or on the wire."""
+        staged = (entry_id for entry_id, _ in (*self._staged, *self._written))
+        return {*self._pending, *self._on_the_wire, *staged}
 
     @property
     def backlog(self) -> int:
@@ -179,11 +186,14 @@ class Acker:
         while self._pending:
             ids = self._pending[:MAX_IDS_PER_XACK]
             del self._pending[: len(ids)]
+            self._on_the_wire = ids
             try:
                 await self._xack(ids)
             except BaseException:
                 self._pending[:0] = ids
                 raise
+            finally:
+                self._on_the_wire = []
             self.acked += len(ids)
         while self._staged and not self._writing:  # else the caller writing follows on
             staged = self._staged[:MAX_ENTRIES_PER_WRITE]
@@ -202,7 +212,11 @@ class Acker:
     async def _write(self, staged: list[Staged]) -> bool:
         """Write ``staged`` entries' outputs with their acks (one script)."""
         assert self._writer is not None  # only a consumer with a writer stages outputs
-        return await self._writer.write(staged, None)
+        self._written = staged
+        try:
+            return await self._writer.write(staged, None)
+        finally:
+            self._written = []
 
     async def _xack(self, ids: list[str]) -> None:
         """XACK with the command packed here: redis-py's generic packing of ~100 IDs per

@@ -103,11 +103,7 @@ def build_consumer(
 
 
 def build_fanout(
-    topic: Topic,
-    client_for: ClientFor,
-    router: Routes,
-    policies: Policies,
-    positions: Cursors,
+    topic: Topic, client_for: ClientFor, router: Routes, policies: Policies, positions: Cursors
 ) -> Consumer | PartitionedConsumer:
     """Fan-out mode (``group=None``): a subscriber reading every entry with XREAD."""
 
@@ -279,15 +275,16 @@ def _shared_parts(
                                 consumer.stats)  # fmt: skip
     writer, staging = _outputs(client, identity.stream, identity.group, policies, forwarder, failed)
     acker = Acker(client, identity.stream, identity.group, writer)
-    claimer = Claimer(
-        client, stream=identity.stream, group=identity.group, consumer=identity.consumer,
-        config=config, capacity=capacity, enqueue=consumer.enqueue,
-        on_group_lost=consumer.group_lost,
-    )  # fmt: skip
     reader = Reader(
         client, identity, config=config, capacity=capacity, acker=acker,
         enqueue=consumer.enqueue, stopping=consumer.stopping,
         group_lost=consumer.group_lost, fail=consumer.fail,
+        held=lambda: claimer.held() | acker.held(),
+    )  # fmt: skip
+    claimer = Claimer(
+        client, stream=identity.stream, group=identity.group, consumer=identity.consumer,
+        config=config, capacity=capacity, enqueue=consumer.enqueue,
+        on_group_lost=consumer.group_lost, start_after=reader.recovered,
     )  # fmt: skip
     listener = ControlListener(
         client, identity.stream, stopped, resync_interval=config.stopped_resync,
@@ -301,7 +298,8 @@ def _shared_parts(
         consumer=identity.consumer, retry=policies.retry,
         dead_letters=DeadLetters(client, identity.stream, summary=summary, id_prefix=prefix or ""),
         unrouted=UnroutedDeliveries(client, identity.stream, identity.group, summary=summary),
-        retry_later=claimer.retry_later, stats=consumer.stats, summary=summary,
+        retry_later=claimer.retry_later, left_pending=claimer.left_pending,
+        stats=consumer.stats, summary=summary,
         throttled=lambda entry, signal: flow.requeue(entry, signal),
         replier=Replier(client, identity.stream, identity.group, with_ack=True,
                         staged=writer is not None, acked=acker.count_acked,

@@ -4,10 +4,18 @@ re-claiming entries whose handler asked for ``Retry(delay)``.
 * Claim loop: every ``claim_interval`` (±50% jitter) XAUTOCLAIM entries idle longer than
   ``claim_idle`` (never more than there is room for in flight).
 * Leases: every ``claim_idle / 3`` the idle time of entries this consumer still works on is
-  reset (only if it still owns them), so a slow but alive handler is not robbed.
-* Retry later: after the delay, XCLAIM the entry back with a min-idle equal to the delay,
-  so an entry someone else took meanwhile is not claimed twice.
+  reset (only if it still owns them), so a slow but alive handler is not robbed; so is the
+  idle time of entries waiting out a ``Retry(delay)``, so no claim pass (this consumer's or
+  another's) takes one back before its delay.
+* Retry later: after the delay, the entry is claimed back (a delivery counted) if this
+  consumer still owns it: one whose lease was lost is another consumer's now.
+* Held: what this consumer left in its pending list on purpose (waiting out a ``Retry``, or
+  a failed delivery left for redelivery after ``claim_idle``), which the read loop's
+  recovery of its own pending list after a lost connection must not run again at once.
 * Ghosts: consumers idle longer than ``dead_consumer_idle`` and owning nothing are deleted.
+
+The first claim pass runs once the read loop has recovered this consumer's own pending
+list (``start_after``): a pass before it could claim entries the recovery then reads again.
 """
 
 from __future__ import annotations
@@ -25,13 +33,14 @@ from ..config import ConsumerConfig
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..message import RawEntry
 from ..wire import replies
-from ..wire.scripts import RENEW_LEASES
+from ..wire.scripts import RECLAIM_OWN, RENEW_LEASES
 from .capacity import Capacity
 
 log = logging.getLogger(__name__)
 
 CLAIM_ERROR_BACKOFF = 1.0
 GHOST_SWEEP_EVERY = 12  # claim passes
+IDS_PER_SCRIPT = 500  # lease renewals and retries taken back per script call
 
 
 async def delivery_counts(
@@ -71,8 +80,12 @@ class Claimer:
         capacity: Capacity,
         enqueue: Enqueue,
         on_group_lost: Callable[[GroupNotFoundError | StreamNotFoundError], Awaitable[None]],
+        start_after: anyio.Event | None = None,
     ) -> None:
+        """``start_after``: set once the read loop recovered this consumer's own pending
+        list; the first claim pass waits for it."""
         self._client = client
+        self._start_after = start_after
         self.stream, self.group, self.consumer = stream, group, consumer
         self._idle_ms = int(config.claim_idle * 1000)
         self._interval = config.claim_interval
@@ -82,10 +95,13 @@ class Claimer:
         self._enqueue = enqueue
         self._on_group_lost = on_group_lost
         self._wakeup = anyio.Event()
-        self._retry_heap: list[tuple[float, int, float, RawEntry]] = []
+        self._retry_heap: list[tuple[float, int, RawEntry]] = []
         self._retry_seq = 0
+        self._retrying: set[str] = set()  # IDs in the heap whose lease is still this one's
+        self._left: dict[str, float] = {}  # failed ID -> when it was left, oldest first
         self.claimed_total = 0
         self.renew_script = client.register_script(RENEW_LEASES)
+        self._reclaim_script = client.register_script(RECLAIM_OWN)
 
     def wake(self) -> None:
         """Run a claim pass now (e.g. after a resume notice)."""
@@ -94,11 +110,29 @@ class Claimer:
     def retry_later(self, entry: RawEntry, delay: float) -> None:
         self._retry_seq += 1
         due = anyio.current_time() + delay
-        heapq.heappush(self._retry_heap, (due, self._retry_seq, delay, entry))
+        heapq.heappush(self._retry_heap, (due, self._retry_seq, entry))
+        self._retrying.add(entry.id)
         self._wakeup.set()
+
+    def left_pending(self, entry_id: str) -> None:
+        """A failed delivery of ``entry_id`` was left pending, for a redelivery by claiming
+        after ``claim_idle``."""
+        left = self._left
+        left.pop(entry_id, None)  # re-added last: the dict stays in time order
+        left[entry_id] = anyio.current_time()
+
+    def held(self) -> set[str]:
+        """IDs this consumer left in its pending list on purpose and still waits on: the
+        ``Retry`` entries, and failed ones younger than ``claim_idle``."""
+        left, oldest = self._left, anyio.current_time() - self._idle_ms / 1000
+        while left and next(iter(left.values())) < oldest:
+            del left[next(iter(left))]
+        return self._retrying | left.keys()
 
     # -- loops ----------------------------------------------------------------------
     async def run(self) -> None:
+        if self._start_after is not None:
+            await self._start_after.wait()
         passes = 0
         while True:
             try:
@@ -140,13 +174,19 @@ class Claimer:
 
     # -- steps ----------------------------------------------------------------------
     async def renew_leases(self, older_than: float) -> list[str]:
-        """Reset the idle time of entries held longer than ``older_than`` seconds."""
+        """Reset the idle time of entries held longer than ``older_than`` seconds, and of
+        those waiting out a ``Retry``; return the IDs whose lease was lost."""
         ids = self._capacity.in_flight.held_since(anyio.current_time() - older_than)
-        if not ids:
-            return []
-        lost = await self.renew_script(keys=[self.stream], args=[self.group, self.consumer, *ids])
-        lost_ids = [replies.text(i) for i in lost]
+        ids.extend(self._retrying)
+        lost_ids: list[str] = []
+        for start in range(0, len(ids), IDS_PER_SCRIPT):
+            chunk = ids[start : start + IDS_PER_SCRIPT]
+            lost = await self.renew_script(
+                keys=[self.stream], args=[self.group, self.consumer, *chunk]
+            )
+            lost_ids.extend(replies.text(i) for i in lost)
         if lost_ids:
+            self._retrying.difference_update(lost_ids)  # another consumer has them now
             log.warning("lease lost for %d entries now owned by another consumer", len(lost_ids))
         return lost_ids
 
@@ -168,9 +208,11 @@ class Claimer:
                 break
         return total
 
-    async def _take(self, entries: list[RawEntry]) -> int:
-        in_flight = self._capacity.in_flight
-        entries = [e for e in entries if e.id not in in_flight]
+    async def _take(self, entries: list[RawEntry], *, retried: bool = False) -> int:
+        in_flight, retrying = self._capacity.in_flight, self._retrying
+        entries = [
+            e for e in entries if e.id not in in_flight and (retried or e.id not in retrying)
+        ]
         if not entries:
             return 0
         counts = await delivery_counts(
@@ -184,17 +226,28 @@ class Claimer:
         return len(entries)
 
     async def _claim_due_retries(self) -> None:
-        now = anyio.current_time()
-        while self._retry_heap and self._retry_heap[0][0] <= now and self._capacity.room() > 0:
-            _, _, delay, entry = heapq.heappop(self._retry_heap)
-            # The entry has been idle at least ``delay`` since its handler gave up; if another
-            # consumer took it meanwhile its idle time was reset and this claim gets nothing.
-            min_idle = int(delay * 1000)
-            rows = await self._client.xclaim(
-                self.stream, self.group, self.consumer, min_idle, [entry.id]
+        """Take back the ``Retry`` entries whose delay is over (as many as there is room
+        for), those this consumer still owns; after a failed call they are due again."""
+        heap, retrying, now = self._retry_heap, self._retrying, anyio.current_time()
+        due: list[tuple[float, int, RawEntry]] = []
+        limit = min(self._capacity.room(), IDS_PER_SCRIPT)
+        while heap and heap[0][0] <= now and len(due) < limit:
+            waiting = heapq.heappop(heap)
+            if waiting[2].id in retrying:  # else its lease was lost: another consumer's now
+                due.append(waiting)
+        if not due:
+            return
+        ids = [entry.id for _, _, entry in due]
+        try:
+            rows = await self._reclaim_script(
+                keys=[self.stream], args=[self.group, self.consumer, *ids]
             )
-            entries, _ = replies.live_and_deleted(rows)
-            await self._take(entries)
+        except BaseException:
+            for waiting in due:
+                heapq.heappush(heap, waiting)
+            raise
+        retrying.difference_update(ids)
+        await self._take(replies.entries(rows), retried=True)
 
     async def delete_ghost_consumers(self) -> list[str]:
         """Delete consumers idle for long that own no pending entries."""

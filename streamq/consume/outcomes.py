@@ -57,6 +57,11 @@ Halt = Callable[[RawEntry, str, BaseException | None], None]
 Throttled = Callable[[RawEntry, Throttle], Awaitable[None]]
 
 
+def _named(entry: RawEntry, id_prefix: str | None) -> str:
+    """``entry``'s ID as its Message and the CLI name it (naming its partition, if any)."""
+    return entry.id if id_prefix is None else id_prefix + entry.id
+
+
 class Outcomes(Protocol):
     """One mode's outcome policy (see the module's table)."""
 
@@ -126,9 +131,11 @@ class GroupOutcomes:
         replier: Replier | None = None,
         id_prefix: str | None = None,
         ack_with_now: Callable[[str, list[Output]], Awaitable[None]] | None = None,
+        left_pending: Callable[[str], None] = lambda _id: None,
     ) -> None:
         """``id_prefix``: what a Message ID of this stream starts with (``"2:"``, the
-        stream's index on a partitioned topic), for the IDs its records name."""
+        stream's index on a partitioned topic), for the IDs its records name; the
+        claimer is told of each entry ``left_pending`` for a redelivery by claiming."""
         self.ack, self.ack_many = ack, ack_many  # bound methods of the acker: the hot path
         self.ack_with = ack_with
         self._group, self._consumer, self._retry = group, consumer, retry
@@ -136,10 +143,7 @@ class GroupOutcomes:
         self.stats, self._summary, self._halt = stats, summary, halt
         self._throttled, self._replier, self._id_prefix = throttled, replier, id_prefix
         self._ack_with_now = ack_with_now  # a request's reply: written by the worker if it may
-
-    def _named(self, entry: RawEntry) -> str:
-        """``entry``'s ID as its Message and the CLI name it."""
-        return entry.id if self._id_prefix is None else self._id_prefix + entry.id
+        self._left_pending = left_pending
 
     async def settled(self, entries: list[RawEntry]) -> None:
         """Drop the unrouted-delivery records of redelivered entries (rare)."""
@@ -239,17 +243,15 @@ class GroupOutcomes:
                 await self.dead_letter(entry, reason, error)
             return
         # per handled type (a bounded set); failures outside handlers are one kind
-        kind = (
-            "failures outside the handler"
-            if outside
-            else f"failed deliveries of type {entry.type!r}"
-        )
+        kind = f"failed deliveries of type {entry.type!r}"
+        kind = "failures outside the handler" if outside else kind
         self._summary.log(
             log, kind, logging.WARNING,
             "%s failed for %s (delivery %d of %d), left pending for redelivery: %s",
-            "processing" if outside else "handler", self._named(entry), attempts,
+            "processing" if outside else "handler", _named(entry, self._id_prefix), attempts,
             self._retry.max_deliveries, shortened(describe(error)), exc_info=error,
         )  # fmt: skip
+        self._left_pending(entry.id)
 
     async def no_route(self, entry: RawEntry) -> None:
         """Dead-letter malformed types; leave unknown ones to a consumer that has one."""
@@ -265,14 +267,16 @@ class GroupOutcomes:
             )
             return
         await self._unrouted.record(entry.id)
+        self._left_pending(entry.id)
         self._summary.log(
             log, "entries without a handler here", logging.WARNING,
             "no handler for type %r (entry %s); left pending for a consumer that has one",
-            type_name, self._named(entry),
+            type_name, _named(entry, self._id_prefix),
         )  # fmt: skip
 
     async def left_for_newer(self, entry: RawEntry) -> None:
         await self._unrouted.record(entry.id)  # not a delivery to a handler that knows it
+        self._left_pending(entry.id)
 
     @contextmanager
     def batch(self, type_name: str) -> Iterator[None]:
@@ -317,10 +321,6 @@ class FanoutOutcomes:
     async def past_limit(self, entry: RawEntry) -> bool:
         return False  # every entry is delivered once
 
-    def _named(self, entry: RawEntry) -> str:
-        """The entry's ID as its Message has it (naming its partition, if any)."""
-        return entry.id if self._id_prefix is None else self._id_prefix + entry.id
-
     async def dead_letter(
         self,
         entry: RawEntry,
@@ -332,12 +332,12 @@ class FanoutOutcomes:
         self.stats.failed += 1  # every outcome that would dead-letter in a group
         in_batch = _batch_failures.get()
         if in_batch is not None:
-            in_batch.append((self._named(entry), reason, error))
+            in_batch.append((_named(entry, self._id_prefix), reason, error))
             return
         self._summary.log(  # a handler failing on every entry: the first in full, then counts
             log, f"fan-out failures of type {entry.type!r}", logging.WARNING,
             "fan-out handler failed for %s on %s (not redelivered: no consumer group): %s",
-            self._named(entry), self._stream, reason, exc_info=error,
+            _named(entry, self._id_prefix), self._stream, reason, exc_info=error,
         )  # fmt: skip
 
     async def settle(self, entry: RawEntry, error: BaseException) -> None:
@@ -372,14 +372,14 @@ class FanoutOutcomes:
             self._summary.log(
                 log, "malformed entries", logging.WARNING,
                 "fan-out subscriber skipped malformed entry %s on %s: %s",
-                self._named(entry), self._stream, e,
+                _named(entry, self._id_prefix), self._stream, e,
             )  # fmt: skip
             return
         self.stats.skipped += 1
         self._summary.log(
             log, f"entries of type {type_name!r} skipped (no handler here)", logging.WARNING,
             "no handler for type %r in this fan-out subscriber: skipped %s on %s (counted in "
-            "skipped)", type_name, self._named(entry), self._stream,
+            "skipped)", type_name, _named(entry, self._id_prefix), self._stream,
         )  # fmt: skip
 
     @contextmanager

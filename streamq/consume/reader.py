@@ -4,7 +4,10 @@ One blocking XREADGROUP at a time, on the loop's own connection, carrying the qu
 in the same write. Room for what it asks is reserved in the Capacity before each read, so
 fetched entries never exceed ``max_in_flight``. After a lost connection it backs off and
 re-reads its own pending list (entries of a reply that was lost are not left waiting for
-``claim_idle``).
+``claim_idle``), less what this consumer still holds: entries in flight, handled ones whose
+ack is not through yet, and those it left pending on purpose (``held``: a ``Retry`` waiting
+out its delay, a failed delivery left for ``claim_idle``). ``recovered`` is set once the
+first recovery is done: the claim loop starts after it.
 
 Where the server has ``XREADGROUP ... CLAIM`` (Redis >= 8.4, probed once), each read also
 takes over entries idle longer than ``claim_idle`` in any consumer's pending list: a dead
@@ -14,7 +17,7 @@ consumer's entries are picked up by the next read instead of the next claim pass
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,8 +63,11 @@ class Reader:
         stopping: Callable[[], bool],
         group_lost: GroupLost,
         fail: Callable[[RedisFailure], None],
+        held: Callable[[], Container[str]] = frozenset,
     ) -> None:
         self._client = client
+        self._held = held
+        self.recovered = anyio.Event()
         self.id = identity
         self._capacity = capacity
         self._acker = acker
@@ -98,6 +104,7 @@ class Reader:
                 if recover:
                     await self.recover_own_pending()
                     recover = False
+                    self.recovered.set()
                 await self._capacity.wait_for_room(self._stopping)
                 if self._stopping():
                     break
@@ -170,6 +177,8 @@ class Reader:
             start = rows[-1][0]
             live, gone = replies.live_and_deleted(rows)
             self._acker.ack_many(gone)  # deleted from the stream while pending: nothing to do
+            held = self._held()
+            live = [entry for entry in live if entry.id not in held]
             counts = await delivery_counts(
                 self._client, self.id.stream, self.id.group, self.id.consumer,
                 [e.id for e in live],

@@ -113,6 +113,24 @@ end
 return lost
 """
 
+# Take back the entries a consumer left pending for a Retry(delay) once their delay is
+# over, only those it still owns (its lease renewals kept them from other consumers'
+# claims; one that lost its lease is someone else's now). XCLAIM without JUSTID counts
+# the delivery. KEYS: stream. ARGV: group, consumer, IDs. Returns the entries taken
+# ([id, [field, value, ...]]; an entry deleted meanwhile leaves the pending list).
+RECLAIM_OWN = """
+local taken = {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p > 0 and p[1][2] == ARGV[2] then
+    for _, row in ipairs(redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i])) do
+      if row then taken[#taken + 1] = row end
+    end
+  end
+end
+return taken
+"""
+
 # Release a lock only if we still hold it. KEYS: lock. ARGV: token.
 RELEASE_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end

@@ -13,10 +13,10 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import EmbeddedServer, Message, MessageQueue, StartFrom
+from streamq import EmbeddedServer, Message, MessageQueue, Retry, RetryPolicy, StartFrom
 from tests.helpers.clients import pending_count
 from tests.helpers.fault_consumer import MAX_IN_FLIGHT
-from tests.helpers.queues import FAST
+from tests.helpers.queues import FAST, QueueFactory
 from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -134,3 +134,31 @@ async def test_connections_killed_mid_batch(
             await wait_all_handled_and_acked(mq, handled, ids, after="connection kills")
             await mq.stop()
     assert mq.auto_stopped is False
+
+
+@pytest.mark.timeout(60)
+async def test_a_dropped_connection_runs_no_entry_its_consumer_left_waiting(
+    make_queue: QueueFactory, client: aioredis.Redis
+) -> None:
+    """After a lost connection the read loop recovers its own pending list, less what its
+    consumer left there on purpose: an entry waiting out ``Retry(delay)`` comes back after
+    its delay, a failed one after ``claim_idle``, and neither at the reconnection."""
+    mq = make_queue(claim_idle=4.0, claim_interval=0.1, retry=RetryPolicy(attempts=1))
+    calls: list[tuple[str, float]] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[str]) -> None:
+        calls.append((msg.data, anyio.current_time()))
+        if len([name for name, _ in calls if name == msg.data]) == 1:
+            raise Retry(delay=4.0) if msg.data == "retry" else RuntimeError("first delivery")
+
+    async with mq, mq.running():
+        await mq.publish_many("job", ["retry", "failed"])
+        await wait_for(lambda: len(calls) == 2, what="both first deliveries")
+        started = anyio.current_time()
+        for _ in range(2):
+            await anyio.sleep(0.3)
+            await client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        await wait_for(lambda: len(calls) == 4, timeout=20, what="both second deliveries")
+    again = {name: at - started for name, at in calls[2:]}
+    assert min(again.values()) >= 3.5, f"delivered again {again} s after the first (asked: 4 s)"

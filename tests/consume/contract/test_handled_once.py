@@ -9,10 +9,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 import redis.asyncio as aioredis
 
 from streamq import Message, MessageQueue
+from streamq.topic.partitions import partition_streams
 from tests.consume.contract.modes import FANOUT_DOC, Mode, all_acked, keys
 from tests.helpers.waiting import wait_for
 
@@ -82,3 +84,31 @@ async def test_pending_entries_are_handled_before_new_ones(
         assert [m.delivery_count for m in handled] == [2, 1, 1, 1, 1]
     else:
         assert [m.delivery_count for m in handled] == [2, 2, 2, 1, 1]
+
+
+@pytest.mark.parametrize("name", ["another", "the same"])
+async def test_entries_left_pending_by_a_gone_consumer_are_handled_once_by_the_next(
+    mode: Mode, client_for: Callable[[str], aioredis.Redis], name: str
+) -> None:
+    """Entries a gone consumer read and never acknowledged, idle past ``claim_idle``: the
+    consumer started next, under another name or under the gone one's (a restart), handles
+    each once: its pending-first recovery and its claim pass never both take one."""
+    mode.skip_unless("shared", does_not="claim idle entries of any consumer (a partition's "
+                     "new owner takes over its whole pending list)",
+                     where="docs/guides/ordering.md 'Takeover'")  # fmt: skip
+    first = mode.queue()
+    async with first:
+        ids = [await first.publish("job", {"n": n}, key=key) for n, key in enumerate(keys(40))]
+    for stream in partition_streams(mode.stream, mode.partitions):  # read, never acked
+        await client_for(stream).xreadgroup(first.group, "gone", {stream: ">"}, count=100)
+    await anyio.sleep(0.6)  # idle past claim_idle
+    consumer = "gone" if name == "the same" else "next"
+    mq = mode.queue(consumer=consumer, claim_idle=0.5, claim_interval=0.05)
+    handled = journal(mq)
+    async with mq, mq.running():
+        await wait_for(lambda: len(handled) >= 40, what="40 handled")
+        await all_acked(mq)
+        await anyio.sleep(1.0)  # a second delivery would come within claim_idle
+    twice = [i for i, n in Counter(m.id for m in handled).items() if n > 1]
+    assert not twice, f"{len(twice)} of 40 entries handled more than once, e.g. {twice[:3]}"
+    assert Counter(m.id for m in handled) == Counter(ids)

@@ -6,6 +6,8 @@ exception", "Handler raises Retry"; docs/guides/ordering.md "A handler fails",
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
 import anyio
 import pytest
 
@@ -81,3 +83,33 @@ async def test_retry_signal_delivers_again_after_its_delay(mode: Mode) -> None:
     (first, t1), (second, t2) = seen
     assert (first, second) == (1, 2)
     assert t2 - t1 >= 0.28, f"delivered again after {t2 - t1:.3f}s, asked for 0.3s"
+
+
+async def test_retry_delay_longer_than_claim_idle_is_kept_by_every_consumer(mode: Mode) -> None:
+    """``Retry(delay)`` past ``claim_idle``: no consumer's claim pass takes the entry back
+    early, neither the one that holds it nor another of the group. (Ordered mode: one
+    consumer, as only a partition's owner reads its pending list; after a change of owner
+    the new one runs a waiting entry at once: docs/guides/ordering.md, "Takeover".)"""
+    mode.skip_unless("shared", "ordered", does_not="redeliver", where=FANOUT_DOC)
+    timings = {"claim_idle": 0.5, "claim_interval": 0.05}
+    queues = [mode.queue(**timings) for _ in range(2 if mode.kind == "shared" else 1)]
+    seen: list[tuple[int, float]] = []
+    for mq in queues:
+
+        @mq.handler("job")
+        async def later(msg: Message[int]) -> None:
+            seen.append((msg.delivery_count, anyio.current_time()))
+            if msg.delivery_count == 1:
+                raise Retry(delay=2.0)
+
+    async with AsyncExitStack() as running:
+        for mq in queues:
+            await running.enter_async_context(mq)
+            await running.enter_async_context(mq.running())
+        await queues[0].publish("job", 1, key="k")
+        await wait_for(lambda: len(seen) == 2, timeout=10, what="the delivery after the delay")
+        await anyio.sleep(0.6)  # a third delivery would come past claim_idle
+    (first, t1), (second, t2) = seen
+    assert (first, second) == (1, 2), seen
+    assert t2 - t1 >= 1.95, f"delivered again after {t2 - t1:.2f}s, asked for 2s"
+
