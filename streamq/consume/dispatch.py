@@ -70,7 +70,7 @@ class Dispatcher:
         self.summary = summary
         self.observer = Observer()  # log context; trace spans are a middleware (.traced)
         # singles: the first call is made outside tenacity (the hot path), these are the rest
-        self._retrying = retrying(retry, retry.attempts - 1)
+        self._retrying = retrying(retry, retry.attempts - 1, made=1)
         # batches: which entries failed, after retries and bisection
         self._batch_calls = BatchCalls(
             call_once=self._call_once, retry=retry, bisect=bisect_batches, summary=summary

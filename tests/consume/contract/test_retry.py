@@ -7,6 +7,7 @@ exception", "Handler raises Retry"; docs/guides/ordering.md "A handler fails",
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from itertools import pairwise
 
 import anyio
 import pytest
@@ -113,3 +114,24 @@ async def test_retry_delay_longer_than_claim_idle_is_kept_by_every_consumer(mode
     assert (first, second) == (1, 2), seen
     assert t2 - t1 >= 1.95, f"delivered again after {t2 - t1:.2f}s, asked for 2s"
 
+
+async def test_in_process_retries_wait_the_backoff_before_each_retry(mode: Mode) -> None:
+    """``RetryPolicy(backoff=b)``: the waits between a single handler's attempts are b, 2b,
+    4b, ... (capped at ``max_backoff``), the first retry included."""
+    policy = RetryPolicy(attempts=4, backoff=0.15, max_backoff=0.5, jitter=0.0)
+    mq = mode.queue(retry=policy)
+    calls: list[float] = []
+
+    @mq.handler("job")
+    async def flaky(msg: Message[int]) -> None:
+        calls.append(anyio.current_time())
+        if len(calls) < 4:
+            raise RuntimeError("transient")
+
+    async with mq:
+        await mq.publish("job", 1, key="k")
+        async with mq.running():
+            await wait_for(lambda: mq.stats()["handled"] == 1, what="handled after retries")
+    gaps = [round(later - earlier, 2) for earlier, later in pairwise(calls)]
+    expected = [0.15, 0.3, 0.5]
+    assert all(e - 0.02 <= g <= e + 0.25 for g, e in zip(gaps, expected, strict=True)), gaps
