@@ -16,7 +16,7 @@ from ..payload.keyring import Keyring
 from ..publish.plan import named
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
-from ..topic.cleanup import Cleaner
+from ..topic.cleanup import Cleaner, CleanupReport
 from ..wire.keys import Keys
 from ..wire.replies import Pending, pending_rows
 from ..wire.urls import redact
@@ -222,6 +222,7 @@ async def cmd_terminate(args: argparse.Namespace) -> str:
 
 
 async def cmd_cleanup(args: argparse.Namespace) -> str:
+    """One cleanup pass over each stream of the topic (one per partition and level)."""
     policy = CleanupPolicy(
         max_stream_length=args.max_length,
         min_retention=args.min_retention,
@@ -229,10 +230,23 @@ async def cmd_cleanup(args: argparse.Namespace) -> str:
     )
     async with _closing(_queue(args)) as mq:
         await _require_stream(mq)
-        report = await Cleaner(mq.client, mq.stream, policy).run_once(dry_run=args.dry_run)
+        reports = [
+            (stream, await Cleaner(mq.client_for(stream), stream, policy).run_once(
+                dry_run=args.dry_run))
+            for stream in mq.streams
+        ]  # fmt: skip
+    if len(reports) == 1:
+        return _cleanup_line(reports[0][1], args.dry_run)
+    lines = [f"{stream}: {_cleanup_line(report, args.dry_run)}" for stream, report in reports]
+    verb = "would remove" if args.dry_run else "removed"
+    total = sum(report.removed for _, report in reports)
+    return "\n".join([*lines, f"{verb} {total} entries over {len(reports)} streams"])
+
+
+def _cleanup_line(report: CleanupReport, dry_run: bool) -> str:
     if report.skipped:
         return f"nothing removed: {report.skipped}"
-    verb = "would remove" if args.dry_run else "removed"
+    verb = "would remove" if dry_run else "removed"
     checked = "; each deletion re-checked by the server" if report.server_checked else ""
     return (
         f"{verb} {report.removed} entries below {report.safe_point}; "

@@ -304,3 +304,31 @@ def test_dlq_lists_replays_and_purges_the_dead_letters_of_a_partitioned_topic(
             delete_stream_keys(redis_url, name)
     gone = streamq("dlq", "list", stream, url=redis_url)
     assert gone.returncode == 1 and "does not exist" in gone.stderr, gone
+
+
+def test_cleanup_removes_the_acknowledged_entries_of_every_stream_of_a_topic(
+    redis_url: str, stream: str
+) -> None:
+    import anyio
+
+    from streamq import MessageQueue
+
+    async def publish_read_and_ack() -> None:
+        async with MessageQueue(redis_url, stream=stream, group="g", partitions=2,
+                                priorities=3) as mq:  # fmt: skip
+            for n in range(12):
+                await mq.publish("job", n, key=f"k{n}", priority=n % 3)
+            for name in mq.streams:  # group g reads and acknowledges every entry
+                client = mq.client_for(name)
+                rows = await client.xreadgroup("g", "w1", {name: ">"})
+                await client.xack(name, "g", *[entry_id for entry_id, _ in rows[0][1]])
+
+    anyio.run(publish_read_and_ack)
+    options = ("--max-length", "0", "--min-retention", "0")
+    dry = streamq("cleanup", stream, *options, "--dry-run", url=redis_url)
+    assert dry.returncode == 0 and dry.stdout.splitlines()[-1].startswith(
+        "would remove 12 entries over 6 streams"
+    ), dry.stdout
+    done = streamq("cleanup", stream, *options, url=redis_url)
+    assert done.returncode == 0 and "removed 12 entries over 6 streams" in done.stdout, done.stdout
+    assert sum(line.startswith(f"{stream}") for line in done.stdout.splitlines()) == 6
