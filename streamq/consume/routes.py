@@ -112,6 +112,13 @@ def _twice(
     )
 
 
+def _any_handler(route: Route) -> Callable[..., Any]:
+    """The single handler of ``route``, else its batch handler (one of them is set)."""
+    handler = route.single or route.batch
+    assert handler is not None  # a route is made with a handler
+    return handler
+
+
 def _checked_parser(func: Callable[..., Any], model: Any) -> Parser:
     """``parser_for(model)``, or HandlerError naming the handler if pydantic cannot
     validate ``model``."""
@@ -318,22 +325,24 @@ class Routes:
             self._routes[route.type_name] = mine = dataclasses.replace(route)
             self._by_bytes[route.type_name.encode()] = mine
             return
+        if route.single is not None and mine.single is not None:
+            raise _twice(route.type_name, "handler", mine.single, route.single)
+        if route.batch is not None and mine.batch is not None:
+            raise _twice(route.type_name, "batch handler", mine.batch, route.batch)
+        both = f"at {where_defined(_any_handler(mine))} and at {where_defined(_any_handler(route))}"
         if mine.model is not route.model:
             raise HandlerError(
                 f"type {route.type_name!r} has handlers with different models "
-                f"({mine.model!r} and {route.model!r})"
+                f"({mine.model!r} and {route.model!r}): {both}"
             )
         if mine.middlewares != route.middlewares:
             raise HandlerError(
-                f"type {route.type_name!r} has handlers in routers with different middlewares"
+                f"type {route.type_name!r} has handlers in routers with different "
+                f"middlewares: {both}"
             )
         if route.single is not None:
-            if mine.single is not None:
-                raise _twice(route.type_name, "handler", mine.single, route.single)
             mine.single, mine.single_is_async = route.single, route.single_is_async
         if route.batch is not None:
-            if mine.batch is not None:
-                raise _twice(route.type_name, "batch handler", mine.batch, route.batch)
             mine.batch, mine.batch_is_async = route.batch, route.batch_is_async
             mine.batch_settings = route.batch_settings
 

@@ -186,6 +186,33 @@ def test_explicit_model_disagreeing_with_the_other_handler_is_refused() -> None:
         router.add_batch("g", many, SETTINGS, model=Ping)
 
 
+def test_a_type_in_two_routers_with_different_middlewares_names_both_places() -> None:
+    """Two routers (one with middlewares) each with a handler of one type: the error says
+    the type is registered twice, where; a batch handler beside it says where both are."""
+    from streamq import MessageQueue, Router
+
+    async def passing(msg: Message[Any], call_next: Any) -> Any:
+        return await call_next(msg)
+
+    async def one(msg: Message[Global]) -> None: ...
+
+    async def two(msg: Message[Global]) -> None: ...
+
+    def many(msgs: list[Message[Global]]) -> None: ...
+
+    first, second = Router(middlewares=[passing]), Router()
+    first.handler("t")(one)
+    second.handler("t")(two)
+    mq = MessageQueue(stream="s", group="g")
+    mq.include_router(first)
+    with pytest.raises(HandlerError, match=r"registered twice \(handler\).*\bone\b.*\btwo\b"):
+        mq.include_router(second)
+    batches = Router()
+    batches.batch_handler("t", size=2)(many)
+    with pytest.raises(HandlerError, match=r"different middlewares: at .*test_registration.py:"):
+        mq.include_router(batches)
+
+
 # -- through MessageQueue (the queue passes its caller's namespace and model=) ---------
 
 
