@@ -75,8 +75,8 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             :mod:`streamq.consume.fanout`).
         start: where the group starts when this queue creates it (fan-out: on open).
         retry, batch, cleanup: policies (see :mod:`streamq.config`).
-        config: read-loop settings as a :class:`ConsumerConfig`; each of its fields may
-        also be given as a keyword (``grace=10``), which wins over ``config``.
+        config: read-loop settings as a :class:`ConsumerConfig`; each of its fields may also
+        be given as a keyword (``grace=10``), which wins over ``config`` unless ``None``.
         cluster: ``None`` detects whether ``url`` names a Redis Cluster node (any node
         works); ``True``/``False`` say so (``True`` fails on a single node).
         ordered: entries of one key one at a time, in publish order, across the group's

@@ -236,6 +236,8 @@ class TopicAdmin:
     async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest ``count`` dead letters (of each partition, on a partitioned topic;
         their ``id`` and ``original_id`` then name the partition)."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"count must be an integer >= 1, got {count!r}")
         letters: list[DeadLetter] = []
         for i, stream, client in self._parts():
             listed = await self._riding(DeadLetters(client, stream).list, count)

@@ -22,6 +22,7 @@ ENCODED = "'#' as %23, '/' as %2F, '?' as %3F, '@' as %40"
 _SCHEME_END = "://"
 _AUTHORITY_ENDS = "/?#"
 _PORT = re.compile(r"\d{1,5}")
+_DATABASE = re.compile(r"(/\d*)?")  # a redis:// URL's path: none, "/", or "/<db number>"
 # a URL option that holds a secret: ?password=..., &sentinel_password=...
 _SECRET_OPTION = re.compile(r"(?i)([?&][a-z_]*(?:password|passwd|secret|token)=)[^&\s#'\"]*")
 
@@ -62,7 +63,8 @@ def _line_end(text: str, start: int) -> int:
 def check_url(url: str) -> None:
     """Refuse a URL that a client would misread, with a :class:`ConfigError` that names the
     problem and never the URL (it may hold a password): no scheme streamq takes;
-    credentials holding an unencoded ``#``, ``/`` or ``?``; a port that is not a number."""
+    credentials holding an unencoded ``#``, ``/`` or ``?``; a port or a database that is not
+    a number."""
     if not isinstance(url, str):
         raise ConfigError(f"invalid server URL: expected a string like {FORM}")
     check_scheme(url)
@@ -79,6 +81,8 @@ def check_url(url: str) -> None:
         )
     if scheme.lower() != "unix":
         _check_ports(authority.rpartition("@")[2])
+    if scheme.lower() in ("redis", "rediss") and not _DATABASE.fullmatch(tail.partition("?")[0]):
+        raise ConfigError(f"invalid server URL: its database (after '/') is not a number: {FORM}")
 
 
 def _authority(rest: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from streamq import Message, MessageQueue, Reject, RetryPolicy, StreamId
+from streamq import ConfigError, Message, MessageQueue, Reject, RetryPolicy, StreamId
 from streamq.wire.keys import Keys
 from tests.helpers.clients import pending_count
 from tests.helpers.queues import QueueFactory
@@ -275,3 +275,13 @@ async def test_concurrent_replay_all_publishes_each_letter_once(
     assert sum(len(r) for r in results) == 50
     assert await client.xlen(mq.stream) == 50
     assert await client.xlen(dlq) == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("count", [0, -1, 2.5, True])
+async def test_listing_dead_letters_with_a_count_below_one_is_a_config_error(
+    make_queue: QueueFactory, count: object
+) -> None:
+    async with make_queue() as mq:
+        with pytest.raises(ConfigError, match=f"count must be an integer >= 1, got {count!r}"):
+            await mq.dead_letters(count=count)  # type: ignore[arg-type]

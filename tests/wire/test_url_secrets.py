@@ -132,3 +132,11 @@ def test_a_client_error_naming_its_url_is_translated_without_its_credentials() -
     ):
         text = str(translate(error, "s"))
         assert SECRET[:3] not in text and SECRET[3:] not in text and "***@h" in text
+
+
+@pytest.mark.parametrize("path", ["/1x", "/abc", "/0/extra", "/-1"])
+def test_a_database_that_is_not_a_number_is_refused(path: str) -> None:
+    with pytest.raises(ConfigError, match=r"its database .* is not a number"):
+        check_url(f"redis://127.0.0.1:6379{path}")
+    for fine in ("", "/", "/0", "/15", "/3?protocol=3"):
+        check_url(f"redis://127.0.0.1:6379{fine}")
