@@ -31,8 +31,9 @@ from ..wire.replies import Pending, text
 MAX_REASON_CHARS = 4000
 TRACEBACK_TAIL_LINES = 3
 _COLUMNS = (b"type", b"data", b"meta")
+_SHOWN_IF_SET = (b"key", b"ver")  # a message's key and schema version, when it has them
 # not a field of the message: the publisher's marker (streamq.publish.resend)
-_NOT_OTHER = (*_COLUMNS, PUBLISH_MARKER)
+_NOT_OTHER = (*_COLUMNS, *_SHOWN_IF_SET, PUBLISH_MARKER)
 
 
 decoded = text  # a reply value as text; bytes that are not UTF-8 as ``\\x..`` escapes
@@ -185,7 +186,8 @@ def _traceback_lines(traceback: str, full: bool) -> list[str]:
 
 # -- tail: one JSON object per line ------------------------------------------------
 def tail_line(entry_id: str, fields: Mapping[bytes, bytes], keyring: Keyring | None = None) -> str:
-    """``{"id", "type", "data", "meta"}`` as one line of ASCII JSON: ``data`` and ``meta``
+    """``{"id", "type", "data", "meta"}`` (and ``key``, ``ver`` when the entry has them)
+    as one line of ASCII JSON: ``data`` and ``meta``
     decoded (raw text plus ``data_error``/``meta_error`` when they are not valid JSON; a
     compressed ``data`` decompressed, an encrypted one decrypted with ``keyring``, else
     ``null`` with ``encrypted``; encrypted ``meta`` values decrypted with ``keyring``),
@@ -195,6 +197,9 @@ def tail_line(entry_id: str, fields: Mapping[bytes, bytes], keyring: Keyring | N
         "id": entry_id,
         "type": decoded(raw_type) if raw_type is not None else None,
     }
+    record.update(
+        (name.decode(), decoded(fields[name])) for name in _SHOWN_IF_SET if name in fields
+    )
     data, said = shown_data(fields, keyring)  # encrypted, without a keyring: shown as such
     if said:
         record.update(data=None, **said)

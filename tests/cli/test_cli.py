@@ -180,10 +180,11 @@ def test_tail_prints_one_json_object_per_line(redis_url: str, stream: str) -> No
         r.xadd(stream, {"type": "email", "data": '{"to":"a@b.c","n":[1,2]}', "meta": '{"k":"v"}'}),
         r.xadd(stream, {"type": "email", "data": "{nope"}),
         r.xadd(stream, {"data": "NaN", "meta": "[1]", "extra": "x"}),
+        r.xadd(stream, {"type": "email", "data": "{}", "key": "user-7", "ver": "2"}),
     ]
-    result = streamq("tail", stream, "--from", "0", "--count", "3", url=redis_url)
+    result = streamq("tail", stream, "--from", "0", "--count", "4", url=redis_url)
     assert result.returncode == 0, result.stderr
-    first, second, third = (json.loads(line) for line in result.stdout.splitlines())
+    first, second, third, keyed = (json.loads(line) for line in result.stdout.splitlines())
     assert first == {
         "id": ids[0].decode(),
         "type": "email",
@@ -195,6 +196,7 @@ def test_tail_prints_one_json_object_per_line(redis_url: str, stream: str) -> No
     assert (third["type"], third["data"], third["meta"]) == (None, "NaN", "[1]")
     assert "data_error" in third and "meta_error" in third
     assert third["other_fields"] == {"extra": "x"}
+    assert (keyed["key"], keyed["ver"]) == ("user-7", "2") and "other_fields" not in keyed
 
 
 def test_text_from_redis_is_escaped_before_the_terminal(redis_url: str, stream: str) -> None:
