@@ -117,17 +117,22 @@ class Claimer:
     def left_pending(self, entry_id: str) -> None:
         """A failed delivery of ``entry_id`` was left pending, for a redelivery by claiming
         after ``claim_idle``."""
-        left = self._left
+        left, now = self._left, anyio.current_time()
         left.pop(entry_id, None)  # re-added last: the dict stays in time order
-        left[entry_id] = anyio.current_time()
+        left[entry_id] = now
+        self._forget_left_before(now - self._idle_ms / 1000)
 
     def held(self) -> set[str]:
         """IDs this consumer left in its pending list on purpose and still waits on: the
         ``Retry`` entries, and failed ones younger than ``claim_idle``."""
-        left, oldest = self._left, anyio.current_time() - self._idle_ms / 1000
+        self._forget_left_before(anyio.current_time() - self._idle_ms / 1000)
+        return self._retrying | self._left.keys()
+
+    def _forget_left_before(self, oldest: float) -> None:
+        """Failed entries left before ``oldest`` are anyone's to claim now."""
+        left = self._left
         while left and next(iter(left.values())) < oldest:
             del left[next(iter(left))]
-        return self._retrying | left.keys()
 
     # -- loops ----------------------------------------------------------------------
     async def run(self) -> None:
