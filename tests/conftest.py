@@ -161,10 +161,12 @@ def make_queue(streamq_queue: QueueFactory) -> QueueFactory:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test``), the Spark tests run in one process: one local
-    SparkSession (a JVM) for all of them, not one per process."""
+    """Under pytest-xdist (``make test``), the tests of the shared SparkSession (the
+    ``spark`` fixture) run in one process: one local session (a JVM) for all of them, not
+    one per process. Spark tests that start their own (the docs' examples, the pipeline
+    demo: subprocesses) go wherever there is room."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        if item.get_closest_marker("spark"):
+        if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
