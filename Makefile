@@ -99,12 +99,13 @@ demo-exactly-once: setup postgres-deps
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
-# Two test processes (pytest-xdist), each with its own embedded server and cluster: most
-# tests wait on servers and subprocesses, not on the CPU. The Spark tests keep to one of
-# them (one SparkSession). With $STREAMQ_REDIS_URL (and in the targets with an external
+# Three test processes (pytest-xdist) on a 2-core machine, each with its own embedded
+# server and cluster: most tests wait on servers and subprocesses, not on the CPU (two
+# processes kept the machine's CPU under half busy). The tests of the shared SparkSession
+# keep to one of them. With $STREAMQ_REDIS_URL (and in the targets with an external
 # server below) the suite runs in one process: tests that look at the whole server would
 # see each other's keys.
-XDIST := $(if $(STREAMQ_REDIS_URL),,-n 2 --dist loadgroup)
+XDIST := $(if $(STREAMQ_REDIS_URL),,-n 3 --dist loadgroup)
 
 # --durations: the slowest tests named at the end of every run, where the suite's time goes
 test: setup browser-deps postgres-deps docs

@@ -1,6 +1,6 @@
-"""`make test` runs the suite in two processes (`-n 2 --dist loadgroup`) and keeps the
-Spark tests in one of them (tests/conftest.py marks them ``xdist_group("spark")``): one
-local SparkSession, one JVM. This checks that the installed pytest and pytest-xdist honour
+"""`make test` runs the suite in three processes (`-n 3 --dist loadgroup`) and keeps the
+Spark session's tests in one of them (tests/conftest.py marks them
+``xdist_group("spark")``): one local SparkSession, one JVM. This checks that the installed pytest and pytest-xdist honour
 the groups (pytest 9.2 with pytest-xdist 3.8 does not: pyproject.toml keeps pytest below)."""
 
 from __future__ import annotations
