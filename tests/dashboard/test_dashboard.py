@@ -367,6 +367,9 @@ def test_streamq_dashboard_command_serves_on_loopback(redis_url: str, stream: st
         if process.poll() is None:
             process.kill()
             process.wait()
+        for pipe in (process.stdout, process.stderr):  # also when a check above failed
+            if pipe:
+                pipe.close()
 
 
 @pytest.mark.slow
@@ -390,6 +393,9 @@ def test_demo_serves_the_dashboard_over_live_traffic(redis_url: str) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+        for pipe in (process.stdout, process.stderr):  # also when a check above failed
+            if pipe:
+                pipe.close()
     assert process.returncode == 0, err
     assert "demo topics terminated" in out
     for topic in topics:  # one at a time: on a cluster they may be on different slots
