@@ -6,29 +6,40 @@ exception", "Handler raises Retry"; docs/guides/ordering.md "A handler fails",
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from itertools import pairwise
+from typing import TypeVar
 
 import anyio
 import pytest
 
-from streamq import Message, Retry, RetryPolicy
+from streamq import Message, MessageQueue, Retry, RetryPolicy
 from tests.consume.contract.modes import FANOUT_DOC, Mode, all_acked
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
+T = TypeVar("T")
 
-async def test_in_process_retries_then_success_is_one_delivery(mode: Mode) -> None:
-    mq = mode.queue(retry=RetryPolicy(attempts=3, backoff=0.01, jitter=0.0))
-    calls: list[int] = []
+
+def failing_until(mq: MessageQueue, call: int, note: Callable[[Message[int]], T]) -> list[T]:
+    """A ``job`` handler that raises until its ``call``-th call; what ``note`` takes of each
+    call, in order."""
+    notes: list[T] = []
 
     @mq.handler("job")
     async def flaky(msg: Message[int]) -> None:
-        calls.append(msg.delivery_count)
-        if len(calls) < 3:
+        notes.append(note(msg))
+        if len(notes) < call:
             raise RuntimeError("transient")
 
+    return notes
+
+
+async def test_in_process_retries_then_success_is_one_delivery(mode: Mode) -> None:
+    mq = mode.queue(retry=RetryPolicy(attempts=3, backoff=0.01, jitter=0.0))
+    calls = failing_until(mq, 3, lambda msg: msg.delivery_count)
     async with mq:
         await mq.publish("job", 1, key="k")
         async with mq.running():
@@ -120,14 +131,7 @@ async def test_in_process_retries_wait_the_backoff_before_each_retry(mode: Mode)
     4b, ... (capped at ``max_backoff``), the first retry included."""
     policy = RetryPolicy(attempts=4, backoff=0.15, max_backoff=0.5, jitter=0.0)
     mq = mode.queue(retry=policy)
-    calls: list[float] = []
-
-    @mq.handler("job")
-    async def flaky(msg: Message[int]) -> None:
-        calls.append(anyio.current_time())
-        if len(calls) < 4:
-            raise RuntimeError("transient")
-
+    calls = failing_until(mq, 4, lambda _msg: anyio.current_time())
     async with mq:
         await mq.publish("job", 1, key="k")
         async with mq.running():
