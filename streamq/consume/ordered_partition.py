@@ -4,9 +4,9 @@ Takeover first: the partition's whole pending list, of every consumer, is claime
 one (fenced ``XAUTOCLAIM ... 0``, page by page in ID order) and fed to the keyed lanes with
 the entries a stop holds for the group (:mod:`.handover`: which claims count a delivery);
 then new entries are read (fenced ``XREADGROUP ... >``; when nothing is new, a side-effect
-free ``XREAD BLOCK`` waits from the stream's last ID). Each entry runs in its key's lane:
-handled, then acked through the fenced acker; a failure is retried in place (only its key
-waits), each retry a redelivery counted by Redis (fenced ``XCLAIM`` to itself).
+free ``XREAD BLOCK`` waits from the stream's last ID). Each entry runs in its key's lane
+(:mod:`.ordered_entry`): handled, then acked through the fenced acker; a failure is retried
+in place (only its key waits), each retry a redelivery counted by Redis.
 
 Two ways to end: :meth:`drain` (moved away or stopping: stop reading, finish running
 entries within ``grace``, flush the acks; the caller releases the lease) and :meth:`abandon`
@@ -23,30 +23,32 @@ import anyio
 import redis.asyncio as aioredis
 
 from .._ids import StreamId, after
-from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
-from ..logs import ENTRY
+from ..errors import GroupNotFoundError, ServerUnavailableError, StreamNotFoundError
 from ..message import RawEntry
 from ..wire import ownership as wire
 from ..wire import replies, resp
 from ..wire.replies import text
 from .claiming import delivery_counts
 from .dispatch import Dispatcher
-from .failures import describe
 from .gone import xread_block
 from .halting import HaltedKeys
 from .handover import Handover
 from .holding import StoppedHolds
-from .lane_flow import lane_wait
 from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
-from .ordering import KeyedLanes, Later, per_key_share
+from .ordered_entry import EntryRun
+from .ordering import KeyedLanes, per_key_share
 from .outputs import OutputWriter
 from .refill import PendingRefill
 from .timing import ACK_FLUSH_TIMEOUT, READ_ERROR_BACKOFF
+from .waits import RecordedWaits
 
 log = logging.getLogger(__name__)
 
 
 class PartitionWorker:
+    """One partition this consumer owns with the lease's fencing ``token``: its source
+    (takeover, then reads), its lanes and its fenced acks."""
+
     def __init__(
         self,
         index: int,
@@ -61,18 +63,19 @@ class PartitionWorker:
     ) -> None:
         self.index, self.stream, self.group, self.me, self.token = index, stream, group, me, token
         self._last_added = StreamId(0, 0)  # the highest entry ID given to the lanes
-        self._taken: set[str] = set()  # taken over from another owner, not yet settled
+        self.taken: set[str] = set()  # taken over from another owner, not yet settled
         self.claimed = 0  # pending entries taken over (mq.stats()["claimed"])
-        self._client, self._shared = client, shared
+        self._client, self.shared = client, shared
         self.acker = FencedAcker(client, stream, group, me, token, self.abandon, writer)
         self._connection = resp.OwnConnection(client)  # the read loop's, for its life
         self.verdicts = LaneVerdicts(shared.gate, shared.throttled_types)
         self.dispatcher = make_dispatcher(self.acker, token, self.verdicts)
         self.halted = HaltedKeys(client, stream, group)
         self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
-        self.refill = PendingRefill(functools.partial(self._fenced, pooled=True),
+        self.refill = PendingRefill(functools.partial(self.fenced, pooled=True),
                                     lambda: self._last_added, self.abandon, stream)  # fmt: skip
-        self._again: set[str] = set()  # failed, waiting out their backoff: redeliver first
+        self.waits = RecordedWaits(functools.partial(self.fenced, pooled=True),
+                                   wire.lease_key(stream, group))  # fmt: skip
         self.lost, self.draining = False, False  # lost: the lease lapsed or an op was refused
         self._scope = anyio.CancelScope()  # everything of this partition
         self._read_scope = anyio.CancelScope()
@@ -80,8 +83,8 @@ class PartitionWorker:
         self.done = anyio.Event()
         self._acks_done = anyio.Event()
 
-    def _may_act(self) -> bool:
-        return not self.lost and self._shared.valid(self.index)
+    def may_act(self) -> bool:
+        return not self.lost and self.shared.valid(self.index)
 
     def abandon(self) -> None:
         """Stop at once: the lease is gone (nothing more is handled or acked here)."""
@@ -101,16 +104,16 @@ class PartitionWorker:
                 async with anyio.create_task_group() as tg:
                     lanes = self.lanes = KeyedLanes(
                         tg,
-                        self._run_entry_safely,
-                        self._shared.slots,
-                        self._shared.room,
-                        per_key_share(self._shared.config),
+                        EntryRun(self).safely,
+                        self.shared.slots,
+                        self.shared.room,
+                        per_key_share(self.shared.config),
                         functools.partial(self.holds.set_aside, give_up=self.abandon),
                         self.refill,
                     )
                     tg.start_soon(self._run_acker)
-                    tg.start_soon(self.halted.watch, lanes, self._may_act)
-                    tg.start_soon(self.holds.watch, lanes, self._may_act)
+                    tg.start_soon(self.halted.watch, lanes, self.may_act)
+                    tg.start_soon(self.holds.watch, lanes, self.may_act)
                     with self._read_scope:
                         await self._takeover(lanes)
                         await self._read_loop(lanes)
@@ -124,7 +127,7 @@ class PartitionWorker:
 
     async def _finish(self, lanes: KeyedLanes) -> None:
         """Draining: running entries finish within ``grace``; then the acks are flushed."""
-        with anyio.move_on_after(self._shared.config.grace):
+        with anyio.move_on_after(self.shared.config.grace):
             await lanes.wait_idle()
         if lanes.held:
             log.info("partition %s: %d entries left pending for the next owner",
@@ -147,14 +150,14 @@ class PartitionWorker:
     async def _takeover(self, lanes: KeyedLanes, start: str = "0-0") -> None:
         """Claim the partition's pending entries of every consumer, in ID order, first
         (from ``start``: after a lost read, only those past what the lanes were given)."""
-        room = self._shared.room
+        room = self.shared.room
         handover = await self._handover(start)
         while not self.draining:
             await room.wait_for_room()
-            count = min(self._shared.config.claim_count, max(room.room(), 1))
+            count = min(self.shared.config.claim_count, max(room.room(), 1))
             room.reserve(count)  # held while the claim is on the wire (see _read_loop)
             try:
-                reply = await self._fenced("claim", start, count)
+                reply = await self.fenced("claim", start, count)
                 entries = replies.entries([row for row in reply[2] if row and row[1]])
                 if entries:
                     counts = await delivery_counts(
@@ -162,12 +165,13 @@ class PartitionWorker:
                     )
                     for entry in entries:
                         entry.delivery_count = counts.get(entry.id, 1)
+                    self.waits.met(entries)
                     if not handover.lost_read:  # acked as soon as settled (see .handover)
-                        self._taken.update(entry.id for entry in entries)
+                        self.taken.update(entry.id for entry in entries)
                         self.claimed += len(entries)
                     recount = handover.recount(entries)
                     if recount:  # deliveries the claim counted that could not have run
-                        await self._fenced("recount", *recount)
+                        await self.fenced("recount", *recount)
             finally:
                 room.release(count)
             start = text(reply[1])
@@ -178,6 +182,7 @@ class PartitionWorker:
             if entries:
                 self._add(lanes, entries)
             if start == "0-0":
+                await self.waits.prune()
                 return
 
     async def _handover(self, start: str) -> Handover:
@@ -187,14 +192,16 @@ class PartitionWorker:
         handover = Handover(lost_read=start != "0-0")
         if handover.lost_read:
             return handover
-        handover.set_held((await self._fenced("held"))[1])
+        await self.waits.load()
+        handover.set_held((await self.fenced("held"))[1])
+        self.waits.met(handover.held)
         self.holds.flagged.update(entry.id for entry in handover.held)
         self.refill.set_aside(handover.held)
-        self._taken.update(entry.id for entry in handover.held)
+        self.taken.update(entry.id for entry in handover.held)
         return handover
 
     async def _read_loop(self, lanes: KeyedLanes) -> None:
-        config, room = self._shared.config, self._shared.room
+        config, room = self.shared.config, self.shared.room
         lost_read = False
         while not self.draining:
             try:
@@ -223,7 +230,7 @@ class PartitionWorker:
                 lost_read = True
                 await anyio.sleep(READ_ERROR_BACKOFF)
             except (GroupNotFoundError, StreamNotFoundError) as e:
-                self._shared.on_gone(e)
+                self.shared.on_gone(e)
                 await anyio.sleep_forever()  # the consumer drains this partition
 
     async def _wait_for_new(self, last_id: str, block: float) -> None:
@@ -246,17 +253,17 @@ class PartitionWorker:
         acker = self.acker
         ids = acker.take()
         try:
-            reply = await self._fenced("read", count, *ids)
+            reply = await self.fenced("read", count, *ids)
         except BaseException:
             acker.give_back(ids)  # their XACK may not have run: sent again (idempotent)
             raise
         acker.acked += len(ids)
         return reply
 
-    async def _fenced(self, op: str, *args: str | int | bytes, pooled: bool = False) -> list[Any]:
+    async def fenced(self, op: str, *args: str | int | bytes, pooled: bool = False) -> list[Any]:
         """A fenced op on the read loop's connection (``pooled``: on one of the pool's, for
         the lanes' refills, which run beside the read loop)."""
-        if not self._may_act():
+        if not self.may_act():
             self.abandon()
             await anyio.sleep_forever()  # cancelled by abandon()
         connection = None if pooled else self._connection
@@ -273,128 +280,3 @@ class PartitionWorker:
         """A stop notice: cancel the handler running ``entry_id``, if one is."""
         if self.lanes is not None and self.lanes.cancel(entry_id):
             log.info("cancelled the running handler of stopped entry %s", entry_id)
-
-    async def _run_entry_safely(self, entry: RawEntry) -> bool | Later:
-        """:meth:`_run_entry`; an error outside the handler (the server away while an entry
-        is held or halted, a bug) gives the partition up: the next tick takes it again with
-        a new token and takes over its pending entries, so no entry is skipped."""
-        try:
-            go_on = await self._run_entry(entry)
-            if go_on is True and entry.id in self._taken:  # settled: acked before it goes on
-                self._taken.discard(entry.id)
-                lanes = self.lanes
-                if lanes is not None and lanes.behind(entry.fields.get(b"key")):
-                    await self.acker.ack_now(entry.id)
-        except Exception as e:
-            log.error("partition %s: giving it up after an error at entry %s: %s",
-                      self.stream, entry.id, describe(e), exc_info=e)  # fmt: skip
-            self.abandon()
-            return False
-        if go_on is False and not self.draining and not self._may_act():
-            # the lease lapsed by the local clock (the loop was late to renew it): give the
-            # partition up, as a lost lease. Were it renewed a moment later, this stopped
-            # lane would hold its key and its entries' room for good.
-            self.abandon()
-        return go_on
-
-    async def _run_entry(self, entry: RawEntry) -> bool | Later:
-        """Handle ``entry`` until it is settled (acked or dead-lettered): True, its lane goes
-        on; False if the partition stops here (lost, draining) or its key halted; Later
-        when it failed: it is delivered again after its backoff (its key waits meanwhile)."""
-        holds = self.holds  # stopped when read or while it waited in its lane, resumed, or
-        if holds.flagged or holds.view.ids or holds.resumed or self.halted.released:  # released
-            decided = await self._operator_action(entry)
-            if decided is not None:
-                return decided
-        waits = await lane_wait(self._shared, self.dispatcher, entry, self.stream)
-        if waits is not None:  # paused, throttled or over its rate limit: its key waits, in order
-            return waits
-        while not self.draining and self._may_act():
-            try:
-                outcome = await self._attempt(entry)
-            except RedisFailure as e:  # the server is away: try again after a pause
-                log.warning("partition %s: %s waits for the server: %s", self.stream, entry.id, e)
-                await anyio.sleep(READ_ERROR_BACKOFF)
-                continue
-            if outcome is not None:
-                return outcome
-        return False
-
-    async def _operator_action(self, entry: RawEntry) -> bool | None:
-        """What an operator asked for ``entry`` (it was stopped, resumed, or its halted key
-        released): True or False as :meth:`_run_entry` returns, None to handle it now."""
-        holds = self.holds
-        self.refill.aside.pop(entry.id, None)  # it runs: back in the pending list if resumed
-        if (entry.id in holds.flagged or entry.id in holds.view.ids) and await holds.hold(entry):
-            return False  # stopped: its key waits until it is resumed
-        if entry.id in self.holds.resumed:
-            self.holds.resumed.discard(entry.id)
-            self._again.discard(entry.id)  # the resume delivers it again
-            count = entry.delivery_count  # the resume gave it back with its count less one:
-            if not await self.redeliver(entry, fresh=False):  # this delivery makes it whole
-                return not self.draining and self._may_act()  # deleted: the key goes on
-            entry.delivery_count = count
-        action = self.halted.released.pop(entry.id, None)
-        if action == "skip":
-            await self.dispatcher.outcomes.dead_letter(
-                entry, "skipped by an operator after its key halted"
-            )
-            self.acker.settled.discard(entry.id)
-            return True
-        if action == "retry" and not await self.redeliver(entry, fresh=True):
-            return not self.draining and self._may_act()
-        return None
-
-    async def _attempt(self, entry: RawEntry) -> bool | Later | None:
-        """One delivery of ``entry``: True (settled), False (its key halted), Later (failed:
-        delivered again after its backoff), None (the server was away: try it again)."""
-        if self._again and entry.id in self._again:  # its backoff is over: deliver it again
-            again = await self.redeliver(entry, fresh=False)
-            self._again.discard(entry.id)
-            if not again:
-                return not self.draining and self._may_act()  # deleted: the key goes on
-        # past max_deliveries (an earlier owner halted or crashed on it): its key halts or
-        # it is dead-lettered, whatever its type, without another call
-        past_limit = entry.delivery_count > 1 and await self.dispatcher.outcomes.past_limit(entry)
-        if not past_limit:
-            await self._deliver(entry)
-        if entry.id in self.acker.settled:
-            self.acker.settled.discard(entry.id)
-            return True
-        halted = self.verdicts.halted.pop(entry.id, None)
-        if halted is not None:
-            await self.halted.halt(entry, halted)
-            return False
-        throttled = self.verdicts.throttled.pop(entry.id, None)
-        if throttled is not None:  # runs again after it, as it is: no delivery counted
-            return Later(max(throttled, 0.001), "throttle")
-        self._again.add(entry.id)
-        return Later(self.verdicts.next_delay(entry, self._shared.retry))
-
-    async def _deliver(self, entry: RawEntry) -> None:
-        route = self._shared.router.by_type_field.get(entry.fields.get(b"type", b""))
-        ENTRY.set(entry)  # the log context of handle_one
-        try:
-            await self.dispatcher.handle_one(route, entry)
-        except RedisFailure as e:
-            log.error("could not record the outcome of %s (retried in place): %s", entry.id, e)
-        except Exception as e:  # a bug in streamq: the entry is retried, the lane lives
-            log.error("processing %s failed (retried in place): %s", entry.id, describe(e),
-                      exc_info=e)  # fmt: skip
-
-    async def redeliver(self, entry: RawEntry, *, fresh: bool) -> bool:
-        """Deliver ``entry`` again to this consumer (counted by Redis; ``fresh``: the count
-        starts over, an operator released its halted key). False if it cannot be: the
-        lease is lost, or the entry was deleted or acked meanwhile."""
-        if self.draining or not self._may_act():
-            return False
-        reply = await wire.fenced(self._client, self.stream, self.group, self.me, self.token,
-                                  "redeliver", entry.id, 1 if fresh else 0)  # fmt: skip
-        if reply is None:
-            self.abandon()
-            return False
-        rows = reply[1]
-        if not rows or not rows[0]:
-            return False
-        entry.delivery_count = 1 if fresh else entry.delivery_count + 1
-        return True

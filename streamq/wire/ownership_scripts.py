@@ -134,6 +134,11 @@ return 1
 #                     N entries of one key (KEYLESS "1": of no key) in my pending list
 #                     from FROM to TO, looking at up to PAGE of its IDs (the IDs of
 #                     entries deleted meanwhile are acked, as XAUTOCLAIM drops them)
+#   wait ID MS     -> {1}                     the failed entry ID waits until now + MS
+#                                              (field 'due:ID' of the lease hash: the next
+#                                              owner reads it when it takes over)
+#   waited ID...   -> {1}                     those waits are over (their fields deleted)
+#   waits          -> {1, now, [id, due ms, ...]} every wait recorded
 FENCED = (
     _NOW
     + _VALID
@@ -213,6 +218,20 @@ elseif op == 'refill' then
   end
   if #pending < page then return {1, found, ARGV[6], 1} end
   return {1, found, last, 0}
+elseif op == 'wait' then
+  redis.call('HSET', KEYS[1], 'due:' .. ARGV[5], string.format('%d', now + tonumber(ARGV[6])))
+  return {1}
+elseif op == 'waited' then
+  for i = 5, #ARGV do redis.call('HDEL', KEYS[1], 'due:' .. ARGV[i]) end
+  return {1}
+elseif op == 'waits' then
+  local all, found = redis.call('HGETALL', KEYS[1]), {}
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 4) == 'due:' then
+      found[#found + 1] = string.sub(all[i], 5); found[#found + 1] = all[i + 1]
+    end
+  end
+  return {1, string.format('%d', now), found}
 end
 return redis.error_reply('unknown fenced op ' .. op)
 """

@@ -43,6 +43,8 @@ MAX_PAUSE_AHEAD_MS = 3_600_000
 MAX_REPORT_AHEAD_MS = 60_000
 # Fencing tokens are counters; past 2**53 a JSON or Lua number loses digits.
 MAX_TOKEN = 2**53
+# ordered mode's wait of a failed entry: at most this far ahead of the server's clock
+MAX_WAIT_AHEAD_MS = 30 * 24 * 3_600_000
 _SHOWN = 80  # characters of a damaged value that a log line shows
 
 _ENTRY_ID = re.compile(r"\A[0-9]{1,20}-[0-9]{1,20}\Z")
@@ -54,7 +56,7 @@ class DamagedRecord:
     """A record of streamq's own keys that does not parse: where it is and what was
     expected there. ``kind`` names the record kind (``partitions``, ``member``, ``lease``,
     ``stopped``, ``halted``, ``scheduled``, ``periodic``, ``paused``, ``throttle``,
-    ``rate``, ``waiting``) for the metric."""
+    ``rate``, ``waiting``, ``wait``) for the metric."""
 
     kind: str
     key: str
@@ -192,6 +194,16 @@ def lease_expiry(key: str, value: bytes | str | None, now_ms: int) -> int | Dama
         expected = f"an expiry in ms at most {MAX_LEASE_MS} ms ahead of the server's clock"
         return _damaged("lease", key, "expires", expected, value)
     return expires
+
+
+def entry_wait(key: str, entry_id: str, value: bytes | str, now_ms: int) -> int | DamagedRecord:
+    """When a failed entry of ordered mode may run again (server ms): the ``due:<id>``
+    field of its partition's lease hash."""
+    due = _integer(value)
+    if due is None or due > now_ms + MAX_WAIT_AHEAD_MS:
+        expected = "a time in ms at most 30 days ahead of the server's clock"
+        return _damaged("wait", key, "due:" + entry_id, expected, value)
+    return due
 
 
 def stopped_id(key: str, field: bytes | str) -> str | DamagedRecord:

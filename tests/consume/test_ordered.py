@@ -524,11 +524,11 @@ async def test_a_lane_that_finds_the_lease_lapsed_gives_the_partition_up(
         worker = consumer.workers[0]
         await mq.publish("job", {"n": 1}, key="a")
         await wait_for(lambda: consumer.stats.received == 2, what="entry 1 in its lane")
-        worker._may_act = lambda: False  # type: ignore[method-assign]  # the lease lapses...
+        worker.may_act = lambda: False  # type: ignore[method-assign]  # the lease lapses...
         gate.set()  # ...when entry 0 ends and entry 1 is next
         await wait_for(lambda: worker.lost or bool(worker.lanes and worker.lanes.stopped_keys),
                        what="entry 1 not started")  # fmt: skip
-        del worker._may_act  # ...and is renewed at once
+        del worker.may_act  # ...and is renewed at once
         await mq.publish("job", {"n": 2}, key="a")
         await wait_for(lambda: 2 in handled, timeout=3 * LEASE,
                        what=f"every entry of the key handled (handled {handled})")  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from streamq import Message, MessageQueue, RetryPolicy, StartFrom
+from streamq import Message, MessageQueue, Retry, RetryPolicy, StartFrom
 from streamq.wire.replies import text
 from tests.helpers.poison_consumer import log_key
 from tests.helpers.queues import QueueFactory
@@ -174,3 +174,45 @@ def _end(process: subprocess.Popen[bytes]) -> None:
 
 async def _handled(mq: MessageQueue, n: str) -> bool:
     return n in [text(v) for v in await mq.client.lrange(log_key(mq.stream), 0, -1)]
+
+
+DELAY = 3.0  # the wait a failed entry asked for: well past the handover's own time
+
+
+@pytest.mark.parametrize("failure", ["retry", "backoff"])
+async def test_a_failed_entry_keeps_its_wait_when_its_partition_changes_owner(
+    make_queue: QueueFactory, failure: str
+) -> None:
+    """An entry of key ``a`` fails (``Retry(delay=3)``, or an error with a 3 s backoff); its
+    owner leaves a moment later and the partition moves: the new owner runs it again only
+    once its wait is over, then the key's next entry; the wait's record is gone after."""
+    retry = RetryPolicy(attempts=1, backoff=DELAY, max_backoff=DELAY, max_deliveries=5)
+    first, second = (make_queue(ordered=True, ownership_lease=LEASE, retry=retry)
+                     for _ in range(2))  # fmt: skip
+    calls: list[tuple[str, int, float]] = []
+
+    for mq in (first, second):
+
+        @mq.handler("job")
+        async def handle(msg: Message[Any], mq: MessageQueue = mq) -> None:
+            calls.append((mq.consumer, msg.data["n"], anyio.current_time()))
+            if msg.data["n"] == 0 and len(calls) == 1:
+                if failure == "retry":
+                    raise Retry(delay=DELAY)
+                raise RuntimeError("the service is down")
+
+    async with first, second:
+        for n in range(2):
+            await first.publish("job", {"n": n}, key="a")
+        async with first.running():
+            await wait_for(lambda: len(calls) == 1, what="the first attempt")
+            await anyio.sleep(0.3)
+        async with second.running():  # the first left: the partition moves to the second
+            await wait_for(_owned_by(second), what="the new owner")
+            await wait_for(lambda: len(calls) == 3, timeout=DELAY + 10, what="both entries run")
+            lease = await second.client.hgetall(f"streamq:{{{second.stream}}}:owner:g")
+    (_, _, failed_at), (who, n, again_at), (_, last, _) = calls
+    assert (who, n, last) == (second.consumer, 0, 1), f"not run again by the new owner: {calls}"
+    waited = again_at - failed_at
+    assert waited >= DELAY - 0.2, f"run again {waited:.2f} s after its failure (asked {DELAY})"
+    assert not [f for f in lease if f.startswith(b"due:")], f"wait records left: {lease}"

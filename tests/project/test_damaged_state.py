@@ -1,5 +1,5 @@
 """Damaged state in streamq's own keys: one suite of damaged or hostile records (partition
-count, members, leases, stopped, halted, scheduled, periodic, flow control's records),
+count, members, leases and failed entries' waits, stopped, halted, scheduled, periodic, flow control's records),
 each written beside genuine messages of a partitioned topic and run against an ordered
 consumer, a shared consumer (each with its mover and periodic runner), the CLI commands
 and the dashboard pages.
@@ -202,6 +202,8 @@ DAMAGES = [
     Damage("lease held by a ghost far ahead",
            _lease(consumer="ghost", expires=lambda: str(_now_ms() + 10**14), token="7"),
            ORDERED),
+    Damage("wait of a failed entry not a time", _lease(**{"due:1-1": "soon"}), ORDERED),
+    Damage("wait of a failed entry far ahead", _lease(**{"due:1-1": str(10**20)}), ORDERED),
     Damage("phantom member far ahead", _hset(_members, "aaa-ghost", "99999999999999999999|0"),
            CONSUMERS),
     Damage("member holding a partition that is no number",
