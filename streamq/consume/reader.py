@@ -30,9 +30,10 @@ from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, S
 from ..message import RawEntry
 from ..wire import replies, resp
 from ..wire.features import probe
+from ..wire.replies import Pending
+from ..wire.scripts import RECLAIM_OWN
 from .acks import Acker
 from .capacity import Capacity
-from .claiming import delivery_counts
 from .timing import MAX_READ_ERROR_BACKOFF, READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Reader:
         self.claimed_total = 0
         # the read loop's own connection; a reply may take the whole BLOCK and then some
         self._connection = resp.OwnConnection(client, held=config.block)
+        self._reclaim = client.register_script(RECLAIM_OWN)
         self._scope: anyio.CancelScope | None = None
 
     def cancel(self) -> None:
@@ -168,36 +170,45 @@ class Reader:
         return entries
 
     async def recover_own_pending(self) -> None:
-        """Re-process this consumer's own pending entries (ID 0) before reading new ones."""
-        start = "0"
+        """Re-process this consumer's own pending entries before reading new ones, less
+        those it still holds (``held``). Their IDs come from XPENDING, and only those it
+        re-processes are claimed (a script: each still its own, the delivery counted), so
+        the ones it holds are not touched: a read of the pending list (``XREADGROUP ... 0``)
+        would count a delivery of each."""
+        start = "-"
         while not self._stopping():
-            rows = await self._read_own_pending(start)
-            if not rows:
+            pending, rows = await self._take_own_pending(start)
+            if not pending:
                 return
-            start = rows[-1][0]
-            live, gone = replies.live_and_deleted(rows)
-            self._acker.ack_many(gone)  # deleted from the stream while pending: nothing to do
-            held = self._held()
-            live = [entry for entry in live if entry.id not in held]
-            counts = await delivery_counts(
-                self._client, self.id.stream, self.id.group, self.id.consumer,
-                [e.id for e in live],
-            )  # fmt: skip
+            start = "(" + pending[-1].id
+            counts = {row.id: row.deliveries + 1 for row in pending}
+            live = replies.entries(rows)  # one deleted meanwhile left the pending list
             for entry in live:
                 entry.delivery_count = counts.get(entry.id, 1)
             if live:
                 log.info("recovering %d pending entries of %s", len(live), self.id.consumer)
             await self._enqueue(live)
 
-    async def _read_own_pending(self, start: str) -> list[Any]:
-        capacity = self._capacity
+    async def _take_own_pending(self, start: str) -> tuple[list[Pending], list[Any]]:
+        """A page of this consumer's pending list from ``start``, and the rows of those of
+        them it does not hold, claimed back."""
+        capacity, i = self._capacity, self.id
         await capacity.wait_for_room(self._stopping)
         count = min(max(capacity.room(), 1), self._read_count)
         capacity.reserve(count)
         try:
-            reply = await self._client.xreadgroup(
-                self.id.group, self.id.consumer, {self.id.stream: start}, count=count
+            pending = replies.pending_rows(
+                await self._client.xpending_range(
+                    i.stream, i.group, min=start, max="+", count=count, consumername=i.consumer
+                )
+            )
+            held = self._held()
+            ids = [row.id for row in pending if row.id not in held]
+            rows = (
+                await self._reclaim(keys=[i.stream], args=[i.group, i.consumer, *ids])
+                if ids
+                else []
             )
         finally:
             capacity.release(count)
-        return replies.stream_rows(reply)
+        return pending, rows

@@ -142,13 +142,16 @@ async def test_a_dropped_connection_runs_no_entry_its_consumer_left_waiting(
 ) -> None:
     """After a lost connection the read loop recovers its own pending list, less what its
     consumer left there on purpose: an entry waiting out ``Retry(delay)`` comes back after
-    its delay, a failed one after ``claim_idle``, and neither at the reconnection."""
+    its delay, a failed one after ``claim_idle``, and neither at the reconnection; the
+    recoveries count no delivery of them (each comes back as its second)."""
     mq = make_queue(claim_idle=4.0, claim_interval=0.1, retry=RetryPolicy(attempts=1))
     calls: list[tuple[str, float]] = []
+    counts: list[tuple[str, int]] = []
 
     @mq.handler("job")
     async def handle(msg: Message[str]) -> None:
         calls.append((msg.data, anyio.current_time()))
+        counts.append((msg.data, msg.delivery_count))
         if len([name for name, _ in calls if name == msg.data]) == 1:
             raise Retry(delay=4.0) if msg.data == "retry" else RuntimeError("first delivery")
 
@@ -162,3 +165,4 @@ async def test_a_dropped_connection_runs_no_entry_its_consumer_left_waiting(
         await wait_for(lambda: len(calls) == 4, timeout=20, what="both second deliveries")
     again = {name: at - started for name, at in calls[2:]}
     assert min(again.values()) >= 3.5, f"delivered again {again} s after the first (asked: 4 s)"
+    assert sorted(counts[2:]) == [("failed", 2), ("retry", 2)], f"deliveries counted: {counts}"
