@@ -40,9 +40,9 @@ import anyio
 
 from demos._common import created, end_children, fresh_stream, run, setup_logging, spawn, where
 from demos.exactly_once_worker import GROUP, READY, Transfer, prepare
+from demos.postgres import postgres_bin, postgres_server
 from streamq import MessageQueue
 from streamq.server import default_url
-from tests.helpers.postgres import postgres_bin, postgres_server
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNTS = ["ada", "bob", "cat", "dan", "eve", "fay"]

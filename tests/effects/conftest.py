@@ -1,4 +1,4 @@
-"""A real PostgreSQL per test session (tests/helpers/postgres.py) with streamq's tables, and
+"""A real PostgreSQL per test session (demos/postgres.py) with streamq's tables, and
 a connection per test. ``make test`` installs Debian's postgresql when it is missing
 (``make postgres-deps``); without it these tests skip, saying why."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.postgres import postgres_bin, postgres_server
+from demos.postgres import postgres_bin, postgres_server
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import redis
 
 from demos.exactly_once import Observed, expected_balances, problems
 from demos.exactly_once_worker import Transfer
-from tests.helpers.postgres import postgres_bin
+from demos.postgres import postgres_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.helpers.postgres import postgres_bin
+from demos.postgres import postgres_bin
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ server, and must exit 0. An HTML comment on the line before its fence changes ho
 - ``<!-- readme-test: pytest -->``: a test file, run with pytest (the shipped plugin);
 - ``<!-- readme-test: spark -->``: a Spark job, run as a script under the ``spark`` marker;
 - ``<!-- readme-test: postgres -->``: a script given ``$DATABASE_URL``, a PostgreSQL server
-  the test starts (tests/helpers/postgres.py; skipped, saying why, where Debian's
+  the test starts (demos/postgres.py; skipped, saying why, where Debian's
   postgresql is not installed);
 - ``<!-- readme-test: module NAME.py -->``: a module other blocks import: written as
   ``NAME.py`` beside every block, and imported on its own.
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from demos.postgres import postgres_bin, postgres_server
 from streamq.testing import delete_stream_keys
-from tests.helpers.postgres import postgres_bin, postgres_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from demos.exactly_once import Observed, expected_balances, observe
+from demos.postgres import postgres_bin, postgres_server
 from streamq import MessageQueue, StartFrom
-from tests.helpers.postgres import postgres_bin, postgres_server
 from tests.soak.exactly_once import SoakTransfer, prepare_database, receipts_stream
 from tests.soak.exactly_once_check import judge
 from tests.soak.processes import Consumers, finish

@@ -52,11 +52,11 @@ import anyio
 from anyio.abc import TaskGroup
 
 from demos.exactly_once import balances_key
+from demos.postgres import postgres_bin, postgres_server
 from streamq import MessageQueue, StartFrom
 from streamq.server.cluster import EmbeddedCluster
 from streamq.server.shared import ENV_HOME, SharedServer
 from streamq.wire.client import connect
-from tests.helpers.postgres import postgres_bin, postgres_server
 from tests.soak import exactly_once, exactly_once_check
 from tests.soak.faults import Injector
 from tests.soak.network import Network

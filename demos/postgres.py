@@ -1,4 +1,4 @@
-"""A real PostgreSQL server for the tests and `make demo-exactly-once`, started from
+"""A real PostgreSQL server for `make demo-exactly-once` and the tests, started from
 Debian's ``postgresql`` binaries (``initdb`` and ``pg_ctl`` of
 ``/usr/lib/postgresql/<version>/bin``) in a temporary folder: no system service, a free
 loopback port, trust authentication, fsync off.
