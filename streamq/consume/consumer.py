@@ -182,15 +182,10 @@ class Consumer(Lifecycle):
     def stats_report(self) -> dict[str, Any]:
         """Counters (received, handled, failed, retried, dead_lettered, claimed, acked),
         the in_flight gauge and the handler_seconds and batch_size histograms."""
-        stats = self.stats
-        report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
-        report.update(
+        report = self.stats.report(
             claimed=self.reader.claimed_total + (self.claimer.claimed_total if self.claimer else 0),
             acked=self.acker.acked if self.acker else 0,
             in_flight=len(self.capacity.in_flight),
-            handler_seconds=stats.handler_seconds.snapshot(),
-            batch_size=stats.batch_size.snapshot(),
-            scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),
         )
         if self.flow is not None:  # entries waiting for flow control, by reason
             report.update({f"waiting_{why}": n for why, n in self.flow.waiting.items()})

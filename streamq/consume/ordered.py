@@ -354,16 +354,13 @@ class OrderedConsumer(Lifecycle):
         and, by flow-control reason, the keys waiting at an entry (``waiting_pause``,
         ``waiting_rate_limit``, ``waiting_throttle``: each key's later entries wait behind
         it, for their order, and are not counted)."""
-        stats = self.stats
-        report: dict[str, Any] = {name: getattr(stats, name) for name in stats.COUNTERS}
         workers = list(self.workers.values())
-        report.update(
+        report = self.stats.report(
             claimed=self._claimed_before + sum(w.claimed for w in workers),
             acked=self._acked_before + sum(w.acker.acked for w in workers),
             in_flight=self._shared.room.used,
-            handler_seconds=stats.handler_seconds.snapshot(),
-            batch_size=stats.batch_size.snapshot(),
-            scheduled_lateness_seconds=stats.scheduled_lateness.snapshot(),
+        )
+        report.update(
             partitions=len(self.streams),
             owned_partitions=sorted(self.ownership.leases),
             rebalances=self.ownership.rebalances,

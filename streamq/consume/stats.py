@@ -68,3 +68,15 @@ class Stats:
         "received", "handled", "failed", "retried", "dead_lettered", "skipped", "scheduled_moved",
         "forwarded",
     )  # fmt: skip
+
+    def report(self, *, claimed: int, acked: int, in_flight: int) -> dict[str, Any]:
+        """``mq.stats()`` of one consumer: the counters, ``claimed`` and ``acked`` (counted
+        by the parts that do the work), the ``in_flight`` gauge and the histograms."""
+        report: dict[str, Any] = {name: getattr(self, name) for name in self.COUNTERS}
+        report.update(
+            claimed=claimed, acked=acked, in_flight=in_flight,
+            handler_seconds=self.handler_seconds.snapshot(),
+            batch_size=self.batch_size.snapshot(),
+            scheduled_lateness_seconds=self.scheduled_lateness.snapshot(),
+        )  # fmt: skip
+        return report
