@@ -89,3 +89,7 @@ class HaltedKeys:
     @property
     def count(self) -> int:
         return len(self._waiting)
+
+    def entry_ids(self) -> set[str]:
+        """The entries the halted keys stopped at."""
+        return {entry_id for entry_id, _ in self._waiting.values()}

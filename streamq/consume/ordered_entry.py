@@ -65,6 +65,10 @@ class EntryRun:
         self._p = partition
         self._again: set[str] = set()  # failed, waiting out their backoff: redeliver first
 
+    def ran(self, entry_id: str) -> bool:
+        """Whether ``entry_id`` failed here and waits to run again (its delivery ran)."""
+        return entry_id in self._again
+
     async def safely(self, entry: RawEntry) -> bool | Later:
         """:meth:`run`; an error outside the handler (the server away while an entry is
         held or halted, a bug) gives the partition up: the next tick takes it again with a

@@ -23,7 +23,7 @@ import anyio
 import redis.asyncio as aioredis
 
 from .._ids import StreamId, after
-from ..errors import GroupNotFoundError, ServerUnavailableError, StreamNotFoundError
+from ..errors import GroupNotFoundError, RedisFailure, ServerUnavailableError, StreamNotFoundError
 from ..message import RawEntry
 from ..wire import ownership as wire
 from ..wire import replies, resp
@@ -80,6 +80,7 @@ class PartitionWorker:
         self._scope = anyio.CancelScope()  # everything of this partition
         self._read_scope = anyio.CancelScope()
         self.lanes: KeyedLanes | None = None
+        self._entries = EntryRun(self)
         self.done = anyio.Event()
         self._acks_done = anyio.Event()
 
@@ -104,7 +105,7 @@ class PartitionWorker:
                 async with anyio.create_task_group() as tg:
                     lanes = self.lanes = KeyedLanes(
                         tg,
-                        EntryRun(self).safely,
+                        self._entries.safely,
                         self.shared.slots,
                         self.shared.room,
                         per_key_share(self.shared.config),
@@ -132,6 +133,7 @@ class PartitionWorker:
         if lanes.held:
             log.info("partition %s: %d entries left pending for the next owner",
                      self.stream, lanes.held)  # fmt: skip
+            await self._give_back_unrun(lanes)
         lanes.drop_all()
         self.acker.close()  # the acker returns once every ack was sent, a flush under way too
         with anyio.move_on_after(ACK_FLUSH_TIMEOUT):
@@ -139,6 +141,31 @@ class PartitionWorker:
         if self.acker.backlog:
             log.warning("partition %s: %d acks not sent; the next owner runs those entries again",
                         self.stream, self.acker.backlog)  # fmt: skip
+
+    async def _give_back_unrun(self, lanes: KeyedLanes) -> None:
+        """Leaving the partition, take back the delivery its read or claim counted of each
+        key's first entry that did not run here: waiting (paused, throttled, over its rate
+        limit, out a wait begun under an earlier owner) or not reached. The next owner's
+        takeover counts it again (it keeps the count of each key's first pending entry, as
+        it may have been running), so an entry that only waited is not counted, however
+        often its partition moves. Entries that ran (failed, waiting to run again; halted)
+        keep their count."""
+        halted = self.halted.entry_ids()
+        back: list[str | int] = []
+        for entry in lanes.idle_heads():
+            if (
+                entry.delivery_count > 0
+                and not self._entries.ran(entry.id)
+                and entry.id not in halted
+            ):
+                back += [entry.id, entry.delivery_count - 1]
+        if not back or not self.may_act():
+            return
+        try:
+            await wire.fenced(self._client, self.stream, self.group, self.me, self.token,
+                              "recount", *back)  # fmt: skip
+        except RedisFailure as e:  # they are counted once more
+            log.warning("partition %s: deliveries not given back: %s", self.stream, e)
 
     async def _run_acker(self) -> None:
         try:

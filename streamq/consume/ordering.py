@@ -132,6 +132,11 @@ class KeyedLanes:
         """How many keys have entries left in the pending list (see the class)."""
         return len(self._spilled)
 
+    def idle_heads(self) -> list[RawEntry]:
+        """The first entry of each lane that no runner runs now (waiting, or not reached)."""
+        running = {r.entry.id for r in self._runners_at_work if r.entry is not None}
+        return [lane[0] for lane in self._lanes.values() if lane and lane[0].id not in running]
+
     def behind(self, key: LaneKey) -> int:
         """How many entries wait behind ``key``'s first (its lane's, 1 for spilled ones)."""
         lane = self._lanes.get(key)

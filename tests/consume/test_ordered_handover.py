@@ -216,3 +216,44 @@ async def test_a_failed_entry_keeps_its_wait_when_its_partition_changes_owner(
     waited = again_at - failed_at
     assert waited >= DELAY - 0.2, f"run again {waited:.2f} s after its failure (asked {DELAY})"
     assert not [f for f in lease if f.startswith(b"due:")], f"wait records left: {lease}"
+
+
+async def test_a_key_waiting_for_a_pause_is_not_counted_by_graceful_handovers(
+    make_queue: QueueFactory,
+) -> None:
+    """The group is paused: the head entry of key ``a`` waits in its owner's lane. The
+    partition changes owner three times gracefully (each owner leaves); once resumed, the
+    entry runs as its first delivery: an entry that only waited is not counted, however
+    often its partition moves (as ordering.md says)."""
+    retry = RetryPolicy(attempts=1, backoff=0.01, max_backoff=0.05, max_deliveries=3)
+    owners = [make_queue(ordered=True, ownership_lease=LEASE, retry=retry) for _ in range(4)]
+    counts: list[int] = []
+
+    for mq in owners:
+
+        @mq.handler("job")
+        async def handle(msg: Message[Any]) -> None:
+            counts.append(msg.delivery_count)
+
+    first = owners[0]
+    async with first, owners[1], owners[2], owners[3]:
+        await first.pause()
+        entry_id = await first.publish("job", {"n": 0}, key="a")
+
+        async def read_by(mq: MessageQueue) -> bool:
+            rows = await first.client.xpending_range(first.stream, "g", min=entry_id,
+                                                     max=entry_id, count=1)  # fmt: skip
+            return [row["consumer"] for row in rows] == [mq.consumer.encode()]
+
+        for mq in owners[:3]:
+            async with mq.running():
+                await wait_for(lambda mq=mq: read_by(mq), what=f"the entry taken by {mq.consumer}")
+                await anyio.sleep(0.2)  # it waits in the lane for the pause
+        last = owners[3]
+        async with last.running():
+            await wait_for(lambda: read_by(last), what="the entry taken by the last owner")
+            await first.resume()
+            await wait_for(lambda: len(counts) == 1, what="the entry handled once resumed")
+        letters = await first.dead_letters()
+    assert counts == [1], f"delivery counts seen by the handler: {counts}"
+    assert letters == [], f"dead-lettered without running: {letters}"
