@@ -27,7 +27,6 @@ from .holding import StoppedHolds
 from .lane_flow import lane_wait
 from .ordered_dispatch import FencedAcker, LaneVerdicts, Shared
 from .ordering import KeyedLanes, Later
-from .refill import PendingRefill
 from .timing import READ_ERROR_BACKOFF
 from .waits import RecordedWaits
 
@@ -48,7 +47,6 @@ class Partition(Protocol):
     verdicts: LaneVerdicts
     holds: StoppedHolds
     halted: HaltedKeys
-    refill: PendingRefill
     waits: RecordedWaits
 
     def may_act(self) -> bool: ...
@@ -127,7 +125,6 @@ class EntryRun:
         released): True or False as :meth:`run` returns, None to handle it now."""
         p = self._p
         holds = p.holds
-        p.refill.aside.pop(entry.id, None)  # it runs: back in the pending list if resumed
         if (entry.id in holds.flagged or entry.id in holds.view.ids) and await holds.hold(entry):
             return False  # stopped: its key waits until it is resumed
         if entry.id in holds.resumed:

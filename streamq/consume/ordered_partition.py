@@ -73,7 +73,8 @@ class PartitionWorker:
         self.halted = HaltedKeys(client, stream, group)
         self.holds = StoppedHolds(client, stream, group, shared.stopped[index])
         self.refill = PendingRefill(functools.partial(self.fenced, pooled=True),
-                                    lambda: self._last_added, self.abandon, stream)  # fmt: skip
+                                    lambda: self._last_added, self.abandon, stream,
+                                    self.holds.flagged.update)  # fmt: skip
         self.waits = RecordedWaits(functools.partial(self.fenced, pooled=True),
                                    wire.lease_key(stream, group))  # fmt: skip
         self.lost, self.draining = False, False  # lost: the lease lapsed or an op was refused
@@ -223,7 +224,6 @@ class PartitionWorker:
         handover.set_held((await self.fenced("held"))[1])
         self.waits.met(handover.held)
         self.holds.flagged.update(entry.id for entry in handover.held)
-        self.refill.set_aside(handover.held)
         self.taken.update(entry.id for entry in handover.held)
         return handover
 

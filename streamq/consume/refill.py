@@ -11,21 +11,23 @@ it: a spilled entry only waited, and no delivery is counted for that. One fenced
 call (``refill``) looks through up to a page of pending IDs and returns only the key's
 entries, so a refill costs one round trip however many other keys are pending.
 
-The exception: an entry a stop set aside before this owner took the partition is not in
-the pending list (the stopped hash holds it for the group); the takeover gives it to its
-lane, and should it be spilled, it comes back from :attr:`PendingRefill.aside`.
+An entry a stop took out of the pending list (stopped while spilled, or set aside before
+this owner took the partition) comes back with them, from the stopped hash, named as
+stopped so that its lane holds it there (its key waits until it is resumed); one resumed
+meanwhile is claimed back from the resume's claimer, its delivery counted.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
 from .._ids import StreamId, after
 from ..message import RawEntry
+from ..topic.control import RESUME_CLAIMER
 from ..wire import replies
 from ..wire.replies import text
 from .failures import describe
@@ -50,14 +52,11 @@ class PendingRefill:
 
     def __init__(
         self, fenced: Fenced, last_given: Callable[[], StreamId], give_up: Callable[[], None],
-        stream: str,
+        stream: str, stopped: Callable[[list[str]], None],
     ) -> None:  # fmt: skip
+        """``stopped(ids)``: of the entries given back, those a stop holds."""
         self._fenced, self._last_given, self._give_up = fenced, last_given, give_up
-        self._stream = stream
-        self.aside: dict[str, RawEntry] = {}  # taken over while set aside by a stop
-
-    def set_aside(self, entries: Iterable[RawEntry]) -> None:
-        self.aside.update((entry.id, entry) for entry in entries)
+        self._stream, self._stopped = stream, stopped
 
     async def __call__(
         self, key: LaneKey, start: str, want: int
@@ -77,28 +76,17 @@ class PendingRefill:
         upto = self._last_given()
         keyless = key is None
         reply = await self._fenced(
-            "refill", start, str(upto), want, PAGE, b"" if key is None else key, int(keyless)
-        )
+            "refill", start, str(upto), want, PAGE, b"" if key is None else key, int(keyless),
+            RESUME_CLAIMER,
+        )  # fmt: skip
         entries = [_entry(row) for row in reply[1]]
+        if reply[4]:
+            self._stopped([text(entry_id) for entry_id in reply[4]])
         complete = int(reply[3]) == 1
         bound = upto if complete else StreamId.parse(text(reply[2]))
-        entries = self._with_aside(entries, key, StreamId.parse(start), bound)
         log.debug("partition %s: %d entries of key %r back from the pending list",
                   self._stream, len(entries), key)  # fmt: skip
         return entries, None if complete else after(bound)
-
-    def _with_aside(
-        self, entries: list[RawEntry], key: LaneKey, start: StreamId, bound: StreamId
-    ) -> list[RawEntry]:
-        if not self.aside:
-            return entries
-        found = {entry.id for entry in entries}
-        for entry in self.aside.values():
-            at = StreamId.parse(entry.id)
-            if entry.fields.get(b"key") == key and start <= at <= bound and entry.id not in found:
-                entries.append(entry)
-        entries.sort(key=lambda entry: StreamId.parse(entry.id))
-        return entries
 
 
 def _entry(row: list[Any]) -> RawEntry:

@@ -129,11 +129,15 @@ return 1
 #                     of the group's pending list and still holds (KEYS[3])
 #   redeliver ID R -> {1, rows}               (XCLAIM to me; R > 0: RETRYCOUNT R)
 #   ack ID...      -> {1, acked count}
-#   refill FROM TO N PAGE KEY KEYLESS -> {1, [[id, fields, delivery count], ...], last ID
-#                     looked at, 1 if every pending ID up to TO was looked at}: the first
-#                     N entries of one key (KEYLESS "1": of no key) in my pending list
-#                     from FROM to TO, looking at up to PAGE of its IDs (the IDs of
-#                     entries deleted meanwhile are acked, as XAUTOCLAIM drops them)
+#   refill FROM TO N PAGE KEY KEYLESS RESUMER -> {1, [[id, fields, delivery count], ...],
+#                     last ID looked at, 1 if every pending ID up to TO was looked at, IDs
+#                     of those entries that are stopped}: the first N entries of one key
+#                     (KEYLESS "1": of no key) in my pending list from FROM to TO, looking
+#                     at up to PAGE of its IDs (the IDs of entries deleted meanwhile are
+#                     acked, as XAUTOCLAIM drops them), with the key's entries up to the
+#                     last ID looked at that a stop took out of my pending list: stopped
+#                     for the group (KEYS[3]), or resumed (pending for RESUMER: claimed
+#                     back to me, the delivery counted), all in ID order
 #   wait ID MS     -> {1}                     the failed entry ID waits until now + MS
 #                                              (field 'due:ID' of the lease hash: the next
 #                                              owner reads it when it takes over)
@@ -198,26 +202,65 @@ elseif op == 'ack' then
   return {1, redis.call('XACK', s, g, unpack(ARGV, 5))}
 elseif op == 'refill' then
   local want, page, keyless = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[10] == '1'
+  local function of_key(fields)
+    local key = false
+    for i = 1, #fields, 2 do
+      if fields[i] == 'key' then key = fields[i + 1] break end
+    end
+    return (keyless and key == false) or (not keyless and key == ARGV[9])
+  end
+  local function before(a, b)  -- two entry IDs in ID order
+    local am, as = string.match(a, '^(%d+)-(%d+)$')
+    local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+    am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+    return am < bm or (am == bm and as < bs)
+  end
   local pending = redis.call('XPENDING', s, g, ARGV[5], ARGV[6], page, me)
-  local found, last = {}, ARGV[5]
+  local found, last, complete = {}, ARGV[5], 0
   for _, p in ipairs(pending) do
     last = p[1]
     local row = redis.call('XRANGE', s, p[1], p[1])
     if #row == 0 then
       redis.call('XACK', s, g, p[1])  -- deleted meanwhile: nothing is left to handle
-    else
-      local fields, key = row[1][2], false
-      for i = 1, #fields, 2 do
-        if fields[i] == 'key' then key = fields[i + 1] break end
-      end
-      if (keyless and key == false) or (not keyless and key == ARGV[9]) then
-        found[#found + 1] = {p[1], fields, p[4]}
-        if #found >= want then return {1, found, last, 0} end
+    elseif of_key(row[1][2]) then
+      found[#found + 1] = {p[1], row[1][2], p[4]}
+      if #found >= want then break end
+    end
+  end
+  if #found < want and #pending < page then last, complete = ARGV[6], 1 end
+  -- the key's entries up to last that a stop took out of my pending list: resumed ones
+  -- (pending for the resume's claimer) are claimed back, the delivery counted; those still
+  -- stopped come with the count the stop kept for the group, named for the lane to hold
+  local held, moved = {}, false
+  for _, p in ipairs(redis.call('XPENDING', s, g, ARGV[5], last, page, ARGV[11])) do
+    local row = redis.call('XRANGE', s, p[1], p[1])
+    if #row > 0 and of_key(row[1][2]) then
+      redis.call('XCLAIM', s, g, me, 0, p[1], 'RETRYCOUNT', p[4] + 1, 'JUSTID')
+      found[#found + 1] = {p[1], row[1][2], p[4] + 1}
+      moved = true
+    end
+  end
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    local all = redis.call('HGETALL', KEYS[3])
+    for i = 1, #all, 2 do
+      local id = all[i]
+      if string.match(id, '^%d+-%d+$') and not before(id, ARGV[5]) and not before(last, id) then
+        local ok, h = pcall(cjson.decode, all[i + 1])
+        if ok and type(h) == 'table' and h[g] ~= nil then
+          local row = redis.call('XRANGE', s, id, id)
+          if #row > 0 and of_key(row[1][2]) then
+            local count = tonumber(h[g])
+            if not count or count < 1 or count > 1e9 then count = 1 end
+            found[#found + 1] = {id, row[1][2], string.format('%d', count)}
+            held[#held + 1] = id
+            moved = true
+          end
+        end
       end
     end
   end
-  if #pending < page then return {1, found, ARGV[6], 1} end
-  return {1, found, last, 0}
+  if moved then table.sort(found, function(a, b) return before(a[1], b[1]) end) end
+  return {1, found, last, complete, held}
 elseif op == 'wait' then
   redis.call('HSET', KEYS[1], 'due:' .. ARGV[5], string.format('%d', now + tonumber(ARGV[6])))
   return {1}

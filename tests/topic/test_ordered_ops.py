@@ -106,6 +106,41 @@ async def test_an_entry_stopped_while_it_waits_in_its_lane_is_held_with_its_key(
     assert [n for key, n in handled if key == "a"] == [0, 1, 2]
 
 
+@pytest.mark.parametrize("resumed", ["later", "at_once"])
+async def test_an_entry_stopped_while_its_key_spilled_it_is_held_with_its_key(
+    make_queue: QueueFactory, resumed: str
+) -> None:
+    """Key ``a`` has more entries than its share of the budget (``max_in_flight=8``: two
+    are kept in memory, the rest stay in the owner's pending list). Entry 6, not in memory,
+    is stopped while the key runs: the key stops there; resumed (later, or at once, before
+    the key gets there) entry 6 runs, then the rest, each once, in order; nothing stays
+    pending."""
+    mq = make_queue(ordered=True, ownership_lease=LEASE, max_in_flight=8, concurrency=4)
+    operator = make_queue(group="operator")  # never opened: it only stops and resumes
+    handled: list[int] = []
+
+    @mq.handler("job")
+    async def handle(msg: Message[Any]) -> None:
+        await anyio.sleep(0.1)
+        handled.append(msg.data["n"])
+
+    async with mq:
+        ids = await mq.publish_many("job", [{"n": n} for n in range(10)], key="a")
+        async with mq.running():
+            await wait_for(lambda: len(handled) >= 1, what="key a running")
+            await operator.stop_message(ids[6])
+            if resumed == "later":
+                await wait_for(lambda: len(handled) >= 6, what="entries 0 to 5")
+                await anyio.sleep(0.5)  # entry 6 is stopped: the key waits there
+                assert handled == list(range(6)), f"key a ran past its stopped entry: {handled}"
+            await operator.resume_message(ids[6])
+            await wait_for(lambda: len(handled) >= 10, what=f"key a resumed (handled {handled})")
+            await anyio.sleep(0.2)
+        pending = await mq.client.xpending_range(mq.stream, "g", min="-", max="+", count=10)
+    assert handled == list(range(10)), f"key a out of order or twice: {handled}"
+    assert pending == [], f"left pending: {pending}"
+
+
 async def test_an_entry_stopped_while_its_handler_runs_is_cancelled_and_held_with_its_key(
     make_queue: QueueFactory,
 ) -> None:
