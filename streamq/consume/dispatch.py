@@ -6,12 +6,16 @@ The one dispatcher of every mode: shared, ordered and fan-out differ only in tha
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 
 from .._log_summary import LogSummary, shortened
@@ -122,11 +126,53 @@ class Dispatcher:
         await self.outcomes.no_route(entry)
 
     # -- calling handlers -----------------------------------------------------------
+    async def _in_thread_abandonable(
+        self, func: Callable[[Any], Any], seconds: float, arg: Any
+    ) -> Any:
+        """A plain ``def`` handler under ``handler_timeout``: a thread cannot be cancelled,
+        so an attempt past the timeout (or a stop's cancel) is abandoned: it counts as
+        failed, and its thread runs to its end and keeps its slot of the thread limiter
+        until then, so no more than ``concurrency`` handler threads ever run. The timeout
+        starts once the attempt has its slot."""
+        limiter, slot = self.thread_limiter, object()
+        await limiter.acquire_on_behalf_of(slot)
+        lock, state = threading.Lock(), {"started": False, "abandoned": False}
+
+        def release() -> None:
+            # RuntimeError: the event loop has ended, nothing waits for the slot
+            with contextlib.suppress(RuntimeError):
+                anyio.from_thread.run_sync(limiter.release_on_behalf_of, slot)
+
+        def run() -> Any:
+            with lock:
+                if state["abandoned"]:  # abandoned before it started: the slot is back
+                    return None
+                state["started"] = True
+            try:
+                return func(arg)
+            finally:
+                release()
+
+        try:
+            with anyio.fail_after(seconds):
+                return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        except BaseException:
+            with lock:
+                state["abandoned"] = True
+                started = state["started"]
+            if not started:
+                limiter.release_on_behalf_of(slot)
+            raise
+
     async def _call_once(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
-        if self.handler_timeout is not None:
-            with anyio.fail_after(self.handler_timeout):
+        timeout = self.handler_timeout
+        if timeout is None:
+            return await self._invoke(func, is_async, arg)
+        if is_async:
+            with anyio.fail_after(timeout):
                 return await self._invoke(func, is_async, arg)
-        return await self._invoke(func, is_async, arg)
+        return await self._invoke(functools.partial(self._in_thread_abandonable, func, timeout),
+                                  True, arg)  # fmt: skip
 
     async def _invoke(self, func: Callable[[Any], Any], is_async: bool, arg: Any) -> Any:
         try:

@@ -4,6 +4,8 @@ dead-lettered (ERROR_HANDLING.md row "Handler takes too long")."""
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
@@ -54,3 +56,30 @@ async def test_each_attempt_has_its_own_timeout_and_a_later_one_may_succeed(
         await wait_for(lambda: mq.stats()["handled"] == 1, what="the second attempt handled")
         assert attempts == [1, 1] and await mq.dead_letters() == []
         assert mq.stats()["retried"] == 1
+
+
+async def test_a_plain_def_handler_past_its_timeout_fails_and_its_thread_keeps_its_slot(
+    make_queue: QueueFactory,
+) -> None:
+    """A thread cannot be cancelled: the attempt of a plain ``def`` handler past
+    ``handler_timeout`` is abandoned and counts as a failure (``TimeoutError``); its thread
+    runs to its end and holds its slot until then, so no more than ``concurrency`` handler
+    threads run at once."""
+    retry = RetryPolicy(attempts=1, max_deliveries=1)
+    mq = make_queue(handler_timeout=0.2, retry=retry, concurrency=1)
+    spans: list[tuple[int, float, float]] = []
+
+    @mq.handler("job")
+    def blocks(msg: Message[int]) -> None:
+        started = time.monotonic()
+        time.sleep(1.0 if msg.data == 0 else 0.01)
+        spans.append((msg.data, started, time.monotonic()))
+
+    async with mq, mq.running():
+        await mq.publish_many("job", [0, 1])
+        await wait_for(lambda: _dead_count(mq), what="the slow entry dead-lettered")
+        await wait_for(lambda: len(spans) == 2, what="both handler calls ended")
+        (letter,) = await mq.dead_letters()
+    assert "TimeoutError" in letter.error, letter.error
+    (_, _, slow_end), (_, fast_start, _) = sorted(spans)
+    assert fast_start >= slow_end, f"two handler threads ran at once: {spans}"
