@@ -207,7 +207,9 @@ async def _group_info(client: aioredis.Redis, stream: str, group: replies.Group)
         ConsumerInfo(
             name=c.name,
             pending=c.pending,
-            idle_ms=c.idle_ms if c.inactive_ms is None else c.inactive_ms,
+            # since its last successful read (Redis >= 7.2); since its last read when it
+            # never had one here (-1), as before 7.2
+            idle_ms=c.idle_ms if c.inactive_ms is None or c.inactive_ms < 0 else c.inactive_ms,
         )
         for c in replies.consumers(await client.xinfo_consumers(stream, name))
     ]

@@ -72,6 +72,23 @@ async def test_keys_keep_their_order_and_ids_name_their_partition(where: str, to
     assert len({m.partition for m in seen}) > 1
 
 
+async def test_a_stopped_consumer_is_idle_on_every_partition_it_read_nothing_from(
+    where: str, topic: str
+) -> None:
+    """The consumer handles one entry (one partition) and stops: ``topic_info()`` says it
+    has been idle since, not ``-1`` (the server's "never read anything" of the partitions it
+    read nothing from)."""
+    mq = queue(where, topic)
+    handled = ok_and_poison(mq)
+    async with mq:
+        await mq.publish("ok", 1, key="k")
+        async with mq.running():
+            await wait_for(lambda: len(handled) == 1, what="the one entry handled")
+        await anyio.sleep(1.0)
+        (consumer,) = (await mq.topic_info()).group("g").consumers
+    assert consumer.idle_ms >= 900, f"a consumer stopped a second ago: {consumer}"
+
+
 async def test_stop_resume_dead_letters_info_seek_cleanup_and_terminate(
     where: str, topic: str
 ) -> None:
