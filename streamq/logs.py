@@ -67,6 +67,8 @@ FIELDS = {
 }
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
+_NO_CONSUMER = (None, None, None)
+_NO_ENTRY = (None, None, None)
 _installed = False
 _install_lock = threading.Lock()
 
@@ -81,16 +83,20 @@ def install_record_factory() -> None:
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
+            # every record has the six fields (None outside a consumer or an entry), so a
+            # format string naming them never fails
             consumer = CONSUMER.get()
-            if consumer is not None:
-                record.streamq_stream, record.streamq_group, record.streamq_consumer = consumer
-                entry = ENTRY.get()
-                if entry is not None:
-                    record.streamq_entry_id, record.streamq_type, record.streamq_delivery = (
-                        entry
-                        if isinstance(entry, tuple)
-                        else (entry.id, entry.type, entry.delivery_count)
-                    )
+            record.streamq_stream, record.streamq_group, record.streamq_consumer = (
+                _NO_CONSUMER if consumer is None else consumer
+            )
+            entry = ENTRY.get() if consumer is not None else None
+            record.streamq_entry_id, record.streamq_type, record.streamq_delivery = (
+                _NO_ENTRY
+                if entry is None
+                else entry
+                if isinstance(entry, tuple)
+                else (entry.id, entry.type, entry.delivery_count)
+            )
             return record
 
         logging.setLogRecordFactory(factory)
@@ -111,8 +117,12 @@ async def run_as_consumer(
 
 
 def context_fields(record: logging.LogRecord) -> dict[str, Any]:
-    """The context fields a record carries, by their JSON names."""
-    return {key: getattr(record, attr) for attr, key in FIELDS.items() if hasattr(record, attr)}
+    """The context fields a record carries (not None), by their JSON names."""
+    return {
+        key: value
+        for attr, key in FIELDS.items()
+        if (value := getattr(record, attr, None)) is not None
+    }
 
 
 class JsonFormatter(logging.Formatter):

@@ -24,7 +24,8 @@ handler_log = logging.getLogger("tests.handler")
 
 def fields(record: logging.LogRecord) -> dict[str, object]:
     names = ("stream", "group", "consumer", "entry_id", "type", "delivery")
-    return {n: getattr(record, f"streamq_{n}") for n in names if hasattr(record, f"streamq_{n}")}
+    found = {n: getattr(record, f"streamq_{n}", None) for n in names}
+    return {n: value for n, value in found.items() if value is not None}
 
 
 async def test_consumer_records_carry_the_consumer_and_the_entry(
@@ -237,3 +238,43 @@ async def test_a_failed_batch_is_logged_with_the_handlers_own_traceback_once(
     text = logged_traceback(caplog.records, "handler failed")
     assert text.count("Traceback (most recent call last)") == 1, text
     assert "During handling" not in text and "tenacity" not in text, text
+
+
+async def test_a_format_string_naming_the_fields_formats_every_record(
+    make_queue: QueueFactory,
+) -> None:
+    """``%(streamq_entry_id)s`` in a handler's format (docs/operating/logs.md) formats
+    every record: those made outside an entry or a consumer have the fields as None."""
+    formatter = logging.Formatter("%(streamq_consumer)s %(streamq_entry_id)s %(message)s")
+    lines: list[str] = []
+    failures: list[BaseException] = []
+
+    class Formatting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                lines.append(formatter.format(record))
+            except Exception as e:  # what logging would print as "--- Logging error ---"
+                failures.append(e)
+
+    mq = make_queue()
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        handler_log.warning("handling")
+
+    capture, streamq_log = Formatting(logging.INFO), logging.getLogger("streamq")
+    logging.getLogger().addHandler(capture)
+    level, _ = streamq_log.level, streamq_log.setLevel(logging.INFO)  # "consumer c1 stopping"
+    try:
+        async with mq:
+            entry_id = await mq.publish("job", 1)
+            async with mq.running():
+                await wait_for(lambda: mq.stats()["handled"] == 1, what="the entry handled")
+        logging.getLogger("tests.after").warning("outside any consumer")
+    finally:
+        logging.getLogger().removeHandler(capture)
+        streamq_log.setLevel(level)
+    assert failures == [], f"records the format could not take: {failures}"
+    assert f"{mq.consumer} {entry_id} handling" in lines
+    assert any(line.endswith(f"consumer {mq.consumer} stopping: stopped") for line in lines)
+    assert "None None outside any consumer" in lines
