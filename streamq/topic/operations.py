@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 
+from .._ids import StreamId
 from ..config import CleanupPolicy
 from ..errors import ConfigError, InvalidMessageIdError
 from ..flow import pause as flow_pause
@@ -234,15 +235,17 @@ class TopicAdmin:
         return DeadLetters(self._topic.client, self._topic.stream)
 
     async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
-        """The oldest ``count`` dead letters (of each partition, on a partitioned topic;
-        their ``id`` and ``original_id`` then name the partition)."""
+        """The oldest ``count`` dead letters, oldest first (on a partitioned topic, of all
+        its partitions, by when each was dead-lettered; their ``id`` and ``original_id``
+        then name the partition)."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigError(f"count must be an integer >= 1, got {count!r}")
-        letters: list[DeadLetter] = []
+        found: list[tuple[StreamId, int, DeadLetter]] = []
         for i, stream, client in self._parts():
             listed = await self._riding(DeadLetters(client, stream).list, count)
-            letters.extend(self.named_letter(i, letter) for letter in listed)
-        return letters
+            found.extend((StreamId.parse(letter.id), i, letter) for letter in listed)
+        found.sort(key=lambda one: (one[0], one[1]))
+        return [self.named_letter(i, letter) for _, i, letter in found[:count]]
 
     def named_letter(self, partition: int, letter: DeadLetter) -> DeadLetter:
         """A dead letter of partition ``partition`` with its IDs named as :meth:`named`."""

@@ -20,6 +20,7 @@ from streamq import (
     MessageQueue,
     NotReplicatedError,
 )
+from streamq._ids import StreamId
 from streamq.consume.pool import WORKER_TASK
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.topic.partitions import (
@@ -87,6 +88,26 @@ async def test_a_stopped_consumer_is_idle_on_every_partition_it_read_nothing_fro
         await anyio.sleep(1.0)
         (consumer,) = (await mq.topic_info()).group("g").consumers
     assert consumer.idle_ms >= 900, f"a consumer stopped a second ago: {consumer}"
+
+
+async def test_dead_letters_count_is_the_oldest_of_the_whole_topic(
+    where: str, topic: str
+) -> None:
+    """``dead_letters(count=3)`` on 4 partitions: the 3 oldest of the topic, oldest first,
+    not 3 of each partition."""
+    mq = queue(where, topic)
+    ok_and_poison(mq)
+    async with mq:
+        bad = [await mq.publish("poison", n, key=f"k{n}") for n in range(8)]
+        assert len({PartitionedId.parse(i, 4).partition for i in bad}) > 1
+        async with mq.running():
+            await wait_for(lambda: mq.stats().get("dead_lettered") == 8, what="8 dead letters")
+        letters = await mq.dead_letters(count=3)
+        every = await mq.dead_letters()
+    assert len(letters) == 3 and len(every) == 8
+    assert letters == every[:3], "not the oldest three"
+    times = [StreamId.parse(letter.id.split(":")[1]) for letter in every]
+    assert times == sorted(times), "not oldest first"
 
 
 async def test_stop_resume_dead_letters_info_seek_cleanup_and_terminate(
