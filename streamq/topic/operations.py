@@ -128,6 +128,8 @@ class TopicAdmin:
         topic_keys = ownership.membership_keys(self._topic.stream, groups)
         keys = Keys(self._topic.stream)
         topic_keys += [key for group in groups for key in (keys.paused(group), keys.waiting(group))]
+        if not plain:  # the periodic publishers' record is the topic's (a plain one's: below)
+            topic_keys.append(keys.periodic)
         for _, stream, client in self._parts():
             doomed = ownership.lease_keys(stream, groups) + (topic_keys if plain else [])
             await self._riding(

@@ -262,3 +262,17 @@ def test_periodic_without_parentheses_is_refused_saying_what_to_write() -> None:
             registry.periodic(send_report, every=60)  # type: ignore[arg-type]
         assert registry.periodics == ()
     assert App(mq, routers=[router]).periodics == []
+
+
+async def test_terminating_a_partitioned_topic_forgets_its_periodic_publishers(
+    make_queue: QueueFactory,
+) -> None:
+    mq = make_queue(partitions=4)
+    handled = handled_messages(mq, "report")
+    mq.periodic("report", every=0.2)(lambda: 1)
+    async with mq:
+        async with mq.running():
+            await wait_for(lambda: len(handled) >= 1, what="a tick")
+            assert [row.name for row in await mq.periodic_publishers()] == ["report"]
+        await mq.terminate_topic()
+        assert await mq.periodic_publishers() == [], "the terminated topic still lists them"
