@@ -31,13 +31,19 @@ def check_ordered(
 ) -> tuple[bool, OnPoison]:
     """The ordered-mode settings of a queue, or ConfigError naming the valid choices (and
     for ordered mode without a consumer group: a fan-out queue has no owners; or with
-    ``max_per_key``: one entry of a key runs at a time there already)."""
+    ``max_per_key``: one entry of a key runs at a time there already; for
+    ``on_poison="halt"`` without ordered mode: only a key of ordered mode halts)."""
     if ordered not in (True, False):
         raise ConfigError(f"ordered must be True or False, got {ordered!r}")
     if on_poison not in ("dead_letter", "halt"):
         raise ConfigError(f"on_poison must be 'dead_letter' or 'halt', got {on_poison!r}")
     if ordered and group is None:
         raise ConfigError("ordered=True needs a consumer group: a fan-out queue has no owners")
+    if on_poison == "halt" and not ordered:
+        raise ConfigError(
+            "on_poison='halt' halts a key in ordered mode: add ordered=True (without it a "
+            "poison entry is dead-lettered)"
+        )
     if ordered and max_per_key is not None:
         raise ConfigError(
             "max_per_key caps the entries of one key running at once in shared mode; "

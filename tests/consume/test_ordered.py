@@ -325,6 +325,8 @@ def test_bad_ordered_settings_are_refused() -> None:
         MessageQueue(stream="s", ordered=True, on_poison="drop")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="ownership_lease"):
         MessageQueue(stream="s", ordered=True, ownership_lease=0)
+    with pytest.raises(ConfigError, match=r"on_poison='halt' halts a key in ordered mode"):
+        MessageQueue(stream="s", on_poison="halt")
 
 
 @pytest.mark.auto_stop
