@@ -33,6 +33,7 @@ class HaltedKeys:
         self._client, self._hash, self._group = client, halted_key(stream), group
         self._waiting: dict[str, tuple[str, LaneKey]] = {}  # field -> (entry ID, lane key)
         self.released: dict[str, str] = {}  # entry ID -> action, for its lane to apply
+        self.reasons: dict[str, str] = {}  # entry ID -> why its key halted, until released
 
     async def halt(self, entry: RawEntry, reason: str) -> None:
         """Record that ``entry``'s key halts (keeping a release already asked for it)."""
@@ -43,7 +44,10 @@ class HaltedKeys:
             record = {"id": entry.id, "reason": reason, "action": None}
             await self._client.hset(self._hash, field, json.dumps(record))
             log.error("key %s halted on entry %s: %s", field, entry.id, reason)
+        else:  # halted before (an earlier owner): why it halted then
+            reason = known.reason
         self._waiting[field] = (entry.id, lane_key)
+        self.reasons[entry.id] = reason
 
     async def watch(self, lanes: KeyedLanes, may_act: Callable[[], bool]) -> None:
         """Poll the halted keys of this partition; resume the lanes an operator released."""

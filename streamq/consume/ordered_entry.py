@@ -135,9 +135,11 @@ class EntryRun:
                 return not p.draining and p.may_act()  # deleted: the key goes on
             entry.delivery_count = count
         action = p.halted.released.pop(entry.id, None)
+        halted_for = p.halted.reasons.pop(entry.id, None) if action else None
         if action == "skip":
+            why = f": {halted_for}" if halted_for else ""
             await p.dispatcher.outcomes.dead_letter(
-                entry, "skipped by an operator after its key halted"
+                entry, f"skipped by an operator after its key halted{why}"
             )
             p.acker.settled.discard(entry.id)
             return True
