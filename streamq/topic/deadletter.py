@@ -347,7 +347,7 @@ class DeadLetters:
             return []
         pipe = self._client.pipeline(transaction=False)
         for letter_id, fields in rows:
-            message = _replayed_message(fields)
+            message = _replayed_message(fields, self._id_prefix)
             if self._keyring is not None:
                 # loaded on first use: only a replay with a keyring re-encrypts
                 from ..payload.rotation import reencrypted
@@ -369,12 +369,13 @@ class DeadLetters:
         )
 
 
-def _replayed_message(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
+def _replayed_message(fields: dict[bytes, bytes], id_prefix: str) -> dict[bytes, bytes]:
     """The entry to publish again: every wire field of the letter (data null if missing),
-    meta with a replay note."""
+    meta with a replay note naming the original entry as a Message ID of the topic
+    (``id_prefix``: its partition's, as ``"2:"``)."""
     message = {k: v for k, v in fields.items() if k in WIRE_FIELDS}
     message.setdefault(b"data", b"null")
-    original = _text(fields.get(b"original_id", b""))
+    original = id_prefix + _text(fields.get(b"original_id", b""))
     message[b"meta"] = _with_replay_note(fields.get(b"meta"), original)
     return message
 

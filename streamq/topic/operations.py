@@ -265,15 +265,17 @@ class TopicAdmin:
             return [
                 self.named(i, new_id)
                 for i, stream, client in self._parts()
-                for new_id in await self._replaying(client, stream).replay_all()
+                for new_id in await self._replaying(i, client, stream).replay_all()
             ]
         index, raw, client = self.locate(dead_letter_id)
-        letters = self._replaying(client, self._topic.streams[index])
+        letters = self._replaying(index, client, self._topic.streams[index])
         return [self.named(index, await letters.replay(raw))]
 
-    def _replaying(self, client: aioredis.Redis, stream: str) -> DeadLetters:
-        """The dead letters of ``stream``, replayed with the queue's keyring (if any)."""
-        return DeadLetters(client, stream, keyring=self._topic.codec.keyring)
+    def _replaying(self, partition: int, client: aioredis.Redis, stream: str) -> DeadLetters:
+        """The dead letters of ``stream`` (partition ``partition``), replayed with the
+        queue's keyring (if any), their notes naming the original as :meth:`named`."""
+        prefix = self.named(partition, "")
+        return DeadLetters(client, stream, keyring=self._topic.codec.keyring, id_prefix=prefix)
 
     async def purge_dead_letters(self) -> int:
         """Delete all dead letters; return how many there were."""

@@ -110,6 +110,25 @@ async def test_dead_letters_count_is_the_oldest_of_the_whole_topic(
     assert times == sorted(times), "not oldest first"
 
 
+async def test_a_replayed_entry_names_its_original_with_the_partition(
+    where: str, topic: str
+) -> None:
+    """The replay note (``meta["replayed_from"]``) names the original entry as the topic's
+    Message IDs do, with its partition: the letter's ``original_id``."""
+    mq = queue(where, topic)
+    ok_and_poison(mq)
+    async with mq:
+        await mq.publish("poison", 0, key="k")
+        async with mq.running():
+            await wait_for(lambda: mq.stats().get("dead_lettered") == 1, what="a dead letter")
+        (letter,) = await mq.dead_letters()
+        (again,) = await mq.replay_dead_letter(letter.id)
+        index, raw = again.split(":")
+        with connect_sync(where).client_for(mq.streams[int(index)]) as sync:
+            ((_, fields),) = sync.xrange(mq.streams[int(index)], raw, raw)
+    assert json.loads(fields[b"meta"])["replayed_from"] == letter.original_id
+
+
 async def test_stop_resume_dead_letters_info_seek_cleanup_and_terminate(
     where: str, topic: str
 ) -> None:
