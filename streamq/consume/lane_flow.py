@@ -5,6 +5,7 @@ key keeps its order (shared mode's entries wait in :mod:`.flow_stage` instead)."
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from ..errors import RedisFailure
@@ -13,9 +14,11 @@ from .dispatch import Dispatcher
 from .ordered_dispatch import Shared
 from .ordering import Later
 from .rate_keys import rate_key_of
-from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
+from .timing import READ_ERROR_BACKOFF
 
 log = logging.getLogger(__name__)
+
+PAUSE_LOOKED_AT_EVERY = 5.0  # seconds: a paused key wakes when the pause ends, else after this
 
 
 async def lane_wait(
@@ -27,8 +30,10 @@ async def lane_wait(
     gate, type_name = shared.gate, entry.type
     if type_name is None:
         return None
-    if gate.paused(type_name):
-        return Later(POLL_INTERVAL, "pause")
+    if gate.paused(type_name):  # until the pause ends (looked at again now and then)
+        return Later(
+            PAUSE_LOOKED_AT_EVERY, "pause", functools.partial(gate.wait_unpaused, type_name)
+        )
     if not gate.limited(type_name) and type_name not in shared.throttled_types:
         return None
     try:

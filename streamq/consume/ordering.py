@@ -34,10 +34,12 @@ class Later:
     """``run_entry``'s answer for an entry to run again after ``delay`` seconds: its key
     waits, holding no handler slot and no room. ``waits_for``: the flow-control reason it
     waits for (``"pause"``, ``"rate_limit"``, ``"throttle"``), counted by
-    :meth:`KeyedLanes.waiting`; None for a retry's backoff."""
+    :meth:`KeyedLanes.waiting`; None for a retry's backoff. ``until``: what ends the wait
+    sooner (the end of a pause), if anything."""
 
     delay: float
     waits_for: str | None = None
+    until: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -112,6 +114,10 @@ class KeyedLanes:
         self._per_key = max(1, per_key) if refill is not None else sys.maxsize
         self._spill_stopped = self.stopped_keys if refill is not None else frozenset()
         self._spilled: dict[LaneKey, str] = {}  # key -> its first entry left pending
+        # key -> how many of its entries were left pending: what a refill asks for, so that
+        # it stops looking once it has them, and none is left at 0 (more, never fewer, than
+        # are left: entries deleted meanwhile are not known)
+        self._spill_count: dict[LaneKey, int] = {}
         self._later: dict[LaneKey, _WakeUp] = {}  # key -> its wake-up to come
         self._runners_at_work: list[Runner] = []
         self._lanes: dict[LaneKey, deque[RawEntry]] = {}
@@ -159,11 +165,13 @@ class KeyedLanes:
             elif spilled and key in spilled:  # behind entries of its key not in memory
                 if not spilled[key]:  # read while its lane is refilled: refilled after
                     spilled[key] = entry.id
+                self._spill_count[key] += 1
             elif len(lane) < per_key and key not in spill_stopped:
                 lane.append(entry)
                 kept += 1
             else:
                 spilled[key] = entry.id
+                self._spill_count[key] = 1
         self._room.take(kept)
         if ready:
             self._busy()
@@ -251,6 +259,7 @@ class KeyedLanes:
         self._room.give(len(lane))
         if len(lane) > 1:
             self._spilled[key] = lane[1].id  # the lane holds a prefix: the rest follow it
+            self._spill_count[key] = self._spill_count.get(key, 0) + len(lane) - 1
             while len(lane) > 1:
                 lane.pop()
 
@@ -296,22 +305,31 @@ class KeyedLanes:
         there may be more to run (False: none of the key is left)."""
         assert self._refill is not None
         start, self._spilled[key] = self._spilled[key], ""  # "": none read meanwhile
-        entries, rest = await self._refill(key, start, self._per_key)
+        want = min(self._per_key, max(1, self._spill_count.get(key, 1)))
+        entries, rest = await self._refill(key, start, want)
         if self._lanes.get(key) is not lane:  # dropped meanwhile
             return False
         read_meanwhile = self._spilled.pop(key)
-        if rest is not None or read_meanwhile:
+        # the count is never below what is left (each entry left pending was counted; one
+        # deleted meanwhile was too): at 0 none is, however far the refill looked
+        left = self._spill_count.pop(key, 0) - len(entries)
+        if left > 0 and (rest is not None or read_meanwhile):
             self._spilled[key] = rest or read_meanwhile
+            self._spill_count[key] = left
         lane.extend(entries)
         self._room.take(len(entries))
         return bool(lane) or key in self._spilled
 
     def _resume_later(self, key: LaneKey, later: Later) -> None:
         self._later[key] = token = _WakeUp(later.waits_for)
-        self._tg.start_soon(self._wake_up, key, token, later.delay)
+        self._tg.start_soon(self._wake_up, key, token, later)
 
-    async def _wake_up(self, key: LaneKey, token: _WakeUp, delay: float) -> None:
-        await anyio.sleep(delay)
+    async def _wake_up(self, key: LaneKey, token: _WakeUp, later: Later) -> None:
+        if later.until is None:
+            await anyio.sleep(later.delay)
+        else:
+            with anyio.move_on_after(later.delay):
+                await later.until()
         if self._later.get(key) is token:  # not resumed, dropped or stopped again meanwhile
             self.resume(key)
 
@@ -359,6 +377,7 @@ class KeyedLanes:
         self._lanes.clear()
         self._ready.clear()
         self._spilled.clear()
+        self._spill_count.clear()
         self._later.clear()
         self.stopped_keys.clear()
         self._idle.set()

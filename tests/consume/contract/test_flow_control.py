@@ -54,7 +54,9 @@ async def test_a_paused_type_waits_without_a_handler_slot_and_runs_after_the_res
             assert sorted(handled) == ["email-0", "email-1", "email-2"], handled
             assert (await mq.topic_info()).paused == {mq.group: ["report"]}
             await mq.resume("report")
-            await wait_for(lambda: len(handled) == 6, what="the reports handled after resume")
+            # the resume wakes what waits for it: not the next look at the pause (5 s)
+            await wait_for(lambda: len(handled) == 6, timeout=2.0,
+                           what="the reports handled after resume")  # fmt: skip
             await all_acked(mq)
         stats = mq.stats()
     assert stats["failed"] == 0 and stats["dead_lettered"] == 0
