@@ -34,6 +34,7 @@ class HaltedKeys:
         self._waiting: dict[str, tuple[str, LaneKey]] = {}  # field -> (entry ID, lane key)
         self.released: dict[str, str] = {}  # entry ID -> action, for its lane to apply
         self.reasons: dict[str, str] = {}  # entry ID -> why its key halted, until released
+        self._recorded: dict[str, str] = {}  # taken over: entry ID -> its halted record's field
 
     async def halt(self, entry: RawEntry, reason: str) -> None:
         """Record that ``entry``'s key halts (keeping a release already asked for it)."""
@@ -48,6 +49,28 @@ class HaltedKeys:
             reason = known.reason
         self._waiting[field] = (entry.id, lane_key)
         self.reasons[entry.id] = reason
+
+    async def take_over(self) -> None:
+        """Taking the partition over: the records of the keys of this group that an earlier
+        owner halted, so that the record of one settled here (an owner that dead-letters
+        at the limit, after ``on_poison`` changed) is deleted with it."""
+        for field, value in (await self._client.hgetall(self._hash)).items():
+            record = records.halted(self._hash, field, value)
+            if not isinstance(record, DamagedRecord) and record.group == self._group:
+                self._recorded[record.entry_id] = lane_field(
+                    self._group, None if record.key is None else record.key.encode()
+                )
+
+    async def settled(self, entry_id: str) -> None:
+        """``entry_id`` was settled (handled or dead-lettered): a halted record naming it,
+        left by an earlier owner, is deleted."""
+        field = self._recorded.pop(entry_id, None) if self._recorded else None
+        if field is None:
+            return
+        known = self._parsed(field, await self._client.hget(self._hash, field))
+        if known is not None and known.entry_id == entry_id:
+            await self._client.hdel(self._hash, field)
+            log.info("key %s goes on: its halted entry %s was settled", field, entry_id)
 
     async def watch(self, lanes: KeyedLanes, may_act: Callable[[], bool]) -> None:
         """Poll the halted keys of this partition; resume the lanes an operator released."""

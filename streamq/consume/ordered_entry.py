@@ -81,6 +81,7 @@ class EntryRun:
                     await p.acker.ack_now(entry.id)
             if go_on is True:
                 await p.waits.over(entry.id)
+                await p.halted.settled(entry.id)
         except Exception as e:
             log.error("partition %s: giving it up after an error at entry %s: %s",
                       p.stream, entry.id, describe(e), exc_info=e)  # fmt: skip

@@ -221,6 +221,7 @@ class PartitionWorker:
         if handover.lost_read:
             return handover
         await self.waits.load()
+        await self.halted.take_over()
         handover.set_held((await self.fenced("held"))[1])
         self.waits.met(handover.held)
         self.holds.flagged.update(entry.id for entry in handover.held)

@@ -558,3 +558,38 @@ async def test_an_ordered_member_that_just_died_is_not_taken_for_an_unordered_co
     assert "dead" not in await wire.live_members(client, stream, "g")
     async with make_queue(ordered=True, ownership_lease=LEASE):
         pass
+
+
+async def test_a_halted_key_settled_by_an_owner_that_dead_letters_is_no_longer_listed(
+    make_queue: QueueFactory,
+) -> None:
+    """A key halts (``on_poison="halt"``); the service is redeployed with the default
+    ``on_poison="dead_letter"``: the new owner dead-letters the entry the key halted on
+    and the key goes on, and ``halted_keys()`` no longer lists it."""
+    retry = RetryPolicy(attempts=1, backoff=0.01, max_backoff=0.05, max_deliveries=1)
+    halting = make_queue(ordered=True, ownership_lease=LEASE, retry=retry, on_poison="halt")
+    redeployed = make_queue(ordered=True, ownership_lease=LEASE, retry=retry)
+    handled: list[int] = []
+
+    for mq in (halting, redeployed):
+
+        @mq.handler("job")
+        async def handle(msg: Message[Any]) -> None:
+            if msg.data["n"] == 0:
+                raise RuntimeError("poison")
+            handled.append(msg.data["n"])
+
+    async with halting, redeployed:
+        for n in range(2):
+            await halting.publish("job", {"n": n}, key="a")
+        async with halting.running():
+            await wait_for(_halted(halting), what="key a halted")
+        async with redeployed.running():
+            await wait_for(lambda: handled == [1], what="key a going on")
+
+            async def unlisted() -> bool:
+                return await redeployed.halted_keys() == []
+
+            await wait_for(unlisted, what="the halted key no longer listed")
+        letters = await redeployed.dead_letters()
+    assert len(letters) == 1 and "delivered 2 times (max 1)" in letters[0].error
