@@ -193,7 +193,9 @@ async def test_a_refill_that_fails_gives_the_partition_up() -> None:
         raise ServerUnavailableError("the server went away")
 
     with anyio.CancelScope() as partition:  # what PartitionWorker.abandon cancels
-        refill = PendingRefill(fenced, lambda: StreamId(1, 9), partition.cancel, "s", lambda ids: None)
+        refill = PendingRefill(
+            fenced, lambda: StreamId(1, 9), partition.cancel, "s", lambda ids: None
+        )
         with anyio.fail_after(2):
             await refill(b"a", "1-1", 4)
         pytest.fail("the lane went on after its refill failed")

@@ -90,9 +90,7 @@ async def test_a_stopped_consumer_is_idle_on_every_partition_it_read_nothing_fro
     assert consumer.idle_ms >= 900, f"a consumer stopped a second ago: {consumer}"
 
 
-async def test_dead_letters_count_is_the_oldest_of_the_whole_topic(
-    where: str, topic: str
-) -> None:
+async def test_dead_letters_count_is_the_oldest_of_the_whole_topic(where: str, topic: str) -> None:
     """``dead_letters(count=3)`` on 4 partitions: the 3 oldest of the topic, oldest first,
     not 3 of each partition."""
     mq = queue(where, topic)
