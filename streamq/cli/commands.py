@@ -17,6 +17,7 @@ from ..publish.plan import named
 from ..queue import MessageQueue
 from ..server.shared import running_shared_url
 from ..topic.cleanup import Cleaner, CleanupReport
+from ..topic.partitions import PartitionedId
 from ..wire.keys import Keys
 from ..wire.replies import Pending, pending_rows
 from ..wire.urls import redact
@@ -145,13 +146,16 @@ async def _pending(mq: MessageQueue, group: str, count: int) -> list[Pending]:
 
 
 async def cmd_tail(args: argparse.Namespace) -> str:
-    if args.start != "$":
+    if args.start != "$" and ":" not in args.start:
         StreamId.parse(args.start)
     keyring = keyring_of(args)
     async with _closing(_queue(args, keyring=keyring)) as mq:
         await _require_stream(mq)
+        start = args.start
+        if ":" in start:  # an ID tail printed of a partitioned topic: every partition after it
+            start = PartitionedId.parse(start, len(mq.streams)).entry_id
         await tail(
-            mq, args.start, count=args.count, seconds=args.seconds, still_there=_require_stream,
+            mq, start, count=args.count, seconds=args.seconds, still_there=_require_stream,
             keyring=keyring,
         )  # fmt: skip
         return ""

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
+from streamq._ids import StreamId
 from tests.helpers.cli import HOME_ENV, streamq, terminal_unsafe
 from tests.helpers.clients import sync_client
 
@@ -334,3 +335,39 @@ def test_cleanup_removes_the_acknowledged_entries_of_every_stream_of_a_topic(
     done = streamq("cleanup", stream, *options, url=redis_url)
     assert done.returncode == 0 and "removed 12 entries over 6 streams" in done.stdout, done.stdout
     assert sum(line.startswith(f"{stream}") for line in done.stdout.splitlines()) == 6
+
+
+def test_tail_goes_on_from_an_id_it_printed_of_a_partitioned_topic(
+    redis_url: str, stream: str
+) -> None:
+    """``--from`` takes the partition-qualified IDs ``tail`` prints (``"1:<ms>-<seq>"``):
+    every partition goes on after that ID, so the entries after it are printed."""
+
+    def at(shown_id: str) -> StreamId:
+        return StreamId.parse(shown_id.split(":")[1])
+
+    import anyio
+
+    from streamq import MessageQueue
+    from streamq.testing import delete_stream_keys
+    from streamq.wire.partition_names import topic_streams
+
+    async def publish() -> list[str]:
+        async with MessageQueue(redis_url, stream=stream, group=None, partitions=2) as mq:
+            return [await mq.publish("job", n, key=f"k{n}") for n in range(6)]
+
+    try:
+        ids = anyio.run(publish)
+        first = streamq("tail", stream, "--from", "0", "--count", "2", url=redis_url)
+        assert first.returncode == 0, first.stderr
+        last_shown = json.loads(first.stdout.splitlines()[-1])["id"]
+        rest = streamq("tail", stream, "--from", last_shown, "--seconds", "2", url=redis_url)
+        assert rest.returncode == 0, rest.stderr
+        shown = [json.loads(line)["id"] for line in rest.stdout.splitlines()]
+        after = [i for i in ids if StreamId.parse(i.split(":")[1]) > at(last_shown)]
+        assert sorted(shown) == sorted(after), (last_shown, shown)
+        bad = streamq("tail", stream, "--from", "7:1-0", "--count", "1", url=redis_url)
+        assert bad.returncode == 2 and "partition" in bad.stderr, bad.stderr
+    finally:
+        for name in topic_streams(stream, 2, 1):
+            delete_stream_keys(redis_url, name)
