@@ -11,7 +11,7 @@ from pathlib import Path
 from .._asyncapi import asyncapi_document
 from ..errors import ConfigError
 from ..wire.urls import redact
-from .outcome import EXIT_USAGE
+from .outcome import EXIT_FAILED, EXIT_USAGE
 
 
 def add_asyncapi_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,7 +32,11 @@ def cmd_asyncapi(args: argparse.Namespace) -> int:
         print(f"streamq: {redact(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as e:  # a local file: not the server's fault
+            print(f"streamq: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_FAILED
     else:
         sys.stdout.write(text)
     return 0

@@ -10,6 +10,7 @@ from ..publish.scheduled import PeriodicInfo
 from ..publish.scheduling import ScheduledMessage
 from ..queue import MessageQueue
 from .arguments import count
+from .outcome import EXIT_USAGE, CliError
 from .render import one_line
 
 
@@ -24,8 +25,8 @@ def add_scheduled_arguments(p: argparse.ArgumentParser) -> None:
 async def scheduled_command(mq: MessageQueue, args: argparse.Namespace) -> tuple[str, bool]:
     """What to print, and whether the command did what it was asked."""
     if args.action == "cancel":
-        if not args.id:
-            return "scheduled cancel needs the scheduled ID", False
+        if not args.id:  # bad usage, as argparse's own errors
+            raise CliError("scheduled cancel needs the scheduled ID", EXIT_USAGE)
         if await mq.cancel_scheduled(args.id):
             return f"cancelled {args.id}", True
         return f"{args.id} is not waiting (delivered, cancelled, or unknown)", False

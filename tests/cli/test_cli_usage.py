@@ -189,3 +189,8 @@ def test_a_url_whose_password_holds_a_reserved_character_is_named_not_shown(
     line = one_line_error(streamq(*command, url=url), 2)
     assert "percent-encoded" in line
     assert "S3cr" not in line and "3tPW" not in line
+
+
+def test_scheduled_cancel_without_an_id_is_a_usage_error(redis_url: str, stream: str) -> None:
+    line = one_line_error(streamq("scheduled", "cancel", stream, url=redis_url), 2)
+    assert "scheduled cancel needs the scheduled ID" in line, line

@@ -253,3 +253,11 @@ def test_default_values_that_may_be_secrets_are_left_out_at_any_depth() -> None:
     assert shown["max_tokens"] == 512 and shown["client_id"] == "visible-client"
     for hidden in ("api_key", "password", "db_url", "internal", "signing", "deep", "oauth"):
         assert hidden not in shown, (hidden, shown[hidden])
+
+
+@pytest.mark.slow
+def test_a_file_it_cannot_write_is_one_line_not_the_server_unreachable(service: Path) -> None:
+    result = asyncapi("shop:app", "-o", str(service / "no-such-dir" / "api.json"), cwd=service)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("streamq: cannot write ") and "No such file" in line, line
