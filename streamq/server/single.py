@@ -29,18 +29,23 @@ log = logging.getLogger(__name__)
 STARTUP_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
 PORT_ATTEMPTS = 5
+SOCKET_NAME = "valkey.sock"  # in the server's directory, with unix_socket=True
 
 
 class EmbeddedServer(PrivateServer):
     """A Valkey server process owned by this Python process.
 
-    ``appendonly=True`` turns on AOF so data survives :meth:`restart`.
+    ``appendonly=True`` turns on AOF so data survives :meth:`restart`. ``unix_socket=True``
+    makes it listen on a unix socket in its directory too (:attr:`unix_url`).
     """
 
-    def __init__(self, *, port: int | None = None, appendonly: bool = False) -> None:
+    def __init__(
+        self, *, port: int | None = None, appendonly: bool = False, unix_socket: bool = False
+    ) -> None:
         self._wanted_port = port
         self.port = 0
         self.appendonly = appendonly
+        self.unix_socket = unix_socket
         self._dir: Path | None = None  # made when it first starts, kept across restarts
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -48,6 +53,15 @@ class EmbeddedServer(PrivateServer):
     def url(self) -> str:
         """``redis://127.0.0.1:<port>/0``."""
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def unix_url(self) -> str:
+        """``unix://<directory>/valkey.sock?db=0`` (started with ``unix_socket=True``)."""
+        if not self.unix_socket or self._dir is None:
+            raise ValueError(
+                "the server listens on no unix socket: EmbeddedServer(unix_socket=True)"
+            )
+        return f"unix://{self._dir / SOCKET_NAME}?db=0"
 
     @property
     def running(self) -> bool:
@@ -67,6 +81,8 @@ class EmbeddedServer(PrivateServer):
             "--daemonize", "no",
             "--loglevel", "warning",
             "--logfile", str(directory / "server.log"),
+            *(["--unixsocket", str(directory / SOCKET_NAME), "--unixsocketperm", "700"]
+              if self.unix_socket else []),
         ]  # fmt: skip
 
     def start(self) -> EmbeddedServer:

@@ -21,6 +21,7 @@ from ..errors import ConfigError, ServerUnavailableError
 from . import tls as tls_conn
 from .pool_options import MAX_CONNECTIONS as MAX_CONNECTIONS
 from .pool_options import POOL_OPTIONS as POOL_OPTIONS
+from .pool_options import pool_options
 from .routing import Deployment
 from .routing_sync import SyncDeployment
 from .schemes import is_sentinel_url
@@ -57,7 +58,7 @@ def connect(url: str, *, cluster: bool | None = None) -> Deployment:
         client = sentinel.async_client(url, max_connections=MAX_CONNECTIONS, pool_timeout=POOL_WAIT)
         return Deployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     first, seeds = split_seeds(url)
-    pool = aioredis.BlockingConnectionPool.from_url(first, **POOL_OPTIONS)
+    pool = aioredis.BlockingConnectionPool.from_url(first, **pool_options(first))
     if tls_conn.is_tls_url(first):  # (from_url sets the class from the scheme, after kwargs)
         pool.connection_class = tls_conn.SSLConnection
     return Deployment(pool, cluster=cluster, seeds=seeds)
@@ -72,7 +73,7 @@ def connect_sync(url: str, *, cluster: bool | None = None) -> SyncDeployment:
         client = sentinel.sync_client(url)
         return SyncDeployment(client.connection_pool, cluster=_not_a_cluster(cluster), owner=client)
     first, seeds = split_seeds(url)
-    pool = redis.BlockingConnectionPool.from_url(first, **POOL_OPTIONS)
+    pool = redis.BlockingConnectionPool.from_url(first, **pool_options(first))
     if tls_conn.is_tls_url(first):
         pool.connection_class = tls_conn.SyncSSLConnection
     return SyncDeployment(pool, cluster=cluster, seeds=seeds)

@@ -26,3 +26,13 @@ CONNECTION_OPTIONS: dict[str, Any] = dict(
 POOL_OPTIONS: dict[str, Any] = dict(
     max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT, **CONNECTION_OPTIONS
 )
+
+# TCP keepalive is an option of TCP sockets: a unix socket's connection takes no such option.
+_TCP_ONLY = ("socket_keepalive",)
+
+
+def pool_options(url: str) -> dict[str, Any]:
+    """The options of a pool for a ``redis://``, ``rediss://`` or ``unix://`` URL."""
+    if url.lower().startswith("unix://"):
+        return {k: v for k, v in POOL_OPTIONS.items() if k not in _TCP_ONLY}
+    return POOL_OPTIONS

@@ -41,6 +41,11 @@ def clear() -> None:
         _revivers.clear()
 
 
+def address_of(connection: object) -> tuple[str, int]:
+    """``(host, port)`` of a connection; a unix socket's has none, and so no reviver."""
+    return str(getattr(connection, "host", "")), int(getattr(connection, "port", 0) or 0)
+
+
 def revive(host: str, port: int) -> bool:
     """The reviver's verdict for ``host:port`` (False when it has none)."""
     reviver = _revivers.get((host, port))

@@ -56,7 +56,7 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
                 await super().connect_check_health(*args, **kwargs)
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()
-                if not await revival.revive_async(self.host, self.port):
+                if not await revival.revive_async(*revival.address_of(self)):
                     raise
                 await super().connect_check_health(*args, **kwargs)  # it runs again: once more
 

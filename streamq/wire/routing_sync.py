@@ -40,7 +40,7 @@ def routed_connection_class(base: type[AbstractConnection], state: RouterState) 
                 super().connect_check_health(*args, **kwargs)
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 state.note_unreachable()
-                if not revival.revive(self.host, self.port):
+                if not revival.revive(*revival.address_of(self)):
                     raise
                 super().connect_check_health(*args, **kwargs)  # it runs again: once more
 

@@ -96,7 +96,7 @@ class RouterState:
             raise tls
         if isinstance(error, rx.ResponseError) and DB_OUT_OF_RANGE in str(error):
             raise ConfigError(
-                f"{address[0]}:{address[1]} has no database of the URL's index ({error}): "
+                f"{shown(address)} has no database of the URL's index ({error}): "
                 "use an index the server has (0 unless configured otherwise)"
             ) from error
         if isinstance(error, rx.ResponseError):
@@ -104,7 +104,7 @@ class RouterState:
             if why is not None:
                 self.single_node(why)
                 return True
-        failures.append(f"{address[0]}:{address[1]}: {error}")
+        failures.append(f"{shown(address)}: {error}")
         return False
 
     @staticmethod
@@ -122,6 +122,12 @@ class RouterState:
 
 
 DB_OUT_OF_RANGE = "DB index is out of range"
+
+
+def shown(address: Address) -> str:
+    """``host:port``, or a unix socket's path (which has no port)."""
+    host, port = address
+    return f"{host}:{port}" if port else host
 
 
 def classify_slots_error(error: rx.ResponseError) -> str | None:
@@ -153,7 +159,8 @@ class Nodes(Generic[P]):
         nodes of the cluster than ``seed``'s."""
         kwargs = seed.connection_kwargs
         self._owner = owner
-        address = (str(kwargs.get("host")), int(kwargs.get("port") or 0))
+        # a unix socket's connections have a path instead of a host and a port
+        address = (str(kwargs.get("host") or kwargs.get("path")), int(kwargs.get("port") or 0))
         self.state = RouterState(address, cluster, seeds)
         seed.connection_class = self._routed(seed.connection_class)
         self.seed = seed
@@ -184,7 +191,7 @@ class Nodes(Generic[P]):
             address = getattr(self.seed, "master_address", None)
         else:
             address = self.state.address
-        return "?" if address is None else f"{address[0]}:{address[1]}"
+        return "?" if address is None else shown(address)
 
     def pool_at(self, address: Address) -> P:
         """The pool of the node at ``address``, made like the seed's on first use."""
