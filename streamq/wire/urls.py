@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 
 from ..errors import ConfigError
-from .schemes import check_scheme
+from .schemes import check_scheme, is_sentinel_url
+from .url_options import check_options
 
 HIDDEN = "***"
 FORM = "redis://[[user]:password@]host[:port][/db]"
@@ -64,7 +65,7 @@ def check_url(url: str) -> None:
     """Refuse a URL that a client would misread, with a :class:`ConfigError` that names the
     problem and never the URL (it may hold a password): no scheme streamq takes;
     credentials holding an unencoded ``#``, ``/`` or ``?``; a port or a database that is not
-    a number."""
+    a number; an unknown or invalid query option (:mod:`.url_options`)."""
     if not isinstance(url, str):
         raise ConfigError(f"invalid server URL: expected a string like {FORM}")
     check_scheme(url)
@@ -83,6 +84,8 @@ def check_url(url: str) -> None:
         _check_ports(authority.rpartition("@")[2])
     if scheme.lower() in ("redis", "rediss") and not _DATABASE.fullmatch(tail.partition("?")[0]):
         raise ConfigError(f"invalid server URL: its database (after '/') is not a number: {FORM}")
+    if not is_sentinel_url(url):  # (a Sentinel URL's options are checked as it is parsed)
+        check_options(scheme, tail.partition("?")[2])
 
 
 def _authority(rest: str) -> tuple[str, str]:
