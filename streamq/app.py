@@ -21,7 +21,7 @@ from ._router import Router
 from ._stop_signals import owns_signals, watch_stop_signals
 from .consume.context import inside_handler
 from .consume.middlewares import HandlerMiddleware
-from .errors import ConfigError
+from .errors import CONFIGURATION_ERRORS, ConfigError
 from .publish.middlewares import PublishMiddleware
 from .queue import MessageQueue
 
@@ -219,7 +219,7 @@ class App:
                 await mq.run(handle_signals=False, task_status=status)
         except Exception as e:
             # a configuration error says all in its message; anything else, where it came from
-            trace = None if isinstance(e, ConfigError) else e
+            trace = None if isinstance(e, CONFIGURATION_ERRORS) else e
             log.error("queue %s stopped on an error: %s", _label(mq), e, exc_info=trace)
             errors.append(e)
             self.request_stop("error")

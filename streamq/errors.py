@@ -151,6 +151,11 @@ class AuthenticationFailedError(RedisFailure):
     error, not an outage, so nothing retries it."""
 
 
+# Errors that no retry or restart mends (the configuration must change), said in one line:
+# their message says all, a traceback would add nothing.
+CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (ConfigError, AuthenticationFailedError)
+
+
 class PermissionDeniedError(RedisFailure):
     """The server's ACL does not let the URL's user run a command or touch a key
     (``NOPERM``): a configuration error, not an outage, so nothing retries it."""

@@ -31,6 +31,18 @@ def write_status(path: Path, report: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def error_path(run_dir: Path, slot: int) -> Path:
+    """Where a worker that cannot run leaves why, for the supervisor to say once."""
+    return run_dir / f"worker-{slot}.error"
+
+
+def read_error(run_dir: Path, slot: int) -> str | None:
+    try:
+        return error_path(run_dir, slot).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def read_status(path: Path) -> dict[str, Any] | None:
     try:
         status = json.loads(path.read_text())

@@ -6,8 +6,9 @@
   the supervisor is killed while starting it.
 * A worker that exits on an error or a signal is restarted with exponential backoff
   (reset once it has run ``STABLE_AFTER`` seconds); one that stops by itself (exit 0:
-  all its queues auto-stopped) is not; one that cannot load the target (exit 2) ends the
-  run, or with ``--reload`` waits for the next change.
+  all its queues auto-stopped) is not; one that cannot load the target or is refused by
+  the server (its credentials: exit 2) ends the run, or with ``--reload`` waits for the
+  next change.
 * The first SIGTERM/SIGINT drains every worker (each within its queues' grace), then the
   supervisor exits 0; a worker still running after ``shutdown_timeout`` is killed. A
   second signal kills the workers at once (their entries stay pending: the same slot
@@ -34,7 +35,7 @@ from .._backoff import Backoff
 from ..errors import ConfigError
 from . import reload
 from .http import HttpEndpoints, WorkerView, health_routes, metrics_routes
-from .status import EXIT_CONFIG, STATUS_INTERVAL, read_status, status_path
+from .status import EXIT_CONFIG, STATUS_INTERVAL, read_error, read_status, status_path
 
 log = logging.getLogger(__name__)
 
@@ -162,14 +163,22 @@ class Supervisor:
         if code != EXIT_CONFIG:
             return True
         if not self.options.reload:
-            log.error("worker %d cannot run %s: stopping", slot.index, self.options.target)
+            why = read_error(self.run_dir, slot.index)  # else the worker said it
+            log.error(
+                "worker %d cannot run %s%s: stopping",
+                slot.index, self.options.target, f" ({why})" if why else "",
+            )  # fmt: skip
             self.exit_code = EXIT_CONFIG
             self._begin_stop()
             return False
         changed = self._changed
         if self._said_waiting is not changed:  # once per change, not once per worker
             self._said_waiting = changed
-            log.error("the workers cannot run %s: waiting for a change", self.options.target)
+            why = read_error(self.run_dir, slot.index)
+            log.error(
+                "the workers cannot run %s%s: waiting for a change",
+                self.options.target, f" ({why})" if why else "",
+            )  # fmt: skip
         await changed.wait()
         return not self.stopping
 

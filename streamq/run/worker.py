@@ -9,7 +9,8 @@ longer its parent when it starts (the supervisor died while starting it) and sto
 it is gone later (``parent.py``), so no worker outlives its supervisor.
 
 Exit codes: 0 after a graceful stop, 1 if a queue stopped on an error, 2 if the target
-cannot be loaded or is misconfigured (the supervisor then does not restart it in a loop).
+cannot be loaded or is misconfigured, the server's refusal of the URL's credentials
+included (the supervisor then does not restart it in a loop).
 """
 
 from __future__ import annotations
@@ -26,11 +27,19 @@ import anyio
 import anyio.to_thread
 
 from ..app import App
-from ..errors import ConfigError
+from ..errors import CONFIGURATION_ERRORS, AuthenticationFailedError, ConfigError
 from ..logs import LOG_FORMATS, configure_logging
 from ..queue import MessageQueue
 from .parent import bind_to_supervisor, watch_supervisor
-from .status import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, STATUS_INTERVAL, status_path, write_status
+from .status import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_OK,
+    STATUS_INTERVAL,
+    error_path,
+    status_path,
+    write_status,
+)
 from .target import assign_slot, load_target
 
 log = logging.getLogger("streamq.run.worker")  # also when run as __main__
@@ -71,17 +80,31 @@ def main(argv: list[str] | None = None) -> int:
         args.slot, os.getpid(), args.target, ", ".join(mq.consumer for mq in app.queues),
     )  # fmt: skip
     reporter = StatusReporter(app, args.slot, args.run_dir, args.status_interval, supervisor)
+    if args.run_dir is not None:  # every worker is refused alike: the supervisor says it once
+        logging.getLogger("streamq.app").addFilter(_refused_credentials_unsaid)
     try:
         anyio.run(serve, app, reporter, supervisor)
     except Exception as e:
-        return _stopped_on(args.slot, _sole(e))
+        error = _sole(e)
+        if isinstance(error, AuthenticationFailedError) and args.run_dir is not None:
+            with contextlib.suppress(OSError):
+                error_path(args.run_dir, args.slot).write_text(str(error))
+        return _stopped_on(args.slot, error)
     return EXIT_OK
+
+
+def _refused_credentials_unsaid(record: logging.LogRecord) -> bool:
+    """Keep the App's "stopped on an error" line for refused credentials out of a worker's
+    log: the supervisor says it once for the run, not once per worker."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return not any(isinstance(arg, AuthenticationFailedError) for arg in args)
 
 
 def _stopped_on(slot: int, error: BaseException) -> int:
     """The exit code of a worker whose App raised ``error``, said in one line: a queue's
-    configuration error (a consumer name another process holds) was said by the App."""
-    if isinstance(error, ConfigError):
+    configuration error (a consumer name another process holds, credentials the server
+    refuses) was said by the App, and ends the run instead of being restarted."""
+    if isinstance(error, CONFIGURATION_ERRORS):
         log.debug("worker %d stopped: %s", slot, error)
         return EXIT_CONFIG
     log.error("worker %d stopped on an error: %s", slot, error)
