@@ -10,6 +10,7 @@ from ..errors import ConfigError
 
 SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}  # scheme -> TLS
 NODE_SCHEMES = ("redis", "rediss", "unix")  # a node or a cluster's (redis-py's own)
+SENTINEL_FORM = "redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db]"
 
 
 def is_sentinel_url(url: str) -> bool:

@@ -47,7 +47,7 @@ from redis.sentinel import SentinelConnectionPool as SyncSentinelPool
 
 from ..errors import ConfigError
 from .pool_options import CONNECTION_OPTIONS, MAX_CONNECTIONS
-from .schemes import SCHEMES, is_sentinel_url
+from .schemes import SCHEMES, SENTINEL_FORM, is_sentinel_url
 from .timeouts import POOL_WAIT
 
 __all__ = ("SentinelUrl", "async_client", "is_sentinel_url", "sync_client")
@@ -151,7 +151,7 @@ def _invalid(problem: str) -> ConfigError:
     return ConfigError(f"invalid Sentinel URL: {problem} (form: {FORM})")
 
 
-FORM = "redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db]"
+FORM = SENTINEL_FORM
 
 
 def _split(rest: str) -> tuple[str, str, str]:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 
 from ..errors import ConfigError
-from .schemes import check_scheme, is_sentinel_url
+from .schemes import SENTINEL_FORM, check_scheme, is_sentinel_url
 from .url_options import check_options
 
 HIDDEN = "***"
 FORM = "redis://[[user]:password@]host[:port][/db]"
 ENCODED = "'#' as %23, '/' as %2F, '?' as %3F, '@' as %40"
+_HINTS = (FORM, SENTINEL_FORM, ENCODED)  # texts errors show that look like credentials
 _SCHEME_END = "://"
 _AUTHORITY_ENDS = "/?#"
 _PORT = re.compile(r"\d{1,5}")
@@ -34,9 +35,29 @@ def redact(text: str) -> str:
     Everything between a ``://`` and the last ``@`` on the rest of its line goes, so a
     password holding any character (``#``, ``/``, ``?``, ``@``, spaces) is removed whole;
     when in doubt more is hidden, never less. Options that hold a secret
-    (``?password=``, ``&sentinel_password=``) are shown as ``***`` too.
+    (``?password=``, ``&sentinel_password=``) are shown as ``***`` too. The URL forms and
+    the encoding hint that errors show (:data:`FORM`, :data:`ENCODED`) hold no credentials
+    and stay whole, unless they are inside a hidden part.
     """
-    return _SECRET_OPTION.sub(r"\1***", _without_userinfo(text))
+    kept = _keep_hints(text)
+    return _restore_hints(_SECRET_OPTION.sub(r"\1***", _without_userinfo(kept)))
+
+
+def _keep_hints(text: str) -> str:
+    """``text`` with each hint replaced by a marker holding no ``://`` nor ``@``."""
+    for number, hint in enumerate(_HINTS):
+        text = text.replace(hint, _marker(number))
+    return text
+
+
+def _restore_hints(text: str) -> str:
+    for number, hint in enumerate(_HINTS):
+        text = text.replace(_marker(number), hint)
+    return text
+
+
+def _marker(number: int) -> str:
+    return f"\x00hint{number}\x00"
 
 
 def _without_userinfo(text: str) -> str:

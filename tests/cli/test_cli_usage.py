@@ -194,3 +194,17 @@ def test_a_url_whose_password_holds_a_reserved_character_is_named_not_shown(
 def test_scheduled_cancel_without_an_id_is_a_usage_error(redis_url: str, stream: str) -> None:
     line = one_line_error(streamq("scheduled", "cancel", stream, url=redis_url), 2)
     assert "scheduled cancel needs the scheduled ID" in line, line
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("redis://u:S3cr3tPW@127.0.0.1:port/0", "redis://[[user]:password@]host[:port][/db]"),
+        ("redis://127.0.0.1:6379/x", "redis://[[user]:password@]host[:port][/db]"),
+        ("redis+sentinel://u:S3cr3tPW@h:1", "redis+sentinel://[user:password@]host:port"),
+    ],
+)
+def test_a_url_error_shows_its_url_form_whole_and_no_password(url: str, hint: str) -> None:
+    line = one_line_error(streamq("info", "s", url=url), 2)
+    assert hint in line and "***@]" not in line, line
+    assert "S3cr3tPW" not in line

@@ -13,8 +13,9 @@ import pytest
 import redis
 
 from streamq import ConfigError, MessageQueue, Publisher
+from streamq.wire import sentinel
 from streamq.wire.client import connect, connect_sync
-from streamq.wire.urls import check_url, public_url, redact
+from streamq.wire.urls import ENCODED, FORM, check_url, public_url, redact
 
 SECRET = "S3cr3tPW"
 
@@ -140,3 +141,17 @@ def test_a_database_that_is_not_a_number_is_refused(path: str) -> None:
         check_url(f"redis://127.0.0.1:6379{path}")
     for fine in ("", "/", "/0", "/15", "/3?protocol=3"):
         check_url(f"redis://127.0.0.1:6379{fine}")
+
+
+def test_redact_keeps_the_url_forms_of_hints_whole() -> None:
+    for hint in (
+        f"its port is not a number (the password goes before an '@': {FORM}; percent-encode "
+        f"it: {ENCODED})",
+        f"invalid Sentinel URL: no service name (form: {sentinel.FORM})",
+    ):
+        assert redact(hint) == hint
+    shown = redact(f"redis://u:{SECRET}@h:1/0 is refused; write {FORM} ({ENCODED})")
+    assert SECRET not in shown and shown.endswith(f"write {FORM} ({ENCODED})"), shown
+    assert shown.startswith("redis://***@h:1/0"), shown
+    hidden = redact(f"redis://u:pa{FORM}ss@h:1/0")  # a hint inside a password is hidden too
+    assert hidden == "redis://***@h:1/0", hidden
