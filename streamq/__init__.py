@@ -41,6 +41,7 @@ from .errors import (
     StreamNotFoundError,
     StreamqError,
     UnknownCommandError,
+    WrongTypeError,
 )
 from .flow.rate import RateLimit
 from .flow.waiting import GroupWaiting
@@ -141,4 +142,5 @@ __all__ = (
     "TypedPublisher",
     "UnknownCommandError",
     "WaitingReport",
+    "WrongTypeError",
 )

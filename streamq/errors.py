@@ -28,7 +28,9 @@ Every error streamq raises derives from :class:`StreamqError`::
         ├── StreamNotFoundError (LookupError)
         ├── GroupNotFoundError (LookupError)
         ├── GroupExistsError              the group to create exists (``BUSYGROUP``)
-        └── UnknownCommandError           the server lacks the command (older Redis, Valkey)
+        ├── UnknownCommandError           the server lacks the command (older Redis, Valkey)
+        └── WrongTypeError                a key holds another type than the command's
+                                          (``WRONGTYPE``)
 
 Handler *signals* (``Retry``, ``Reject``, ``PartialFailure``, ``Throttle``) are not errors
 and live in :mod:`streamq.signals`.
@@ -185,3 +187,8 @@ class GroupExistsError(RedisFailure):
 
 class UnknownCommandError(RedisFailure):
     """The server does not know the command (a newer one, on an older Redis or Valkey)."""
+
+
+class WrongTypeError(RedisFailure):
+    """A key holds another type than the command works on (Redis ``WRONGTYPE``): one of
+    streamq's own keys written by something else, or a stream name taken by another key."""

@@ -340,6 +340,21 @@ def _hash_kind(record: str, key: str, kind: bytes | str) -> DamagedRecord | None
     return DamagedRecord(record, key, "(the key)", "a hash", f"a {found}")
 
 
+# What the server's TYPE answers, as a record's kind is named.
+_TYPE_NAMES = {"zset": "sorted set", "string": "string", "list": "list", "set": "set",
+               "hash": "hash", "stream": "stream", "none": "no key"}  # fmt: skip
+
+
+def wrong_type(record: str, key: str, expected: str, kind: bytes | str) -> DamagedRecord:
+    """A record whose key holds another type (``kind`` as TYPE answers) than ``expected``
+    (``"stream"``, ``"hash"``, ``"zset"``): the server refuses streamq's commands on it."""
+    found = as_text(kind)
+    expected_name = _TYPE_NAMES.get(expected, expected)
+    return DamagedRecord(
+        record, key, "(the key)", f"a {expected_name}", f"a {_TYPE_NAMES.get(found, found)}"
+    )
+
+
 def _count(value: object) -> bool:
     """A whole number from 0 to 2**53 as JSON gives it (not a bool, not a float)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN

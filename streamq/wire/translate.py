@@ -23,6 +23,7 @@ from ..errors import (
     ServerUnavailableError,
     StreamNotFoundError,
     UnknownCommandError,
+    WrongTypeError,
 )
 from .timeouts import POOL_WAIT
 from .urls import redact
@@ -152,6 +153,8 @@ def _reply_error(error: rx.ResponseError, stream: str, group: str | None) -> Red
         return StreamNotFoundError(f"stream {stream!r} does not exist ({text})")
     if text.lower().startswith("unknown command"):
         return UnknownCommandError(f"the server does not know the command ({text})")
+    if text.startswith("WRONGTYPE"):
+        return WrongTypeError(f"a key of {stream!r} holds another type ({text})")
     if text.startswith(("WRONGPASS", "NOAUTH")):
         return AuthenticationFailedError(f"the server refused the credentials: {text}")
     if isinstance(error, rx.NoPermissionError) or text.startswith("NOPERM"):

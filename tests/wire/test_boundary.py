@@ -20,6 +20,7 @@ from streamq import (
     ServerUnavailableError,
     StreamNotFoundError,
     UnknownCommandError,
+    WrongTypeError,
 )
 from streamq.topic.admin import ensure_group, seek
 from streamq.topic.cleanup import has_xdelex
@@ -108,6 +109,16 @@ async def test_an_unknown_command_is_typed(client: aioredis.Redis, stream: str) 
         await client.execute_command("NO-SUCH-COMMAND", stream)
     # the cleanup probe relies on it: it answers, whatever the server is
     assert isinstance(await has_xdelex(client, stream), bool)
+
+
+async def test_a_key_of_another_type_is_typed(client: aioredis.Redis, stream: str) -> None:
+    """WRONGTYPE: what the readers of streamq's own keys set aside (streamq.wire.wrong_type)."""
+    await client.set(stream, "oops")
+    try:
+        with pytest.raises(WrongTypeError, match=stream):
+            await client.xlen(stream)
+    finally:
+        await client.delete(stream)
 
 
 async def test_ensure_group_tells_an_existing_group(client: aioredis.Redis, stream: str) -> None:

@@ -1,0 +1,65 @@
+"""Reads of streamq's own keys that another writer gave another type.
+
+Every command streamq sends to such a key fails with ``WRONGTYPE``
+(:class:`~streamq.errors.WrongTypeError`). A listing sets the key aside instead of failing
+with it (:func:`unless_wrong_type`): the record is logged once with its key and the type
+found (:mod:`.damage`), the listing goes on with ``default`` in its place, and a reader
+within :func:`~.damage.noting` sees it named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
+
+import redis
+import redis.asyncio as aioredis
+
+from ..errors import WrongTypeError
+from .damage import set_aside
+from .records import DamagedRecord, wrong_type
+
+T = TypeVar("T")
+
+
+async def unless_wrong_type(
+    read: Awaitable[T],
+    client: aioredis.Redis,
+    record: str,
+    key: str,
+    expected: str,
+    default: T,
+    consequence: str = "not shown",
+) -> T:
+    """What ``read`` (a command on ``key``) returns; ``default`` if ``key`` holds another
+    type than ``expected`` (``"stream"``, ``"hash"``, ``"zset"``), set aside as a damaged
+    ``record``."""
+    try:
+        return await read
+    except WrongTypeError:
+        set_aside(await wrong_type_of(client, record, key, expected), consequence)
+        return default
+
+
+async def wrong_type_of(
+    client: aioredis.Redis, record: str, key: str, expected: str
+) -> DamagedRecord:
+    """The damaged ``record`` that ``key`` is, holding another type than ``expected``."""
+    return wrong_type(record, key, expected, await client.type(key))
+
+
+def unless_wrong_type_sync(
+    read: Callable[[], T],
+    client: redis.Redis,
+    record: str,
+    key: str,
+    expected: str,
+    default: T,
+    consequence: str = "not shown",
+) -> T:
+    """The blocking twin of :func:`unless_wrong_type` (``read`` called here)."""
+    try:
+        return read()
+    except WrongTypeError:
+        set_aside(wrong_type(record, key, expected, cast("bytes", client.type(key))), consequence)
+        return default
