@@ -48,6 +48,7 @@ def render_info(info: TopicInfo) -> str:
         f"dead letters  {info.dead_letters}",
         f"stopped IDs   {stopped or '-'}",
         f"scheduled     {_scheduled(info)}",
+        *(f"damaged       {one_line(record)}: set aside" for record in info.damaged),
         "",
         f"{'group':<20} {'last delivered':<22} {'pending':>8} {'lag':>8} "
         f"{'oldest pending':>15}  consumers",

@@ -22,6 +22,7 @@ from ..wire.client import ride_through
 from ..wire.damage import set_aside
 from ..wire.records import DamagedRecord, periodic_tick
 from ..wire.replies import text
+from ..wire.wrong_type import unless_wrong_type
 from . import scheduling
 from .periodic import from_spec, record_key
 from .scheduling import ScheduledId, ScheduledMessage
@@ -104,7 +105,9 @@ class PeriodicInfo:
 async def periodic_publishers(client: aioredis.Redis, topic: str) -> list[PeriodicInfo]:
     """The periodic publishers that processes running ``topic``'s consumers have recorded."""
     key = record_key(topic)
-    record = {text(k): text(v) for k, v in (await client.hgetall(key)).items()}
+    read = client.hgetall(key)
+    found = await unless_wrong_type(read, client, "periodic", key, "hash", {}, "not listed")
+    record = {text(k): text(v) for k, v in found.items()}
     now_ms = round(time.time() * 1000)
     found = []
     for field, spec in sorted(record.items()):

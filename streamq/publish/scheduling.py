@@ -40,10 +40,11 @@ from ..errors import ConfigError, MessageFormatError
 from ..topic.admin import ScheduledSummary
 from ..wire import resp
 from ..wire.damage import set_aside
-from ..wire.excerpts import hash_excerpts
+from ..wire.excerpts import ValueExcerpt, hash_excerpts
 from ..wire.keys import Keys
 from ..wire.records import MAX_DUE_MS, DamagedRecord, due_time
 from ..wire.translate import translate
+from ..wire.wrong_type import unless_wrong_type
 from .payload_fields import EXCERPT_BYTES, listed_fields
 
 MAX_ID_CHARS = 256
@@ -365,12 +366,17 @@ async def waiting(
 ) -> list[ScheduledMessage]:
     """The first ``limit`` waiting messages of ``stream``, by due time."""
     keys = Keys(stream)
-    rows = await client.zrange(keys.scheduled, 0, limit - 1, withscores=True)
+    read = client.zrange(keys.scheduled, 0, limit - 1, withscores=True)
+    rows = await unless_wrong_type(read, client, "scheduled", keys.scheduled, "zset", [])
     if not rows:
         return []
     members = [member for member, _ in rows]
     # the payloads' first and last bytes only: a listing never reads a payload whole
-    excerpts = await hash_excerpts(client, keys.scheduled_payloads, members, EXCERPT_BYTES)
+    read_excerpts = hash_excerpts(client, keys.scheduled_payloads, members, EXCERPT_BYTES)
+    unknown: list[ValueExcerpt | None] = [None] * len(members)
+    excerpts = await unless_wrong_type(read_excerpts, client, "scheduled",
+                                       keys.scheduled_payloads, "hash", unknown,
+                                       "listed without their types and keys")  # fmt: skip
     found = []
     for (member, score), excerpt in zip(rows, excerpts, strict=True):
         due = _due_time(keys.scheduled, member, score)
@@ -387,7 +393,9 @@ async def summary(client: aioredis.Redis, stream: str) -> ScheduledSummary:
     pipe = client.pipeline(transaction=False)
     pipe.zcard(keys.scheduled)
     pipe.zrange(keys.scheduled, 0, 0, withscores=True)
-    count, first = await pipe.execute()
+    read = pipe.execute()
+    count, first = await unless_wrong_type(read, client, "scheduled", keys.scheduled, "zset",
+                                           [0, []], "not counted")  # fmt: skip
     return ScheduledSummary(int(count), _due_time(keys.scheduled, *first[0]) if first else None)
 
 

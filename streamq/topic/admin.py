@@ -20,6 +20,7 @@ from ..errors import (
 from ..flow.waiting import GroupWaiting
 from ..wire import excerpts, ownership, replies
 from ..wire.keys import Keys
+from ..wire.wrong_type import unless_wrong_type
 from .control import stopped_ids
 
 
@@ -153,6 +154,10 @@ class TopicInfo:
     # on a cluster: outputs of handlers (msg.publish) written to the outbox and not yet
     # forwarded to their target on another slot
     outbox: int = 0
+    # streamq's own records of the topic found damaged and set aside (logged once each,
+    # ERROR_HANDLING.md "Damaged state"), each naming its key: the figures above leave
+    # them out (a dead-letter stream of another type counts no dead letters)
+    damaged: list[str] = field(default_factory=list)
 
     @property
     def pending(self) -> int:
@@ -172,9 +177,11 @@ class TopicInfo:
 
 async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
     keys = Keys(stream)
-    dead = int(await client.xlen(keys.dead_letters))
-    outbox = int(await client.xlen(keys.outbox))
-    stopped = await stopped_ids(client, stream)
+    dead = int(await _length(client, "dead_letters", keys.dead_letters))
+    outbox = int(await _length(client, "outbox", keys.outbox))
+    stopped = await unless_wrong_type(
+        stopped_ids(client, stream), client, "stopped", keys.stopped, "hash", []
+    )
     if not await client.exists(stream):
         return TopicInfo(stream, False, 0, None, None, [], dead, stopped, outbox=outbox)
     info = await excerpts.stream_summary(client, stream)  # not the entries' values
@@ -191,6 +198,12 @@ async def topic_info(client: aioredis.Redis, stream: str) -> TopicInfo:
         stopped_ids=stopped,
         outbox=outbox,
     )
+
+
+async def _length(client: aioredis.Redis, record: str, key: str) -> int:
+    """The length of streamq's stream ``key`` (0 for a key of another type, set aside)."""
+    return int(await unless_wrong_type(client.xlen(key), client, record, key, "stream", 0,
+                                       "not counted"))  # fmt: skip
 
 
 async def _group_info(client: aioredis.Redis, stream: str, group: replies.Group) -> GroupInfo:

@@ -37,6 +37,7 @@ from ..payload.keyring import Keyring
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts
 from ..wire.keys import Keys
+from ..wire.wrong_type import unless_wrong_type
 
 log = logging.getLogger(__name__)
 
@@ -296,12 +297,16 @@ class DeadLetters:
 
         ``limit``: cut each field to its first ``limit`` bytes on the server (a letter's
         ``cut`` says which were cut and their full sizes), so that listing letters of any
-        size takes a bounded amount of memory.
+        size takes a bounded amount of memory. A dead-letter key of another type than a
+        stream is set aside (logged once): no letter is listed.
         """
+        client, key = self._client, self.key
         if limit is not None:
-            excerpts = await range_excerpts(self._client, self.key, start, "+", count, limit)
+            read = range_excerpts(client, key, start, "+", count, limit)
+            excerpts = await unless_wrong_type(read, client, "dead_letters", key, "stream", [])
             return [DeadLetter.from_fields(e.id, e.fields, e.sizes) for e in excerpts]
-        rows = await self._client.xrange(self.key, min=start, max="+", count=count)
+        read_rows = client.xrange(key, start, "+", count)
+        rows = await unless_wrong_type(read_rows, client, "dead_letters", key, "stream", [])
         return [DeadLetter.from_fields(entry_id, fields) for entry_id, fields in rows]
 
     async def count(self) -> int:

@@ -24,6 +24,7 @@ from ..wire import records
 from ..wire.damage import set_aside
 from ..wire.keys import Keys
 from ..wire.records import DamagedRecord
+from ..wire.wrong_type import unless_wrong_type
 
 ACTIONS = ("skip", "retry")
 
@@ -63,7 +64,8 @@ async def list_every_halted(
     client: aioredis.Redis, stream: str, partition: int
 ) -> list[tuple[str, HaltedKey]]:
     """The halted keys of every group of partition ``stream``, each with its group."""
-    found = await client.hgetall(halted_key(stream))
+    key = halted_key(stream)
+    found = await unless_wrong_type(client.hgetall(key), client, "halted", key, "hash", {})
     return _parsed(stream, found, partition)
 
 
@@ -73,7 +75,9 @@ async def scan_every_halted(
     """About ``count`` halted keys of partition ``stream`` from the HSCAN cursor
     ``cursor``, each with its group, and the cursor that goes on (0: none left). Like
     HSCAN, a key halted or released meanwhile may be listed twice or not at all."""
-    after, found = await client.hscan(halted_key(stream), cursor, count=count)
+    key = halted_key(stream)
+    read = client.hscan(key, cursor, count=count)
+    after, found = await unless_wrong_type(read, client, "halted", key, "hash", (0, {}))
     return int(after), _parsed(stream, found, partition)
 
 

@@ -23,6 +23,7 @@ from ..errors import ConfigError, InvalidMessageIdError
 from ..flow import pause as flow_pause
 from ..flow import waiting as flow_waiting
 from ..wire.client import ride_through
+from ..wire.damage import noting
 from ..wire.keys import Keys
 from . import admin, control, ownership
 from .cleanup import Cleaner
@@ -169,7 +170,13 @@ class TopicAdmin:
         """Stream length, first/last ID, groups, consumers, pending, lag, dead letters; on
         a partitioned topic the totals and a row per partition (``partitions``); what
         each group pauses (``paused``) and what its running consumers hold back, by
-        reason, as they reported it lately (``waiting``)."""
+        reason, as they reported it lately (``waiting``); the damaged records of streamq's
+        that were set aside (``damaged``)."""
+        with noting() as damaged:
+            info = await self._topic_info()
+        return replace(info, damaged=[str(record) for record in damaged])
+
+    async def _topic_info(self) -> admin.TopicInfo:
         if len(self._topic.streams) == 1:
             info = await self._riding(admin.topic_info, self._topic.client, self._topic.stream)
         else:

@@ -30,7 +30,7 @@ import redis
 import redis.asyncio as aioredis
 
 from .._ids import StreamId
-from ..errors import ConfigError, InvalidMessageIdError
+from ..errors import ConfigError, InvalidMessageIdError, WrongTypeError
 from ..wire.damage import set_aside
 from ..wire.keys import Keys
 
@@ -39,10 +39,14 @@ from ..wire.partition_names import MAX_PARTITIONS as MAX_PARTITIONS
 from ..wire.partition_names import partition_for_key as partition_for_key
 from ..wire.partition_names import partition_streams as partition_streams
 from ..wire.partition_names import validate_partitions as validate_partitions
-from ..wire.records import DamagedRecord
+from ..wire.records import DamagedRecord, wrong_type
 from ..wire.records import partition_count as read_partition_count
 from ..wire.records import partition_names as read_partition_names
 from ..wire.records import priority_count as read_priority_count
+from ..wire.wrong_type import unless_wrong_type, unless_wrong_type_sync, wrong_type_of
+
+# a partitions record of another type, as a listing reads it: the topic seems plain
+_TAKEN_FOR_NONE = "the topic is taken for a plain stream without priorities"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +88,19 @@ async def check_partition_count(
 ) -> None:
     """Refuse to open ``topic`` with another partition count (or number of priority
     levels) than the one recorded; record them when the topic is opened for the first time
-    (``client``: the topic's own slot). Raises ConfigError naming both counts."""
-    validate_partitions(partitions)
+    (``client``: the topic's own slot). Raises ConfigError naming both counts, or naming
+    the record when its key holds another type than a hash."""
     key = Keys(topic).partitions
+    try:
+        await _check_partition_count(client, topic, key, partitions, priorities)
+    except WrongTypeError as e:
+        raise _unreadable(topic, await wrong_type_of(client, "partitions", key, "hash")) from e
+
+
+async def _check_partition_count(
+    client: aioredis.Redis, topic: str, key: str, partitions: int, priorities: int
+) -> None:
+    validate_partitions(partitions)
     levels = _levels_for(topic, key, await client.hget(key, "priorities"), priorities)
     if levels is None and priorities > 1:
         if await client.exists(key) or await client.exists(topic):
@@ -117,7 +131,9 @@ async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
     A damaged count is taken from the streams' names recorded beside it when they are
     whole (one more read, only then)."""
     key = Keys(topic).partitions
-    count = read_partition_count(key, await client.hget(key, "count"))
+    recorded = await unless_wrong_type(client.hget(key, "count"), client, "partitions", key,
+                                       "hash", None, _TAKEN_FOR_NONE)  # fmt: skip
+    count = read_partition_count(key, recorded)
     if isinstance(count, DamagedRecord):
         count = _recovered(topic, count, await client.hget(key, "names"))
     return count or 1
@@ -126,20 +142,26 @@ async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:
 async def recorded_priorities(client: aioredis.Redis, topic: str) -> int:
     """The number of priority levels recorded for ``topic`` (1: none recorded)."""
     key = Keys(topic).partitions
-    return _levels(key, await client.hget(key, "priorities")) or 1
+    recorded = await unless_wrong_type(client.hget(key, "priorities"), client, "partitions",
+                                       key, "hash", None, _TAKEN_FOR_NONE)  # fmt: skip
+    return _levels(key, recorded) or 1
 
 
 def recorded_priorities_sync(client: redis.Redis, topic: str) -> int:
     """The blocking twin of :func:`recorded_priorities`."""
     key = Keys(topic).partitions
-    return _levels(key, client.hget(key, "priorities")) or 1
+    recorded = unless_wrong_type_sync(lambda: client.hget(key, "priorities"), client,
+                                      "partitions", key, "hash", None, _TAKEN_FOR_NONE)  # fmt: skip
+    return _levels(key, recorded) or 1
 
 
 def recorded_partitions_sync(client: redis.Redis, topic: str) -> int | None:
     """The partition count recorded for ``topic``, None for a plain stream (a blocking
     ``client`` on the topic's own slot: Spark, scripts); a damaged count as above."""
     key = Keys(topic).partitions
-    count = read_partition_count(key, cast("bytes | None", client.hget(key, "count")))
+    recorded = unless_wrong_type_sync(lambda: client.hget(key, "count"), client,
+                                      "partitions", key, "hash", None, _TAKEN_FOR_NONE)  # fmt: skip
+    count = read_partition_count(key, cast("bytes | None", recorded))
     if isinstance(count, DamagedRecord):
         count = _recovered(topic, count, cast("bytes | None", client.hget(key, "names")))
     return count
@@ -149,8 +171,18 @@ def check_partition_count_sync(
     client: redis.Redis, topic: str, partitions: int, priorities: int = 1
 ) -> None:
     """The blocking twin of :func:`check_partition_count` (same record, same errors)."""
-    validate_partitions(partitions)
     key = Keys(topic).partitions
+    try:
+        _check_partition_count_sync(client, topic, key, partitions, priorities)
+    except WrongTypeError as e:
+        found = wrong_type("partitions", key, "hash", cast("bytes", client.type(key)))
+        raise _unreadable(topic, found) from e
+
+
+def _check_partition_count_sync(
+    client: redis.Redis, topic: str, key: str, partitions: int, priorities: int
+) -> None:
+    validate_partitions(partitions)
     levels = _levels_for(topic, key, client.hget(key, "priorities"), priorities)
     if levels is None and priorities > 1:
         if client.exists(key) or client.exists(topic):
@@ -228,6 +260,13 @@ def _recovered(topic: str, damaged: DamagedRecord, names: bytes | None) -> int |
         return None
     set_aside(damaged, f"the count of the partition names recorded beside it is used: {count}")
     return count
+
+
+def _unreadable(topic: str, damaged: DamagedRecord) -> ConfigError:
+    return ConfigError(
+        f"cannot open the topic {topic!r}: its {damaged}: repair it (DEL {damaged.key}, then "
+        "open the topic with its partition count) or terminate the topic"
+    )
 
 
 def _plain_stream(topic: str, partitions: int) -> ConfigError:

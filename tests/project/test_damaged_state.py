@@ -22,7 +22,7 @@ import httpx
 import pytest
 import redis
 
-from streamq import Message, MessageQueue, Publisher, RetryPolicy, StartFrom
+from streamq import ConfigError, Message, MessageQueue, Publisher, RetryPolicy, StartFrom
 from streamq.cli.main import main as cli_main
 from streamq.publish.ticks import claim_key
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
@@ -68,6 +68,11 @@ class Damage:
     # a topic whose partition count is damaged, and the names beside it too, is read as
     # a plain stream: the CLI says that stream does not exist (exit 1), the page is a 404
     topic_unknown: bool = False
+    # the consumer modes that handle every genuine message beside it (a partitions record
+    # of another type refuses the open instead: its own test)
+    consumed_by: frozenset[str] = frozenset({"ordered", "shared"})
+    # written once the genuine topic is there (a publisher refuses to open beside it)
+    late: bool = False
 
     def __str__(self) -> str:
         return self.name
@@ -158,6 +163,10 @@ def _periodic(t: Topic) -> str:
     return Keys(t.streams[TICK_PARTITION]).periodic
 
 
+def _periodic_specs(t: Topic) -> str:
+    return Keys(t.name).periodic  # the publishers' specs, on the topic's own slot
+
+
 def _paused(t: Topic) -> str:
     return Keys(t.name).paused(t.group)  # on the topic's own slot, for every partition
 
@@ -170,6 +179,35 @@ def _set(key_of: Callable[[Topic], str], value: str) -> Write:
     def write(client: redis.Redis, topic: Topic) -> str:
         key = key_of(topic)
         client.set(key, value)
+        return key
+
+    return write
+
+
+def _dead_letters(t: Topic) -> str:
+    return Keys(t.damaged).dead_letters
+
+
+def _outbox(t: Topic) -> str:
+    return Keys(t.damaged).outbox
+
+
+def _scheduled_key(t: Topic) -> str:
+    return Keys(t.damaged).scheduled
+
+
+def _scheduled_payloads(client: redis.Redis, topic: Topic) -> str:
+    """A scheduled message whose payloads key is a string: the message cannot be read."""
+    keys = Keys(topic.damaged)
+    client.zadd(keys.scheduled, {"damaged-1": _now_ms() + 3_600_000})
+    client.set(keys.scheduled_payloads, "oops")
+    return keys.scheduled_payloads
+
+
+def _listed(key_of: Callable[[Topic], str]) -> Write:
+    def write(client: redis.Redis, topic: Topic) -> str:
+        key = key_of(topic)
+        client.rpush(key, "oops")
         return key
 
     return write
@@ -227,6 +265,19 @@ DAMAGES = [
     # logs the damage and leaves it out; a consumer with nothing held back never reads it
     Damage("waiting report not JSON", _hset(_waiting, "ghost", "lots"), LISTINGS),
     Damage("waiting report not a hash", _set(_waiting, "waiting"), LISTINGS),
+    # keys of another type than streamq's (WRONGTYPE to every command streamq sends them):
+    # what a listing reads is set aside, named; the rest of the topic is shown
+    Damage("stopped record not a hash", _set(_stopped, "oops"), LISTINGS, consumed_by=NONE),
+    Damage("dead-letter stream not a stream", _set(_dead_letters, "oops"), LISTINGS),
+    Damage("outbox not a stream", _set(_outbox, "oops"), LISTINGS),
+    Damage("halted record not a hash", _listed(_halted), LISTINGS, consumed_by=NONE),
+    Damage("scheduled record not a sorted set", _set(_scheduled_key, "oops"), LISTINGS,
+           consumed_by=NONE),
+    Damage("scheduled payloads not a hash", _scheduled_payloads, LISTINGS, consumed_by=NONE),
+    Damage("periodic record not a hash", _set(_periodic_specs, "oops"), LISTINGS,
+           consumed_by=NONE),
+    Damage("partitions record not a hash", _set(_partitions, "oops"), LISTINGS,
+           topic_unknown=True, consumed_by=NONE, late=True),
 ]  # fmt: skip
 
 
@@ -245,6 +296,8 @@ def damaged(redis_url: str, topic: Topic, request: pytest.FixtureRequest, on_clu
         pytest.skip("the damaged records are written through one node's client; the cluster "
                     "has its own case (test_an_ordered_consumer_on_a_cluster_...)")  # fmt: skip
     damage: Damage = request.param
+    if damage.late:
+        _genuine_topic(redis_url, topic)
     with sync_client(redis_url, topic.damaged) as client:
         return damage.write(client, topic)
 
@@ -319,6 +372,8 @@ async def test_a_consumer_handles_every_genuine_message_beside_a_damaged_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     damage = request.node.callspec.params["damaged"]
+    if mode not in damage.consumed_by:
+        pytest.skip(f"a {mode} consumer is not run beside this damage (see ERROR_HANDLING.md)")
     handled, ticks = await _consume_beside(redis_url, topic, caplog, ordered=mode == "ordered")
     assert len({m.id for m in handled}) == GENUINE + SCHEDULED
     assert ticks >= 2
@@ -351,7 +406,8 @@ def test_the_cli_lists_a_topic_beside_a_damaged_record(
     caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     damage = request.node.callspec.params["damaged"]
-    _genuine_topic(redis_url, topic)
+    if not damage.late:
+        _genuine_topic(redis_url, topic)
     caplog.set_level(logging.ERROR)
     url = ["--url", redis_url]
     for args in (
@@ -367,6 +423,74 @@ def test_the_cli_lists_a_topic_beside_a_damaged_record(
             assert code == 0, f"streamq {command}: exit {code}: {out.err}"
     if "cli" in damage.logged_by:
         assert _logged(caplog, damaged), f"no ERROR naming {damaged}"
+
+
+# streamq's keys of a topic that topic_info() reads, and how it shows one of another type
+WRONG_TYPE_FIGURES = {
+    "dead_letters": lambda info: info.dead_letters == 0,
+    "outbox": lambda info: info.outbox == 0,
+    "stopped": lambda info: info.stopped_ids == [],
+    "scheduled": lambda info: info.scheduled == 0 and info.next_due is None,
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("record", sorted(WRONG_TYPE_FIGURES))
+async def test_topic_info_sets_a_key_of_another_type_aside_and_names_it(
+    redis_url: str, stream: str, record: str, caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """``topic_info()`` (and ``streamq info``) of a plain topic one of whose keys holds a
+    string: the other figures as they are, that one left out and named in ``damaged``
+    with the type it holds, logged once at ERROR."""
+    mq = MessageQueue(redis_url, stream=stream, group="g", start=StartFrom.EARLIEST)
+    key = getattr(Keys(stream), record)
+    caplog.set_level(logging.ERROR)
+    try:
+        async with mq:
+            await mq.publish("job", {"n": 1})
+            with sync_client(redis_url, stream) as client:
+                client.set(key, "oops")
+            with anyio.fail_after(LIMIT):
+                info = await mq.topic_info()
+                again = await mq.topic_info()
+        assert info.length == 1 and [g.name for g in info.groups] == ["g"]
+        assert WRONG_TYPE_FIGURES[record](info), info
+        (named,) = info.damaged
+        assert key in named and "expected a" in named and "found a string" in named, named
+        assert again.damaged == info.damaged  # named every time, logged once
+        assert _logged(caplog, key)
+        code = await anyio.to_thread.run_sync(lambda: _cli("info", stream, "--url", redis_url))
+        out = capsys.readouterr()
+        assert code[0] == 0, out.err
+        assert f"damaged       {named}: set aside" in out.out
+    finally:
+        delete_stream_keys(redis_url, stream)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("partitions", [1, PARTITIONS])
+async def test_a_queue_refuses_to_open_beside_a_partitions_record_of_another_type(
+    redis_url: str, stream: str, partitions: int
+) -> None:
+    """The partition count cannot be checked nor recorded: ``ConfigError`` naming the key
+    and the type it holds, not a bare WRONGTYPE; a Publisher the same."""
+    key = Keys(stream).partitions
+    with sync_client(redis_url, stream) as client:
+        client.set(key, "oops")
+    try:
+        mq = MessageQueue(redis_url, stream=stream, group="g", partitions=partitions)
+        with pytest.raises(ConfigError) as refused:
+            async with mq:
+                pass
+        assert key in str(refused.value) and "found a string" in str(refused.value)
+        with (
+            pytest.raises(ConfigError, match="found a string"),
+            Publisher(redis_url, stream, partitions=partitions) as publisher,
+        ):
+            publisher.publish("job", {"n": 1})
+    finally:
+        delete_stream_keys(redis_url, stream)
 
 
 @pytest.fixture(scope="module")
@@ -386,7 +510,8 @@ def test_every_dashboard_page_shows_beside_a_damaged_record(
     caplog: pytest.LogCaptureFixture, web: httpx.Client,
 ) -> None:  # fmt: skip
     damage = request.node.callspec.params["damaged"]
-    _genuine_topic(redis_url, topic)
+    if not damage.late:
+        _genuine_topic(redis_url, topic)
     caplog.set_level(logging.ERROR)
     pages = ["/topic", "/topic/stopped", "/topic/scheduled", "/topic/halted", "/topic/pending"]
     assert web.get("/").status_code == 200
