@@ -5,6 +5,9 @@ renders (a download holds its slot until its last byte is sent). A request that 
 them all taken waits up to :data:`READ_WAIT` seconds for one, then gets 503 with
 ``Retry-After``: a burst of page loads (a reload storm, a script, someone's tabs) is
 served a few at a time instead of each holding its share of memory at once.
+
+A reading page also notes the damaged records of streamq's own keys that it set aside
+(:func:`~streamq.wire.damage.noting`) in ``request.state.damaged``: the page names them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import anyio
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+
+from ..wire.damage import noting
 
 READ_SLOTS = 4
 READ_WAIT = 10.0
@@ -61,11 +66,13 @@ def slots_of(request: Request) -> ReadSlots:
 
 
 def reading(handler: Handler) -> Handler:
-    """``handler`` run while holding a read slot (503 if none is free in time)."""
+    """``handler`` run while holding a read slot (503 if none is free in time), noting
+    the damaged records it sets aside."""
 
     @functools.wraps(handler)
     async def limited(request: Request) -> Response:
         async with slots_of(request).held():
-            return await handler(request)
+            with noting() as request.state.damaged:
+                return await handler(request)
 
     return limited

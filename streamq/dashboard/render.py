@@ -85,6 +85,8 @@ def page(
         "csrf": session.csrf if session is not None else "",
         "flashes": [] if fragment else app.access.take_flashes(request),
         "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        # streamq's own records this page found damaged and set aside (limits.reading)
+        "damaged": [str(record) for record in getattr(request.state, "damaged", ())],
     }
     templates: Jinja2Templates = app.templates
     response = templates.TemplateResponse(

@@ -17,18 +17,20 @@ offers, through :class:`~.view.TopicView`.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..errors import PermissionDeniedError
+from ..errors import PermissionDeniedError, RedisFailure, ServerUnavailableError
 from ..topic.admin import TopicInfo
 from ..topic.partitions import partition_streams, recorded_partitions, recorded_priorities
 from ..wire.routing import Deployment
 from .view import TopicView
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 OWN_KEYS = b"streamq:{"
 MAX_TOPICS = 500
@@ -56,6 +58,9 @@ class TopicList:
     # cluster hash tag: streamq refuses such a topic name, its keys would be on other slots)
     skipped: int
     hidden: int = 0  # streams the server's ACL does not let this user read
+    # topics whose figures the server refused (an error of theirs, not an outage): name and
+    # error; listed apart, so that one topic's damage does not hide the others
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
 
 
 async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicList:
@@ -63,6 +68,7 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
     the streams of every master."""
     finder = _TopicFinder(deployment)
     topics: list[ListedTopic] = []
+    unreadable: list[tuple[str, str]] = []
     skipped, hidden, truncated = 0, 0, False
     async for raw in _every_stream(deployment):
         if raw.startswith(OWN_KEYS):
@@ -75,10 +81,17 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
         if "{" in name or "}" in name:  # no streamq topic: its keys would hash elsewhere
             skipped += 1
             continue
-        view = await finder.topic_of(name)
-        if view is None:  # a partition of a topic met already
+        try:
+            view = await finder.topic_of(name)
+            if view is None:  # a partition of a topic met already
+                continue
+            info = await unless_forbidden(view.admin.topic_info())
+        except ServerUnavailableError:
+            raise  # the page says the server is away
+        except RedisFailure as e:  # this topic's own: the others are listed
+            log.warning("topic %r not listed: %s", name, e)
+            unreadable.append((name, str(e)))
             continue
-        info = await unless_forbidden(view.admin.topic_info())
         if info is None:
             hidden += 1
             continue
@@ -90,7 +103,7 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
         shape = view.topic
         topics.append(ListedTopic(info, shape.partitions, view.nodes(), shape.priorities))
     topics.sort(key=lambda t: t.info.stream)
-    return TopicList(topics, truncated, skipped, hidden)
+    return TopicList(topics, truncated, skipped, hidden, sorted(unreadable))
 
 
 class _TopicFinder:

@@ -24,6 +24,7 @@ pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] e
 from streamq.dashboard import create_app
 from streamq.dashboard.limits import ReadSlots
 from streamq.publish.scheduling import encode_payload
+from streamq.testing import delete_stream_keys
 from streamq.topic.halted import record_field
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import acl_rules
@@ -93,6 +94,72 @@ def test_a_hash_tagged_stream_of_another_application_is_skipped_not_a_failed_pag
     finally:
         tagged_client.delete(tagged)
         tagged_client.close()
+
+
+@pytest.mark.parametrize("record", ["stopped", "dead_letters", "scheduled", "outbox"])
+def test_a_key_of_another_type_in_one_topic_is_named_and_every_topic_still_listed(
+    web: Web, r: redis.Redis, redis_url: str, stream: str, record: str
+) -> None:
+    """One of streamq's own keys of a topic holding another type (a SET over it): the
+    topics page lists every topic, the damaged one marked, and the topic's pages show
+    what they can, naming the key and the type it holds (ERROR_HANDLING.md "Damaged
+    state")."""
+    damaged = f"{stream}-damaged"
+    topic_with_pending(redis_url, r, stream)
+    topic_with_pending(redis_url, r, damaged)
+    key = getattr(Keys(damaged), record)
+    client = sync_client(redis_url, damaged)
+    client.set(key, "oops")
+    try:
+        page = web.get("/")
+        assert page.status_code == 200, visible_text(page.text)[:500]
+        names = [row[0] for row in table(page.text, "topics")[1:]]
+        assert stream in names, names
+        assert [n for n in names if n.startswith(damaged) and "damaged" in n[len(damaged) :]]
+        assert key in visible_text(page.text)
+        for path in ("/topic", "/topic/live", "/topic/pending", "/topic/dead-letters",
+                     "/topic/stopped", "/topic/scheduled", "/topic/halted"):  # fmt: skip
+            shown = web.get(path, params={"stream": damaged, "group": "billing"})
+            assert shown.status_code == 200, f"{path}: {visible_text(shown.text)[:300]}"
+            if path != "/topic/live":  # a fragment: the page around it names the key
+                assert key in visible_text(shown.text), path
+                assert "found a string" in visible_text(shown.text), path
+    finally:
+        client.delete(key)
+        client.close()
+        delete_stream_keys(redis_url, damaged)
+
+
+def test_a_topic_the_server_refuses_to_describe_is_listed_apart_beside_every_other(
+    web: Web, r: redis.Redis, redis_url: str, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever error one topic's figures meet (short of the server being away), the
+    topics page lists every other topic, and that one apart with the error: as the
+    metrics exporter leaves one stream's gauges out, not the scrape."""
+    from streamq.errors import RedisFailure
+    from streamq.topic.operations import TopicAdmin
+
+    refused = f"{stream}-refused"
+    topic_with_pending(redis_url, r, stream)
+    topic_with_pending(redis_url, r, refused)
+    describe = TopicAdmin.topic_info
+
+    async def failing(admin: TopicAdmin) -> object:
+        if admin._topic.stream == refused:
+            raise RedisFailure("ERR something only this topic meets")
+        return await describe(admin)
+
+    monkeypatch.setattr(TopicAdmin, "topic_info", failing)
+    try:
+        page = web.get("/")
+        assert page.status_code == 200, visible_text(page.text)[:500]
+        names = [row[0] for row in table(page.text, "topics")[1:]]
+        assert stream in names and refused not in names, names
+        assert table(page.text, "unreadable")[1:] == [
+            [refused, "ERR something only this topic meets"]
+        ]
+    finally:
+        delete_stream_keys(redis_url, refused)
 
 
 def test_topic_page_shows_groups_consumers_and_oldest_pending_age(
