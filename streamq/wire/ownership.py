@@ -32,6 +32,7 @@ from .ownership_scripts import ACQUIRE, FENCED, HEARTBEAT, RELEASE, RENEW
 from .records import MAX_LEASE_MS, DamagedRecord
 from .replies import text
 from .translate import translate
+from .wrong_type import unless_wrong_type
 
 
 def members_key(topic: str, group: str) -> str:
@@ -148,7 +149,11 @@ async def lease_holder(client: aioredis.Redis, stream: str, group: str) -> tuple
     damaged lease is set aside (no holder)."""
     now = await _server_ms(client)
     key = lease_key(stream, group)
-    consumer, token, expires = await client.hmget(key, "consumer", "token", "expires")
+    read = client.hmget(key, "consumer", "token", "expires")
+    none: list[bytes | None] = [None, None, None]
+    consumer, token, expires = await unless_wrong_type(
+        read, client, "lease", key, "hash", none, "the lease is taken for not held"
+    )
     if consumer is None:
         return None
     until = records.lease_expiry(key, expires, now)

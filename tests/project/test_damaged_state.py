@@ -68,8 +68,10 @@ class Damage:
     # a topic whose partition count is damaged, and the names beside it too, is read as
     # a plain stream: the CLI says that stream does not exist (exit 1), the page is a 404
     topic_unknown: bool = False
-    # the consumer modes that handle every genuine message beside it (a partitions record
-    # of another type refuses the open instead: its own test)
+    # the consumer modes that handle every genuine message beside it: a key of another
+    # type that a consumer must write (the scheduled messages; the partitions record, whose
+    # queue refuses to open: its own test), or an ordered consumer's stopped record or
+    # lease, holds up that partition (ERROR_HANDLING.md "Damaged state")
     consumed_by: frozenset[str] = frozenset({"ordered", "shared"})
     # written once the genuine topic is there (a publisher refuses to open beside it)
     late: bool = False
@@ -139,6 +141,7 @@ def _pre_claimed(value: str, ttl_ms: int | None) -> Write:
 
 CONSUMERS = frozenset({"ordered", "shared"})
 ORDERED = frozenset({"ordered"})
+SHARED = frozenset({"shared"})
 LISTINGS = frozenset({"cli", "dashboard"})
 NONE: frozenset[str] = frozenset()
 
@@ -267,15 +270,16 @@ DAMAGES = [
     Damage("waiting report not a hash", _set(_waiting, "waiting"), LISTINGS),
     # keys of another type than streamq's (WRONGTYPE to every command streamq sends them):
     # what a listing reads is set aside, named; the rest of the topic is shown
-    Damage("stopped record not a hash", _set(_stopped, "oops"), LISTINGS, consumed_by=NONE),
+    Damage("stopped record not a hash", _set(_stopped, "oops"), LISTINGS, consumed_by=SHARED),
     Damage("dead-letter stream not a stream", _set(_dead_letters, "oops"), LISTINGS),
     Damage("outbox not a stream", _set(_outbox, "oops"), LISTINGS),
-    Damage("halted record not a hash", _listed(_halted), LISTINGS, consumed_by=NONE),
+    Damage("halted record not a hash", _listed(_halted), LISTINGS),
     Damage("scheduled record not a sorted set", _set(_scheduled_key, "oops"), LISTINGS,
            consumed_by=NONE),
     Damage("scheduled payloads not a hash", _scheduled_payloads, LISTINGS, consumed_by=NONE),
-    Damage("periodic record not a hash", _set(_periodic_specs, "oops"), LISTINGS,
-           consumed_by=NONE),
+    Damage("periodic record not a hash", _set(_periodic_specs, "oops"), LISTINGS),
+    Damage("lease not a hash", _set(lambda t: lease_key(t.damaged, t.group), "oops"), LISTINGS,
+           consumed_by=SHARED),
     Damage("partitions record not a hash", _set(_partitions, "oops"), LISTINGS,
            topic_unknown=True, consumed_by=NONE, late=True),
 ]  # fmt: skip
@@ -373,7 +377,7 @@ async def test_a_consumer_handles_every_genuine_message_beside_a_damaged_record(
 ) -> None:  # fmt: skip
     damage = request.node.callspec.params["damaged"]
     if mode not in damage.consumed_by:
-        pytest.skip(f"a {mode} consumer is not run beside this damage (see ERROR_HANDLING.md)")
+        pytest.skip(f"no consumer in {mode} mode runs beside this damage (ERROR_HANDLING.md)")
     handled, ticks = await _consume_beside(redis_url, topic, caplog, ordered=mode == "ordered")
     assert len({m.id for m in handled}) == GENUINE + SCHEDULED
     assert ticks >= 2
