@@ -209,11 +209,11 @@ class GroupOutcomes:
         *,
         bad_input: bool = False,
     ) -> None:
-        self.stats.dead_lettered += 1
         await self._dead_letters.write(
             entry, group=self._group, consumer=self._consumer, error=reason, exception=error,
             bad_input=bad_input,
         )  # fmt: skip
+        self.stats.dead_lettered += 1  # written: a failed write leaves the entry pending
         self.ack(entry.id)  # once the letter is written: a crash in between redelivers
         if entry.delivery_count > 1:
             await self._unrouted.forget([entry.id])

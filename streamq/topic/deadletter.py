@@ -37,7 +37,7 @@ from ..payload.keyring import Keyring
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts
 from ..wire.keys import Keys
-from ..wire.wrong_type import unless_wrong_type
+from ..wire.wrong_type import refused_if_wrong_type, unless_wrong_type
 
 log = logging.getLogger(__name__)
 
@@ -265,11 +265,13 @@ class DeadLetters:
         decoded or fails its model), not the handler: logged on one line at WARNING, the
         traceback at DEBUG only.
         """
-        self._log(entry, error, exception, bad_input)
         fields = dead_letter_fields(
             entry, group=group, consumer=consumer, error=error, exception=exception
         )
-        await self._client.xadd(self.key, fields)
+        write = self._client.xadd(self.key, fields)
+        await refused_if_wrong_type(write, self._client, "dead_letters", self.key, "stream",
+                                    "no letter is written: the entries stay pending")  # fmt: skip
+        self._log(entry, error, exception, bad_input)  # once written: a failure says so
 
     def _log(
         self, entry: RawEntry, error: str, exception: BaseException | None, bad_input: bool

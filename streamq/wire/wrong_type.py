@@ -63,3 +63,22 @@ def unless_wrong_type_sync(
     except WrongTypeError:
         set_aside(wrong_type(record, key, expected, cast("bytes", client.type(key))), consequence)
         return default
+
+
+async def refused_if_wrong_type(
+    write: Awaitable[T],
+    client: aioredis.Redis,
+    record: str,
+    key: str,
+    expected: str,
+    consequence: str,
+) -> T:
+    """What ``write`` (a command on ``key``) returns; if ``key`` holds another type than
+    ``expected``, the damaged ``record`` is set aside (logged once, with ``consequence``)
+    and WrongTypeError raised naming it."""
+    try:
+        return await write
+    except WrongTypeError as e:
+        damaged = await wrong_type_of(client, record, key, expected)
+        set_aside(damaged, consequence)
+        raise WrongTypeError(f"{damaged}: {consequence}") from e

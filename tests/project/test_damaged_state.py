@@ -22,7 +22,15 @@ import httpx
 import pytest
 import redis
 
-from streamq import ConfigError, Message, MessageQueue, Publisher, RetryPolicy, StartFrom
+from streamq import (
+    ConfigError,
+    Message,
+    MessageQueue,
+    Publisher,
+    Reject,
+    RetryPolicy,
+    StartFrom,
+)
 from streamq.cli.main import main as cli_main
 from streamq.publish.ticks import claim_key
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
@@ -493,6 +501,48 @@ async def test_a_queue_refuses_to_open_beside_a_partitions_record_of_another_typ
             Publisher(redis_url, stream, partitions=partitions) as publisher,
         ):
             publisher.publish("job", {"n": 1})
+    finally:
+        delete_stream_keys(redis_url, stream)
+
+
+@pytest.mark.anyio
+async def test_a_dead_letter_write_refused_by_a_key_of_another_type_is_not_counted_as_written(
+    redis_url: str, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rejected entry whose dead-letter stream is a string: not logged nor counted as
+    dead-lettered, left pending, the key named at ERROR; the entries after it handled."""
+    mq = MessageQueue(redis_url, stream=stream, group="g", start=StartFrom.EARLIEST,
+                      config=TEST_TIMINGS)  # fmt: skip
+    key = Keys(stream).dead_letters
+    handled: list[str] = []
+
+    @mq.handler("bad")
+    async def bad(msg: Message[dict[str, int]]) -> None:
+        raise Reject("no")
+
+    @mq.handler("ok")
+    async def ok(msg: Message[dict[str, int]]) -> None:
+        handled.append(msg.id)
+
+    caplog.set_level(logging.INFO)
+    try:
+        async with mq:
+            with sync_client(redis_url, stream) as client:
+                client.set(key, "oops")
+            rejected = await mq.publish("bad", {})
+            for n in range(5):
+                await mq.publish("ok", {"n": n})
+            async with mq.running():
+                with anyio.fail_after(LIMIT):
+                    while len(handled) < 5 or not _logged(caplog, key):
+                        await anyio.sleep(0.05)
+                stats = mq.stats()
+            with sync_client(redis_url, stream) as client:
+                pending = client.xpending(stream, "g")
+        assert stats["dead_lettered"] == 0, stats
+        said = [r.getMessage() for r in caplog.records]
+        assert not [m for m in said if m.startswith(f"dead-lettered {rejected}")], said
+        assert pending["pending"] == 1 and pending["min"].decode() == rejected
     finally:
         delete_stream_keys(redis_url, stream)
 
