@@ -56,7 +56,8 @@ class DamagedRecord:
     """A record of streamq's own keys that does not parse: where it is and what was
     expected there. ``kind`` names the record kind (``partitions``, ``member``, ``lease``,
     ``stopped``, ``halted``, ``scheduled``, ``periodic``, ``paused``, ``throttle``,
-    ``rate``, ``waiting``, ``wait``) for the metric."""
+    ``rate``, ``waiting``, ``wait``; ``dead_letters`` and ``outbox`` for those streams' keys
+    of another type) for the metric."""
 
     kind: str
     key: str
