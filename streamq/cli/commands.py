@@ -18,6 +18,7 @@ from ..queue import MessageQueue
 from ..server.shared import running_shared_url
 from ..topic.cleanup import Cleaner, CleanupReport
 from ..topic.partitions import PartitionedId
+from ..wire.damage import noting
 from ..wire.keys import Keys
 from ..wire.replies import Pending, pending_rows
 from ..wire.urls import redact
@@ -97,15 +98,17 @@ def _parse_meta(items: list[str]) -> dict[str, str]:
 
 
 async def cmd_info(args: argparse.Namespace) -> str:
-    async with _closing(_queue(args)) as mq:
-        info = await mq.topic_info()
-        if not info.exists:
-            raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
-        if args.json:
-            from dataclasses import asdict
+    # the records set aside reading the topic's shape too are named with its figures
+    with noting():
+        async with _closing(_queue(args)) as mq:
+            info = await mq.topic_info()
+    if not info.exists:
+        raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
+    if args.json:
+        from dataclasses import asdict
 
-            return json.dumps(asdict(info), indent=2, default=_isoformat)
-        return render_info(info)
+        return json.dumps(asdict(info), indent=2, default=_isoformat)
+    return render_info(info)
 
 
 def _isoformat(value: object) -> str:

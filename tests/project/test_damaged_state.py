@@ -505,6 +505,25 @@ async def test_a_queue_refuses_to_open_beside_a_partitions_record_of_another_typ
         delete_stream_keys(redis_url, stream)
 
 
+def test_streamq_info_names_a_partitions_record_of_another_type_beside_a_plain_stream(
+    redis_url: str, stream: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI reads the topic as a plain stream and says why in its ``damaged`` line."""
+    with Publisher(redis_url, stream) as publisher:
+        publisher.publish("job", {"n": 1})
+    key = Keys(stream).partitions
+    try:
+        with sync_client(redis_url, stream) as client:
+            client.set(key, "oops")
+        code, _ = _cli("info", stream, "--url", redis_url)
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        assert f"damaged       damaged partitions record in '{key}'" in out.out, out.out
+        assert "found a string: set aside" in out.out
+    finally:
+        delete_stream_keys(redis_url, stream)
+
+
 @pytest.mark.anyio
 async def test_a_dead_letter_write_refused_by_a_key_of_another_type_is_not_counted_as_written(
     redis_url: str, stream: str, caplog: pytest.LogCaptureFixture
