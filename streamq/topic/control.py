@@ -38,6 +38,7 @@ from ..wire.records import DamagedRecord
 from ..wire.replies import text
 from ..wire.scripts import HOLD_MESSAGE, RESUME_MESSAGE, STOP_MESSAGE
 from ..wire.translate import translated
+from ..wire.wrong_type import refused_if_wrong_type, unless_wrong_type
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ LISTENER_BACKOFF = 0.5
 MAX_LISTENER_BACKOFF = 10.0
 # The largest notice streamq sends is ~60 bytes; anything much larger is not ours.
 MAX_NOTICE_BYTES = 512
+# a stopped record of another type than a hash: what consumers and operators get
+NOT_OBEYED = "no entry is held as stopped by it"
+REFUSED = "stop and resume are refused until it is repaired (DEL it) or the topic terminated"
 
 
 def terminated_mark(keys: Keys) -> str:
@@ -65,7 +69,9 @@ class StoppedView:
         return entry_id in self.ids
 
     async def resync(self, client: aioredis.Redis, stream: str) -> None:
-        raw = await client.hkeys(Keys(stream).stopped)
+        key = Keys(stream).stopped
+        raw = await unless_wrong_type(client.hkeys(key), client, "stopped", key, "hash", [],
+                                      NOT_OBEYED)  # fmt: skip
         self.ids = {text(k) for k in raw}
 
 
@@ -73,7 +79,8 @@ async def stop_message(client: aioredis.Redis, stream: str, entry_id: str) -> in
     """Stop ``entry_id`` everywhere; return how many groups it was taken from."""
     keys = Keys(stream)
     entry_id = str(StreamId.parse(entry_id))
-    held = int(await client.eval(STOP_MESSAGE, 2, stream, keys.stopped, entry_id))
+    stop = client.eval(STOP_MESSAGE, 2, stream, keys.stopped, entry_id)
+    held = int(await refused_if_wrong_type(stop, client, "stopped", keys.stopped, "hash", REFUSED))
     if held < 0:
         raise MessageNotFoundError(f"entry {entry_id} does not exist in stream {stream!r}")
     await _announce(client, keys, "stop", entry_id)
@@ -84,10 +91,11 @@ async def resume_message(client: aioredis.Redis, stream: str, entry_id: str) -> 
     """Resume a stopped ID; return the number of groups it was given back to."""
     keys = Keys(stream)
     entry_id = str(StreamId.parse(entry_id))
+    resume = client.eval(
+        RESUME_MESSAGE, 2, stream, keys.stopped, entry_id, RESUME_CLAIMER, RESUMED_IDLE_MS
+    )
     restored = int(
-        await client.eval(
-            RESUME_MESSAGE, 2, stream, keys.stopped, entry_id, RESUME_CLAIMER, RESUMED_IDLE_MS
-        )
+        await refused_if_wrong_type(resume, client, "stopped", keys.stopped, "hash", REFUSED)
     )
     if restored < 0:
         raise MessageNotFoundError(f"entry {entry_id} of {stream!r} is not stopped")
@@ -295,7 +303,9 @@ class ControlListener:
         if self._view is None:
             return  # stop and resume: of a group's entries
         assert notice.entry_id is not None
-        stopped = bool(await self._client.hexists(self._keys.stopped, notice.entry_id))
+        key, client = self._keys.stopped, self._client
+        read = client.hexists(key, notice.entry_id)
+        stopped = bool(await unless_wrong_type(read, client, "stopped", key, "hash", 0, NOT_OBEYED))
         if notice.op == "stop" and stopped:
             self._view.ids.add(notice.entry_id)
             self._on_stop(notice.entry_id)

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from ..errors import WrongTypeError
 from .damage import set_aside
-from .records import DamagedRecord, wrong_type
+from .records import DamagedRecord, as_text, wrong_type
 
 T = TypeVar("T")
 
@@ -79,6 +79,9 @@ async def refused_if_wrong_type(
     try:
         return await write
     except WrongTypeError as e:
-        damaged = await wrong_type_of(client, record, key, expected)
+        found = await client.type(key)
+        if as_text(found) in (expected, "none"):
+            raise  # another key of the command (the stream itself, say)
+        damaged = wrong_type(record, key, expected, found)
         set_aside(damaged, consequence)
         raise WrongTypeError(f"{damaged}: {consequence}") from e

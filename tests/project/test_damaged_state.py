@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from streamq import (
     Reject,
     RetryPolicy,
     StartFrom,
+    WrongTypeError,
 )
 from streamq.cli.main import main as cli_main
 from streamq.publish.ticks import claim_key
@@ -520,6 +522,37 @@ def test_streamq_info_names_a_partitions_record_of_another_type_beside_a_plain_s
         assert code == 0, out.err
         assert f"damaged       damaged partitions record in '{key}'" in out.out, out.out
         assert "found a string: set aside" in out.out
+    finally:
+        delete_stream_keys(redis_url, stream)
+
+
+@pytest.mark.anyio
+async def test_a_stopped_record_of_another_type_is_named_and_the_control_channel_stays(
+    redis_url: str, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shared consumer beside a stopped record that is a string: it handles on, its
+    control channel is not taken for lost, the key is named at ERROR once, and stop /
+    resume refuse with an error naming the key."""
+    mq = MessageQueue(redis_url, stream=stream, group="g", start=StartFrom.EARLIEST,
+                      config=TEST_TIMINGS)  # fmt: skip
+    key = Keys(stream).stopped
+    handled: list[str] = []
+    mq.handler("job")(lambda msg: handled.append(msg.id))
+    caplog.set_level(logging.INFO)
+    try:
+        async with mq:
+            with sync_client(redis_url, stream) as client:
+                client.set(key, "oops")
+            async with mq.running():
+                first = await mq.publish("job", {"n": 1})
+                with anyio.fail_after(LIMIT):
+                    while first not in handled or not _logged(caplog, key):
+                        await anyio.sleep(0.05)
+                for operation in (mq.stop_message, mq.resume_message):
+                    with pytest.raises(WrongTypeError, match=re.escape(key)):
+                        await operation(first)
+        said = [r.getMessage() for r in caplog.records]
+        assert not [m for m in said if "control channel lost" in m], said
     finally:
         delete_stream_keys(redis_url, stream)
 
