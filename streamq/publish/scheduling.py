@@ -44,9 +44,11 @@ from ..wire.excerpts import ValueExcerpt, hash_excerpts
 from ..wire.keys import Keys
 from ..wire.records import MAX_DUE_MS, DamagedRecord, due_time
 from ..wire.translate import translate
-from ..wire.wrong_type import unless_wrong_type
+from ..wire.wrong_type import naming_wrong_type, unless_wrong_type
 from .payload_fields import EXCERPT_BYTES, listed_fields
 
+# a key of the schedule of another type: what the mover does
+NOT_MOVED = "no scheduled message of the stream is moved until it is repaired"
 MAX_ID_CHARS = 256
 PIPELINE_CHUNK = 1000  # scripts one pipeline of publish_many(..., delay=) holds
 MOVE_BATCH = 500  # entries one move call adds at most: bounded time inside the server
@@ -345,10 +347,13 @@ async def move_due(
 ) -> Moved:
     """Add up to ``count`` due messages to ``stream`` (dead-letter damaged ones)."""
     keys = Keys(stream)
-    reply: list[Any] = await client.register_script(MOVE_DUE)(
+    move = client.register_script(MOVE_DUE)(
         keys=[keys.scheduled, keys.scheduled_payloads, stream, keys.dead_letters],
         args=[count, mover, MAX_DUE_MS],
     )
+    own = [("scheduled", keys.scheduled, "zset"), ("scheduled", keys.scheduled_payloads, "hash"),
+           ("dead_letters", keys.dead_letters, "stream")]  # fmt: skip
+    reply: list[Any] = await naming_wrong_type(move, client, own, NOT_MOVED)
     moved, next_due, now, count, *rest = reply
     damaged, late = rest[: int(count)], rest[int(count) :]
     return Moved(

@@ -9,7 +9,7 @@ within :func:`~.damage.noting` sees it named.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar, cast
 
 import redis
@@ -76,12 +76,26 @@ async def refused_if_wrong_type(
     """What ``write`` (a command on ``key``) returns; if ``key`` holds another type than
     ``expected``, the damaged ``record`` is set aside (logged once, with ``consequence``)
     and WrongTypeError raised naming it."""
+    return await naming_wrong_type(write, client, [(record, key, expected)], consequence)
+
+
+async def naming_wrong_type(
+    command: Awaitable[T],
+    client: aioredis.Redis,
+    keys: Sequence[tuple[str, str, str]],
+    consequence: str,
+) -> T:
+    """What ``command`` returns; when the server answers WRONGTYPE, the first of ``keys``
+    (record, key, expected type) that holds another type is set aside (logged once, with
+    ``consequence``) and WrongTypeError raised naming it; none of them: the error as it
+    came (another key of the command, the stream itself say)."""
     try:
-        return await write
+        return await command
     except WrongTypeError as e:
-        found = await client.type(key)
-        if as_text(found) in (expected, "none"):
-            raise  # another key of the command (the stream itself, say)
-        damaged = wrong_type(record, key, expected, found)
-        set_aside(damaged, consequence)
-        raise WrongTypeError(f"{damaged}: {consequence}") from e
+        for record, key, expected in keys:
+            found = as_text(await client.type(key))
+            if found not in (expected, "none"):
+                damaged = wrong_type(record, key, expected, found)
+                set_aside(damaged, consequence)
+                raise WrongTypeError(f"{damaged}: {consequence}") from e
+        raise

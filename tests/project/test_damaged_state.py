@@ -558,6 +558,39 @@ async def test_a_stopped_record_of_another_type_is_named_and_the_control_channel
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("record", ["scheduled", "scheduled_payloads", "dead_letters"])
+async def test_the_mover_names_a_key_of_another_type_it_cannot_move_through(
+    redis_url: str, stream: str, record: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A consumer's mover whose scheduled messages (or their payloads, or the dead-letter
+    stream the damaged ones go to) are in a key of another type: the key named at ERROR
+    once, the consumer handling on."""
+    mq = MessageQueue(redis_url, stream=stream, group="g", start=StartFrom.EARLIEST,
+                      config=TEST_TIMINGS)  # fmt: skip
+    keys = Keys(stream)
+    key = getattr(keys, record)
+    handled: list[str] = []
+    mq.handler("job")(lambda msg: handled.append(msg.id))
+    caplog.set_level(logging.INFO)
+    try:
+        async with mq:
+            await mq.publish("job", {"n": 0}, delay=0.1)  # due: the mover must read it
+            with sync_client(redis_url, stream) as client:
+                if record == "dead_letters":  # the damaged payload goes to the letters
+                    client.hset(keys.scheduled_payloads, mapping={
+                        f: "not a payload" for f in client.hkeys(keys.scheduled_payloads)
+                    })  # fmt: skip
+                client.set(key, "oops")
+            async with mq.running():
+                first = await mq.publish("job", {"n": 1})
+                with anyio.fail_after(LIMIT):
+                    while first not in handled or not _logged(caplog, key):
+                        await anyio.sleep(0.05)
+    finally:
+        delete_stream_keys(redis_url, stream)
+
+
+@pytest.mark.anyio
 async def test_a_dead_letter_write_refused_by_a_key_of_another_type_is_not_counted_as_written(
     redis_url: str, stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
