@@ -25,6 +25,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
+from ..errors import WrongTypeError
 from . import records, resp
 from .damage import set_aside
 from .keys import Keys
@@ -32,7 +33,10 @@ from .ownership_scripts import ACQUIRE, FENCED, HEARTBEAT, RELEASE, RENEW
 from .records import MAX_LEASE_MS, DamagedRecord
 from .replies import text
 from .translate import translate
-from .wrong_type import unless_wrong_type
+from .wrong_type import named_wrong_type, naming_wrong_type, unless_wrong_type
+
+# a lease or stopped record of another type: what an ordered consumer does
+CANNOT_OWN = "the ordered consumer cannot own the partition: it stops (stop_reason 'error')"
 
 
 def members_key(topic: str, group: str) -> str:
@@ -121,7 +125,9 @@ async def acquire(
 ) -> int | None:
     """Take the lease of ``stream``: its new fencing token, or None if someone holds it."""
     key = lease_key(stream, group)
-    ok, value, *damaged = await client.eval(ACQUIRE, 2, key, stream, me, _ms(ttl), MAX_LEASE_MS)
+    taking = client.eval(ACQUIRE, 2, key, stream, me, _ms(ttl), MAX_LEASE_MS)
+    ok, value, *damaged = await naming_wrong_type(taking, client, [("lease", key, "hash")],
+                                                  CANNOT_OWN)  # fmt: skip
     for field, found in zip(damaged[::2], damaged[1::2], strict=True):
         if text(field) == "token":
             token = records.lease_token(key, found)
@@ -191,7 +197,12 @@ async def fenced(
     if isinstance(reply, rx.NoScriptError):
         reply = await _send(client, connection, resp.pack("EVAL", FENCED, *call))
     if isinstance(reply, rx.ResponseError):
-        raise translate(reply, stream, group) from reply
+        error = translate(reply, stream, group)
+        if isinstance(error, WrongTypeError):  # which of streamq's keys, named
+            own = [("lease", lease_key(stream, group), "hash"),
+                   ("stopped", Keys(stream).stopped, "hash")]  # fmt: skip
+            error = await named_wrong_type(error, client, own, CANNOT_OWN)
+        raise error from reply
     return None if reply[0] == 0 else list(reply)
 
 

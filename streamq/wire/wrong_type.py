@@ -85,17 +85,27 @@ async def naming_wrong_type(
     keys: Sequence[tuple[str, str, str]],
     consequence: str,
 ) -> T:
-    """What ``command`` returns; when the server answers WRONGTYPE, the first of ``keys``
-    (record, key, expected type) that holds another type is set aside (logged once, with
-    ``consequence``) and WrongTypeError raised naming it; none of them: the error as it
-    came (another key of the command, the stream itself say)."""
+    """What ``command`` returns; when the server answers WRONGTYPE, the error
+    :func:`named_wrong_type` gives is raised."""
     try:
         return await command
     except WrongTypeError as e:
-        for record, key, expected in keys:
-            found = as_text(await client.type(key))
-            if found not in (expected, "none"):
-                damaged = wrong_type(record, key, expected, found)
-                set_aside(damaged, consequence)
-                raise WrongTypeError(f"{damaged}: {consequence}") from e
-        raise
+        raise await named_wrong_type(e, client, keys, consequence) from e
+
+
+async def named_wrong_type(
+    error: WrongTypeError,
+    client: aioredis.Redis,
+    keys: Sequence[tuple[str, str, str]],
+    consequence: str,
+) -> WrongTypeError:
+    """The WrongTypeError naming the first of ``keys`` (record, key, expected type) that
+    holds another type, set aside (logged once, with ``consequence``); ``error`` itself if
+    none does (another key of the command: the stream itself, say)."""
+    for record, key, expected in keys:
+        found = as_text(await client.type(key))
+        if found not in (expected, "none"):
+            damaged = wrong_type(record, key, expected, found)
+            set_aside(damaged, consequence)
+            return WrongTypeError(f"{damaged}: {consequence}")
+    return error

@@ -81,7 +81,7 @@ class Damage:
     # the consumer modes that handle every genuine message beside it: a key of another
     # type that a consumer must write (the scheduled messages; the partitions record, whose
     # queue refuses to open: its own test), or an ordered consumer's stopped record or
-    # lease, holds up that partition (ERROR_HANDLING.md "Damaged state")
+    # lease, which stops it (its own test; ERROR_HANDLING.md "Damaged state")
     consumed_by: frozenset[str] = frozenset({"ordered", "shared"})
     # written once the genuine topic is there (a publisher refuses to open beside it)
     late: bool = False
@@ -588,6 +588,28 @@ async def test_the_mover_names_a_key_of_another_type_it_cannot_move_through(
                         await anyio.sleep(0.05)
     finally:
         delete_stream_keys(redis_url, stream)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("record", ["stopped", "lease"])
+async def test_an_ordered_consumer_stops_naming_a_stopped_record_or_lease_of_another_type(
+    redis_url: str, topic: Topic, record: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every read, claim and ack of an ordered consumer checks its lease and the stopped
+    record: of another type, it cannot go on with that partition. It stops as on any error
+    that will not go away (``stop_reason`` "error", ``run()`` raises), naming the key."""
+    key = Keys(topic.damaged).stopped if record == "stopped" else lease_key(topic.damaged, "g")
+    with sync_client(redis_url, topic.damaged) as client:
+        client.set(key, "oops")
+    mq = _queue(redis_url, topic, ordered=True)
+    mq.handler("job")(lambda msg: None)
+    caplog.set_level(logging.ERROR)
+    async with mq:
+        await mq.publish_many("job", [{"n": n} for n in range(40)], key=lambda d: f"k{d['n']}")
+        with anyio.fail_after(LIMIT), pytest.raises(WrongTypeError, match=re.escape(key)):
+            await mq.run()
+    assert mq.stop_reason == "error"
+    assert _logged(caplog, key)
 
 
 @pytest.mark.anyio
