@@ -18,6 +18,7 @@ from ..topic.halted import ACTIONS, halted_key, lane_field
 from ..wire import records
 from ..wire.damage import set_aside
 from ..wire.records import DamagedRecord, HaltedRecord
+from ..wire.wrong_type import unless_wrong_type
 from .timing import POLL_INTERVAL
 
 if TYPE_CHECKING:
@@ -54,7 +55,11 @@ class HaltedKeys:
         """Taking the partition over: the records of the keys of this group that an earlier
         owner halted, so that the record of one settled here (an owner that dead-letters
         at the limit, after ``on_poison`` changed) is deleted with it."""
-        for field, value in (await self._client.hgetall(self._hash)).items():
+        found = await unless_wrong_type(
+            self._client.hgetall(self._hash), self._client, "halted", self._hash, "hash", {},
+            "not read: the keys it names run as any other",
+        )  # fmt: skip
+        for field, value in found.items():
             record = records.halted(self._hash, field, value)
             if not isinstance(record, DamagedRecord) and record.group == self._group:
                 self._recorded[record.entry_id] = lane_field(
