@@ -20,10 +20,13 @@ from ..errors import ConfigError
 from ..topic.admin import ScheduledSummary
 from ..wire.client import ride_through
 from ..wire.damage import set_aside
-from ..wire.records import DamagedRecord, periodic_tick
+from ..wire.excerpts import ValueExcerpt, hash_excerpts
+from ..wire.keys import Keys
+from ..wire.records import DamagedRecord, due_time, periodic_tick
 from ..wire.replies import text
 from ..wire.wrong_type import unless_wrong_type
 from . import scheduling
+from .payload_fields import EXCERPT_BYTES, listed_fields
 from .periodic import from_spec, record_key
 from .scheduling import ScheduledId, ScheduledMessage
 
@@ -67,7 +70,7 @@ class ScheduledMessages:
             raise ConfigError(f"limit must be an integer >= 1, got {limit!r}")
         rows: list[ScheduledMessage] = []
         for partition in range(len(self._topic.streams)):
-            rows += await self._on_partition(partition, scheduling.waiting, limit, partition)
+            rows += await self._on_partition(partition, waiting, limit, partition)
         return sorted(rows, key=lambda row: row.due)[:limit]
 
     async def periodic_publishers(self) -> list[PeriodicInfo]:
@@ -81,7 +84,7 @@ class ScheduledMessages:
         """How many messages wait over every partition, and the first due time."""
         count, first = 0, None
         for partition in range(len(self._topic.streams)):
-            part = await self._on_partition(partition, scheduling.summary)
+            part = await self._on_partition(partition, summary)
             count += part.count
             first = _earliest(first, part.next_due)
         return ScheduledSummary(count, first)
@@ -137,3 +140,51 @@ def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
     if a is None or b is None:
         return a or b
     return min(a, b)
+
+
+async def waiting(
+    client: aioredis.Redis, stream: str, limit: int, partition: int = 0
+) -> list[ScheduledMessage]:
+    """The first ``limit`` waiting messages of ``stream``, by due time."""
+    keys = Keys(stream)
+    read = client.zrange(keys.scheduled, 0, limit - 1, withscores=True)
+    rows = await unless_wrong_type(read, client, "scheduled", keys.scheduled, "zset", [])
+    if not rows:
+        return []
+    members = [member for member, _ in rows]
+    # the payloads' first and last bytes only: a listing never reads a payload whole
+    read_excerpts = hash_excerpts(client, keys.scheduled_payloads, members, EXCERPT_BYTES)
+    unknown: list[ValueExcerpt | None] = [None] * len(members)
+    excerpts = await unless_wrong_type(read_excerpts, client, "scheduled",
+                                       keys.scheduled_payloads, "hash", unknown,
+                                       "listed without their types and keys")  # fmt: skip
+    found = []
+    for (member, score), excerpt in zip(rows, excerpts, strict=True):
+        due = _due_time(keys.scheduled, member, score)
+        if due is not None:  # an ID that is not UTF-8 was not written by streamq: shown escaped
+            type_, key = listed_fields(excerpt)
+            scheduled_id = ScheduledId(member.decode(errors="backslashreplace"), partition)
+            found.append(ScheduledMessage(scheduled_id, type_, due, key, partition))
+    return found
+
+
+async def summary(client: aioredis.Redis, stream: str) -> ScheduledSummary:
+    """How many messages wait in ``stream``'s schedule, and the first due time."""
+    keys = Keys(stream)
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.scheduled)
+    pipe.zrange(keys.scheduled, 0, 0, withscores=True)
+    read = pipe.execute()
+    count, first = await unless_wrong_type(read, client, "scheduled", keys.scheduled, "zset",
+                                           [0, []], "not counted")  # fmt: skip
+    return ScheduledSummary(int(count), _due_time(keys.scheduled, *first[0]) if first else None)
+
+
+def _due_time(key: str, member: bytes, score: float) -> datetime | None:
+    """A listed message's due time; None for a damaged one (set aside: not listed, and
+    dead-lettered by the next move)."""
+    due = due_time(key, member, score)
+    if isinstance(due, DamagedRecord):
+        set_aside(due, "not listed; the mover dead-letters it")
+        return None
+    return datetime.fromtimestamp(due / 1000, UTC)

@@ -37,15 +37,11 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from ..errors import ConfigError, MessageFormatError
-from ..topic.admin import ScheduledSummary
 from ..wire import resp
-from ..wire.damage import set_aside
-from ..wire.excerpts import ValueExcerpt, hash_excerpts
 from ..wire.keys import Keys
-from ..wire.records import MAX_DUE_MS, DamagedRecord, due_time
+from ..wire.records import MAX_DUE_MS
 from ..wire.translate import translate
-from ..wire.wrong_type import naming_wrong_type, unless_wrong_type
-from .payload_fields import EXCERPT_BYTES, listed_fields
+from ..wire.wrong_type import naming_wrong_type
 
 # a key of the schedule of another type: what the mover does
 NOT_MOVED = "no scheduled message of the stream is moved until it is repaired"
@@ -251,16 +247,6 @@ def _key_text(key: str | bytes) -> str:
     return key
 
 
-def _due_time(key: str, member: bytes, score: float) -> datetime | None:
-    """A listed message's due time; None for a damaged one (set aside: not listed, and
-    dead-lettered by the next move)."""
-    due = due_time(key, member, score)
-    if isinstance(due, DamagedRecord):
-        set_aside(due, "not listed; the mover dead-letters it")
-        return None
-    return datetime.fromtimestamp(due / 1000, UTC)
-
-
 @dataclass(frozen=True, slots=True)
 class Moved:
     """What one move call did: how many it added to the stream, which it dead-lettered,
@@ -364,44 +350,6 @@ async def move_due(
         int(now),
         [int(ms) / 1000 for ms in late],
     )
-
-
-async def waiting(
-    client: aioredis.Redis, stream: str, limit: int, partition: int = 0
-) -> list[ScheduledMessage]:
-    """The first ``limit`` waiting messages of ``stream``, by due time."""
-    keys = Keys(stream)
-    read = client.zrange(keys.scheduled, 0, limit - 1, withscores=True)
-    rows = await unless_wrong_type(read, client, "scheduled", keys.scheduled, "zset", [])
-    if not rows:
-        return []
-    members = [member for member, _ in rows]
-    # the payloads' first and last bytes only: a listing never reads a payload whole
-    read_excerpts = hash_excerpts(client, keys.scheduled_payloads, members, EXCERPT_BYTES)
-    unknown: list[ValueExcerpt | None] = [None] * len(members)
-    excerpts = await unless_wrong_type(read_excerpts, client, "scheduled",
-                                       keys.scheduled_payloads, "hash", unknown,
-                                       "listed without their types and keys")  # fmt: skip
-    found = []
-    for (member, score), excerpt in zip(rows, excerpts, strict=True):
-        due = _due_time(keys.scheduled, member, score)
-        if due is not None:  # an ID that is not UTF-8 was not written by streamq: shown escaped
-            type_, key = listed_fields(excerpt)
-            scheduled_id = ScheduledId(member.decode(errors="backslashreplace"), partition)
-            found.append(ScheduledMessage(scheduled_id, type_, due, key, partition))
-    return found
-
-
-async def summary(client: aioredis.Redis, stream: str) -> ScheduledSummary:
-    """How many messages wait in ``stream``'s schedule, and the first due time."""
-    keys = Keys(stream)
-    pipe = client.pipeline(transaction=False)
-    pipe.zcard(keys.scheduled)
-    pipe.zrange(keys.scheduled, 0, 0, withscores=True)
-    read = pipe.execute()
-    count, first = await unless_wrong_type(read, client, "scheduled", keys.scheduled, "zset",
-                                           [0, []], "not counted")  # fmt: skip
-    return ScheduledSummary(int(count), _due_time(keys.scheduled, *first[0]) if first else None)
 
 
 def now() -> float:
