@@ -15,7 +15,6 @@ import re
 
 from ..errors import ConfigError
 from .schemes import SENTINEL_FORM, check_scheme, is_sentinel_url
-from .url_options import check_options
 
 HIDDEN = "***"
 FORM = "redis://[[user]:password@]host[:port][/db]"
@@ -105,8 +104,12 @@ def check_url(url: str) -> None:
         _check_ports(authority.rpartition("@")[2])
     if scheme.lower() in ("redis", "rediss") and not _DATABASE.fullmatch(tail.partition("?")[0]):
         raise ConfigError(f"invalid server URL: its database (after '/') is not a number: {FORM}")
-    if not is_sentinel_url(url):  # (a Sentinel URL's options are checked as it is parsed)
-        check_options(scheme, tail.partition("?")[2])
+    query = tail.partition("?")[2]
+    if query and not is_sentinel_url(url):  # (a Sentinel URL's: checked as it is parsed)
+        # loaded on first use: only a URL with query options needs the checks
+        from .url_options import check_options
+
+        check_options(scheme, query)
 
 
 def _authority(rest: str) -> tuple[str, str]:
