@@ -99,9 +99,11 @@ def _parse_meta(items: list[str]) -> dict[str, str]:
 
 async def cmd_info(args: argparse.Namespace) -> str:
     # the records set aside reading the topic's shape too are named with its figures
-    with noting():
+    with noting() as damaged:
         async with _closing(_queue(args)) as mq:
             info = await mq.topic_info()
+    if damaged:
+        info = replace(info, damaged=[str(record) for record in damaged])
     if not info.exists:
         raise StreamNotFoundError(f"stream {args.stream!r} does not exist")
     if args.json:

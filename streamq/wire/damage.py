@@ -54,15 +54,14 @@ def damaged_counts() -> dict[str, int]:
 
 @contextmanager
 def noting() -> Iterator[list[DamagedRecord]]:
-    """The records set aside within the block (each once, in the order met); a block
-    within another notes into the outer one's list."""
+    """The records set aside within the block (each once, in the order met); those of a
+    block within another are the outer one's too (a page's, of each of its topics)."""
     outer = _noted.get()
-    if outer is not None:
-        yield outer
-        return
     found: list[DamagedRecord] = []
     token = _noted.set(found)
     try:
         yield found
     finally:
         _noted.reset(token)
+        if outer is not None:
+            outer.extend(record for record in found if record not in outer)

@@ -106,9 +106,9 @@ def test_a_key_of_another_type_in_one_topic_is_named_and_every_topic_still_liste
     state")."""
     damaged = f"{stream}-damaged"
     topic_with_pending(redis_url, r, stream)
-    topic_with_pending(redis_url, r, damaged)
+    client = sync_client(redis_url, damaged)  # on a cluster: the damaged topic's own slot
+    topic_with_pending(redis_url, client, damaged)
     key = getattr(Keys(damaged), record)
-    client = sync_client(redis_url, damaged)
     client.set(key, "oops")
     try:
         page = web.get("/")
@@ -141,7 +141,8 @@ def test_a_topic_the_server_refuses_to_describe_is_listed_apart_beside_every_oth
 
     refused = f"{stream}-refused"
     topic_with_pending(redis_url, r, stream)
-    topic_with_pending(redis_url, r, refused)
+    with sync_client(redis_url, refused) as other:  # on a cluster: that topic's own slot
+        topic_with_pending(redis_url, other, refused)
     describe = TopicAdmin.topic_info
 
     async def failing(admin: TopicAdmin) -> object:
