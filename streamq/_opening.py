@@ -7,14 +7,19 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 
 from .errors import ServerUnavailableError
 
+if TYPE_CHECKING:
+    from .consume.lifecycle import Engine
+
 log = logging.getLogger("streamq.queue")
 
 OPEN_RETRY_BACKOFF = 0.5
+READY_WAIT = 5.0  # seconds running() waits for a consumer of a reachable server to read
 MAX_OPEN_RETRY_BACKOFF = 10.0
 
 
@@ -56,3 +61,19 @@ async def open_until_ready(
         log.info("server reached: consumer %s starts", consumer)
         return True
     return False
+
+
+async def until_reading(consumer: Engine | None) -> None:
+    """Until ``consumer`` reads, stops, or :data:`READY_WAIT` passed: a block run beside it
+    (``running()``) then finds it ready (``health()``) from its first line."""
+    if consumer is None:
+        return
+    with anyio.move_on_after(READY_WAIT):
+        async with anyio.create_task_group() as tg:
+            for event in (consumer.began_reading, consumer.stop_requested):
+                tg.start_soon(_first_of, event, tg.cancel_scope)
+
+
+async def _first_of(event: anyio.Event, waits: anyio.CancelScope) -> None:
+    await event.wait()
+    waits.cancel()

@@ -16,7 +16,7 @@ from ._facade_publish import PublishFacade
 from ._facade_registration import RegistrationFacade
 from ._facade_topic import TopicFacade
 from ._health import health_report
-from ._opening import State, open_until_ready, try_open
+from ._opening import State, open_until_ready, try_open, until_reading
 from ._payload_routes import WrittenVersions, bind
 from ._preparing import Preparation, prepare
 from ._queue_args import check_identity, check_ordered, check_priorities, default_consumer_name
@@ -340,19 +340,19 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
     async def running(self) -> AsyncIterator[MessageQueue]:
         """Run the consumer in the background of the enclosed block (e.g. an app lifespan).
 
-        Returns at once once the consumer is started (or, with the server unreachable,
-        retrying in the background); configuration errors raise here. Leaving the block
+        Returns once the consumer reads (with the server unreachable: at once, retrying in
+        the background); configuration errors raise here. Leaving the block
         stops the consumer, whatever state it reached, and closes the queue if this call
         opened it. An error raised by the block comes out as itself (not in an
         ``ExceptionGroup``).
         """
         self._check_runnable()
         was_open = self._state is State.OPEN
-        if not was_open:
-            await try_open(self.open)  # configuration errors raise here, not in a task group
+        reachable = was_open or await try_open(self.open)  # configuration errors raise here
         try:
             async with task_group_around_block() as tg:
                 await tg.start(functools.partial(self.run, handle_signals=False))
+                await until_reading(self._consumer if reachable else None)  # ready at once
                 try:
                     yield self
                 finally:

@@ -108,3 +108,13 @@ async def test_an_unrecoverable_read_error_stops_with_reason_error_and_run_raise
 def handled_count(handled: list[Any], n: int) -> Callable[[], bool]:
     """Whether ``handled`` holds ``n`` entries (a closure per run, not a late-bound one)."""
     return lambda: len(handled) == n
+
+
+async def test_a_queue_is_ready_from_the_first_line_of_its_running_block(mode: Mode) -> None:
+    """``async with mq.running():`` returns once the consumer reads: ``health()`` says
+    ready at once (a readiness probe, a test's first check), not tens of ms later."""
+    mq = mode.queue()
+    journal(mq)
+    async with mq, mq.running():
+        health = await mq.health()
+    assert (health["ready"], health["consuming"]) == (True, True), health
