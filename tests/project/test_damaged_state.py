@@ -482,6 +482,49 @@ async def test_topic_info_sets_a_key_of_another_type_aside_and_names_it(
         delete_stream_keys(redis_url, stream)
 
 
+# the stream's gauges that read one of streamq's keys (the rest read the stream itself)
+WRONG_TYPE_GAUGES = {
+    "dead_letters": "streamq_dead_letters",
+    "scheduled": "streamq_scheduled_messages",
+}
+
+
+@pytest.mark.parametrize("record", sorted(WRONG_TYPE_GAUGES))
+def test_the_metrics_leave_out_only_the_gauge_of_a_key_of_another_type(
+    redis_url: str, stream: str, record: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scrape beside one of a stream's keys holding a string: that key's gauge is left
+    out (logged once, named, counted as a damaged record); every other gauge of the stream
+    is there, as are the other streams'."""
+    pytest.importorskip("prometheus_client", reason="the metrics need the [metrics] extra")
+    from streamq.metrics import QueueCollector
+
+    key = getattr(Keys(stream), record)
+    with sync_client(redis_url, stream) as client:
+        client.xadd(stream, {"type": "job", "data": "1"})
+        client.xgroup_create(stream, "g", id="0")
+        client.set(key, "oops")
+    collector = QueueCollector(MessageQueue(redis_url, stream=stream, group="g"))
+    caplog.set_level(logging.ERROR)
+    try:
+        for _ in range(2):
+            gauges = {
+                f.name: {s.labels.get("group", ""): s.value for s in f.samples
+                         if s.labels.get("stream") == stream}
+                for f in collector.collect()
+            }  # fmt: skip
+        assert gauges["streamq_stream_length"] == {"": 1}
+        assert gauges["streamq_group_lag"] == {"g": 1}
+        assert gauges["streamq_group_pending"] == {"g": 0}
+        assert gauges[WRONG_TYPE_GAUGES[record]] == {}
+        assert all(gauges[name] == {"": 0} for name in WRONG_TYPE_GAUGES.values()
+                   if name != WRONG_TYPE_GAUGES[record])  # fmt: skip
+        assert _logged(caplog, key)  # once, not at every scrape
+    finally:
+        collector.close()
+        delete_stream_keys(redis_url, stream)
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("partitions", [1, PARTITIONS])
 async def test_a_queue_refuses_to_open_beside_a_partitions_record_of_another_type(
