@@ -14,12 +14,11 @@ import anyio
 from .errors import ServerUnavailableError
 
 if TYPE_CHECKING:
-    from .consume.lifecycle import Engine
+    from anyio.abc import TaskStatus
 
 log = logging.getLogger("streamq.queue")
 
 OPEN_RETRY_BACKOFF = 0.5
-READY_WAIT = 5.0  # seconds running() waits for a consumer of a reachable server to read
 MAX_OPEN_RETRY_BACKOFF = 10.0
 
 
@@ -63,17 +62,14 @@ async def open_until_ready(
     return False
 
 
-async def until_reading(consumer: Engine | None) -> None:
-    """Until ``consumer`` reads, stops, or :data:`READY_WAIT` passed: a block run beside it
-    (``running()``) then finds it ready (``health()``) from its first line."""
-    if consumer is None:
-        return
-    with anyio.move_on_after(READY_WAIT):
-        async with anyio.create_task_group() as tg:
-            for event in (consumer.began_reading, consumer.stop_requested):
-                tg.start_soon(_first_of, event, tg.cancel_scope)
+class ReportedOnce:
+    """``run()``'s task status, reported by the first of those who may: the engine as it
+    begins to read, or ``run()`` itself (the server unreachable, or stopped before reading)."""
 
+    def __init__(self, status: TaskStatus[None]) -> None:
+        self._status, self._reported = status, False
 
-async def _first_of(event: anyio.Event, waits: anyio.CancelScope) -> None:
-    await event.wait()
-    waits.cancel()
+    def started(self, value: None = None) -> None:
+        if not self._reported:
+            self._reported = True
+            self._status.started(value)

@@ -16,7 +16,7 @@ from ._facade_publish import PublishFacade
 from ._facade_registration import RegistrationFacade
 from ._facade_topic import TopicFacade
 from ._health import health_report
-from ._opening import State, open_until_ready, try_open, until_reading
+from ._opening import ReportedOnce, State, open_until_ready, try_open
 from ._payload_routes import WrittenVersions, bind
 from ._preparing import Preparation, prepare
 from ._queue_args import check_identity, check_ordered, check_priorities, default_consumer_name
@@ -300,8 +300,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         ``run()`` is the process's main job: in the main thread and not inside a pytest test.
 
         Raises the underlying error if the consumer stopped on an unrecoverable one.
-        With ``tg.start(mq.run)``, readiness is reported once the consumer is built and,
-        when ``run()`` owns the signals, a SIGTERM is a graceful stop.
+        With ``tg.start(mq.run)``, ``start`` returns once the consumer reads (at once when
+        the server cannot be reached: it keeps trying in the background), and, when
+        ``run()`` owns the signals, a SIGTERM is then a graceful stop.
         """
         self._check_runnable()
         periodic_levels(self.periodics, self.priorities)  # before anything runs
@@ -313,22 +314,27 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             self.done = anyio.Event()
         self.stop_reason, self.auto_stopped = None, False
         self._consumer = consumer = self._build_consumer()
+        ready = ReportedOnce(task_status)
         try:
             async with anyio.create_task_group() as tg:
                 if owns_signals(handle_signals):  # ready means a signal is a graceful stop
                     await tg.start(watch_stop_signals, consumer)
-                task_status.started()
-                opened = opened or await open_until_ready(
-                    self._prepare, consumer.stop_requested, self.consumer
-                )
+                if not opened:  # started now, retrying in the background (not ready)
+                    ready.started()
+                    opened = await open_until_ready(
+                        self._prepare, consumer.stop_requested, self.consumer
+                    )
                 if opened and self.periodics:  # one message per tick across processes
                     tg.start_soon(self.run_periodics)
                 if opened:  # every record of the consumer's tasks says which consumer it is
                     tg.start_soon(self._name.keep, consumer)
                     ids = (self.stream, self.group or NO_GROUP, self.consumer)
-                    await run_as_consumer(consumer.run, *ids)
+                    # started once the consumer reads (each engine says so as it begins)
+                    await run_as_consumer(functools.partial(consumer.run, task_status=ready),
+                                          *ids)  # fmt: skip
                 tg.cancel_scope.cancel()
         finally:
+            ready.started()  # stopped before it read: tg.start returns, as run() did
             self.stop_reason = consumer.stop_reason or "stopped"
             self.auto_stopped = consumer.auto_stopped
             self._state = State.OPEN if opened else State.NEW
@@ -348,11 +354,12 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         """
         self._check_runnable()
         was_open = self._state is State.OPEN
-        reachable = was_open or await try_open(self.open)  # configuration errors raise here
+        if not was_open:
+            await try_open(self.open)  # configuration errors raise here
         try:
             async with task_group_around_block() as tg:
+                # once the consumer reads (with the server unreachable: at once)
                 await tg.start(functools.partial(self.run, handle_signals=False))
-                await until_reading(self._consumer if reachable else None)  # ready at once
                 try:
                     yield self
                 finally:

@@ -30,18 +30,7 @@ class Lifecycle:
         self.stop_reason: str | None = None
         self.auto_stopped = False
         self.error: BaseException | None = None
-        self.began_reading = anyio.Event()  # set once ``reading`` is first True
-        self._reading = False
-
-    @property
-    def reading(self) -> bool:
-        return self._reading
-
-    @reading.setter
-    def reading(self, value: bool) -> None:
-        self._reading = value
-        if value:
-            self.began_reading.set()
+        self.reading = False
 
     def stopping(self) -> bool:
         return self.stop_reason is not None
@@ -84,7 +73,6 @@ class Engine(Protocol):
     auto_stopped: bool
     error: BaseException | None
     reading: bool
-    began_reading: anyio.Event
 
     def request_stop(self, reason: str = "stopped", *, auto: bool = False) -> None: ...
 

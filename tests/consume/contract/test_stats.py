@@ -7,6 +7,7 @@ row "An unrecoverable Redis error in the read loop"; services.md "Running": fan-
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -117,4 +118,15 @@ async def test_a_queue_is_ready_from_the_first_line_of_its_running_block(mode: M
     journal(mq)
     async with mq, mq.running():
         health = await mq.health()
+    assert (health["ready"], health["consuming"]) == (True, True), health
+
+
+async def test_a_queue_started_in_a_task_group_is_ready_once_start_returns(mode: Mode) -> None:
+    """``await tg.start(mq.run)`` returns once the consumer reads, as ``running()`` does."""
+    mq = mode.queue()
+    journal(mq)
+    async with mq, anyio.create_task_group() as tg:
+        await tg.start(functools.partial(mq.run, handle_signals=False))
+        health = await mq.health()
+        await mq.stop()
     assert (health["ready"], health["consuming"]) == (True, True), health
