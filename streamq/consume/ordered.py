@@ -40,7 +40,7 @@ from .budget import Budget, Slots
 from .context import Place
 from .dispatch import Dispatcher
 from .failed_transactions import FailedTransactions
-from .failures import describe
+from .failures import cancelled_by_streamq, describe
 from .flow_stage import THROTTLES_LOOKED_UP_EVERY, WAITING_REASONS
 from .forwarding import Forwarder
 from .gone import confirmed_any_gone
@@ -203,6 +203,12 @@ class OrderedConsumer(Lifecycle):
         except Exception as e:
             worker.lost = True
             self._worker_failed(worker, _leaves(e))
+        except BaseException as e:  # KeyboardInterrupt from a handler: as a shared worker's
+            cancelled = anyio.get_cancelled_exc_class()
+            if not (isinstance(e, cancelled) and cancelled_by_streamq()):
+                leaves = [leaf for leaf in _leaves(e) if not isinstance(leaf, cancelled)]
+                self.died(f"partition {worker.stream}", leaves[0] if leaves else e)
+            raise
         finally:
             if self.workers.get(worker.index) is worker:
                 del self.workers[worker.index]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import anyio
@@ -382,3 +383,51 @@ async def test_a_real_terminate_still_stops_consumers(make_queue: QueueFactory) 
         with anyio.fail_after(5):
             await mq.done.wait()
     assert (mq.stop_reason, mq.auto_stopped) == ("topic_terminated", True)
+
+
+INTERRUPTED = """
+import sys, anyio
+from streamq import Message, MessageQueue, StartFrom
+url, stream, ordered = sys.argv[1], sys.argv[2], sys.argv[3] == "ordered"
+mq = MessageQueue(url, stream=stream, group="g", consumer="c1", ordered=ordered,
+                  start=StartFrom.EARLIEST, claim_idle=1.0, ownership_lease=1.0)
+
+@mq.handler("job")
+async def job(msg: Message[int]) -> None:
+    if msg.data == 0:
+        raise KeyboardInterrupt
+
+async def main() -> None:
+    async with mq:
+        await mq.publish_many("job", [0, 1, 2], key="k")
+        await mq.run(handle_signals=False)
+
+try:
+    anyio.run(main)
+except KeyboardInterrupt:
+    print("interrupted", mq.stop_reason, flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["shared", "ordered"])
+async def test_a_handler_raising_keyboard_interrupt_interrupts_the_program_alike_in_every_mode(
+    redis_url: str, stream: str, mode: str
+) -> None:
+    """``KeyboardInterrupt`` is not a handler failure: it interrupts the program as Ctrl-C
+    would (asyncio leaves its event loop with it at once), the consumer stopped with reason
+    ``error`` in every mode; its entry stays pending and the next consumer handles it."""
+    run = await anyio.run_process(
+        [sys.executable, "-c", INTERRUPTED, redis_url, stream, mode], check=False
+    )
+    assert run.stdout.decode().split() == ["interrupted", "error"], run.stderr.decode()[-2000:]
+    handled: list[int] = []
+    mq = MessageQueue(redis_url, stream=stream, group="g", consumer="c2", ordered=mode == "ordered",
+                      claim_idle=1.0, ownership_lease=1.0)  # fmt: skip
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        handled.append(msg.data)
+
+    async with mq, mq.running():
+        await wait_for(lambda: sorted(handled) == [0, 1, 2], timeout=20)
+    assert handled[0] == 0 or mode == "shared"  # its key's order is kept in ordered mode
