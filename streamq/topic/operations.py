@@ -123,7 +123,9 @@ class TopicAdmin:
 
     async def terminate_topic(self, *, keep_dead_letters: bool = False) -> None:
         """Delete the stream (every partition), all its groups and streamq's keys (dead
-        letters too unless ``keep_dead_letters``); every running consumer stops at once."""
+        letters too unless ``keep_dead_letters``); every running consumer stops at once.
+        A topic of many streams keeps the record of its shape with its letters: they are
+        kept per stream, and a queue opened on the name later finds them through it."""
         groups = await self._group_names()
         plain = len(self._topic.streams) == 1  # its one stream holds the topic's own keys
         topic_keys = ownership.membership_keys(self._topic.stream, groups)
@@ -139,8 +141,9 @@ class TopicAdmin:
             )  # fmt: skip
         if not plain:
             await self._riding(
-                forget_partitions, self._topic.client, self._topic.stream, topic_keys
-            )
+                forget_partitions, self._topic.client, self._topic.stream, topic_keys,
+                keep_record=keep_dead_letters,
+            )  # fmt: skip
 
     async def _group_names(self) -> set[str]:
         """The groups of every partition, and this queue's own (its keys go with the

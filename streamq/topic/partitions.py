@@ -120,10 +120,15 @@ async def _check_partition_count(
         await client.hsetnx(key, "names", _names(topic, partitions))
 
 
-async def forget_partitions(client: aioredis.Redis, topic: str, also: Sequence[str] = ()) -> None:
+async def forget_partitions(
+    client: aioredis.Redis, topic: str, also: Sequence[str] = (), *, keep_record: bool = False
+) -> None:
     """Delete the record of a terminated partitioned topic, with ``also`` (keys of the
-    topic's own slot) at once (``client``: the topic's slot)."""
-    await client.delete(Keys(topic).partitions, *also)
+    topic's own slot) at once (``client``: the topic's slot); ``keep_record``: only
+    ``also`` (the topic's dead letters were kept, and are found through the record)."""
+    doomed = [*also] if keep_record else [Keys(topic).partitions, *also]
+    if doomed:
+        await client.delete(*doomed)
 
 
 async def recorded_partitions(client: aioredis.Redis, topic: str) -> int:

@@ -6,8 +6,17 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import ConfigError, Message, MessageNotFoundError, MessageQueue, StartFrom
+from streamq import (
+    ConfigError,
+    Message,
+    MessageNotFoundError,
+    MessageQueue,
+    Reject,
+    RetryPolicy,
+    StartFrom,
+)
 from streamq.wire.keys import Keys
+from tests.helpers.cli import streamq
 from tests.helpers.clients import pending_count
 from tests.helpers.queues import QueueFactory
 from tests.helpers.waiting import run_until, wait_for
@@ -162,6 +171,33 @@ async def test_terminate_can_keep_dead_letters(
         await mq.terminate_topic(keep_dead_letters=True)
         assert await client.xlen(Keys(mq.stream).dead_letters) == 1
         assert not await client.exists(mq.stream)
+
+
+async def test_a_partitioned_topic_terminated_keeping_its_dead_letters_still_lists_them(
+    make_queue: QueueFactory, redis_url: str
+) -> None:
+    """The letters of every partition are kept, and ``streamq dlq list`` (which opens the
+    topic knowing only its name) lists them: the topic's shape stays recorded while its
+    letters are. A later terminate deletes both."""
+    mq = make_queue(partitions=4, retry=RetryPolicy(attempts=1, max_deliveries=1))
+    mq.handler("job")(reject_all)
+    async with mq:
+        await mq.publish_many("job", list(range(8)), key=str)
+        await run_until(mq, lambda: mq.stats().get("dead_lettered") == 8)
+        await mq.terminate_topic(keep_dead_letters=True)
+    listed = await anyio.to_thread.run_sync(
+        lambda: streamq("dlq", "list", mq.stream, url=redis_url)
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("rejected: refused") == 8, listed.stdout
+    async with mq:
+        await mq.terminate_topic()
+    gone = await anyio.to_thread.run_sync(lambda: streamq("dlq", "list", mq.stream, url=redis_url))
+    assert gone.returncode == 1 and "does not exist" in gone.stderr, gone.stdout
+
+
+async def reject_all(msg: Message[int]) -> None:
+    raise Reject("refused")
 
 
 async def test_start_positions_and_seek(make_queue: QueueFactory, client: aioredis.Redis) -> None:
