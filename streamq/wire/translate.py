@@ -8,6 +8,7 @@ loop above the wire sees a ``redis.exceptions`` class.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -48,6 +49,12 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 _TRANSIENT_REPLIES = (
     "LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED ", "ASK ", "CLUSTERDOWN",
 )  # fmt: skip
+
+# A sentinel as redis-py's "No master found" names it: the repr of its client, pool and
+# connection (two kilobytes), then " - " and the error it raised.
+_SENTINEL_CLIENT = re.compile(
+    r"<redis\.(?:asyncio\.)?client\.Redis\(.*?\bhost=([^,]+),port=(\d+),.*?\)>\)>\)> - "
+)
 
 # Commands whose third argument is a consumer group: ``XACK stream group ...``.
 _GROUP_THIRD = frozenset({"XACK", "XACKDEL", "XCLAIM", "XAUTOCLAIM", "XPENDING", "XREADGROUP"})
@@ -110,8 +117,18 @@ def translate(error: BaseException, stream: str, group: str | None = None) -> Re
             return ServerUnavailableError(
                 f"no free connection in the client's pool after {POOL_WAIT:g}s ({text})"
             )
-        return ServerUnavailableError(f"cannot reach the server: {text}")
+        return ServerUnavailableError(f"cannot reach the server: {_sentinels_named(text)}")
     return RedisFailure(text)
+
+
+def _sentinels_named(text: str) -> str:
+    """``text`` with each sentinel named by its address, when it is redis-py's "No master
+    found" (which names them by the repr of their clients)."""
+    if not text.startswith("No master found for "):
+        return text
+    text = _SENTINEL_CLIENT.sub(lambda found: f"sentinel {found[1]}:{found[2]}: ", text)
+    service = text.removeprefix("No master found for ").replace(" : ", ": ", 1)
+    return f"no master found for {service}"
 
 
 def group_of(args: Sequence[Any]) -> str | None:

@@ -8,6 +8,7 @@ import redis
 
 from streamq import ConfigError
 from streamq.wire.sentinel import SentinelUrl, async_client, is_sentinel_url, sync_client
+from streamq.wire.translate import translate
 
 
 def test_a_url_with_every_part_parses() -> None:
@@ -105,3 +106,27 @@ def test_a_client_of_a_bad_url_is_a_config_error() -> None:
         async_client("redis+sentinel://h:1")
     with pytest.raises(ConfigError, match="the scheme must be"):
         sync_client("redis://h:1/0")
+
+
+@pytest.mark.anyio
+async def test_no_sentinel_answering_is_one_short_line_naming_each() -> None:
+    """With no sentinel reachable the error (what a publish raises once it stops waiting
+    for a master, after 30 s) names each sentinel by its address, not by redis-py's repr
+    of its client and pool (two kilobytes on one line)."""
+    url = "redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster"
+    for client in (async_client(url), sync_client(url)):
+        try:
+            with pytest.raises(redis.ConnectionError) as failed:
+                if isinstance(client, redis.Redis):
+                    client.ping()
+                else:
+                    await client.ping()
+        finally:
+            if isinstance(client, redis.Redis):
+                client.close()
+            else:
+                await client.aclose()
+        message = str(translate(failed.value, "s"))
+        assert message.startswith("cannot reach the server: no master found for 'mymaster'")
+        assert "sentinel 127.0.0.1:1: " in message and "sentinel 127.0.0.1:2: " in message
+        assert len(message) < 300 and "ConnectionPool" not in message, message
