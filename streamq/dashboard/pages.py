@@ -29,7 +29,7 @@ from .payloads import shown_payload
 from .render import page
 from .samples import SampleStore, chart_series
 from .security import safe_next
-from .topics import list_topics
+from .topics import MAX_FILTER, list_topics
 from .view import TopicView, open_view
 
 
@@ -65,8 +65,10 @@ async def existing_topic(request: Request) -> tuple[TopicView, TopicInfo]:
 
 @reading
 async def topics(request: Request) -> Response:
-    listing = await list_topics(deployment_of(request))
-    return page(request, "topics.html", {"listing": listing})
+    """Every topic, or those whose name holds the query's ``q`` (in any case)."""
+    match = (request.query_params.get("q") or "").strip()[:MAX_FILTER]
+    listing = await list_topics(deployment_of(request), match=match)
+    return page(request, "topics.html", {"listing": listing, "q": match})
 
 
 @reading

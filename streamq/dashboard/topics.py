@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 OWN_KEYS = b"streamq:{"
 MAX_TOPICS = 500
+MAX_FILTER = 200  # characters of a name filter that are looked at
 SCAN_BATCH = 1000
 PARTITION_NAME = re.compile(r"(?P<topic>.+):p(?P<index>[0-9]+)\.[0-9]+", re.DOTALL)
 LEVEL_NAME = re.compile(r"(?P<stream>.+):q[0-9]", re.DOTALL)
@@ -53,7 +54,7 @@ class ListedTopic:
 @dataclass(frozen=True, slots=True)
 class TopicList:
     topics: list[ListedTopic]
-    truncated: bool  # more than MAX_TOPICS streams with groups exist
+    truncated: bool  # more topics exist than were listed (the first ones by name are)
     # streams whose names are not UTF-8 (not addressable from a page) or hold braces (a
     # cluster hash tag: streamq refuses such a topic name, its keys would be on other slots)
     skipped: int
@@ -63,24 +64,19 @@ class TopicList:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
 
 
-async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicList:
-    """Every topic with a consumer group (up to ``limit``), sorted by name; on a cluster
-    the streams of every master."""
+async def list_topics(
+    deployment: Deployment, limit: int = MAX_TOPICS, match: str = ""
+) -> TopicList:
+    """Every topic with a consumer group whose name holds ``match`` (in any case; ""
+    matches every one), sorted by name; on a cluster the streams of every master. Past
+    ``limit`` topics, the first ``limit`` by name (``truncated``: a filter reaches the
+    others)."""
+    names, skipped = await _candidate_names(deployment, match.casefold())
     finder = _TopicFinder(deployment)
     topics: list[ListedTopic] = []
     unreadable: list[tuple[str, str]] = []
-    skipped, hidden, truncated = 0, 0, False
-    async for raw in _every_stream(deployment):
-        if raw.startswith(OWN_KEYS):
-            continue
-        try:
-            name = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            skipped += 1
-            continue
-        if "{" in name or "}" in name:  # no streamq topic: its keys would hash elsewhere
-            skipped += 1
-            continue
+    hidden, truncated = 0, False
+    for name in names:
         try:
             view = await finder.topic_of(name)
             if view is None:  # a partition of a topic met already
@@ -104,6 +100,38 @@ async def list_topics(deployment: Deployment, limit: int = MAX_TOPICS) -> TopicL
         topics.append(ListedTopic(info, shape.partitions, view.nodes(), shape.priorities))
     topics.sort(key=lambda t: t.info.stream)
     return TopicList(topics, truncated, skipped, hidden, sorted(unreadable))
+
+
+async def _candidate_names(deployment: Deployment, match: str) -> tuple[list[str], int]:
+    """The names of the streams that may be (a stream of) a topic whose name holds
+    ``match`` (casefolded), in the order of the topic names they suggest; and how many
+    streams were skipped (names not UTF-8, or holding braces)."""
+    names: list[str] = []
+    skipped = 0
+    async for raw in _every_stream(deployment):
+        if raw.startswith(OWN_KEYS):
+            continue
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            skipped += 1
+            continue
+        if "{" in name or "}" in name:  # no streamq topic: its keys would hash elsewhere
+            skipped += 1
+            continue
+        if match in name.casefold():
+            names.append(name)
+    names.sort(key=lambda name: (_topic_named_by(name), name))
+    return names, skipped
+
+
+def _topic_named_by(name: str) -> str:
+    """The topic a stream's name suggests it belongs to (a partition's or a priority
+    level's topic, else itself): the order the listing meets the names in."""
+    level = LEVEL_NAME.fullmatch(name)
+    stream = level["stream"] if level else name
+    partition = PARTITION_NAME.fullmatch(stream)
+    return partition["topic"] if partition else stream
 
 
 class _TopicFinder:

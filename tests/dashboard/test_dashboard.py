@@ -15,17 +15,22 @@ import sys
 import time
 import uuid
 
+import anyio
 import httpx
 import pytest
 import redis
 
 pytest.importorskip("jinja2", reason="the dashboard tests need the [dashboard] extra")
 
+from streamq import Publisher
 from streamq.dashboard import create_app
 from streamq.dashboard.limits import ReadSlots
+from streamq.dashboard.topics import TopicList, list_topics
 from streamq.publish.scheduling import encode_payload
 from streamq.testing import delete_stream_keys
 from streamq.topic.halted import record_field
+from streamq.topic.partitions import partition_streams
+from streamq.wire.client import connect
 from streamq.wire.keys import Keys
 from streamq.wire.permissions import acl_rules
 from tests.helpers.clients import sync_client
@@ -72,6 +77,51 @@ def test_topics_page_lists_streams_with_groups_and_their_figures(
     finally:
         lonely_client.delete(lonely)
         lonely_client.close()
+
+
+def test_the_topics_page_filters_by_name_and_lists_the_first_topics_by_name(
+    web: Web, redis_url: str, stream: str
+) -> None:
+    """``/?q=`` lists the topics whose name holds it, in any case; past the page's limit
+    the topics listed are the first by name (a partitioned topic among them), and the page
+    says a filter finds the others."""
+    names = [f"{stream}-{suffix}" for suffix in ("c", "A", "b")]
+    partitioned = f"{stream}-0"
+    try:
+        with Publisher(redis_url, partitioned, partitions=3) as publisher:
+            publisher.publish_many("job", [1, 2, 3], key=str)
+        for partition in partition_streams(partitioned, 3):
+            with sync_client(redis_url, partition) as client:
+                client.xgroup_create(partition, "g", id="0", mkstream=True)
+        for name in names:
+            with sync_client(redis_url, name) as client:
+                client.xadd(name, {"type": "job", "data": "1"})
+                client.xgroup_create(name, "g", id="0")
+        page = web.get("/", params={"q": stream.upper()})
+        assert page.status_code == 200, visible_text(page.text)[:500]
+        listed = [row[0] for row in table(page.text, "topics")[1:]]
+        assert listed == sorted([partitioned, *names]), listed
+        assert 'id="truncated"' not in page.text
+        first = anyio.run(first_topics, redis_url, stream, 2)
+        assert ([t.info.stream for t in first.topics], first.truncated) == (
+            [partitioned, f"{stream}-A"],
+            True,
+        )
+        none = web.get("/", params={"q": f"{stream}-nothing"})
+        assert 'id="topics"' not in none.text and "No topic whose name holds" in none.text
+    finally:
+        for name in (*names, partitioned):
+            delete_stream_keys(redis_url, name)
+        for partition in partition_streams(partitioned, 3):
+            delete_stream_keys(redis_url, partition)
+
+
+async def first_topics(url: str, match: str, limit: int) -> TopicList:
+    deployment = connect(url)
+    try:
+        return await list_topics(deployment, limit=limit, match=match)
+    finally:
+        await deployment.aclose()
 
 
 def test_a_hash_tagged_stream_of_another_application_is_skipped_not_a_failed_page(
