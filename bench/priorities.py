@@ -8,6 +8,11 @@ runs them alone.
   publish to its handler's start. p50, p99 (nearest rank) and max, and how many low
   entries were still waiting when the last high one was handled (goal: p99 <= 50 ms, and
   the backlog not drained first).
+* ``priority_low_share``: every level of a topic with ``priorities=3`` holds a backlog
+  (20,000 entries each; 10,000 with ``--quick``) that one consumer drains (handlers await 10
+  ms, ``concurrency=32``); over 3 s (1.5 s) after a warm-up of 0.5 s, the share of the
+  handler starts that went to the low level, against the documented 1/7 (weights 4, 2, 1:
+  docs/guides/flow-control.md, "Priorities"), with the starts of each level.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from .workload import figures_cli, fresh_stream, queue
 
 HANDLER_SECONDS = 0.01
 RATE = 100  # high entries a second
+LEVELS = 3
+WEIGHTS = [2 ** (LEVELS - 1 - level) for level in range(LEVELS)]  # 4, 2, 1
+SHARE_HANDLER_SECONDS = 0.01
+WARM_UP = 0.5
 
 
 def _percentile(samples: list[float], p: float) -> float:
@@ -67,15 +76,53 @@ async def priority_latency(url: str, quick: bool) -> dict[str, Any]:
         await mq.terminate_topic()
     ms = [s * 1000 for s in latencies]
     return {
-        "figure": "priority_latency_ms", "backlog": backlog, "high": len(ms),
+        "bench": "priority_latency_ms", "backlog": backlog, "high": len(ms),
         "p50": round(_percentile(ms, 50), 1), "p99": round(_percentile(ms, 99), 1),
         "max": round(max(ms), 1), "low_waiting_at_end": waiting,
     }  # fmt: skip
 
 
+async def low_share(url: str, quick: bool) -> dict[str, Any]:
+    backlog, seconds = (10_000, 1.5) if quick else (20_000, 3.0)
+    stream = fresh_stream("priority-share")
+    mq: MessageQueue = queue(url, stream, priorities=LEVELS, concurrency=32)
+    started, counted = [0] * LEVELS, [0] * LEVELS
+    counting = False
+
+    @mq.handler("job")
+    async def job(msg: Message[int]) -> None:
+        assert msg.priority is not None
+        started[msg.priority] += 1
+        if counting:
+            counted[msg.priority] += 1
+        await anyio.sleep(SHARE_HANDLER_SECONDS)
+
+    async with mq:
+        for level in range(LEVELS):
+            for start in range(0, backlog, 10_000):
+                chunk = range(start, min(start + 10_000, backlog))
+                await mq.publish_many("job", chunk, priority=level)
+        async with mq.running():
+            await anyio.sleep(WARM_UP)
+            counting = True
+            await anyio.sleep(seconds)
+            counting = False
+            left = [backlog - n for n in started]
+        await mq.terminate_topic()
+    if min(left) <= 0:
+        raise RuntimeError(f"a level ran out of entries while counted ({left} left): not measured")
+    documented = WEIGHTS[-1] / sum(WEIGHTS)
+    share = counted[-1] / max(sum(counted), 1)
+    return {
+        "bench": "priority_low_share", "levels": LEVELS, "seconds": seconds,
+        "starts_per_level": counted, "left_per_level": left, "value": round(share, 3),
+        "documented": round(documented, 3), "ratio_to_documented": round(share / documented, 3),
+    }  # fmt: skip
+
+
 async def figures(url: str, quick: bool, rounds: int, emit: Callable[..., None]) -> None:
-    for _ in range(1 if quick else rounds):
-        emit(**await priority_latency(url, quick))
+    emit(**await priority_latency(url, quick))
+    emit(**await low_share(url, quick))
 
 
 if __name__ == "__main__":

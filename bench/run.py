@@ -23,7 +23,17 @@ import redis.asyncio as aioredis
 
 from streamq import Message, StartFrom
 
-from . import cleanup, consuming, flow, outputs, payloads, publishing, requests, scheduling
+from . import (
+    cleanup,
+    consuming,
+    flow,
+    outputs,
+    payloads,
+    priorities,
+    publishing,
+    requests,
+    scheduling,
+)
 from .workload import (
     Email,
     discard,
@@ -202,6 +212,7 @@ async def main(url: str, n: int, quick: bool, rounds: int) -> None:
     await scheduling.figures(url, quick, rounds, emit)
     await cleanup.figures(url, quick, rounds, emit)
     await flow.figures(url, quick, rounds, emit)
+    await priorities.figures(url, quick, rounds, emit)
     await payloads.figures(url, quick, rounds, emit)
     await requests.figures(url, quick, rounds, emit)
     await outputs.figures(url, quick, rounds, emit)
