@@ -20,6 +20,7 @@ from ..topic.cleanup import Cleaner, CleanupReport
 from ..topic.partitions import PartitionedId
 from ..wire.damage import noting
 from ..wire.keys import Keys
+from ..wire.records import as_text
 from ..wire.replies import Pending, pending_rows
 from ..wire.urls import redact
 from .arguments import keyring_of
@@ -59,7 +60,7 @@ async def _require_stream(mq: MessageQueue) -> None:
         if not (await mq.topic_info()).exists:
             raise StreamNotFoundError(f"topic {mq.stream!r} does not exist")
         return
-    if not await mq.client.exists(mq.stream):
+    if await _stream_type(mq, mq.stream) is None:
         raise StreamNotFoundError(f"stream {mq.stream!r} does not exist")
 
 
@@ -67,10 +68,23 @@ async def _require_stream_or_dead_letters(mq: MessageQueue) -> None:
     """Some stream of the topic (one per partition and level) or its dead letters: the
     streams may be gone while their dead letters were kept (terminate --keep-...)."""
     for stream in mq.streams:
-        if await mq.client_for(stream).exists(stream, Keys(stream).dead_letters):
+        if await _stream_type(mq, stream):
+            return
+        if await mq.client_for(stream).exists(Keys(stream).dead_letters):
             return
     what = "topic" if len(mq.streams) > 1 else "stream"
     raise StreamNotFoundError(f"{what} {mq.stream!r} does not exist")
+
+
+async def _stream_type(mq: MessageQueue, key: str) -> str | None:
+    """``"stream"`` if ``key`` is one, None if it does not exist; CliError naming the type
+    a key of another type holds (a name taken by something else than a stream)."""
+    found = as_text(await mq.client_for(key).type(key))
+    if found == "none":
+        return None
+    if found != "stream":
+        raise CliError(f"{key!r} is not a stream: it holds a {found}")
+    return found
 
 
 # -- commands (each returns what to print) -------------------------------------------

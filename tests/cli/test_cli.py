@@ -128,6 +128,22 @@ def test_errors_are_one_line_and_exit_non_zero(
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("command", [("dlq", "list"), ("dlq", "replay"), ("pending",)])
+def test_a_name_holding_another_type_than_a_stream_is_said_so(
+    redis_url: str, stream: str, command: tuple[str, ...]
+) -> None:
+    """A name another application uses for a string: not "no dead letters", exit 0."""
+    client = sync_client(redis_url, stream)
+    client.set(stream, "theirs")
+    try:
+        args = (*command, stream, *(["g"] if command == ("pending",) else []))
+        result = streamq(*args, url=redis_url)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"{stream!r} is not a stream: it holds a string" in result.stderr, result.stderr
+    finally:
+        client.delete(stream)
+
+
 def test_unreachable_server_and_missing_url() -> None:
     down = streamq("info", "s", url="redis://127.0.0.1:1/0")
     assert down.returncode == 3 and "cannot reach the server" in down.stderr
