@@ -97,7 +97,7 @@ async def cmd_publish(args: argparse.Namespace) -> str:
     async with _closing(_queue(args)) as mq:
         return await mq.publish(
             args.type, data, meta=meta or None, key=args.key, delay=args.delay,
-            schedule_id=args.schedule_id,
+            schedule_id=args.schedule_id, priority=args.priority,
         )  # fmt: skip
 
 

@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="partition key (a partitioned topic: same key, same partition)")
     p.add_argument("--delay", type=float, help="deliver after this many seconds (scheduled)")
     p.add_argument("--schedule-id", help="name the scheduled message (again: replaces it)")
+    p.add_argument("--priority", type=int, help="a topic with priorities: its level (0 first)")
     p = command(
         "scheduled", cmd_scheduled,
         "scheduled messages: scheduled list|cancel STREAM [ID]; periodic publishers: "

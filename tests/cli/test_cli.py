@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from streamq._ids import StreamId
+from streamq.testing import delete_stream_keys
 from tests.helpers.cli import HOME_ENV, streamq, terminal_unsafe
 from tests.helpers.clients import sync_client
 
@@ -69,6 +70,26 @@ def test_dlq_list_shows_a_letters_key(redis_url: str, stream: str) -> None:
     keyed, keyless = streamq("dlq", "list", stream, url=redis_url).stdout.splitlines()[::2]
     assert "  key cust-7  " in keyed, keyed
     assert " key " not in keyless, "a letter without a key shows none"
+
+
+def test_publish_at_a_priority_level(redis_url: str, stream: str) -> None:
+    """``--priority`` publishes to that level of a topic with priorities (its ID names the
+    level's stream); a level the topic does not have is a usage error."""
+    from streamq import Publisher
+    from streamq.topic.partitions import partition_streams
+
+    with Publisher(redis_url, stream, priorities=3) as publisher:
+        publisher.publish("job", 0)  # the topic and its record of 3 levels
+    try:
+        urgent = streamq("publish", stream, "job", "1", "--priority", "0", url=redis_url)
+        assert urgent.returncode == 0, urgent.stderr
+        assert urgent.stdout.strip().startswith("0:")  # level 0 of the one partition
+        assert sync_client(redis_url, f"{stream}:q0").xlen(f"{stream}:q0") == 1
+        beyond = streamq("publish", stream, "job", "1", "--priority", "3", url=redis_url)
+        assert beyond.returncode == 2 and "priority" in beyond.stderr, beyond.stderr
+    finally:
+        for name in (stream, f"{stream}:q0", f"{stream}:q2", *partition_streams(stream, 1)):
+            delete_stream_keys(redis_url, name)
 
 
 def test_stop_resume_dlq_cleanup_terminate(redis_url: str, stream: str) -> None:
