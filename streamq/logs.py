@@ -169,7 +169,7 @@ def configure_logging(
     level: str | int = "INFO", fmt: str = "text", stream: TextIO | None = None
 ) -> None:
     """Set up the root logger of a process streamq owns (``streamq run``): one handler
-    on stderr, text or JSON, replacing any there was."""
+    on stderr, text or JSON, replacing any there was; Python's warnings go through it."""
     if fmt not in LOG_FORMATS:
         raise ConfigError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -179,4 +179,5 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    logging.captureWarnings(True)  # a library's warning: a record of the format too
     install_record_factory()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 from dataclasses import replace
 
 import anyio
@@ -144,6 +145,27 @@ def test_json_lines_carry_the_fields_extras_and_traceback() -> None:
     assert "Traceback" in first["exc_info"] and "RuntimeError: boom" in first["exc_info"]
     assert second["stream"] == "orders" and second["entry_id"] == "1-0"
     assert "streamq_stream" not in second
+
+
+def test_python_warnings_are_log_records_of_the_chosen_format() -> None:
+    """In a process streamq configures (``streamq run --log-format json``), a warning a
+    library emits is a JSON line too, not a plain line on stderr among them."""
+    out = io.StringIO()
+    # an earlier test's configure_logging left logging's capture on, but pytest put its own
+    # showwarning back after that test: start from no capture, as a process does
+    logging.captureWarnings(False)
+    configure_logging("INFO", "json", stream=out)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("an old API", DeprecationWarning, stacklevel=1)
+    finally:
+        logging.getLogger().handlers.clear()
+        logging.captureWarnings(False)
+    (line,) = out.getvalue().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "WARNING" and record["logger"] == "py.warnings", record
+    assert "DeprecationWarning: an old API" in record["message"], record
 
 
 def test_text_lines_end_with_the_fields() -> None:
