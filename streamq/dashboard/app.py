@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -163,6 +163,10 @@ async def failure(request: Request, error: Exception) -> Response:
 
 
 def error_page(request: Request, status: int, message: str) -> Response:
+    """The error as a page; to a script (``Authorization: Bearer``), as plain text, as its
+    actions' outcomes are."""
+    if request.headers.get("authorization", "").lower().startswith("bearer "):
+        return PlainTextResponse(f"{message}\n", status_code=status)
     return page(request, "error.html", {"status": status, "message": message}, status)
 
 

@@ -268,6 +268,14 @@ def test_a_script_acts_with_a_bearer_token_and_gets_plain_text(
     assert missing.status_code == 404 and "is not stopped" in missing.text
     typo = web.post("/topic/terminate", data={"stream": stream, "confirm": "?"}, headers=auth)
     assert typo.status_code == 400 and "not terminated" in typo.text
+    # a form the script got wrong: the reason in plain text too, not the error page's HTML
+    release = web.post("/topic/halted/release", data={"stream": stream}, headers=auth)
+    assert release.status_code == 400 and release.headers["content-type"].startswith(
+        "text/plain"
+    ), release.headers
+    assert release.text.strip() == "the form has no 'group'", release.text
+    gone = web.post("/topic/stop", data={"stream": f"{stream}-none", "id": "1-0"}, headers=auth)
+    assert gone.headers["content-type"].startswith("text/plain") and "<html" not in gone.text
 
 
 def test_a_name_with_control_characters_round_trips_through_the_forms(
