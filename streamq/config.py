@@ -284,9 +284,6 @@ class ConsumerConfig:
             )
 
 
-CONSUMER_SETTINGS = tuple(f.name for f in dataclasses.fields(ConsumerConfig))
-
-
 def consumer_config(
     base: ConsumerConfig | None,
     overrides: Mapping[str, Any],

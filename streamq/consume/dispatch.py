@@ -195,10 +195,6 @@ class Dispatcher:
             await self.handle_batch(route, [entry])
 
     # -- single entries -------------------------------------------------------------
-    async def handle_single(self, route: Route, entry: RawEntry) -> None:
-        """Handle one entry in its log context, set and reset around it."""
-        await self.observer.single(self.handle_entry(route, entry), entry, route.type_name)
-
     async def handle_entry(self, route: Route, entry: RawEntry) -> None:
         """Handle one entry; the caller has set its log context (:data:`streamq.logs.ENTRY`)."""
         if entry.delivery_count > 1 and await self.outcomes.past_limit(entry):

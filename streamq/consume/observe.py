@@ -1,4 +1,5 @@
-"""A delivery's log context (:data:`streamq.logs.ENTRY`), set and reset around it.
+"""A batch's log context (:data:`streamq.logs.ENTRY`), set and reset around it (a single
+entry's is set by the worker that runs it, :meth:`~.consumer.Consumer.process`).
 
 Kept apart from dispatch so that handling decides outcomes and this module only says which
 entry a record is about. Trace spans are a handler middleware (:mod:`.traced`).
@@ -18,15 +19,7 @@ Work = Coroutine[Any, Any, None]
 
 
 class Observer:
-    """Log context of one consumer's deliveries."""
-
-    async def single(self, work: Work, entry: RawEntry, type_name: str) -> None:
-        """Await ``work``, the handling of ``entry``, in its log context."""
-        token = ENTRY.set((entry.id, type_name, entry.delivery_count))
-        try:
-            await work
-        finally:
-            ENTRY.reset(token)
+    """Log context of one consumer's batches."""
 
     async def batch(self, work: Work, entries: list[RawEntry], type_name: str) -> None:
         """Await ``work``, the handling of a batch, in its log context."""

@@ -16,7 +16,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import pydantic_core
 from pydantic import BaseModel, TypeAdapter
@@ -39,16 +39,6 @@ class _Unset:
 
 _UNSET: Any = _Unset()
 UNSET: Any = _UNSET  # for callers that pass the default on
-
-
-@runtime_checkable
-class HandlerObject(Protocol):
-    """Object form: ``message_type`` plus ``handle`` and/or ``handle_batch``.
-
-    Optional attributes: ``batch_size``, ``batch_timeout``, ``batch_max_wait``.
-    """
-
-    message_type: str
 
 
 @dataclass(frozen=True, slots=True)
