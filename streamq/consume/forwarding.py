@@ -6,7 +6,7 @@ A consumer forwards its streams' outboxes at once after it wrote to one, and loo
 every :data:`FORWARD_INTERVAL` seconds otherwise: what a consumer that died left there is
 forwarded by the others. Each output goes to its target through one script on the target's
 slot that adds it only if its name (source stream, entry ID, output index) is not in the
-target's dedupe set (a page's scripts for one target go in one write), and is then deleted
+target's dedupe set (one script call adds a page's outputs to one target), and is then deleted
 from the outbox; a forwarder that dies in between,
 or two that forward the same entry at once, add nothing twice. One forwarder forwards an
 outbox in its order, so the outputs of one outbox reach each target in the order written.
@@ -20,7 +20,6 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
 from ..errors import RedisFailure
 from ..wire import outputs as wire
@@ -28,7 +27,6 @@ from ..wire import resp
 from ..wire.damage import set_aside
 from ..wire.keys import Keys
 from ..wire.records import DamagedRecord
-from ..wire.translate import translate
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -103,26 +101,13 @@ class Forwarder:
         return added
 
     async def _forward_to(self, target: str, outputs: list[tuple[str, list[bytes | str]]]) -> int:
-        """Add ``outputs`` (name, fields) to ``target`` unless already added: one script
-        each, all in one write; how many were added."""
-        keys, window = [target, Keys(target).forwarded], str(wire.DEDUPE_WINDOW_MS)
-
-        def packed(call: list[bytes | str]) -> bytes:
-            return b"".join(
-                resp.pack(*call, "2", *keys, name, window, *rest) for name, rest in outputs
-            )
-
-        client = self._client_for(target)
-        sha = resp.script_sha(wire.FORWARD)
-        replies = await resp.execute(client, packed(["EVALSHA", sha]), len(outputs),
-                                     raise_errors=False)  # fmt: skip
-        if any(isinstance(reply, rx.NoScriptError) for reply in replies):  # not loaded there
-            replies = await resp.execute(client, packed(["EVAL", wire.FORWARD]), len(outputs),
-                                         raise_errors=False)  # fmt: skip
-        for reply in replies:
-            if isinstance(reply, rx.ResponseError):
-                raise translate(reply, target) from reply
-        return sum(int(reply) for reply in replies)
+        """Add ``outputs`` (name, fields) to ``target`` unless already added, in their
+        order, in one script call (at most :data:`FORWARD_PAGE` of them); how many were
+        added."""
+        keys = [target, Keys(target).forwarded]
+        args = [str(wire.DEDUPE_WINDOW_MS), *wire.forward_args(outputs)]
+        added = await resp.run_script(self._client_for(target), wire.FORWARD, keys, args, target)
+        return int(added)
 
 
 def _text(value: Any) -> str:

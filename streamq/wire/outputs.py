@@ -94,18 +94,36 @@ WRITE_FENCED = (
     "local S, G, I = KEYS[2], ARGV[3], 4\n" + _BODY
 )
 
-# KEYS: the target stream, its dedupe set. ARGV: the output's name, the dedupe window (ms),
-# the output's fields. Returns 1 (added) or 0 (forwarded before: nothing added).
+# KEYS: the target stream, its dedupe set. ARGV: the dedupe window (ms), then per output,
+# in the outbox's order: its name, the number of its field and value items, those items.
+# Adds each output whose name is not in the dedupe set; returns how many it added.
 FORWARD = (
     _NOW
     + """
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
-if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1]) == 0 then return 0 end
-redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1
+local window = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
+local added, i = 0, 2
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 1])
+  if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i]) == 1 then
+    redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 2, i + 1 + n))
+    added = added + 1
+  end
+  i = i + 2 + n
+end
+redis.call('PEXPIRE', KEYS[2], window)
+return added
 """
 )
+
+
+def forward_args(outputs: list[tuple[str, list[bytes | str]]]) -> list[bytes | str]:
+    """:data:`FORWARD`'s arguments after the window for ``outputs`` (name, fields)."""
+    args: list[bytes | str] = []
+    for name, fields in outputs:
+        args += [name, str(len(fields)), *fields]
+    return args
+
 
 # Commands a transaction may not stage: those a script may not run (blocking, MULTI, another
 # script, pub/sub subscriptions, connection and server state) and those that would reach

@@ -184,7 +184,7 @@ async def test_what_a_dead_forwarder_left_is_forwarded_once_by_another_consumer(
         for _, fields in rows[:3]:
             name = wire.output_name(source, fields[b"entry"].decode(), fields[b"index"].decode())
             rest = [v for pair in list(fields.items())[4:] for v in pair]
-            args = [name, str(wire.DEDUPE_WINDOW_MS), *rest]
+            args = [str(wire.DEDUPE_WINDOW_MS), *wire.forward_args([(name, rest)])]
             keys = [target, Keys(target).forwarded]
             await resp.run_script(target_client, wire.FORWARD, keys, args, target)
         await forwarder._forward_page(source_client, Keys(source).outbox, rows[3:4])
