@@ -63,13 +63,14 @@ async def open_until_ready(
 
 
 class ReportedOnce:
-    """``run()``'s task status, reported by the first of those who may: the engine as it
-    begins to read, or ``run()`` itself (the server unreachable, or stopped before reading)."""
+    """A task status reported by the first of those who may: for ``run()``, the engine as
+    it begins to read, or ``run()`` itself (the server unreachable, or stopped before
+    reading); for an App's queue, the queue's run, or its wrapper when the run failed."""
 
     def __init__(self, status: TaskStatus[None]) -> None:
-        self._status, self._reported = status, False
+        self._status, self.reported = status, False
 
     def started(self, value: None = None) -> None:
-        if not self._reported:
-            self._reported = True
+        if not self.reported:
+            self.reported = True
             self._status.started(value)

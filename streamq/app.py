@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from ._opening import ReportedOnce
 from ._router import Router
 from ._stop_signals import owns_signals, watch_stop_signals
 from .consume.context import inside_handler
@@ -30,18 +31,6 @@ if TYPE_CHECKING:
     from .publish.periodic import Periodic
 
 log = logging.getLogger(__name__)
-
-
-class _StartedOnce:
-    """A task status that may be reported twice (by the run, then by its wrapper)."""
-
-    def __init__(self, status: TaskStatus[None]) -> None:
-        self._status, self.reported = status, False
-
-    def started(self, value: None = None) -> None:
-        if not self.reported:
-            self.reported = True
-            self._status.started()
 
 
 class App:
@@ -81,7 +70,7 @@ class App:
         self.done = anyio.Event()
         self._stop_requested = anyio.Event()
         self._run_active = False
-        self._starting: list[tuple[_StartedOnce, anyio.CancelScope]] = []  # this run's queues
+        self._starting: list[tuple[ReportedOnce, anyio.CancelScope]] = []  # this run's queues
         for mq in queues:
             self.add(mq)
         if routers and len(self._queues) != 1:
@@ -168,8 +157,8 @@ class App:
         itself (auto-stop); then set ``done``.
 
         ``handle_signals``: as :meth:`MessageQueue.run`: the first SIGINT/SIGTERM drains
-        every queue, a second one exits at once. With ``tg.start(app.run)``, readiness is
-        reported once every queue's consumer is started (or retrying to reach its server).
+        every queue, a second one exits at once. With ``tg.start(app.run)``, ``start``
+        returns once every queue's consumer reads (or retries to reach its server).
 
         Raises ConfigError before starting anything if a queue has no handler; raises the
         first error a queue stopped on, after the others were stopped gracefully.
@@ -212,7 +201,7 @@ class App:
     async def _run_queue(
         self, mq: MessageQueue, errors: list[Exception], *, task_status: TaskStatus[None]
     ) -> None:
-        status = _StartedOnce(task_status)
+        status = ReportedOnce(task_status)
         try:
             with anyio.CancelScope() as starting:
                 self._starting.append((status, starting))
