@@ -105,8 +105,9 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
 local added, i = 0, 2
 while i <= #ARGV do
   local n = tonumber(ARGV[i + 1])
-  if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i]) == 1 then
+  if not redis.call('ZSCORE', KEYS[2], ARGV[i]) then
     redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 2, i + 1 + n))
+    redis.call('ZADD', KEYS[2], now, ARGV[i])  -- after: an XADD refused marks nothing
     added = added + 1
   end
   i = i + 2 + n

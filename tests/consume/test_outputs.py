@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from streamq import ConfigError, Message, MessageQueue, StartFrom
+from streamq import ConfigError, Message, MessageQueue, StartFrom, WrongTypeError
 from streamq.consume.forwarding import Forwarder
 from streamq.consume.outputs import Output, OutputWriter
 from streamq.consume.stats import Stats
@@ -144,6 +144,37 @@ async def test_on_a_cluster_outputs_for_another_slot_are_forwarded_once(
             assert (await mq.topic_info()).outbox == 0
         assert _numbers(await target_client.xrange(target)) == Counter(range(30))
         assert await target_client.zcard(Keys(target).forwarded) == 30
+    finally:
+        await deployment.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_an_output_its_target_refuses_stays_in_the_outbox_until_it_can_be_added(
+    cluster_topic: tuple[str, str, str],
+) -> None:
+    """A target that holds another type (a string) refuses the forwarded XADD: the output
+    stays in the outbox, not marked as forwarded, and is added once the name is a stream's
+    again; the outputs for it before and after, in their order."""
+    url, source, target = cluster_topic
+    deployment = connect(url)
+    try:
+        target_client, source_client = deployment.client_for(target), deployment.client_for(source)
+        await target_client.set(target, "not a stream")
+        forwarder = Forwarder(deployment.client_for, [source], Stats())
+        for n in range(3):
+            await source_client.xadd(Keys(source).outbox, {
+                "target": target, "source": source, "entry": f"1-{n}", "index": "0",
+                "type": "shipped", "data": str(n),
+            })  # fmt: skip
+        with pytest.raises(WrongTypeError):
+            await forwarder.forward(source)
+        assert await source_client.xlen(Keys(source).outbox) == 3
+        assert await target_client.zcard(Keys(target).forwarded) == 0
+        await target_client.delete(target)
+        assert await forwarder.forward(source) == 3
+        assert [json.loads(f[b"data"]) for _, f in await target_client.xrange(target)] == [0, 1, 2]
+        assert await source_client.xlen(Keys(source).outbox) == 0
     finally:
         await deployment.aclose()
 
