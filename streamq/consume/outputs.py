@@ -197,16 +197,15 @@ class OutputWriter:
         reply = await wire.run_packed(self._client, script, keys, head, packed, self._stream)
         if reply[0] == 0:
             return False
-        for entry_id, index, name, error in reply[2]:
-            reason = (
-                f"its transaction stopped at its command {index + 1} ({name.decode()}): "
-                f"{error.decode()}; the entry is acked, the commands before it applied, it "
-                "and those after it not"
-            )
-            log.error("transaction of entry %s on %s: %s", entry_id.decode(), self._stream,
-                      reason)  # fmt: skip
-            if self._failed is not None:
-                await self._failed(entry_id.decode(), reason)
+        reasons: dict[str, list[str]] = {}  # an entry's failures: one dead letter says all
+        for entry_id, index, name, error, *output in reply[2]:
+            reason = _failure(index, name.decode(), error.decode(), output=bool(output))
+            log.error("%s of entry %s on %s: %s", "output" if output else "transaction",
+                      entry_id.decode(), self._stream, reason)  # fmt: skip
+            reasons.setdefault(entry_id.decode(), []).append(reason)
+        if self._failed is not None:
+            for entry_id, said in reasons.items():
+                await self._failed(entry_id, "; and ".join(said))
         if outboxed:
             self._outboxed()
         return True
@@ -244,3 +243,16 @@ class OutputWriter:
                     k = index[output.target] = len(keys)
                 packed.output(k, output.maxlen, output.ttl, output.count, output.fields)
         return packed, outboxed
+
+
+def _failure(index: int, name: str, error: str, *, output: bool) -> str:
+    """Why an acked entry's output or transaction command failed in the ack's script."""
+    if output:  # its stream refused it (a key of another type)
+        return (
+            f"its output {index + 1} to {name!r} was refused: {error}; the entry is acked, "
+            "its outputs before it written, it and those after it not"
+        )
+    return (
+        f"its transaction stopped at its command {index + 1} ({name}): {error}; the entry "
+        "is acked, the commands before it applied, it and those after it not"
+    )

@@ -45,8 +45,10 @@ DEDUPE_WINDOW_MS = 86_400_000
 # One entry after another: ``id, n`` then ``n`` outputs, each ``key index, maxlen ('' none),
 # ttl ms ('' none), field count, fields...``; key index 0 is a command of a transaction
 # (``msg.transaction()``): ``0, '', '', argument count, the command and its arguments``.
-# A command runs with pcall: the first that fails stops its entry's other commands and is
-# reported (entry ID, the command's index among the entry's commands, its name, the error).
+# A command, and an output's XADD, run with pcall: the first command that fails stops its
+# entry's later commands, the first output refused its later outputs; each is reported (entry
+# ID, its index among the entry's commands or outputs, the command's name or the output's
+# key, the error, and for an output 'output').
 # Variables: S the source stream, G the group, I the first block's ARGV index.
 _BODY = """
 local written, failed, i = 0, {}, I
@@ -54,7 +56,7 @@ while i <= #ARGV do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   local acked = redis.call('XACK', S, G, id)
-  local commands, broken = 0, false
+  local commands, outputs, broken, refused = 0, 0, false, false
   for _ = 1, n do
     local k, maxlen, ttl, nf = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
     i = i + 4
@@ -68,13 +70,23 @@ while i <= #ARGV do
         end
       end
     elseif acked == 1 then
-      if maxlen == '' then
-        redis.call('XADD', KEYS[k], '*', unpack(ARGV, i, i + nf - 1))
-      else
-        redis.call('XADD', KEYS[k], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i, i + nf - 1))
+      outputs = outputs + 1
+      if not refused then
+        local reply
+        if maxlen == '' then
+          reply = redis.pcall('XADD', KEYS[k], '*', unpack(ARGV, i, i + nf - 1))
+        else
+          reply = redis.pcall('XADD', KEYS[k], 'MAXLEN', '~', maxlen, '*',
+                              unpack(ARGV, i, i + nf - 1))
+        end
+        if type(reply) == 'table' and reply.err then
+          refused = true
+          table.insert(failed, {id, outputs - 1, KEYS[k], reply.err, 'output'})
+        else
+          if ttl ~= '' then redis.call('PEXPIRE', KEYS[k], ttl) end
+          written = written + 1
+        end
       end
-      if ttl ~= '' then redis.call('PEXPIRE', KEYS[k], ttl) end
-      written = written + 1
     end
     i = i + nf
   end

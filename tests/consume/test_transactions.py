@@ -153,6 +153,42 @@ async def test_a_failing_command_stops_its_entrys_commands_and_leaves_it_acked(
     await client.delete(target, *(key + name for name in ("a", "b", "c", "text")))
 
 
+async def test_an_output_its_stream_refuses_is_reported_once_per_entry_beside_the_others(
+    client: aioredis.Redis, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An output to a key of another type (a string): the script goes on (an error would
+    leave the entries acked before it without their outputs, silently); the entry's later
+    outputs are not written, its commands and the other entries' outputs are, and the
+    entry's failures come back as one reason."""
+    await client.xgroup_create(stream, "g", id="0", mkstream=True)
+    first = (await client.xadd(stream, {"type": "order", "data": "1"})).decode()
+    second = (await client.xadd(stream, {"type": "order", "data": "2"})).decode()
+    await client.xreadgroup("g", "c", {stream: ">"})
+    text, out = f"{{{stream}}}:text", f"{{{stream}}}:out"
+    await client.set(text, "not a stream")
+    failed: list[tuple[str, str]] = []
+
+    async def dead_letter(entry_id: str, reason: str) -> None:
+        failed.append((entry_id, reason))
+
+    writer = OutputWriter(client, stream, "g", cluster=lambda: False, failed=dead_letter)
+    staged: list[tuple[str, list[Output | Command]]] = [
+        (first, [Output(out, {"type": "t", "data": "1"}), Output(text, {"type": "t", "data": "2"}),
+                 Output(out, {"type": "t", "data": "3"}), _command("SET", f"{{{stream}}}:a", "1")]),
+        (second, [Output(out, {"type": "t", "data": "4"})]),
+    ]  # fmt: skip
+    assert await writer.write(staged, None)
+    assert [f[b"data"] for _, f in await client.xrange(out)] == [b"1", b"4"]
+    assert await client.get(f"{{{stream}}}:a") == b"1", "the entry's commands: applied"
+    assert (await client.xpending(stream, "g"))["pending"] == 0
+    ((entry_id, reason),) = failed
+    assert entry_id == first and reason.startswith(
+        f"its output 2 to {text!r} was refused: WRONGTYPE"
+    )
+    assert f"output of entry {first}" in caplog.text
+    await client.delete(out, text, f"{{{stream}}}:a")
+
+
 # -- a cluster --------------------------------------------------------------------------
 @pytest.fixture
 def cluster_source(streamq_cluster_url: str) -> Iterator[tuple[str, str]]:
