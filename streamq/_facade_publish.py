@@ -14,7 +14,6 @@ from .config import Duration
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
 from .publish.options import PublishOptions
-from .publish.periodic_runner import run_periodics
 from .publish.plan import Key
 from .publish.typed import TypedPublisher
 from .topic.handle import TopicHandle
@@ -116,6 +115,9 @@ class PublishFacade:
 
     async def run_periodics(self) -> None:
         """Run this queue's periodic publishers (MessageQueue.run does, with the consumer)."""
+        # loaded on first use: a queue without @mq.periodic never loads the tick machinery
+        from .publish.periodic_runner import run_periodics
+
         await run_periodics(
             self._topic, self.consumer, self._registry.periodics, self._checked.publish_tick
         )

@@ -21,12 +21,11 @@ from .middlewares import Meta, PublishMiddleware, publish_chain
 from .operations import Publishing
 from .options import PublishOptions
 from .periodic import Periodic
-from .periodic_runner import tick_time
-from .ticks import Published
 from .typed import TypedPublisher, check_model
 
 if TYPE_CHECKING:
     from .plan import Key
+    from .ticks import Published
 
 M = TypeVar("M")
 Send = Callable[[str, Any, Meta], Awaitable[str]]
@@ -71,6 +70,10 @@ class CheckedPublishing:
         """Publish the data of a periodic tick as :meth:`publish` does (model check,
         middlewares), written with the tick's claim in one step (``add_tick``) in ``partition``. A
         middleware that does not pass it on publishes nothing (then the tick is skipped)."""
+        # loaded on first use: only a queue with @mq.periodic publishes ticks
+        from .periodic_runner import tick_time
+        from .ticks import Published
+
         meta = {**periodic.meta, "periodic_tick": tick_time(tick_ms)}
         outcome = Published(None, added=False)
 

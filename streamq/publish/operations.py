@@ -26,7 +26,7 @@ from ..wire.features import Features, probe
 from ..wire.partition_names import check_priority
 from ..wire.replies import StreamMissing, added_id
 from ..wire.routing import Deployment
-from . import idempotency, ticks
+from . import idempotency
 from .coalesce import Coalescer
 from .delayed import DelayedPublishing
 from .options import PublishOptions
@@ -46,6 +46,7 @@ from .resend import Producer, Sends, resend_command, resend_one, send_until_know
 
 if TYPE_CHECKING:
     from ..topic.handle import TopicHandle
+    from .ticks import Published
 
 
 class Publishing:
@@ -191,11 +192,12 @@ class Publishing:
         entry_id = await send_until_known(self._topic.deployment, xadd, sends)
         return named(len(self._topic.streams), partition, entry_id)
 
-    async def add_tick(
-        self, name: str, partition: int, tick_ms: int, fields: Fields
-    ) -> ticks.Published:
+    async def add_tick(self, name: str, partition: int, tick_ms: int, fields: Fields) -> Published:
         """Add a periodic tick's entry with its claim, in one step (:mod:`.ticks`); the
         stream is created, once the topic's shape was checked again, if it is missing."""
+        # loaded on first use: only a queue with @mq.periodic publishes ticks
+        from . import ticks
+
         topic = self._topic
         if topic.shape_unchecked:
             await topic.check_shape_once()
