@@ -1,8 +1,9 @@
 """streamq: typed message handlers over Redis Streams consumer groups.
 
-The embedded servers, :class:`App` and the blocking :class:`Publisher` are imported when
-first used (``streamq.App``, ``from streamq import EmbeddedServer``): a process that does
-not use them (an asyncio consumer, say) does not load them.
+The embedded servers, :class:`App`, the blocking :class:`Publisher` and :class:`RateLimit`
+are imported when first used (``streamq.App``, ``from streamq import EmbeddedServer``): a
+process that does not use them (an asyncio consumer without rate limits, say) does not load
+them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from .errors import (
     UnknownCommandError,
     WrongTypeError,
 )
-from .flow.rate import RateLimit
 from .flow.waiting import GroupWaiting
 from .message import Message
 from .payload.keyring import Keyring
@@ -59,6 +59,7 @@ from .wire.records import WaitingReport
 
 if _typing.TYPE_CHECKING:
     from .app import App
+    from .flow.rate import RateLimit
     from .publish.blocking import Publisher
     from .server.cluster import EmbeddedCluster
     from .server.sentinel import EmbeddedSentinel
@@ -71,6 +72,7 @@ _LAZY = {  # not loaded by a process that does not use them (memory of a running
     "EmbeddedCluster": ".server.cluster",
     "EmbeddedSentinel": ".server.sentinel",
     "EmbeddedServer": ".server.single",
+    "RateLimit": ".flow.rate",  # only a queue with rate limits uses it
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Never, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Never, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from ._facade_docs import adopt_docstrings
@@ -15,11 +15,13 @@ from ._registration import Registry
 from .config import Duration, refuse_unknown
 from .consume.middlewares import HandlerMiddleware
 from .consume.routes import UNSET, Route, Routes
-from .flow.rate import RateLimit
 from .flow.settings import FlowConfig
 from .payload.versions import Upcast
 from .publish.middlewares import PublishMiddleware
 from .publish.periodic import Periodic
+
+if TYPE_CHECKING:
+    from .flow.rate import RateLimit
 
 F = TypeVar("F", bound=Callable[..., Any])
 

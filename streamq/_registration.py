@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from ._decorators import refuse_bare
@@ -24,11 +24,13 @@ from .config import Duration, seconds
 from .consume.middlewares import HandlerMiddleware, check_handler_middleware, takes_parameters
 from .consume.routes import UNSET, BatchSettings, Namespace, Route, Routes
 from .errors import ConfigError
-from .flow.rate import RateLimit
 from .flow.settings import add_rate, checked_rate
 from .payload.versions import Upcast, Versions
 from .publish.middlewares import PublishMiddleware, check_publish_middleware
 from .publish.periodic import Periodic, make_periodic
+
+if TYPE_CHECKING:
+    from .flow.rate import RateLimit
 
 F = TypeVar("F", bound=Callable[..., Any])
 Owner = Literal["mq", "router"]  # how messages name what the decorators are written on

@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Never
+from typing import TYPE_CHECKING, Any, Never
 
 import anyio
 from anyio.abc import TaskStatus
@@ -42,7 +42,6 @@ from .consume.outputs import OutputSettings
 from .consume.parts import Mode, Policies, Topic
 from .consume.positions import Cursors
 from .errors import ConfigError, QueueStateError
-from .flow.rate import RateLimit
 from .flow.settings import queue_rate_limits
 from .logs import run_as_consumer
 from .payload.encoding import Compression, PayloadCodec
@@ -59,6 +58,9 @@ from .wire.client import connect, ride_through
 from .wire.keys import require_stream
 from .wire.routing import Deployment
 from .wire.urls import check_url
+
+if TYPE_CHECKING:
+    from .flow.rate import RateLimit
 
 log = logging.getLogger(__name__)
 

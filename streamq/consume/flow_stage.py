@@ -34,6 +34,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -47,7 +48,6 @@ from ..message import Message, RawEntry
 from ..signals import Throttle
 from .capacity import Capacity
 from .flow_parking import Fetch, Item, Parking, Waiting
-from .rate_keys import rate_key_of
 from .routes import Route, Routes
 from .timing import POLL_INTERVAL, READ_ERROR_BACKOFF
 
@@ -57,6 +57,7 @@ THROTTLES_LOOKED_UP_EVERY = 1.0  # seconds: a throttle reaches every consumer wi
 # what the entries of a type need, decided once per read (FlowStage.admit)
 _GO, _PARK, _LIMITED, _LIMITED_BY_KEY = range(4)
 WAITING_REASONS = ("pause", "rate_limit", "throttle")
+RateKey = Callable[[Route, RawEntry, str | None], str | None]  # (route, entry, publish key)
 
 
 class FlowStage:
@@ -74,10 +75,14 @@ class FlowStage:
         forget: Callable[[str], None],
     ) -> None:
         """``forget(id)``: an entry deleted while it waited (acked, as a handled one)."""
-        self._gate, self._hand_off, self._routes = gate, hand_off, routes
-        self._message, self._summary = message, summary
+        self._gate, self._hand_off, self._routes, self._summary = gate, hand_off, routes, summary
         self._capacity, self._parking = capacity, Parking(capacity, fetch, forget)
         self._limited = frozenset(gate.config.rate_limits)
+        self._rate_key: RateKey = lambda route, entry, key: None  # no key without limits
+        if self._limited:  # loaded on first use: without rate limits no entry has a rate key
+            from .rate_keys import rate_key_of
+
+            self._rate_key = partial(rate_key_of, gate, message=message, summary=summary)
         self._parked: dict[str, deque[Waiting]] = {}  # type -> its waiting entries, in order
         self._type_until: dict[str, float] = {}  # type -> throttled until (event loop clock)
         self._key_until: dict[tuple[str, str | None], float] = {}  # (type, key) -> until
@@ -163,10 +168,6 @@ class FlowStage:
         waiting = Waiting(entry, route, key, self._rate_key(route, entry, key), not_before)
         self._parking.park(waiting)
         self._parked.setdefault(route.type_name, deque()).append(waiting)
-
-    def _rate_key(self, route: Route, entry: RawEntry, publish_key: str | None) -> str | None:
-        """The key ``entry`` is limited under (see :func:`rate_key_of`)."""
-        return rate_key_of(self._gate, route, entry, publish_key, self._message, self._summary)
 
     async def requeue(self, entry: RawEntry, signal: Throttle) -> None:
         """A handler raised ``signal`` for ``entry``: hold back its key (or type) in the

@@ -17,7 +17,7 @@ what the consumer holds back to the server on the same reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -25,12 +25,14 @@ import redis.asyncio as aioredis
 
 from ..message import Message
 from ..signals import Throttle
-from .credit import Credit
-from .limiter import Grant, RateLimiter
 from .settings import FlowConfig
 from .throttle import throttle, throttled_keys, throttled_types
 from .waiting import WaitingReporter
 from .watch import POLL_INTERVAL, PauseWatch
+
+if TYPE_CHECKING:
+    from .credit import Credit
+    from .limiter import Grant, RateLimiter
 
 
 class FlowGate:
@@ -51,14 +53,24 @@ class FlowGate:
         self._client, self._stream, self._group = client, stream, group
         self.config = config
         self.pauses = PauseWatch(client, stream, group, interval=poll_interval, on_change=on_change)
-        self._limiters = {t: RateLimiter(r) for t, r in config.rate_limits.items()}
-        self._credit = Credit(self._take_from_server)
+        self._limiters: dict[str, RateLimiter] = {}
+        self._credit: Credit | None = None
+        if config.rate_limits:
+            # loaded on first use: a queue without rate limits never loads the limiter
+            from .credit import Credit
+            from .limiter import RateLimiter
+
+            self._limiters = {t: RateLimiter(r) for t, r in config.rate_limits.items()}
+            self._credit = Credit(self._take_from_server)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Keep the pause view current and take permits ahead for limits far from binding
         (:mod:`.credit`), until cancelled (ready once the pauses were first read)."""
+        if self._credit is None:  # no rate limit: no permits to take ahead
+            await self.pauses.run(task_status=task_status)
+            return
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._credit.run)
             await self.pauses.run(task_status=task_status)
@@ -96,8 +108,12 @@ class FlowGate:
         limit. Short of permits, sleep ``wait_seconds`` before asking again."""
         limiter = self._limiters.get(type_name)
         if limiter is None:
+            # loaded here: the engine asks limited() first and takes no permits without a limit
+            from .limiter import Grant
+
             return Grant(count, 0.0)
         if not limiter.rate.per_key:  # a limit of the whole type: permits may be in hand
+            assert self._credit is not None  # made with the limiters
             return await self._credit.take(type_name, count)
         return await limiter.take(self._client, self._stream, self._group, type_name, key, count)
 

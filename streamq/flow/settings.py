@@ -8,10 +8,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, MessageFormatError
 from ..message import validate_type_name
-from .rate import RateLimit
+
+if TYPE_CHECKING:
+    from .rate import RateLimit
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,12 @@ def check_group(rate_limits: Mapping[str, RateLimit], group: str | None) -> None
 
 def checked_rate(rate: object, where: str) -> RateLimit | None:
     """``rate`` if it is a RateLimit or None; ConfigError naming ``where`` otherwise."""
-    if rate is None or isinstance(rate, RateLimit):
+    if rate is None:
+        return None
+    # loaded on first use: a queue given no rate limit never loads RateLimit
+    from .rate import RateLimit
+
+    if isinstance(rate, RateLimit):
         return rate
     raise ConfigError(f"{where} must be a streamq.RateLimit or None, got {rate!r}")
 
