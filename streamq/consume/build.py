@@ -40,12 +40,10 @@ from .dispatch import Dispatcher
 from .failed_transactions import FailedTransactions
 from .flow_parking import entries_by_id
 from .flow_stage import FlowStage
-from .forwarding import Forwarder
 from .lifecycle import Engine
 from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
 from .outputs import OutputWriter, Refused, Staging
-from .partitioned import PartitionedConsumer
 from .parts import Mode, Parts, Policies, Topic
 from .positions import Cursors
 from .reader import Identity, Reader
@@ -54,7 +52,9 @@ from .routes import Routes
 from .unrouted import UnroutedDeliveries
 
 if TYPE_CHECKING:
+    from .forwarding import Forwarder
     from .ordered import OrderedConsumer
+    from .partitioned import PartitionedConsumer
 
 
 ClientFor = Callable[[str], aioredis.Redis]
@@ -89,12 +89,10 @@ def build_consumer(
     stopped: Sequence[StoppedView],
 ) -> Consumer | PartitionedConsumer:
     """Shared mode: the group's consumer."""
-
     gate, stages = _gate(topic, client_for, policies)
 
     def one(index: int, limits: SharedLimits | None) -> Consumer:
-        consumer = _shared(topic, index, client_for, router, policies, stopped[index], limits,
-                           gate)  # fmt: skip
+        consumer = _shared(topic, index, client_for, router, policies, stopped[index], limits, gate)
         if consumer.flow is not None:
             stages.append(consumer.flow)
         return consumer
@@ -167,6 +165,8 @@ def _assembled(
     """One consumer for a plain stream; one per partition, run as one, for a topic."""
     if len(topic.streams) == 1:
         return one(0, None)
+    from .partitioned import PartitionedConsumer  # loaded on first use: a topic's partitions
+
     limits = SharedLimits.for_partitions(
         policies.config, len(topic.streams), claimers=claimers, priorities=topic.priorities
     )
@@ -252,6 +252,8 @@ def _shared(
     # every running consumer delivers its stream's scheduled messages when due
     background.append(Mover(client, stream, topic.consumer, consumer.stats).run)
     if policies.outputs is not None and policies.outputs.cluster():
+        from .forwarding import Forwarder  # loaded on first use: a cluster's outbox
+
         forwarder.append(Forwarder(client_for, [stream], consumer.stats))
         background.append(forwarder[0].run)  # every consumer forwards its stream's outbox
     return consumer

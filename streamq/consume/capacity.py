@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..config import ConsumerConfig
 from ..message import RawEntry
 from .budget import Budget, Slots
 from .inflight import InFlight, Workers
-from .levels import LevelShares
 from .pool import SharedPool
+
+if TYPE_CHECKING:
+    from .levels import LevelShares
 
 # A consumer sets aside at most this many waiting entries per unit of max_in_flight
 # (4,096 by default): past that a waiting entry holds its unit, and reading slows down.
@@ -40,7 +43,11 @@ class SharedLimits:
     ) -> SharedLimits:
         budget = Budget(config.max_in_flight, config.read_count, partitions, claimers=claimers)
         pool = SharedPool(config.concurrency, partitions, config.max_per_key, priorities)
-        levels = LevelShares(budget, priorities) if priorities > 1 else None
+        levels = None
+        if priorities > 1:  # loaded on first use: only a topic with priorities has levels
+            from .levels import LevelShares
+
+            levels = LevelShares(budget, priorities)
         return cls(budget, Slots(config.concurrency), pool, levels)
 
 

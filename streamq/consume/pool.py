@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -24,9 +24,11 @@ from ..message import RawEntry
 from .context import inside_handler
 from .failures import cancelled_by_streamq
 from .inflight import InFlight, Running, Workers
-from .levels import LevelQueue
 from .routes import Route
 from .workqueue import FairWorkQueue, WorkQueue
+
+if TYPE_CHECKING:
+    from .levels import LevelQueue
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +87,13 @@ class SharedPool:
         self, concurrency: int, partitions: int, max_per_key: int | None = None, priorities: int = 1
     ) -> None:
         self.queue: WorkQueue[tuple[Partition, RawEntry, Route | None]] = (
-            LevelQueue(priorities, max_per_key, _key) if priorities > 1
-            else WorkQueue() if max_per_key is None else FairWorkQueue(max_per_key, _key)
-        )  # fmt: skip
+            WorkQueue() if max_per_key is None else FairWorkQueue(max_per_key, _key)
+        )
+        self.levels: LevelQueue[tuple[Partition, RawEntry, Route | None]] | None = None
+        if priorities > 1:  # loaded on first use: only a topic with priorities has levels
+            from .levels import LevelQueue
+
+            self.queue = self.levels = LevelQueue(priorities, max_per_key, _key)
         self.workers = Workers()  # shared with each partition's in-flight table
         self._concurrency = concurrency
         self._open = partitions  # entrances not closed yet
@@ -119,8 +125,10 @@ class SharedPool:
     async def _work(self, running: Running) -> None:
         queue = self.queue
         get, done = queue.get, None  # with max_per_key: a key's finished entry is counted out
-        if isinstance(queue, FairWorkQueue) or (isinstance(queue, LevelQueue) and queue.caps_keys):
+        if isinstance(queue, FairWorkQueue):
             done = queue.done
+        elif self.levels is not None and self.levels.caps_keys:
+            done = self.levels.done
         while True:
             try:
                 partition, entry, route = await get()
@@ -151,10 +159,8 @@ class PoolEntrance:
         self.pool = pool
         self._partition = partition
         self._closed = False
-        queue = pool.queue
-        self._put = (
-            partial(queue.put_at, level) if isinstance(queue, LevelQueue) else queue.put_many
-        )
+        levels = pool.levels
+        self._put = pool.queue.put_many if levels is None else partial(levels.put_at, level)
 
     def put_many(self, ready: list[tuple[RawEntry, Route | None]]) -> None:
         if self._closed:  # shutting down: the caller leaves them pending

@@ -29,7 +29,6 @@ from . import admin, control, ownership
 from .cleanup import Cleaner
 from .deadletter import DeadLetter, DeadLetters
 from .halted import HaltedKey
-from .partitioned_info import Part, partitioned_topic_info
 from .partitions import PartitionedId, forget_partitions
 
 if TYPE_CHECKING:
@@ -183,6 +182,8 @@ class TopicAdmin:
         if len(self._topic.streams) == 1:
             info = await self._riding(admin.topic_info, self._topic.client, self._topic.stream)
         else:
+            # loaded on first use: only a partitioned topic's info reads its partitions
+            from .partitioned_info import Part, partitioned_topic_info
 
             async def partitioned() -> admin.TopicInfo:  # a failover may move a partition
                 topic = self._topic
