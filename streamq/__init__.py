@@ -1,9 +1,9 @@
 """streamq: typed message handlers over Redis Streams consumer groups.
 
-The embedded servers, :class:`App`, the blocking :class:`Publisher` and :class:`RateLimit`
-are imported when first used (``streamq.App``, ``from streamq import EmbeddedServer``): a
-process that does not use them (an asyncio consumer without rate limits, say) does not load
-them.
+The embedded servers, :class:`App`, the blocking :class:`Publisher`, :class:`RateLimit`
+and :class:`Transaction` are imported when first used (``streamq.App``, ``from streamq
+import EmbeddedServer``): a process that does not use them (an asyncio consumer without
+rate limits or transactions, say) does not load them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import typing as _typing
 
 from ._ids import StreamId
 from ._router import Router
-from ._transaction import Transaction
 from ._version import __version__ as __version__
 from .config import BatchConfig, CleanupPolicy, ConsumerConfig, RetryPolicy, StartFrom
 from .errors import (
@@ -58,6 +57,7 @@ from .topic.halted import HaltedKey
 from .wire.records import WaitingReport
 
 if _typing.TYPE_CHECKING:
+    from ._transaction import Transaction
     from .app import App
     from .flow.rate import RateLimit
     from .publish.blocking import Publisher
@@ -73,6 +73,7 @@ _LAZY = {  # not loaded by a process that does not use them (memory of a running
     "EmbeddedSentinel": ".server.sentinel",
     "EmbeddedServer": ".server.single",
     "RateLimit": ".flow.rate",  # only a queue with rate limits uses it
+    "Transaction": "._transaction",  # made by Message.transaction, loaded with it
 }
 
 

@@ -9,17 +9,19 @@ produce one: ``XADD task-stream '*' type email data '{"to":"a@b.c"}'``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel
 
 from ._ids import StreamId
-from ._transaction import CommandStaging, Transaction
 from .errors import ConfigError, MessageFormatError
+
+if TYPE_CHECKING:
+    from ._transaction import Transaction
 
 T = TypeVar("T")
 
@@ -35,10 +37,11 @@ WIRE_FIELDS = (_FIELD_TYPE, _FIELD_DATA, _FIELD_META, _FIELD_KEY, b"ver", b"enc"
 PUBLISH_MARKER = b"pub"
 
 
-class OutputStaging(CommandStaging, Protocol):
+class OutputStaging(Protocol):
     """Where a Message's :meth:`Message.publish` stages its outputs (and
-    :meth:`Message.transaction` checks its commands): the consumer's part that encodes them
-    and knows their stream (a hand-built Message has none)."""
+    :meth:`Message.transaction` checks its commands: a ``CommandStaging`` of
+    :mod:`streamq._transaction`): the consumer's part that encodes them and knows their
+    stream (a hand-built Message has none)."""
 
     def output(
         self,
@@ -49,6 +52,13 @@ class OutputStaging(CommandStaging, Protocol):
         meta: Mapping[str, str] | None,
     ) -> Any:
         """One output, encoded; raises ConfigError where outputs cannot be written."""
+
+    def source(self) -> str:
+        """The stream the entry comes from; ConfigError where there is no ack."""
+
+    def command(self, args: Sequence[bytes | str], keys: Sequence[str]) -> Any:
+        """One command, checked (ConfigError: refused in a script, or a key off the source
+        slot on a cluster)."""
 
 
 class Message(Generic[T]):
@@ -160,6 +170,9 @@ class Message(Generic[T]):
                 "Message.transaction runs commands with the entry's ack: it works inside a "
                 "handler of a consumer group, not on a Message built by hand"
             )
+        # loaded on first use: a handler that runs no transaction never loads it
+        from ._transaction import Transaction
+
         return Transaction(staging, self._stage)
 
     def _stage(self, commands: list[Any]) -> None:

@@ -38,9 +38,9 @@ from .consume.context import NO_GROUP, inside_handler
 from .consume.lifecycle import Engine
 from .consume.middlewares import with_middlewares
 from .consume.name_claim import NameClaim
-from .consume.outputs import OutputSettings
 from .consume.parts import Mode, Policies, Topic
 from .consume.positions import Cursors
+from .consume.staging import OutputSettings
 from .errors import ConfigError, QueueStateError
 from .flow.settings import queue_rate_limits
 from .logs import run_as_consumer

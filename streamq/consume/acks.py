@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -26,12 +26,16 @@ import redis.asyncio as aioredis
 from ..errors import GroupNotFoundError, RedisFailure, StreamNotFoundError
 from ..wire import resp
 from ..wire.translate import translate
-from .outputs import MAX_ENTRIES_PER_WRITE, Command, Output, OutputWriter, Staged
+
+if TYPE_CHECKING:
+    from .outputs import Command, Output, OutputWriter, Staged
+    from .staging import WriterOnUse
 
 log = logging.getLogger(__name__)
 
 ACK_RETRY_BACKOFF = 0.2
 MAX_IDS_PER_XACK = 1000
+MAX_ENTRIES_PER_WRITE = 200  # entries with outputs per script call: an XACK, a few XADDs
 # How long queued acks wait for the read loop to carry them before the acker sends them.
 ACK_LINGER = 0.005
 
@@ -42,7 +46,7 @@ class Acker:
         client: aioredis.Redis,
         stream: str,
         group: str,
-        writer: OutputWriter | None = None,
+        writer: OutputWriter | WriterOnUse | None = None,
     ) -> None:
         self._client = client
         self._stream = stream

@@ -37,24 +37,23 @@ from .claiming import Claimer
 from .consumer import Consumer
 from .context import Place
 from .dispatch import Dispatcher
-from .failed_transactions import FailedTransactions
 from .flow_parking import entries_by_id
 from .flow_stage import FlowStage
 from .lifecycle import Engine
 from .mover import Mover
 from .outcomes import FanoutOutcomes, GroupOutcomes, Outcomes
-from .outputs import OutputWriter, Refused, Staging
 from .parts import Mode, Parts, Policies, Topic
 from .positions import Cursors
 from .reader import Identity, Reader
-from .replies import Replier
 from .routes import Routes
+from .staging import OutputSettings, Refused, ReplierOnUse, StagingOnUse, WriterOnUse
 from .unrouted import UnroutedDeliveries
 
 if TYPE_CHECKING:
     from .forwarding import Forwarder
     from .ordered import OrderedConsumer
     from .partitioned import PartitionedConsumer
+    from .stats import Stats
 
 
 ClientFor = Callable[[str], aioredis.Redis]
@@ -273,9 +272,7 @@ def _shared_parts(
     handed to the parts that need them; the parts call back into the consumer."""
     config, identity, summary = policies.config, consumer.id, consumer.summary
     capacity = _capacity(config, limits, place, claimers=True)
-    failed = FailedTransactions(client, identity.stream, identity.group, identity.consumer,
-                                consumer.stats)  # fmt: skip
-    writer, staging = _outputs(client, identity.stream, identity.group, policies, forwarder, failed)
+    writer, staging = _outputs(client, identity, consumer.stats, policies.outputs, forwarder)
     acker = Acker(client, identity.stream, identity.group, writer)
     reader = Reader(
         client, identity, config=config, capacity=capacity, acker=acker,
@@ -303,9 +300,9 @@ def _shared_parts(
         retry_later=claimer.retry_later, left_pending=claimer.left_pending,
         stats=consumer.stats, summary=summary,
         throttled=lambda entry, signal: flow.requeue(entry, signal),
-        replier=Replier(client, identity.stream, identity.group, with_ack=True,
-                        staged=writer is not None, acked=acker.count_acked,
-                        keyring=policies.keyring),
+        replier=ReplierOnUse(client, identity.stream, identity.group, with_ack=True,
+                             staged=writer is not None, acked=acker.count_acked,
+                             keyring=policies.keyring),
         id_prefix=prefix,
     )  # fmt: skip
     dispatcher = _dispatcher(consumer, place, policies, outcomes, bisect=policies.batch.bisect,
@@ -322,22 +319,19 @@ def _shared_parts(
 
 def _outputs(
     client: aioredis.Redis,
-    stream: str,
-    group: str,
-    policies: Policies,
+    identity: Identity,
+    stats: Stats,
+    settings: OutputSettings | None,
     forwarder: list[Forwarder],
-    failed: FailedTransactions,
-) -> tuple[OutputWriter | None, Staging | None]:
-    """What writes the outputs of ``stream``'s handlers with their acks, and what stages
-    them (none for a consumer built without a queue)."""
-    settings = policies.outputs
+) -> tuple[WriterOnUse | None, StagingOnUse | None]:
+    """What writes the outputs of the stream's handlers with their acks, and what stages
+    them (none for a consumer built without a queue); both made when first used."""
     if settings is None:
         return None, None
-    writer = OutputWriter(
-        client, stream, group, cluster=settings.cluster,
-        outboxed=lambda: forwarder[0].wake() if forwarder else None, failed=failed,
-    )  # fmt: skip
-    return writer, Staging(settings, stream)
+    stream, group = identity.stream, identity.group
+    writer = WriterOnUse(client, stream, group, identity.consumer, stats, cluster=settings.cluster,
+                         outboxed=lambda: forwarder[0].wake() if forwarder else None)  # fmt: skip
+    return writer, StagingOnUse(settings, stream)
 
 
 # -- fan-out mode ---------------------------------------------------------------------

@@ -50,10 +50,11 @@ from .ordered_dispatch import LaneVerdicts, Shared
 from .ordered_partition import PartitionWorker
 from .ordering import per_key_share
 from .outcomes import GroupOutcomes
-from .outputs import OutputSettings, OutputWriter, Staging
+from .outputs import OutputWriter, Staging
 from .ownership import Changes, Ownership, RedisLeases
 from .replies import Replier
 from .routes import Routes
+from .staging import OutputSettings
 from .stats import Stats
 from .traced import traced
 from .unrouted import UnroutedDeliveries

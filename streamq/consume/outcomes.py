@@ -32,7 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._log_summary import LogSummary, shortened
 from ..config import RetryPolicy
@@ -42,10 +42,12 @@ from ..signals import HandlerSignal, Reject, Retry, Throttle
 from ..topic.deadletter import DeadLetters
 from ..wire.replying import is_request
 from .failures import describe
-from .outputs import Output
-from .replies import Replier
 from .stats import Stats
 from .unrouted import UnroutedDeliveries
+
+if TYPE_CHECKING:
+    from .outputs import Output
+    from .staging import Replies
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ class GroupOutcomes:
         summary: LogSummary,
         halt: Halt | None = None,
         throttled: Throttled | None = None,
-        replier: Replier | None = None,
+        replier: Replies | None = None,
         id_prefix: str | None = None,
         ack_with_now: Callable[[str, list[Output]], Awaitable[None]] | None = None,
         left_pending: Callable[[str], None] = lambda _id: None,
@@ -322,13 +324,9 @@ class FanoutOutcomes:
         return False  # every entry is delivered once
 
     async def dead_letter(
-        self,
-        entry: RawEntry,
-        reason: str,
-        error: BaseException | None = None,
-        *,
+        self, entry: RawEntry, reason: str, error: BaseException | None = None, *,
         bad_input: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.stats.failed += 1  # every outcome that would dead-letter in a group
         in_batch = _batch_failures.get()
         if in_batch is not None:

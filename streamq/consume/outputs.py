@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from ..errors import ConfigError
-from ..payload.encoding import PayloadCodec
 from ..wire import outputs as wire
 from ..wire.keys import Keys, validate_stream_name
 from ..wire.slots import slot_of
+from .staging import Key, OutputSettings
 
-Key = str | bytes
 log = logging.getLogger(__name__)
 
 
@@ -59,18 +57,6 @@ class Command:
     def __init__(self, args: Sequence[bytes | str], keys: Sequence[str]) -> None:
         self.packed = wire.bulks(list(args))
         self.count, self.keys = len(args), keys
-
-
-@dataclass(frozen=True, slots=True)
-class OutputSettings:
-    """What a queue's consumer needs to stage outputs: its payload settings, its topic's
-    partitions and how it chooses one, and whether the deployment is a cluster."""
-
-    codec: PayloadCodec
-    topic: str
-    streams: tuple[str, ...]
-    partition: Callable[[Key | None], int]
-    cluster: Callable[[], bool]
 
 
 class Staging:
@@ -130,37 +116,6 @@ class Staging:
         return Command(args, keys)
 
 
-class Refused:
-    """The staging of a consumer whose entries have no ack (fan-out): ``msg.publish``
-    raises ConfigError saying why."""
-
-    def output(
-        self,
-        type_name: str,
-        data: Any,
-        stream: str | None,
-        key: Key | None,
-        meta: Mapping[str, str] | None,
-    ) -> Output:
-        raise ConfigError(
-            "Message.publish writes outputs with the entry's ack, and a fan-out subscriber "
-            "(group=None) acknowledges nothing: publish with mq.publish (written at once, "
-            "not tied to the entry), or consume with a group"
-        )
-
-    def source(self) -> str:
-        raise ConfigError(
-            "Message.transaction runs its commands with the entry's ack, and a fan-out "
-            "subscriber (group=None) acknowledges nothing: run them on your own client, or "
-            "consume with a group"
-        )
-
-    def command(self, args: Sequence[bytes | str], keys: Sequence[str]) -> Command:
-        raise ConfigError("a fan-out subscriber (group=None) has no transactions")
-
-
-# Entries per script call: an XACK and a few XADDs each.
-MAX_ENTRIES_PER_WRITE = 200
 Staged = tuple[str, Sequence[Output | Command]]  # an entry's ID, its outputs and commands
 
 

@@ -18,8 +18,8 @@ from .capacity import Capacity
 from .claiming import Claimer
 from .dispatch import Dispatcher
 from .flow_stage import FlowStage
-from .outputs import OutputSettings
 from .pool import PoolEntrance
+from .staging import OutputSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamq import ConfigError, Message, MessageQueue, StartFrom, Transaction
-from streamq.consume.outputs import Command, Output, OutputSettings, OutputWriter, Staging
+from streamq.consume.outputs import Command, Output, OutputWriter, Staging
+from streamq.consume.staging import OutputSettings
 from streamq.testing import TEST_TIMINGS, delete_stream_keys
 from streamq.wire.ownership import lease_key
 from streamq.wire.slots import slot_of
