@@ -1,9 +1,9 @@
 """streamq: typed message handlers over Redis Streams consumer groups.
 
-The embedded servers, :class:`App`, the blocking :class:`Publisher`, :class:`RateLimit`
-and :class:`Transaction` are imported when first used (``streamq.App``, ``from streamq
-import EmbeddedServer``): a process that does not use them (an asyncio consumer without
-rate limits or transactions, say) does not load them.
+The embedded servers, :class:`App`, the blocking :class:`Publisher`, :class:`Keyring`,
+:class:`RateLimit` and :class:`Transaction` are imported when first used (``streamq.App``,
+``from streamq import EmbeddedServer``): a process that does not use them (an asyncio
+consumer without encryption, rate limits or transactions, say) does not load them.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from .errors import (
 )
 from .flow.waiting import GroupWaiting
 from .message import Message
-from .payload.keyring import Keyring
 from .publish.scheduling import ScheduledId, ScheduledMessage
 from .publish.typed import TypedPublisher
 from .queue import MessageQueue
@@ -60,6 +59,7 @@ if _typing.TYPE_CHECKING:
     from ._transaction import Transaction
     from .app import App
     from .flow.rate import RateLimit
+    from .payload.keyring import Keyring
     from .publish.blocking import Publisher
     from .server.cluster import EmbeddedCluster
     from .server.sentinel import EmbeddedSentinel
@@ -72,6 +72,7 @@ _LAZY = {  # not loaded by a process that does not use them (memory of a running
     "EmbeddedCluster": ".server.cluster",
     "EmbeddedSentinel": ".server.sentinel",
     "EmbeddedServer": ".server.single",
+    "Keyring": ".payload.keyring",  # only a queue that encrypts (or reads encrypted) uses it
     "RateLimit": ".flow.rate",  # only a queue with rate limits uses it
     "Transaction": "._transaction",  # made by Message.transaction, loaded with it
 }

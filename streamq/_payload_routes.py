@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .consume.routes import Route, Routes
-from .payload.keyring import Keyring
 from .payload.reading import EntryReader, OnNewerVersion, versions_of
 from .payload.versions import Versions
+
+if TYPE_CHECKING:
+    from .payload.keyring import Keyring
 
 
 def with_versions(route: Route, versions: Versions) -> None:

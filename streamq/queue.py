@@ -45,7 +45,6 @@ from .errors import ConfigError, QueueStateError
 from .flow.settings import queue_rate_limits
 from .logs import run_as_consumer
 from .payload.encoding import Compression, PayloadCodec
-from .payload.keyring import Keyring
 from .payload.reading import OnNewerVersion, check_on_newer_version
 from .publish.checked import CheckedPublishing
 from .publish.operations import Publishing
@@ -61,6 +60,7 @@ from .wire.urls import check_url
 
 if TYPE_CHECKING:
     from .flow.rate import RateLimit
+    from .payload.keyring import Keyring
 
 log = logging.getLogger(__name__)
 

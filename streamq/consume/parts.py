@@ -5,11 +5,10 @@ what its source must be (:class:`Source`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..config import BatchConfig, CleanupPolicy, ConsumerConfig, OnPoison, RetryPolicy
 from ..flow.settings import FlowConfig
-from ..payload.keyring import Keyring
 from ..topic.control import ControlListener
 from .acks import Acker
 from .batching import Batcher
@@ -20,6 +19,9 @@ from .dispatch import Dispatcher
 from .flow_stage import FlowStage
 from .pool import PoolEntrance
 from .staging import OutputSettings
+
+if TYPE_CHECKING:
+    from ..payload.keyring import Keyring
 
 
 @dataclass(frozen=True, slots=True)

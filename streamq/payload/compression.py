@@ -13,8 +13,8 @@ import zlib
 from typing import Any, Final
 
 from ..errors import ConfigError
+from .wire import COMPRESSIONS, StepFailed
 
-COMPRESSIONS: Final = ("zstd", "gzip")
 # The most a compressed payload may expand to: far above what a stream entry should hold
 # (Redis refuses arguments over 512 MB), low enough that one entry cannot exhaust memory.
 MAX_DECODED_BYTES: Final = 64 * 1024 * 1024
@@ -26,14 +26,6 @@ ZSTD_LEVEL: Final = 1
 # which runs them without the GIL): 10 KB orders took 20 µs each on two threads against 27
 # on one and 30 one call each, on a 2-core machine whose server was idle meanwhile
 COMPRESS_THREADS: Final = max(1, min(4, os.cpu_count() or 1))
-
-
-class StepFailed(Exception):
-    """One decoding step failed: ``step`` names it, the message says why."""
-
-    def __init__(self, step: str, detail: str) -> None:
-        super().__init__(detail)
-        self.step = step
 
 
 def _zstandard() -> Any:

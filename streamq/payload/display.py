@@ -9,9 +9,8 @@ from typing import Any
 
 import pydantic_core
 
-from .compression import StepFailed
 from .keyring import Keyring
-from .wire import AESGCM, ENC, KID, META_PREFIX, decoded_data, decrypted_meta
+from .wire import AESGCM, ENC, KID, META_PREFIX, StepFailed, decoded_data, decrypted_meta
 
 
 def shown_data(

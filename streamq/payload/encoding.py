@@ -11,14 +11,15 @@ fields of :func:`streamq.message.encode_entry` as they are.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, MessageFormatError
 from ..message import encode_entry
-from .compression import check_compression, compress, compress_many
-from .keyring import Keyring
 from .versions import Versions
 from .wire import AESGCM, ENC, KID, META_PREFIX, VER, aad, to_text
+
+if TYPE_CHECKING:
+    from .keyring import Keyring
 
 Fields = dict[bytes | str, bytes | str]
 Compression = Literal["zstd", "gzip"]
@@ -73,12 +74,20 @@ class PayloadCodec:
         encrypt_meta: Iterable[str] = (),
         version_of: VersionOf = _version_one,
     ) -> None:
-        self.compression = check_compression(compression, compress_over)
+        if compression is None and type(compress_over) is int and compress_over >= 0:
+            self.compression = None  # nothing more to check
+        else:  # loaded on first use: only a queue given compression= compresses
+            from .compression import check_compression
+
+            self.compression = check_compression(compression, compress_over)
         self.compress_over = compress_over
-        if encryption is not None and not isinstance(encryption, Keyring):
-            raise ConfigError(
-                f"encryption must be a streamq.Keyring or None, got {type(encryption).__name__}"
-            )
+        if encryption is not None:  # loaded on first use: only a queue that encrypts
+            from .keyring import Keyring
+
+            if not isinstance(encryption, Keyring):
+                raise ConfigError(
+                    f"encryption must be a streamq.Keyring or None, got {type(encryption).__name__}"
+                )
         self.keyring = encryption
         self.encrypt_meta = _checked_meta_names(encrypt_meta, encryption)
         self._version_of = version_of
@@ -139,6 +148,9 @@ class PayloadCodec:
             return {}
         raws = {i: _as_bytes(f[b"data"]) for i, f in enumerate(rows)}
         over = [i for i, raw in raws.items() if len(raw) > self.compress_over]
+        # loaded by __init__ for a codec with compression=: only bound here
+        from .compression import compress_many
+
         packed = compress_many(self.compression, [raws[i] for i in over])
         return dict(zip(over, packed, strict=True))
 
@@ -150,6 +162,9 @@ class PayloadCodec:
         raw = _as_bytes(fields[b"data"])
         steps = []
         if packed is None and self.compression is not None and len(raw) > self.compress_over:
+            # loaded by __init__ for a codec with compression=: only bound here
+            from .compression import compress
+
             packed = compress(self.compression, raw)
         if packed is not None and self.compression is not None and len(packed) < len(raw):
             raw = packed  # incompressible data goes as it is

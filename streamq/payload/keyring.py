@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ..errors import ConfigError
-from .compression import StepFailed
+from .wire import StepFailed
 
 KID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 KEY_SIZES: Final = (16, 24, 32)  # AES-128, AES-192, AES-256

@@ -22,13 +22,12 @@ from pydantic import BaseModel, TypeAdapter
 
 from ..errors import ConfigError, NewerVersionError, PayloadError
 from ..message import RawEntry
-from .compression import StepFailed
-from .keyring import Keyring
 from .versions import NO_VERSIONS, Versions, entry_version
-from .wire import ENC, KID, VER, decoded_data, decrypted_meta
+from .wire import ENC, KID, VER, StepFailed, decoded_data, decrypted_meta
 
 if TYPE_CHECKING:
     from ..config import RetryPolicy
+    from .keyring import Keyring
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,8 @@ A reply to a plain request stays plain JSON (or text), readable by ``redis-cli``
 
 from __future__ import annotations
 
-from .compression import StepFailed
 from .keyring import Keyring
-from .wire import AESGCM, ENC, KID, from_text, to_text
+from .wire import AESGCM, ENC, KID, StepFailed, from_text, to_text
 
 SEALED_FIELDS = (b"data", b"error")
 

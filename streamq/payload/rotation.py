@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from .compression import StepFailed
 from .keyring import Keyring
-from .wire import AESGCM, ENC, KID, META_PREFIX, aad, from_text, steps_of, to_text
+from .wire import AESGCM, ENC, KID, META_PREFIX, StepFailed, aad, from_text, steps_of, to_text
 
 log = logging.getLogger(__name__)
 

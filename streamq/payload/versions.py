@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..errors import ConfigError
-from .compression import StepFailed
+from .wire import StepFailed
 
 Upcast = Callable[[Any], Any]
 MAX_VERSION: Final = 2**31 - 1

@@ -17,17 +17,29 @@ import base64
 import binascii
 from collections.abc import Callable
 from functools import partial
-from typing import Final
-
-from .compression import COMPRESSIONS, StepFailed, decompress
-from .keyring import Keyring
+from typing import Final, Protocol
 
 ENC: Final = b"enc"
 KID: Final = b"kid"
 VER: Final = b"ver"
 AESGCM: Final = "aesgcm"
+COMPRESSIONS: Final = ("zstd", "gzip")  # what :mod:`.compression` compresses with
 STEPS: Final = (*COMPRESSIONS, AESGCM)
 META_PREFIX: Final = "aesgcm:"
+
+
+class StepFailed(Exception):
+    """One decoding step failed: ``step`` names it, the message says why."""
+
+    def __init__(self, step: str, detail: str) -> None:
+        super().__init__(detail)
+        self.step = step
+
+
+class Decrypts(Protocol):
+    """What decrypts the values of encrypted entries: a :class:`~.keyring.Keyring`."""
+
+    def decrypt(self, kid: str, sealed: bytes, aad: bytes) -> bytes: ...
 
 
 def aad(type_name: bytes, field: str) -> bytes:
@@ -92,7 +104,7 @@ def kid_of(fields: dict[bytes, bytes]) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def decoded_data(fields: dict[bytes, bytes], data: bytes, keyring: Keyring | None) -> bytes:
+def decoded_data(fields: dict[bytes, bytes], data: bytes, keyring: Decrypts | None) -> bytes:
     """The JSON of ``data`` as written, the steps of ``enc`` undone in reverse order.
     StepFailed names the step that failed: an unknown ``enc``, base64, a decompression,
     a missing keyring or key, a tag that does not match."""
@@ -102,12 +114,15 @@ def decoded_data(fields: dict[bytes, bytes], data: bytes, keyring: Keyring | Non
         if step == AESGCM:
             value = decrypted(fields, value, keyring, "data")
         else:
+            # loaded on first use: only a compressed entry is decompressed
+            from .compression import decompress
+
             value = decompress(step, value)
     return value
 
 
 def decrypted(
-    fields: dict[bytes, bytes], sealed: bytes, keyring: Keyring | None, field: str
+    fields: dict[bytes, bytes], sealed: bytes, keyring: Decrypts | None, field: str
 ) -> bytes:
     kid = kid_of(fields)
     if keyring is None:
@@ -116,7 +131,7 @@ def decrypted(
 
 
 def decrypted_meta(
-    fields: dict[bytes, bytes], meta: dict[str, str], keyring: Keyring | None
+    fields: dict[bytes, bytes], meta: dict[str, str], keyring: Decrypts | None
 ) -> dict[str, str]:
     """``meta`` with its encrypted values (``aesgcm:...``) decrypted. Only an entry with a
     ``kid`` has any: elsewhere a value of that form is an ordinary string."""

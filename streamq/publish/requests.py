@@ -24,9 +24,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..config import Duration, seconds
 from ..errors import MessageFormatError, RemoteError, RequestTimeout
-from ..payload.compression import StepFailed
 from ..payload.keyring import Keyring
 from ..payload.replies import opened_reply
+from ..payload.wire import StepFailed
 from ..wire import replies as wire_replies
 from ..wire import resp
 from ..wire.keys import Keys

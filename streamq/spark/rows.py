@@ -25,11 +25,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import MessageFormatError
-from ..payload.compression import StepFailed
 from ..payload.display import shown_meta
 from ..payload.keyring import Keyring
 from ..payload.versions import entry_version
-from ..payload.wire import ENC, KID, VER, decoded_data
+from ..payload.wire import ENC, KID, VER, StepFailed, decoded_data
 from ..wire import resp
 from ..wire.replies import standard_fields, usual_length
 from ..wire.replies import text as _text

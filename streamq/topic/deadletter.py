@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from traceback import format_exception
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
@@ -33,11 +33,13 @@ from .._ids import StreamId
 from .._log_summary import LogSummary, shortened
 from ..errors import MessageNotFoundError
 from ..message import PUBLISH_MARKER, WIRE_FIELDS, RawEntry
-from ..payload.keyring import Keyring
 from ..signals import HandlerSignal
 from ..wire.excerpts import range_excerpts
 from ..wire.keys import Keys
 from ..wire.wrong_type import refused_if_wrong_type, unless_wrong_type
+
+if TYPE_CHECKING:
+    from ..payload.keyring import Keyring
 
 log = logging.getLogger(__name__)
 

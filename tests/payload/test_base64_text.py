@@ -10,8 +10,7 @@ import os
 
 import pytest
 
-from streamq.payload.compression import StepFailed
-from streamq.payload.wire import Decode, Encode, base64_functions, from_text, to_text
+from streamq.payload.wire import Decode, Encode, StepFailed, base64_functions, from_text, to_text
 
 BOTH = [pytest.param(False, id="stdlib"), pytest.param(True, id="pybase64")]
 # lengths around every padding case, and a payload of the size the benchmark publishes

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from streamq import Keyring, MessageFormatError
-from streamq.payload.compression import StepFailed
 from streamq.payload.replies import opened_reply, reply_key, sealed_reply
+from streamq.payload.wire import StepFailed
 from streamq.publish.requests import Requests
 from tests.payload.helpers import KEY1, KEY2
 
