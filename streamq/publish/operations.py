@@ -27,7 +27,6 @@ from ..wire.partition_names import check_priority
 from ..wire.replies import StreamMissing, added_id
 from ..wire.routing import Deployment
 from . import idempotency
-from .coalesce import Coalescer
 from .delayed import DelayedPublishing
 from .options import PublishOptions
 from .plan import (
@@ -46,6 +45,7 @@ from .resend import Producer, Sends, resend_command, resend_one, send_until_know
 
 if TYPE_CHECKING:
     from ..topic.handle import TopicHandle
+    from .coalesce import Coalescer
     from .ticks import Published
 
 
@@ -238,6 +238,9 @@ class Publishing:
         coalescer per deployment (a reopened queue has new connections)."""
         mine = self._coalescer_of
         if mine is None or mine[0] is not deployment:
+            # loaded on first use: a queue that only consumes never publishes
+            from .coalesce import Coalescer
+
             mine = self._coalescer_of = (deployment, Coalescer())
         return mine[1]
 
