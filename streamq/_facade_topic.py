@@ -8,7 +8,9 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from ._facade_docs import adopt_docstrings
+from ._opening import State
 from .config import CleanupPolicy
+from .errors import QueueStateError
 from .publish.scheduled import PeriodicInfo, ScheduledMessages
 from .publish.scheduling import ScheduledMessage
 from .topic.admin import ScheduledSummary, TopicInfo
@@ -23,6 +25,7 @@ class TopicFacade:
     """The operations on a queue's topic that need no running consumer."""
 
     cleanup_policy: CleanupPolicy
+    _state: State
     _topic: TopicHandle  # the parts the queue holds
     _admin: TopicAdmin
     _schedule: ScheduledMessages
@@ -43,6 +46,14 @@ class TopicFacade:
         """The topic's streams: the stream itself, or one per partition and priority
         level (level ``L`` of partition ``i`` at index ``L * partitions + i``)."""
         return self._topic.streams
+
+    async def _discover_partitions(self) -> int:
+        """Take the partition count recorded for this topic (for tools that operate on any
+        topic, as the CLI does); return it. Only before the queue runs."""
+        if self._state is State.RUNNING:
+            raise QueueStateError("cannot change the partitions of a running queue")
+        await self._topic.use_recorded_shape()
+        return self.partitions
 
     @property
     def _deployment(self) -> Deployment:

@@ -3,7 +3,9 @@
 Every text that comes from Redis (names, types, reasons, tracebacks) is escaped before it
 reaches a terminal or a page: an entry must not be able to send escape sequences (ESC, CSI,
 OSC), rewrite a line (CR) or reorder text (bidi controls). Shared by :mod:`streamq.cli` and
-:mod:`streamq.dashboard`, which otherwise do not import each other's rendering.
+:mod:`streamq.dashboard`, which otherwise do not import each other's rendering. Long texts
+(an error, a traceback) are cut to a bound saying how much was cut, as a dead letter keeps
+them and as the pages show them (:func:`keep_start`, :func:`keep_end`).
 """
 
 from __future__ import annotations
@@ -57,3 +59,26 @@ def age(ms: int | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+def keep_end(text: str, limit: int) -> str:
+    """``text`` cut from the start to at most ``limit`` chars, at a line boundary."""
+    if len(text) <= limit:
+        return text
+    tail = text[len(text) - limit + 40 :]
+    newline = tail.find("\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]
+    return f"… ({len(text) - len(tail)} chars cut)\n{tail}"
+
+
+def keep_start(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` chars, the marker saying how many were cut
+    included (``… [cut 6,024 characters]``)."""
+    if len(text) <= limit:
+        return text
+    kept = limit
+    for _ in range(3):  # the marker's length depends on the count it names
+        marker = f"… [cut {len(text) - kept:,} characters]"
+        kept = max(limit - len(marker), 0)
+    return text[:kept] + f"… [cut {len(text) - kept:,} characters]"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from types import TracebackType
+from functools import partial
 from typing import TYPE_CHECKING, Any, Never
 
 import anyio
@@ -207,21 +206,11 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
             raise QueueStateError("this MessageQueue is closed; open it again with `async with mq`")
         return connect(self.url, cluster=self._cluster)
 
-    async def _discover_partitions(self) -> int:
-        """Take the partition count recorded for this topic (for tools that operate on any
-        topic, as the CLI does); return it. Only before the queue runs."""
-        if self._state is State.RUNNING:
-            raise QueueStateError("cannot change the partitions of a running queue")
-        await self._topic.use_recorded_shape()
-        return self.partitions
-
     async def __aenter__(self) -> MessageQueue:
         await self.open()
         return self
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def open(self) -> None:
@@ -271,19 +260,15 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         self.flow_config.check_consumer(self.route_table.routes, self.group)
 
     def _build_consumer(self) -> Engine:
-        topic = Topic(self.stream, self.streams, self.group or NO_GROUP, self.consumer,
-                      self.partitions, self.priorities)  # fmt: skip
-        router = with_middlewares(self.route_table, self._registry.handler_middlewares)
-        router = bind(router, self._topic.codec.keyring, self.on_newer_version)
         handle = self._topic
-        outputs = OutputSettings(handle.codec, self.stream, self.streams, handle.partition,
-                                 lambda: bool(handle.deployment.cluster))  # fmt: skip
-        policies = Policies(
-            self.config, self.retry, self.batch, self.cleanup_policy, self.flow_config, outputs
-        )
+        router = with_middlewares(self.route_table, self._registry.handler_middlewares)
+        router = bind(router, handle.codec.keyring, self.on_newer_version)
+        policies = Policies(self.config, self.retry, self.batch, self.cleanup_policy,
+                            self.flow_config, OutputSettings.of(handle))  # fmt: skip
         mode = Mode(self.group is None, self.ordered, self.on_poison)
-        return build_engine(topic, self.client_for, router, policies, mode,
-                            self._topic.stopped, self._positions)  # fmt: skip
+        return build_engine(Topic.of(handle, self.group or NO_GROUP, self.consumer),
+                            self.client_for, router, policies, mode, handle.stopped,
+                            self._positions)  # fmt: skip
 
     async def run(
         self,
@@ -326,19 +311,20 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
                     opened = await open_until_ready(
                         self._prepare, consumer.stop_requested, self.consumer
                     )
-                if opened and self.periodics:  # one message per tick across processes
-                    tg.start_soon(self.run_periodics)
                 if opened:  # every record of the consumer's tasks says which consumer it is
+                    if self.periodics:  # one message per tick across processes
+                        tg.start_soon(self.run_periodics)
                     tg.start_soon(self._name.keep, consumer)
                     ids = (self.stream, self.group or NO_GROUP, self.consumer)
                     # started once the consumer reads (each engine says so as it begins)
-                    await run_as_consumer(functools.partial(consumer.run, task_status=ready),
-                                          *ids)  # fmt: skip
+                    await run_as_consumer(partial(consumer.run, task_status=ready), *ids)
                 tg.cancel_scope.cancel()
         finally:
             ready.started()  # stopped before it read: tg.start returns, as run() did
-            self.stop_reason = consumer.stop_reason or "stopped"
-            self.auto_stopped = consumer.auto_stopped
+            self.stop_reason, self.auto_stopped = (
+                consumer.stop_reason or "stopped",
+                consumer.auto_stopped,
+            )
             self._state = State.OPEN if opened else State.NEW
             self.done.set()
         if consumer.error is not None:
@@ -361,7 +347,7 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         try:
             async with task_group_around_block() as tg:
                 # once the consumer reads (with the server unreachable: at once)
-                await tg.start(functools.partial(self.run, handle_signals=False))
+                await tg.start(partial(self.run, handle_signals=False))
                 try:
                     yield self
                 finally:
@@ -401,8 +387,9 @@ class MessageQueue(RegistrationFacade, PublishFacade, TopicFacade):
         ``error`` if any."""
         consumer = self._consumer
         running = self._state is State.RUNNING and consumer is not None and consumer.reading
-        closed = self._state is State.CLOSED
-        parts = [] if closed else [(self.client_for(s), s) for s in self.streams]
+        parts = (
+            [] if self._state is State.CLOSED else [(self.client_for(s), s) for s in self.streams]
+        )
         return await health_report(
             parts, self.group, state=self._state.value, consuming=running,
             stop_reason=self.stop_reason,

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._text import age as age
+from .._text import keep_start
 from .._text import one_line as one_line
 from .._text import terminal_safe as terminal_safe
 from ..flow.waiting import REPORT_FRESH, GroupWaiting
@@ -23,7 +24,7 @@ from ..message import PUBLISH_MARKER
 from ..payload.display import shown_data, shown_meta
 from ..payload.keyring import Keyring
 from ..topic.admin import TopicInfo
-from ..topic.deadletter import DeadLetter, keep_start
+from ..topic.deadletter import DeadLetter
 from ..wire.replies import Pending, text
 
 # A reason longer than this (written by hand: streamq stores at most 4,000 chars) is cut,

@@ -18,8 +18,8 @@ import math
 import anyio
 from pydantic import ValidationError
 
+from .._text import keep_start
 from ..errors import HandlerCrashError
-from ..topic.deadletter import keep_start
 
 # For log lines and errors raised to callers; a dead letter's reason takes the whole
 # description (limit=None) and is cut to its own, documented MAX_ERROR_CHARS.

@@ -22,6 +22,7 @@ from .staging import OutputSettings
 
 if TYPE_CHECKING:
     from ..payload.keyring import Keyring
+    from ..topic.handle import TopicHandle
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,12 @@ class Topic:
     consumer: str
     partitions: int = 1
     priorities: int = 1  # stream ``i`` is of level ``i // partitions``
+
+    @classmethod
+    def of(cls, handle: TopicHandle, group: str, consumer: str) -> Topic:
+        """The topic ``handle`` is, consumed by ``consumer`` of ``group``."""
+        return cls(handle.stream, handle.streams, group, consumer, handle.partitions,
+                   handle.priorities)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

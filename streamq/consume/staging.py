@@ -26,6 +26,7 @@ from ..payload.encoding import PayloadCodec
 if TYPE_CHECKING:
     from ..message import RawEntry
     from ..payload.keyring import Keyring
+    from ..topic.handle import TopicHandle
     from .stats import Stats
 
 Key = str | bytes
@@ -42,6 +43,12 @@ class OutputSettings:
     streams: tuple[str, ...]
     partition: Callable[[Key | None], int]
     cluster: Callable[[], bool]
+
+    @classmethod
+    def of(cls, handle: TopicHandle) -> OutputSettings:
+        """A queue's, whose topic is ``handle``."""
+        return cls(handle.codec, handle.stream, handle.streams, handle.partition,
+                   lambda: bool(handle.deployment.cluster))  # fmt: skip
 
 
 class StagingOnUse:

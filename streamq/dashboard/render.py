@@ -18,9 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from .._text import age, one_line, terminal_safe
+from .._text import age, keep_start, one_line, terminal_safe
 from ..flow.waiting import REPORT_FRESH
-from ..topic.deadletter import keep_start
 from .names import encoded
 from .topics import total_lag
 

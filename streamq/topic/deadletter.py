@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 
 from .._ids import StreamId
 from .._log_summary import LogSummary, shortened
+from .._text import keep_end, keep_start
 from ..errors import MessageNotFoundError
 from ..message import PUBLISH_MARKER, WIRE_FIELDS, RawEntry
 from ..signals import HandlerSignal
@@ -161,29 +162,6 @@ def format_traceback(exception: BaseException, limit: int = MAX_TRACEBACK_CHARS)
     except Exception:  # a broken __str__ or __notes__ somewhere in the chain
         text = qualified_name(exception)
     return keep_end(text, limit)
-
-
-def keep_end(text: str, limit: int) -> str:
-    """``text`` cut from the start to at most ``limit`` chars, at a line boundary."""
-    if len(text) <= limit:
-        return text
-    tail = text[len(text) - limit + 40 :]
-    newline = tail.find("\n")
-    if 0 <= newline < len(tail) - 1:
-        tail = tail[newline + 1 :]
-    return f"… ({len(text) - len(tail)} chars cut)\n{tail}"
-
-
-def keep_start(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` chars, the marker saying how many were cut
-    included (``… [cut 6,024 characters]``)."""
-    if len(text) <= limit:
-        return text
-    kept = limit
-    for _ in range(3):  # the marker's length depends on the count it names
-        marker = f"… [cut {len(text) - kept:,} characters]"
-        kept = max(limit - len(marker), 0)
-    return text[:kept] + f"… [cut {len(text) - kept:,} characters]"
 
 
 def dead_letter_fields(
